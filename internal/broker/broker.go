@@ -1,0 +1,233 @@
+// Package broker defines the storage engine behind package disker: the
+// operations a broker must provide atomically, and the types they exchange.
+//
+// Two brokers implement it: internal/redisbroker (Redis Streams and Lua
+// scripts, the distributed engine) and internal/membroker (in one process,
+// the embedded default). Both pass the conformance suite in
+// internal/broker/brokertest.
+//
+// Time that decides outcomes (deadlines, leases) is the broker's clock: Redis
+// server time for Redis. All times exchanged here are broker times.
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors a broker returns. Callers check them with errors.Is.
+var (
+	// ErrLate is returned by Reply when the request has already been settled
+	// (timed out, cancelled, or replied to): the reply was dropped.
+	ErrLate = errors.New("disker: reply is late: the request already timed out or was answered")
+	// ErrLeaseLost is returned when the caller no longer holds the lease of a
+	// delivery (it expired and another consumer may have it).
+	ErrLeaseLost = errors.New("disker: lease lost")
+	// ErrUnavailable wraps errors from a broker that cannot be reached.
+	ErrUnavailable = errors.New("disker: broker unavailable")
+	// ErrClosed is returned by every call after Close.
+	ErrClosed = errors.New("disker: broker closed")
+)
+
+// Envelope is a message as a broker stores and moves it.
+type Envelope struct {
+	// ID is the message id, unique across all messages; set by the client.
+	ID string
+	// Sender is the sender's name, its reply address. May be empty for a
+	// fire-and-forget message.
+	Sender string
+	// Receiver is the name of the receiver the message is sent to.
+	Receiver string
+	// Content is the payload.
+	Content []byte
+	// Headers are optional key/value metadata.
+	Headers map[string]string
+	// FireAndForget means no reply is expected: Reply to it is an error.
+	FireAndForget bool
+	// Timeout, when > 0, gives the message a deadline of broker-now+Timeout
+	// at Send; the sender then receives exactly one of a reply or a timeout
+	// notice.
+	Timeout time.Duration
+	// InReplyTo is set on replies: the id of the request answered.
+	InReplyTo string
+	// ErrorCode and ErrorText carry a remote error in a reply envelope
+	// (for instance, a request that was dead-lettered). Empty on success.
+	ErrorCode string
+	ErrorText string
+}
+
+// Delivery is one leased delivery of a message to a consumer.
+type Delivery struct {
+	// Env is the decoded message.
+	Env Envelope
+	// Ref is the broker's handle of this queue entry (a Redis stream id):
+	// pass it to Ack, Extend, Retry and DeadLetter.
+	Ref string
+	// Deadline is the message's deadline in broker time; zero means none.
+	Deadline time.Time
+	// Attempt is 1 on the first delivery and grows with each redelivery
+	// (after a Retry, or after a lease expired).
+	Attempt int
+}
+
+// ReplyKind tells a reply from a timeout notice.
+type ReplyKind int
+
+// The kinds of entry in a sender's reply stream.
+const (
+	// KindReply is a reply from a worker; Env is the reply envelope.
+	KindReply ReplyKind = 1
+	// KindTimeout is a timeout notice; Env is the original message.
+	KindTimeout ReplyKind = 2
+)
+
+// Reply is an entry of a sender's reply stream.
+type Reply struct {
+	// Ref is the broker's handle of the entry, for AckReplies.
+	Ref string
+	// Kind says whether this is a reply or a timeout notice.
+	Kind ReplyKind
+	// RequestID is the id of the message this answers.
+	RequestID string
+	// Env is the reply envelope (KindReply) or the original message
+	// (KindTimeout).
+	Env Envelope
+}
+
+// DeadLetter is an entry of a receiver's dead-letter stream.
+type DeadLetter struct {
+	// Ref is the broker's handle of the dead-letter entry.
+	Ref string
+	// Env is the message. For an entry that could not be decoded, Env.ID is
+	// empty and Raw holds the bytes as found.
+	Env Envelope
+	// Raw is the undecodable payload, if any.
+	Raw []byte
+	// Reason says why the message was dead-lettered.
+	Reason string
+	// Attempts is how many deliveries were made.
+	Attempts int
+	// At is when it was dead-lettered (broker time).
+	At time.Time
+}
+
+// WorkerInfo describes a live instance for the registry of workers.
+type WorkerInfo struct {
+	ID          string         `json:"id"`
+	Host        string         `json:"host"`
+	PID         int            `json:"pid"`
+	Receivers   []string       `json:"receivers"`
+	Concurrency map[string]int `json:"concurrency"`
+	InFlight    int64          `json:"in_flight"`
+	Processed   int64          `json:"processed"`
+	Failed      int64          `json:"failed"`
+	StartedAt   time.Time      `json:"started_at"`
+	// LastSeen is set by the broker on Heartbeat (broker time).
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// ReceiverStats is a snapshot of one receiver's queue.
+type ReceiverStats struct {
+	Receiver    string
+	Queued      int64 // entries in the queue not yet delivered
+	Pending     int64 // delivered, not yet acknowledged (in flight or awaiting redelivery)
+	DeadLetters int64
+	Length      int64 // all entries in the queue stream (queued + pending)
+}
+
+// Broker is the storage engine. Every method is safe for concurrent use.
+// Each state change that must be atomic is one atomic step in the broker.
+type Broker interface {
+	// Now returns the broker's clock.
+	Now(ctx context.Context) (time.Time, error)
+
+	// Send queues env for env.Receiver in one atomic step. If env.Timeout > 0
+	// it also records, in the same step, a pending timeout under env.Sender
+	// with deadline broker-now+Timeout, and returns that deadline; otherwise
+	// the zero time.
+	Send(ctx context.Context, env *Envelope) (deadline time.Time, err error)
+
+	// Fetch leases up to max messages of receiver to consumer for lease: first
+	// messages whose lease expired (or whose retry delay passed), then new
+	// ones. It blocks up to block when there is nothing; block 0 does not
+	// block. A message delivered more than maxAttempts times, or one that
+	// does not decode, is moved to the dead-letter stream instead of being
+	// returned. It returns an empty slice, not an error, when nothing came.
+	Fetch(ctx context.Context, receiver, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]Delivery, error)
+
+	// Extend renews the leases of refs held by consumer. It returns the refs
+	// whose lease was lost (the consumer no longer holds them).
+	Extend(ctx context.Context, receiver, consumer string, refs []string, lease time.Duration) (lost []string, err error)
+
+	// Ack removes delivered messages for good.
+	Ack(ctx context.Context, receiver string, refs ...string) error
+
+	// Retry gives up consumer's lease on ref so that the message is delivered
+	// again after delay. ErrLeaseLost if consumer does not hold it.
+	Retry(ctx context.Context, receiver, consumer, ref string, delay, lease time.Duration) error
+
+	// DeadLetter atomically removes ref from the queue and appends the
+	// message to the receiver's dead-letter stream with reason.
+	DeadLetter(ctx context.Context, receiver string, d Delivery, reason string) error
+
+	// Reply delivers reply (reply.Receiver is the original sender,
+	// reply.InReplyTo the request id) to the sender's reply stream. When
+	// timed is true the request carries a timeout, and one atomic step
+	// settles it: the reply is accepted only if the request is still pending
+	// and its deadline has not passed (broker time); otherwise ErrLate.
+	Reply(ctx context.Context, reply *Envelope, timed bool) error
+
+	// ExpireTimeouts settles up to max pending timeouts of sender whose
+	// deadline has passed, appending a timeout notice for each to the
+	// sender's reply stream. It returns how many it settled.
+	ExpireTimeouts(ctx context.Context, sender string, max int) (int, error)
+
+	// Cancel settles the pending timeout of request id of sender without a
+	// notice (the sender gave up). It returns false when the request was
+	// already settled (a reply or timeout notice is, or will be, in the
+	// reply stream).
+	Cancel(ctx context.Context, sender, id string) (bool, error)
+
+	// ReadReplies reads up to max entries of sender's reply stream for
+	// consumer (instances of one sender share the stream as competing
+	// consumers), blocking up to block. Entries must be acknowledged with
+	// AckReplies; unacknowledged ones are redelivered after lease.
+	ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]Reply, error)
+
+	// AckReplies removes entries of sender's reply stream.
+	AckReplies(ctx context.Context, sender string, refs ...string) error
+
+	// DeadLetters lists up to max dead letters of receiver, oldest first.
+	DeadLetters(ctx context.Context, receiver string, max int) ([]DeadLetter, error)
+	// RetryDeadLetters moves the given dead letters (all when refs is empty)
+	// back to the receiver's queue, with attempts reset. It returns how many
+	// moved. Undecodable entries stay.
+	RetryDeadLetters(ctx context.Context, receiver string, refs ...string) (int, error)
+	// PurgeDeadLetters deletes the given dead letters (all when refs is
+	// empty) and returns how many it deleted.
+	PurgeDeadLetters(ctx context.Context, receiver string, refs ...string) (int, error)
+
+	// Acquire takes or renews the exclusive lock of receiver for owner for
+	// ttl. It returns false when another owner holds it.
+	Acquire(ctx context.Context, receiver, owner string, ttl time.Duration) (bool, error)
+	// Release gives up owner's lock of receiver, if held.
+	Release(ctx context.Context, receiver, owner string) error
+
+	// Heartbeat records info as live for ttl.
+	Heartbeat(ctx context.Context, info WorkerInfo, ttl time.Duration) error
+	// Deregister removes a worker from the registry.
+	Deregister(ctx context.Context, id string) error
+	// Workers lists the live workers.
+	Workers(ctx context.Context) ([]WorkerInfo, error)
+
+	// Receivers lists the receivers known to the broker (registered by a
+	// worker, or holding messages or dead letters).
+	Receivers(ctx context.Context) ([]string, error)
+	// Stats returns a snapshot of receiver's queue.
+	Stats(ctx context.Context, receiver string) (ReceiverStats, error)
+
+	// Close releases the broker's resources. Calls after Close return
+	// ErrClosed.
+	Close() error
+}
