@@ -1,0 +1,50 @@
+# Disker's tasks. `make` (or `make help`) lists them.
+
+GO            ?= go
+STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BIN           := $(CURDIR)/bin
+FUZZTIME      ?= 30s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: demo
+demo: ## Run the demo on the embedded in-memory broker (no setup needed).
+	$(GO) run ./cmd/disker demo
+
+.PHONY: demo-pool
+demo-pool: ## Run the in-process pool demo (one worker versus a pool of three).
+	$(GO) run ./cmd/disker demo pool
+
+.PHONY: test
+test: ## Run every test with the race detector (needs redis-server on PATH; tests start their own).
+	$(GO) test -race -count=1 -timeout 20m ./...
+	cd bench && $(GO) test -count=1 -timeout 10m ./...
+
+.PHONY: test-short
+test-short: ## Run the tests without the race detector, for a quick look.
+	$(GO) test -count=1 ./...
+
+.PHONY: lint
+lint: ## go vet and staticcheck (pinned; installed into ./bin).
+	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
+	GOBIN=$(BIN) $(GO) install $(STATICCHECK)
+	$(BIN)/staticcheck ./...
+	cd bench && $(BIN)/staticcheck ./...
+
+.PHONY: fuzz
+fuzz: ## Fuzz the decoders of data read from Redis and the network, FUZZTIME each.
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/wire/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/httpmsg/
+
+.PHONY: bench
+bench: ## Run Disker and its peers side by side (see BENCHMARKS.md); takes several minutes.
+	cd bench && $(GO) run ./cmd/bench -suite all -runs 5
+
+.PHONY: build
+build: ## Build the disker command into ./bin.
+	$(GO) build -o $(BIN)/disker ./cmd/disker
