@@ -1,0 +1,233 @@
+// Package wire is the binary encoding of a [broker.Envelope] as the Redis
+// broker stores it in a stream entry.
+//
+// The layout is a version byte followed by the fields in a fixed order:
+//
+//	version   byte (1)
+//	ID        uvarint length, bytes
+//	Sender    uvarint length, bytes
+//	Receiver  uvarint length, bytes
+//	Content   uvarint length, bytes
+//	InReplyTo uvarint length, bytes
+//	ErrorCode uvarint length, bytes
+//	ErrorText uvarint length, bytes
+//	flags     byte: bit 0 is FireAndForget, other bits must be 0
+//	Timeout   varint (nanoseconds)
+//	Headers   uvarint count, then count pairs of (key, value), each a
+//	          uvarint length and bytes, keys strictly ascending
+//
+// The encoding is canonical: [Decode] accepts only what [Encode] produces
+// (minimal varints, sorted unique header keys, no trailing bytes), so for any
+// data that decodes, Encode of the result gives data back.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// Version is the format version written as the first byte.
+const Version byte = 1
+
+// MaxSize is the largest encoded envelope Decode accepts: 512 MiB, the
+// largest value Redis stores by default (proto-max-bulk-len).
+const MaxSize = 512 << 20
+
+// MaxHeaders is the largest number of headers Decode accepts.
+const MaxHeaders = 1 << 16
+
+const flagFireAndForget = 1
+
+// ErrMalformed is wrapped by every error Decode returns.
+var ErrMalformed = errors.New("wire: malformed envelope")
+
+// Encode returns the binary form of env. Header keys are written in
+// ascending order.
+func Encode(env *broker.Envelope) []byte {
+	n := 1 + 1 + binary.MaxVarintLen64 + binary.MaxVarintLen32
+	for _, s := range [...]string{env.ID, env.Sender, env.Receiver, env.InReplyTo, env.ErrorCode, env.ErrorText} {
+		n += binary.MaxVarintLen32 + len(s)
+	}
+	n += binary.MaxVarintLen32 + len(env.Content)
+	for k, v := range env.Headers {
+		n += 2*binary.MaxVarintLen32 + len(k) + len(v)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, Version)
+	b = appendString(b, env.ID)
+	b = appendString(b, env.Sender)
+	b = appendString(b, env.Receiver)
+	b = binary.AppendUvarint(b, uint64(len(env.Content)))
+	b = append(b, env.Content...)
+	b = appendString(b, env.InReplyTo)
+	b = appendString(b, env.ErrorCode)
+	b = appendString(b, env.ErrorText)
+	var flags byte
+	if env.FireAndForget {
+		flags |= flagFireAndForget
+	}
+	b = append(b, flags)
+	b = binary.AppendVarint(b, int64(env.Timeout))
+	b = binary.AppendUvarint(b, uint64(len(env.Headers)))
+	if len(env.Headers) > 0 {
+		keys := make([]string, 0, len(env.Headers))
+		for k := range env.Headers {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			b = appendString(b, k)
+			b = appendString(b, env.Headers[k])
+		}
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// Decode parses data written by [Encode]. Content of the result aliases
+// data. Empty Content and Headers decode as nil. Any other input gives an
+// error wrapping [ErrMalformed]; Decode never panics.
+func Decode(data []byte) (broker.Envelope, error) {
+	var env broker.Envelope
+	if len(data) == 0 {
+		return env, fmt.Errorf("%w: empty", ErrMalformed)
+	}
+	if len(data) > MaxSize {
+		return env, fmt.Errorf("%w: %d bytes, over the limit of %d", ErrMalformed, len(data), MaxSize)
+	}
+	if data[0] != Version {
+		return env, fmt.Errorf("%w: unknown version %d", ErrMalformed, data[0])
+	}
+	d := decoder{b: data[1:]}
+	env.ID = d.str("id")
+	env.Sender = d.str("sender")
+	env.Receiver = d.str("receiver")
+	env.Content = d.bytes("content")
+	env.InReplyTo = d.str("in_reply_to")
+	env.ErrorCode = d.str("error_code")
+	env.ErrorText = d.str("error_text")
+	flags := d.byte("flags")
+	if d.err == nil && flags&^flagFireAndForget != 0 {
+		d.fail("flags", "unknown bits set")
+	}
+	env.FireAndForget = flags&flagFireAndForget != 0
+	env.Timeout = time.Duration(d.varint("timeout"))
+	count := d.uvarint("headers")
+	if d.err == nil && count > MaxHeaders {
+		d.fail("headers", fmt.Sprintf("%d headers, over the limit of %d", count, MaxHeaders))
+	}
+	if d.err == nil && count > uint64(len(d.b)/2) {
+		d.fail("headers", "count larger than the data")
+	}
+	if d.err == nil && count > 0 {
+		env.Headers = make(map[string]string, count)
+		prev := ""
+		for i := uint64(0); i < count && d.err == nil; i++ {
+			k := d.str("header key")
+			v := d.str("header value")
+			if d.err == nil && i > 0 && k <= prev {
+				d.fail("headers", "keys not in strictly ascending order")
+			}
+			env.Headers[k] = v
+			prev = k
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("envelope", fmt.Sprintf("%d trailing bytes", len(d.b)))
+	}
+	if d.err != nil {
+		return broker.Envelope{}, d.err
+	}
+	return env, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(field, msg string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s: %s", ErrMalformed, field, msg)
+	}
+}
+
+func (d *decoder) uvarint(field string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail(field, "bad length")
+		return 0
+	}
+	if n != uvarintLen(v) {
+		d.fail(field, "non-minimal varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint(field string) int64 {
+	u := d.uvarint(field)
+	// Zig-zag, as binary.AppendVarint writes it.
+	v := int64(u >> 1)
+	if u&1 != 0 {
+		v = ^v
+	}
+	return v
+}
+
+func (d *decoder) byte(field string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.fail(field, "truncated")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) bytes(field string) []byte {
+	n := d.uvarint(field)
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) || n > math.MaxInt32 {
+		d.fail(field, fmt.Sprintf("length %d beyond the %d bytes left", n, len(d.b)))
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str(field string) string {
+	return string(d.bytes(field))
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}

@@ -1,0 +1,138 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+func sample() broker.Envelope {
+	return broker.Envelope{
+		ID:            "01J9Z6T0000000000000000000",
+		Sender:        "web",
+		Receiver:      "orders",
+		Content:       []byte("hello\x00world"),
+		Headers:       map[string]string{"b": "2", "a": "1", "": "empty key"},
+		FireAndForget: true,
+		Timeout:       1500 * time.Millisecond,
+		InReplyTo:     "req-1",
+		ErrorCode:     "boom",
+		ErrorText:     "it broke",
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	neg := sample()
+	neg.Timeout = -time.Second
+	tests := map[string]broker.Envelope{
+		"zero":     {},
+		"full":     sample(),
+		"negative": neg,
+		"bigger":   {ID: "x", Content: bytes.Repeat([]byte{0xff}, 70000), Headers: map[string]string{strings.Repeat("k", 300): strings.Repeat("v", 200)}},
+	}
+	for name, env := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			data := Encode(&env)
+			got, err := Decode(data)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if !reflect.DeepEqual(got, env) {
+				t.Fatalf("round trip:\n got %#v\nwant %#v", got, env)
+			}
+			if again := Encode(&got); !bytes.Equal(again, data) {
+				t.Fatalf("encoding is not stable: %x vs %x", again, data)
+			}
+		})
+	}
+}
+
+func TestEncodeSortsHeaders(t *testing.T) {
+	t.Parallel()
+	a := broker.Envelope{Headers: map[string]string{"z": "1", "a": "2", "m": "3"}}
+	first := Encode(&a)
+	for range 20 {
+		if got := Encode(&a); !bytes.Equal(got, first) {
+			t.Fatalf("Encode is not deterministic: %x vs %x", got, first)
+		}
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	t.Parallel()
+	valid := sample()
+	good := Encode(&valid)
+	unsorted := []byte{Version, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 'b', 0, 1, 'a', 0}
+	dup := []byte{Version, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 'a', 0, 1, 'a', 0}
+	tests := map[string][]byte{
+		"empty":             nil,
+		"bad version":       append([]byte{2}, good[1:]...),
+		"truncated":         good[:len(good)-1],
+		"trailing":          append(append([]byte{}, good...), 0),
+		"length too big":    {Version, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		"varint overflow":   {Version, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"non-minimal":       {Version, 0x80, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"unknown flag":      {Version, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0},
+		"no flags":          {Version, 0, 0, 0, 0, 0, 0, 0},
+		"headers count big": {Version, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x80, 0x04},
+		"headers unsorted":  unsorted,
+		"headers duplicate": dup,
+	}
+	for name, data := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			env, err := Decode(data)
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Decode(%x) = %#v, %v; want ErrMalformed", data, env, err)
+			}
+			if !reflect.DeepEqual(env, broker.Envelope{}) {
+				t.Fatalf("Decode returned a partial envelope %#v with its error", env)
+			}
+		})
+	}
+}
+
+func TestDecodeMinimal(t *testing.T) {
+	t.Parallel()
+	env, err := Decode([]byte{Version, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if !reflect.DeepEqual(env, broker.Envelope{}) {
+		t.Fatalf("got %#v, want the zero envelope", env)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	full := sample()
+	f.Add(Encode(&full))
+	f.Add(Encode(&broker.Envelope{}))
+	f.Add([]byte{Version})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		env, err := Decode(data)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error does not wrap ErrMalformed: %v", err)
+			}
+			return
+		}
+		enc := Encode(&env)
+		if !bytes.Equal(enc, data) {
+			t.Fatalf("Encode(Decode(x)) != x:\n  x = %x\ngot %x", data, enc)
+		}
+		again, err := Decode(enc)
+		if err != nil {
+			t.Fatalf("Decode of Encode failed: %v", err)
+		}
+		if !reflect.DeepEqual(again, env) {
+			t.Fatalf("round trip changed the envelope:\n got %#v\nwant %#v", again, env)
+		}
+	})
+}
