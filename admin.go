@@ -1,0 +1,230 @@
+package disker
+
+import (
+	"context"
+	"sort"
+	"time"
+)
+
+// WorkerInfo describes a live instance in the registry of workers.
+type WorkerInfo struct {
+	// ID is the instance's id (Config.InstanceID).
+	ID string `json:"id"`
+	// Host is the host name of the machine it runs on.
+	Host string `json:"host"`
+	// PID is its process id.
+	PID int `json:"pid"`
+	// Receivers are the receivers it serves, sorted.
+	Receivers []string `json:"receivers"`
+	// Concurrency is the concurrency of each receiver it serves.
+	Concurrency map[string]int `json:"concurrency"`
+	// InFlight is how many messages it was handling at its last heartbeat.
+	InFlight int64 `json:"in_flight"`
+	// Processed is how many messages it handled successfully.
+	Processed int64 `json:"processed"`
+	// Failed is how many handler calls failed.
+	Failed int64 `json:"failed"`
+	// StartedAt is when it started.
+	StartedAt time.Time `json:"started_at"`
+	// LastSeen is when its last heartbeat reached the broker (broker time).
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// ReceiverStats is a snapshot of one receiver's queue in the broker.
+type ReceiverStats struct {
+	// Receiver is the receiver's name.
+	Receiver string `json:"receiver"`
+	// Queued counts messages not yet delivered.
+	Queued int64 `json:"queued"`
+	// Pending counts messages delivered and not yet acknowledged: in flight,
+	// or waiting for a retry or for redelivery.
+	Pending int64 `json:"pending"`
+	// DeadLetters counts messages in the dead-letter stream.
+	DeadLetters int64 `json:"dead_letters"`
+	// Length counts every message in the queue (queued and pending).
+	Length int64 `json:"length"`
+}
+
+// DeadLetter is a message in a receiver's dead-letter stream.
+type DeadLetter struct {
+	// ID is the dead-letter entry's id: pass it to RetryDeadLetters or
+	// PurgeDeadLetters. It differs from Message.ID.
+	ID string `json:"id"`
+	// Message is the message as it was sent. Its ID is empty for an entry
+	// that could not be decoded; Raw then holds its bytes.
+	Message Message `json:"message"`
+	// Raw is the undecodable entry, if any.
+	Raw []byte `json:"raw,omitempty"`
+	// Reason says why the message was dead-lettered (the last error).
+	Reason string `json:"reason"`
+	// Attempts is how many deliveries were made.
+	Attempts int `json:"attempts"`
+	// At is when it was dead-lettered (broker time).
+	At time.Time `json:"at"`
+}
+
+// ReceiverLocalStats are the counters of one receiver served by this
+// instance (see LocalStats).
+type ReceiverLocalStats struct {
+	// Concurrency is the receiver's handler concurrency.
+	Concurrency int
+	// Exclusive tells whether it was registered WithExclusive; HoldsLock
+	// whether this instance holds its lock now.
+	Exclusive, HoldsLock bool
+	// InFlight counts messages being handled now.
+	InFlight int64
+	// Processed counts messages handled successfully.
+	Processed int64
+	// Failed counts handler calls that failed (errors and panics).
+	Failed int64
+	// Retried counts failed deliveries given back for another attempt.
+	Retried int64
+	// DeadLettered counts messages this instance moved to the dead-letter
+	// stream.
+	DeadLettered int64
+	// Expired counts messages dropped because their deadline had passed.
+	Expired int64
+}
+
+// LocalStats are this instance's counters since New.
+type LocalStats struct {
+	// Receivers holds the counters of each receiver served now.
+	Receivers map[string]ReceiverLocalStats
+	// Sent counts messages sent (Send and Request).
+	Sent int64
+	// Replied counts replies the broker accepted from this instance.
+	Replied int64
+	// Late counts replies dropped because their request was already
+	// settled (ErrLate).
+	Late int64
+	// TimedOut counts timeout notices this instance received for its
+	// senders (including its Requests).
+	TimedOut int64
+}
+
+// LocalStats returns this instance's counters. It does no I/O.
+func (d *Disker) LocalStats() LocalStats {
+	s := LocalStats{
+		Receivers: make(map[string]ReceiverLocalStats),
+		Sent:      d.sent.Load(),
+		Replied:   d.replied.Load(),
+		Late:      d.late.Load(),
+		TimedOut:  d.timedOut.Load(),
+	}
+	d.mu.Lock()
+	for name, c := range d.consumers {
+		s.Receivers[name] = c.stats()
+	}
+	d.mu.Unlock()
+	return s
+}
+
+// Workers lists the live instances connected to the broker, by id.
+func (d *Disker) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	ws, err := d.b.Workers(ctx)
+	if err != nil {
+		return nil, wrapBroker("workers", err)
+	}
+	out := make([]WorkerInfo, len(ws))
+	for i, w := range ws {
+		out[i] = WorkerInfo(w)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Receivers lists the receivers the broker knows: served by an instance, or
+// holding messages or dead letters. Sorted.
+func (d *Disker) Receivers(ctx context.Context) ([]string, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	rs, err := d.b.Receivers(ctx)
+	if err != nil {
+		return nil, wrapBroker("receivers", err)
+	}
+	out := rs[:0]
+	for _, r := range rs {
+		if !isInbox(r) {
+			out = append(out, r)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Stats returns a snapshot of receiver's queue.
+func (d *Disker) Stats(ctx context.Context, receiver string) (ReceiverStats, error) {
+	if err := d.adminCheck(receiver); err != nil {
+		return ReceiverStats{}, err
+	}
+	s, err := d.b.Stats(ctx, receiver)
+	if err != nil {
+		return ReceiverStats{}, wrapBroker("stats", err)
+	}
+	return ReceiverStats(s), nil
+}
+
+// DeadLetters lists up to max dead letters of receiver, oldest first.
+func (d *Disker) DeadLetters(ctx context.Context, receiver string, max int) ([]DeadLetter, error) {
+	if err := d.adminCheck(receiver); err != nil {
+		return nil, err
+	}
+	if max < 1 {
+		return nil, invalid("max", "must be >= 1, got %d", max)
+	}
+	dls, err := d.b.DeadLetters(ctx, receiver, max)
+	if err != nil {
+		return nil, wrapBroker("dead letters", err)
+	}
+	out := make([]DeadLetter, len(dls))
+	for i := range dls {
+		dl := &dls[i]
+		out[i] = DeadLetter{
+			ID:       dl.Ref,
+			Message:  *d.messageOf(&dl.Env, time.Time{}, 0),
+			Raw:      dl.Raw,
+			Reason:   dl.Reason,
+			Attempts: dl.Attempts,
+			At:       dl.At,
+		}
+	}
+	return out, nil
+}
+
+// RetryDeadLetters moves the dead letters with the given ids (all of them
+// when none is given) back to receiver's queue, with their attempts reset.
+// It returns how many moved; undecodable entries stay.
+func (d *Disker) RetryDeadLetters(ctx context.Context, receiver string, ids ...string) (int, error) {
+	if err := d.adminCheck(receiver); err != nil {
+		return 0, err
+	}
+	n, err := d.b.RetryDeadLetters(ctx, receiver, ids...)
+	if err != nil {
+		return n, wrapBroker("retry dead letters", err)
+	}
+	return n, nil
+}
+
+// PurgeDeadLetters deletes the dead letters with the given ids (all of them
+// when none is given) and returns how many it deleted.
+func (d *Disker) PurgeDeadLetters(ctx context.Context, receiver string, ids ...string) (int, error) {
+	if err := d.adminCheck(receiver); err != nil {
+		return 0, err
+	}
+	n, err := d.b.PurgeDeadLetters(ctx, receiver, ids...)
+	if err != nil {
+		return n, wrapBroker("purge dead letters", err)
+	}
+	return n, nil
+}
+
+func (d *Disker) adminCheck(receiver string) error {
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	return checkName("receiver", receiver)
+}

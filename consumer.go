@@ -1,0 +1,475 @@
+package disker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/pool"
+)
+
+// ackBatch is the most refs one Ack call carries.
+const ackBatch = 256
+
+// consumer serves one receiver: a fetch loop, the handler tasks on an
+// executor, a lease keeper, and an acker that batches acknowledgements.
+type consumer struct {
+	d    *Disker
+	name string
+	h    Handler
+	o    handleOptions
+	exec *pool.Executor
+
+	fetchCtx    context.Context // ends when fetching stops (interrupts a blocking Fetch)
+	stopFetch   context.CancelFunc
+	hardCtx     context.Context // parent of the handlers' contexts: ends on forced stop
+	hardCancel  context.CancelCauseFunc
+	loopDone    chan struct{}
+	keeperStop  chan struct{}
+	keeperDone  chan struct{}
+	acks        chan string
+	ackDone     chan struct{}
+	freed       chan struct{} // a slot was freed (capacity 1)
+	stopOnce    sync.Once
+	stopErr     error
+	tasks       sync.WaitGroup
+	n           atomic.Int64 // in flight
+	mu          sync.Mutex
+	inflight    map[string]*task // by ref
+	lockHeld    atomic.Bool      // exclusive mode: this instance holds the lock
+	lockTTL     time.Duration
+	lockRenewAt time.Time
+
+	processed, failed, retried, deadLettered, expired atomic.Int64
+}
+
+// task is one delivery being handled.
+type task struct {
+	dl     broker.Delivery
+	cancel context.CancelCauseFunc
+}
+
+// errStopped is the cause of a handler's context ending because its
+// instance stopped serving the receiver and the grace period ran out.
+var errStopped = errors.New("disker: stopped: the message will be delivered again")
+
+func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*consumer, error) {
+	exec, err := pool.NewExecutor(pool.ExecutorConfig{
+		Name:        "disker:" + receiver,
+		MaxWorkers:  o.concurrency,
+		QueueSize:   o.concurrency,
+		IdleTimeout: 30 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("disker: receiver %s: %w", receiver, err)
+	}
+	c := &consumer{
+		d: d, name: receiver, h: h, o: o, exec: exec,
+		loopDone:   make(chan struct{}),
+		keeperStop: make(chan struct{}),
+		keeperDone: make(chan struct{}),
+		acks:       make(chan string, 4*ackBatch),
+		ackDone:    make(chan struct{}),
+		freed:      make(chan struct{}, 1),
+		inflight:   make(map[string]*task),
+		lockTTL:    max(3*d.cfg.HeartbeatInterval, 6*d.cfg.ReceiverBlockTimeout),
+	}
+	c.fetchCtx, c.stopFetch = context.WithCancel(d.bgCtx)
+	c.hardCtx, c.hardCancel = context.WithCancelCause(context.Background())
+	return c, nil
+}
+
+func (c *consumer) start() {
+	go c.fetchLoop()
+	go c.keepLeases()
+	go c.ackLoop()
+}
+
+// stop stops fetching, waits for the in-flight handlers until ctx ends, then
+// cancels them and waits for them to return; what they did not finish stays
+// in the broker for redelivery.
+func (c *consumer) stop(ctx context.Context) error {
+	c.stopOnce.Do(func() {
+		c.stopFetch()
+		<-c.loopDone
+		idle := make(chan struct{})
+		go func() { c.tasks.Wait(); close(idle) }()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			c.stopErr = fmt.Errorf("disker: receiver %s: %d handlers did not finish in time: %w", c.name, c.n.Load(), ctx.Err())
+			c.hardCancel(errStopped)
+			<-idle
+		}
+		c.hardCancel(errStopped)
+		close(c.keeperStop)
+		<-c.keeperDone
+		close(c.acks)
+		<-c.ackDone
+		if c.lockHeld.Load() {
+			rctx, cancel := context.WithTimeout(c.d.opCtx, 5*time.Second)
+			if err := c.d.b.Release(rctx, c.name, c.d.id); err != nil {
+				c.d.log.Warn("disker: cannot release the exclusive lock; it expires by itself", "receiver", c.name, "error", err)
+			}
+			cancel()
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = c.exec.Close(cctx) // idle by now
+		cancel()
+	})
+	return c.stopErr
+}
+
+// fetchLoop fetches deliveries while there are free slots, until stopped.
+func (c *consumer) fetchLoop() {
+	defer close(c.loopDone)
+	d := c.d
+	var bo backoff
+	for c.fetchCtx.Err() == nil {
+		if c.o.exclusive && !c.holdLock(&bo) {
+			continue
+		}
+		free := c.o.concurrency - int(c.n.Load())
+		if free <= 0 {
+			select {
+			case <-c.freed:
+			case <-c.fetchCtx.Done():
+			}
+			continue
+		}
+		ds, err := d.b.Fetch(c.fetchCtx, c.name, d.id, free, d.cfg.ReceiverBlockTimeout, c.o.lease, c.o.maxAttempts)
+		if err != nil {
+			if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+				return
+			}
+			d.health.fail("fetch", err)
+			bo.wait(c.fetchCtx.Done())
+			continue
+		}
+		bo.reset()
+		d.health.ok()
+		if len(ds) > 0 {
+			c.dispatch(ds)
+		}
+	}
+}
+
+// holdLock takes or renews the exclusive lock when due. It returns false,
+// after waiting, when this instance does not hold it.
+func (c *consumer) holdLock(bo *backoff) bool {
+	d := c.d
+	if c.lockHeld.Load() && time.Now().Before(c.lockRenewAt) {
+		return true
+	}
+	ok, err := d.b.Acquire(c.fetchCtx, c.name, d.id, c.lockTTL)
+	if err != nil {
+		if c.fetchCtx.Err() == nil {
+			d.health.fail("acquire lock", err)
+			bo.wait(c.fetchCtx.Done())
+		}
+		return false
+	}
+	d.health.ok()
+	if ok != c.lockHeld.Load() {
+		c.lockHeld.Store(ok)
+		if ok {
+			d.log.Info("disker: serving exclusive receiver", "receiver", c.name)
+		} else {
+			d.log.Info("disker: lost the exclusive lock; another instance serves the receiver", "receiver", c.name)
+		}
+	}
+	if !ok {
+		t := time.NewTimer(d.cfg.ReceiverBlockTimeout)
+		select {
+		case <-t.C:
+		case <-c.fetchCtx.Done():
+			t.Stop()
+		}
+		return false
+	}
+	c.lockRenewAt = time.Now().Add(c.lockTTL / 3)
+	return true
+}
+
+// dispatch starts a task for each delivery, and acknowledges at once those
+// whose deadline passed: nobody waits for them any more.
+func (c *consumer) dispatch(ds []broker.Delivery) {
+	now := time.Now()
+	for i := range ds {
+		dl := ds[i]
+		deadline := c.d.clock.local(dl.Deadline)
+		if !deadline.IsZero() && !now.Before(deadline) {
+			c.drop(&dl)
+			continue
+		}
+		ctx, cancel := context.WithCancelCause(c.hardCtx)
+		t := &task{dl: dl, cancel: cancel}
+		c.mu.Lock()
+		c.inflight[dl.Ref] = t
+		c.mu.Unlock()
+		c.n.Add(1)
+		c.tasks.Add(1)
+		if err := c.exec.Submit(context.Background(), func() { c.run(ctx, t, deadline) }); err != nil {
+			// The executor is closed only after the loop stopped: this is a
+			// bug, but the message is safe (unacknowledged).
+			c.d.log.Error("disker: cannot run a handler", append(logAttrs(c.name, dl.Env.ID, dl.Attempt), "error", err)...)
+			c.finish(t)
+		}
+	}
+}
+
+// drop acknowledges a delivery whose deadline passed without running it.
+func (c *consumer) drop(dl *broker.Delivery) {
+	c.expired.Add(1)
+	if c.d.onEvent != nil {
+		c.d.emit(Event{Kind: EventExpired, Receiver: c.name, Sender: dl.Env.Sender, MessageID: dl.Env.ID, Attempt: dl.Attempt})
+	}
+	c.acks <- dl.Ref
+}
+
+// finish ends a task's bookkeeping.
+func (c *consumer) finish(t *task) {
+	c.mu.Lock()
+	delete(c.inflight, t.dl.Ref)
+	c.mu.Unlock()
+	t.cancel(nil)
+	c.n.Add(-1)
+	select {
+	case c.freed <- struct{}{}:
+	default:
+	}
+	c.tasks.Done()
+}
+
+// run handles one delivery and settles it: reply and ack, retry, or dead
+// letter.
+func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
+	defer c.finish(t)
+	d := c.d
+	dl := &t.dl
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		c.drop(dl)
+		return
+	}
+	msg := d.messageOf(&dl.Env, dl.Deadline, dl.Attempt)
+	hctx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	if d.onEvent != nil {
+		d.emit(Event{Kind: EventStarted, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt})
+	}
+	began := time.Now()
+	resp, err := c.call(hctx, msg)
+	took := time.Since(began)
+
+	if cause := context.Cause(ctx); cause != nil {
+		if errors.Is(cause, broker.ErrLeaseLost) {
+			// Another worker may have the message now: leave it to it.
+			d.log.Warn("disker: lease lost while handling; the message goes to another worker", logAttrs(c.name, msg.ID, msg.Attempt)...)
+			return
+		}
+		if err != nil {
+			// Stopped before the handler finished: leave it for redelivery.
+			return
+		}
+	}
+	if err == nil {
+		c.succeed(t, msg, resp, took)
+		return
+	}
+	c.fail(t, msg, err, took, deadline)
+}
+
+// call runs the handler, turning a panic into a *PanicError.
+func (c *consumer) call(ctx context.Context, msg *Message) (resp []byte, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			resp, err = nil, pool.NewPanicError(v)
+		}
+	}()
+	return c.h.Handle(ctx, msg)
+}
+
+func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duration) {
+	d := c.d
+	if !msg.FireAndForget && msg.Sender != "" && (resp != nil || isInbox(msg.Sender)) {
+		if resp == nil {
+			resp = []byte{}
+		}
+		if err := d.reply(d.opCtx, msg, resp, "", ""); err != nil && !errors.Is(err, ErrLate) {
+			// The reply did not reach the broker: deliver the message again
+			// so that its sender gets one (at least once).
+			c.fail(t, msg, fmt.Errorf("disker: cannot send the reply: %w", err), took, time.Time{})
+			return
+		}
+	}
+	c.processed.Add(1)
+	if d.onEvent != nil {
+		d.emit(Event{Kind: EventHandled, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Duration: took})
+	}
+	c.acks <- t.dl.Ref
+}
+
+func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, deadline time.Time) {
+	d := c.d
+	c.failed.Add(1)
+	if d.onEvent != nil {
+		d.emit(Event{Kind: EventFailed, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Duration: took, Err: err})
+	}
+	attrs := logAttrs(c.name, msg.ID, msg.Attempt)
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		// Its sender has been told it timed out: nobody waits for it.
+		d.log.Warn("disker: handler failed after the message's deadline; dropped", append(attrs, "error", err)...)
+		c.drop(&t.dl)
+		return
+	}
+	if isNoRetry(err) || msg.Attempt >= c.o.maxAttempts {
+		reason := fmt.Sprintf("attempt %d of %d failed: %v", msg.Attempt, c.o.maxAttempts, err)
+		if isNoRetry(err) {
+			reason = fmt.Sprintf("attempt %d failed with an error marked NoRetry: %v", msg.Attempt, err)
+		}
+		d.log.Error("disker: handler failed; message dead-lettered", append(attrs, "error", err)...)
+		if err := d.b.DeadLetter(d.opCtx, c.name, t.dl, reason); err != nil {
+			d.health.fail("dead letter", err)
+			d.log.Error("disker: cannot dead-letter the message; it will be delivered again", append(attrs, "error", err)...)
+			return
+		}
+		c.deadLettered.Add(1)
+		if d.onEvent != nil {
+			d.emit(Event{Kind: EventDeadLettered, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: err})
+		}
+		if !msg.FireAndForget && msg.Sender != "" {
+			if rerr := d.reply(d.opCtx, msg, nil, CodeDeadLetter, errorText(err)); rerr != nil && !errors.Is(rerr, ErrLate) {
+				d.log.Warn("disker: cannot send the dead-letter error reply", append(attrs, "error", rerr)...)
+			}
+		}
+		return
+	}
+	delay := max(c.o.backoff(msg.Attempt), 0)
+	d.log.Warn("disker: handler failed; will retry", append(attrs, "error", err, "delay", delay)...)
+	if err := d.b.Retry(d.opCtx, c.name, d.id, t.dl.Ref, delay, c.o.lease); err != nil {
+		if !errors.Is(err, broker.ErrLeaseLost) {
+			d.health.fail("retry", err)
+			d.log.Warn("disker: cannot schedule the retry; the message returns when its lease ends", append(attrs, "error", err)...)
+		}
+		return
+	}
+	c.retried.Add(1)
+	if d.onEvent != nil {
+		d.emit(Event{Kind: EventRetried, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: err})
+	}
+}
+
+// errorText is the text of a handler error as it travels in an error reply:
+// a panic's value without its stack.
+func errorText(err error) string {
+	var p *pool.PanicError
+	if errors.As(err, &p) {
+		return fmt.Sprintf("panic: %v", p.Value)
+	}
+	return err.Error()
+}
+
+// keepLeases extends the leases of the in-flight deliveries every third of
+// the lease, in one call, and cancels the handlers of the ones lost.
+func (c *consumer) keepLeases() {
+	defer close(c.keeperDone)
+	d := c.d
+	tick := time.NewTicker(c.o.lease / 3)
+	defer tick.Stop()
+	var refs []string
+	for {
+		select {
+		case <-c.keeperStop:
+			return
+		case <-tick.C:
+		}
+		refs = refs[:0]
+		c.mu.Lock()
+		for ref := range c.inflight {
+			refs = append(refs, ref)
+		}
+		c.mu.Unlock()
+		if len(refs) == 0 {
+			continue
+		}
+		lost, err := d.b.Extend(d.opCtx, c.name, d.id, refs, c.o.lease)
+		if err != nil {
+			d.health.fail("extend leases", err)
+			continue
+		}
+		d.health.ok()
+		for _, ref := range lost {
+			c.mu.Lock()
+			t := c.inflight[ref]
+			c.mu.Unlock()
+			if t != nil {
+				t.cancel(broker.ErrLeaseLost)
+			}
+		}
+	}
+}
+
+// ackLoop acknowledges settled deliveries in batches until c.acks is closed
+// and drained.
+func (c *consumer) ackLoop() {
+	defer close(c.ackDone)
+	d := c.d
+	batch := make([]string, 0, ackBatch)
+	for ref := range c.acks {
+		batch = append(batch[:0], ref)
+	more:
+		for len(batch) < ackBatch {
+			select {
+			case r, ok := <-c.acks:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		var bo backoff
+		for {
+			err := d.b.Ack(d.opCtx, c.name, batch...)
+			if err == nil {
+				d.health.ok()
+				break
+			}
+			if d.opCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+				break // shutting down: the messages will be delivered again
+			}
+			d.health.fail("ack", err)
+			// Unacknowledged messages are delivered again after their lease:
+			// keep trying while that is still worth it.
+			if bo.attempts >= 8 {
+				d.log.Warn("disker: cannot acknowledge; the messages will be delivered again", "receiver", c.name, "count", len(batch), "error", err)
+				break
+			}
+			bo.wait(d.opCtx.Done())
+		}
+	}
+}
+
+// stats is the consumer's LocalStats entry.
+func (c *consumer) stats() ReceiverLocalStats {
+	return ReceiverLocalStats{
+		Concurrency:  c.o.concurrency,
+		Exclusive:    c.o.exclusive,
+		HoldsLock:    c.lockHeld.Load(),
+		InFlight:     c.n.Load(),
+		Processed:    c.processed.Load(),
+		Failed:       c.failed.Load(),
+		Retried:      c.retried.Load(),
+		DeadLettered: c.deadLettered.Load(),
+		Expired:      c.expired.Load(),
+	}
+}

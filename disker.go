@@ -1,0 +1,314 @@
+package disker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/membroker"
+	"github.com/diskerhq/disker/internal/redisbroker"
+)
+
+// Defaults of the Config fields.
+const (
+	DefaultMaxConnectionPoolSize   = 10
+	DefaultReceiverBlockTimeout    = time.Second
+	DefaultTimeoutMonitorFrequency = time.Second
+	DefaultKeyPrefix               = "disker"
+	DefaultMaxMessageSize          = 1 << 20
+	DefaultHeartbeatInterval       = 2 * time.Second
+	// MaxMessageSizeLimit is the largest MaxMessageSize allowed (Redis's
+	// limit on a string is 512 MiB).
+	MaxMessageSizeLimit = 256 << 20
+)
+
+// Config configures a Disker. The zero Config is valid: it selects the
+// embedded in-memory broker with every default.
+type Config struct {
+	// RedisURL selects the broker: "redis://[user:pass@]host:port/db", or
+	// "rediss://..." for TLS. "" or "mem://" or "mem://NAME" selects the
+	// embedded in-memory broker: instances in one process with the same NAME
+	// share it ("" and "mem://" mean NAME "default").
+	RedisURL string
+	// MaxConnectionPoolSize is how many connections to Redis carry the
+	// commands; default 10. Blocking reads use connections of their own, so
+	// no number of receivers starves the others.
+	MaxConnectionPoolSize int
+	// ReceiverBlockTimeout is how long a blocking read waits for messages
+	// before it looks again; default 1s.
+	ReceiverBlockTimeout time.Duration
+	// TimeoutMonitorFrequency is how often the instance settles its senders'
+	// expired timeouts; default 1s. A timeout notice comes at most this long
+	// after the deadline (while an instance of the sender is alive).
+	TimeoutMonitorFrequency time.Duration
+	// KeyPrefix starts every Redis key; default "disker".
+	KeyPrefix string
+	// MaxMessageSize is the largest content of a message (and of a reply),
+	// in bytes; default 1 MiB, at most MaxMessageSizeLimit.
+	MaxMessageSize int
+	// HeartbeatInterval is how often the instance renews its entry in the
+	// registry of workers (Workers); default 2s. An entry lives 3 times this.
+	HeartbeatInterval time.Duration
+	// Logger receives the instance's logs; default slog.Default().
+	Logger *slog.Logger
+	// OnEvent, if set, observes every step of a message's life in this
+	// instance, for metrics. It is called synchronously and must be fast.
+	OnEvent func(Event)
+	// InstanceID names this instance in the registry of workers and in the
+	// broker's consumer groups; default a random id. 1..100 bytes of
+	// [A-Za-z0-9._:-]. Two live instances must not share one.
+	InstanceID string
+}
+
+// withDefaults fills in the defaults and validates the result.
+func (c Config) withDefaults() (Config, error) {
+	set := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	if c.MaxConnectionPoolSize == 0 {
+		c.MaxConnectionPoolSize = DefaultMaxConnectionPoolSize
+	}
+	set(&c.ReceiverBlockTimeout, DefaultReceiverBlockTimeout)
+	set(&c.TimeoutMonitorFrequency, DefaultTimeoutMonitorFrequency)
+	set(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = newID()
+	}
+	switch {
+	case c.MaxConnectionPoolSize < 1:
+		return c, invalid("Config.MaxConnectionPoolSize", "must be >= 1, got %d", c.MaxConnectionPoolSize)
+	case c.ReceiverBlockTimeout < time.Millisecond:
+		return c, invalid("Config.ReceiverBlockTimeout", "must be >= 1ms, got %v", c.ReceiverBlockTimeout)
+	case c.TimeoutMonitorFrequency < time.Millisecond:
+		return c, invalid("Config.TimeoutMonitorFrequency", "must be >= 1ms, got %v", c.TimeoutMonitorFrequency)
+	case c.HeartbeatInterval < time.Millisecond:
+		return c, invalid("Config.HeartbeatInterval", "must be >= 1ms, got %v", c.HeartbeatInterval)
+	case c.MaxMessageSize < 1 || c.MaxMessageSize > MaxMessageSizeLimit:
+		return c, invalid("Config.MaxMessageSize", "must be in 1..%d, got %d", MaxMessageSizeLimit, c.MaxMessageSize)
+	case strings.ContainsAny(c.KeyPrefix, "{} \t\r\n*?[]"):
+		return c, invalid("Config.KeyPrefix", "%q must not contain braces, blanks or glob characters", c.KeyPrefix)
+	case len(c.InstanceID) > 100:
+		return c, invalid("Config.InstanceID", "longer than 100 bytes")
+	}
+	if r := validName(c.InstanceID); r != "" {
+		return c, invalid("Config.InstanceID", "%q %s", c.InstanceID, r)
+	}
+	if _, _, err := brokerKind(c.RedisURL); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// brokerKind tells the embedded broker ("mem", name) from Redis ("redis").
+func brokerKind(raw string) (kind, name string, err error) {
+	if raw == "" {
+		return "mem", "default", nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", invalid("Config.RedisURL", "%v", err)
+	}
+	switch u.Scheme {
+	case "mem":
+		name := u.Host + u.Path
+		if name == "" {
+			name = "default"
+		}
+		return "mem", name, nil
+	case "redis", "rediss":
+		if u.Host == "" {
+			return "", "", invalid("Config.RedisURL", "%q has no host", raw)
+		}
+		return "redis", "", nil
+	default:
+		return "", "", invalid("Config.RedisURL", "scheme %q is not redis://, rediss:// or mem://", u.Scheme)
+	}
+}
+
+// openBroker connects to the broker cfg selects.
+func openBroker(cfg Config) (broker.Broker, error) {
+	kind, name, err := brokerKind(cfg.RedisURL)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "mem" {
+		return membroker.Shared(name), nil
+	}
+	b, err := redisbroker.New(redisbroker.Config{
+		URL:                   cfg.RedisURL,
+		MaxConnectionPoolSize: cfg.MaxConnectionPoolSize,
+		KeyPrefix:             cfg.KeyPrefix,
+		MaxMessageSize:        cfg.MaxMessageSize,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Disker is a connection to a broker through which a process sends messages,
+// serves receivers, and receives replies and timeout notices. It is safe for
+// concurrent use. One per process is the normal use; several are allowed.
+type Disker struct {
+	cfg     Config
+	b       broker.Broker
+	log     *slog.Logger
+	onEvent func(Event)
+	id      string
+	inbox   string
+	host    string
+	started time.Time
+
+	clock   clock
+	health  health
+	monitor *monitor
+
+	bgCtx    context.Context // ends when Close stops the background loops
+	bgCancel context.CancelFunc
+	opCtx    context.Context // for settling deliveries; ends when Close is done with the broker
+	opCancel context.CancelFunc
+	wg       sync.WaitGroup // background goroutines
+	closed   atomic.Bool
+	closing  chan struct{} // closed when Close starts
+	done     chan struct{} // closed when Close is done
+	closeErr error
+
+	mu          sync.Mutex
+	consumers   map[string]*consumer
+	senders     map[string]*senderHandlers
+	inboxReader *replyReader
+
+	waitMu  sync.Mutex
+	waiters map[string]chan broker.Reply
+
+	sent, replied, late, timedOut atomic.Int64
+}
+
+// New connects to the broker that cfg selects and starts the instance: the
+// timeout monitor and the heartbeat of the registry of workers. It fails
+// with a *ValidationError for a bad Config, and with an error wrapping
+// ErrUnavailable when the broker cannot be reached.
+func New(cfg Config) (*Disker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	b, err := openBroker(cfg)
+	if err != nil {
+		return nil, wrapBroker("connect", err)
+	}
+	host, _ := os.Hostname()
+	d := &Disker{
+		cfg:       cfg,
+		b:         b,
+		log:       cfg.Logger,
+		onEvent:   cfg.OnEvent,
+		id:        cfg.InstanceID,
+		inbox:     inboxPrefix + cfg.InstanceID,
+		host:      host,
+		started:   time.Now(),
+		monitor:   newMonitor(),
+		closing:   make(chan struct{}),
+		done:      make(chan struct{}),
+		consumers: make(map[string]*consumer),
+		senders:   make(map[string]*senderHandlers),
+		waiters:   make(map[string]chan broker.Reply),
+	}
+	d.health.d = d
+	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
+	d.opCtx, d.opCancel = context.WithCancel(context.Background())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.clock.sync(ctx, b); err != nil {
+		_ = b.Close()
+		d.bgCancel()
+		d.opCancel()
+		return nil, fmt.Errorf("disker: cannot reach the broker: %w", err)
+	}
+	d.heartbeat(ctx)
+	d.wg.Go(func() { d.runMonitor(d.bgCtx) })
+	d.wg.Go(func() { d.runHeartbeat(d.bgCtx) })
+	return d, nil
+}
+
+// ID returns the instance's id (Config.InstanceID), as Workers lists it.
+func (d *Disker) ID() string { return d.id }
+
+// Close stops the instance: it stops fetching, waits for in-flight handlers
+// until ctx ends, then cancels their contexts and waits for them to return,
+// leaving what did not finish to be delivered again (to another instance,
+// after its lease). It then stops the background loops, leaves the registry
+// of workers and closes the broker connection. Requests still waiting return
+// ErrClosed.
+//
+// Close is idempotent: later calls wait for the first to finish and return
+// nil. It returns ctx's error when handlers did not finish in time.
+func (d *Disker) Close(ctx context.Context) error {
+	if !d.closed.CompareAndSwap(false, true) {
+		select {
+		case <-d.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	close(d.closing)
+	d.mu.Lock()
+	consumers := make([]*consumer, 0, len(d.consumers))
+	for _, c := range d.consumers {
+		consumers = append(consumers, c)
+	}
+	d.mu.Unlock()
+
+	var (
+		wg     sync.WaitGroup
+		errMu  sync.Mutex
+		errors []error
+	)
+	for _, c := range consumers {
+		wg.Go(func() {
+			if err := c.stop(ctx); err != nil {
+				errMu.Lock()
+				errors = append(errors, err)
+				errMu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+
+	d.bgCancel() // the monitor, the heartbeat, the reply readers
+	d.wg.Wait()
+	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if err := d.b.Deregister(dctx, d.id); err != nil {
+		d.log.Warn("disker: cannot leave the registry of workers; the entry expires by itself", "error", err)
+	}
+	cancel()
+	d.opCancel()
+	if err := d.b.Close(); err != nil {
+		d.log.Warn("disker: closing the broker", "error", err)
+	}
+	if len(errors) > 0 {
+		d.closeErr = errors[0]
+	}
+	close(d.done)
+	return d.closeErr
+}

@@ -1,0 +1,45 @@
+// Package disker implements the dispatcher-worker pattern across processes
+// and machines, over Redis (or an embedded in-memory broker in one process).
+//
+// A dispatcher sends a [Message] to a named receiver with [Disker.Send]. Any
+// number of instances serve that receiver with [Disker.Handle] (competing
+// consumers): each runs its [Handler] on a bounded pool of goroutines. A
+// handler's response is the reply, which reaches the sender: the sender's
+// name is its reply address, and its [ReplyHandler] ([Disker.OnReply])
+// receives it. [Disker.Request] sends and waits for the reply in one call.
+//
+//	d, err := disker.New(disker.Config{RedisURL: "redis://localhost:6379/0"})
+//	...
+//	d.Handle("resize", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+//		return resize(ctx, m.Content)
+//	}))
+//	reply, err := d.Request(ctx, "resize", img) // ctx's deadline is the timeout
+//
+// The delivery contract:
+//
+//   - [Disker.Send] returns the id once the broker accepted the message, in
+//     one atomic step with its timeout if it has one.
+//   - Delivery is at least once, to one worker at a time. A worker leases a
+//     message ([WithLease]) and keeps extending the lease while its handler
+//     runs; a worker that dies leaves the message to another one after the
+//     lease. Failures are retried with a backoff ([WithBackoff]); after
+//     [WithMaxAttempts] attempts, or at once for an error marked [NoRetry],
+//     the message moves to the receiver's dead-letter stream
+//     ([Disker.DeadLetters]) with the reason.
+//   - A message with a timeout ([WithTimeout]) gets exactly one outcome at
+//     its sender: the reply, or a timeout notice for its [TimeoutHandler]
+//     ([Disker.OnTimeout]). A reply that comes too late is dropped and the
+//     replier gets [ErrLate]. A worker never starts a message whose
+//     deadline has passed, and the handler's context carries the deadline.
+//   - [Disker.Close] stops fetching, lets in-flight handlers finish until its
+//     context ends, and leaves the rest to be delivered again.
+//
+// [WithExclusive] makes one instance at a time serve a receiver. The registry
+// of live instances is [Disker.Workers]; queue and dead-letter statistics are
+// [Disker.Stats], and [Config.OnEvent] and [Disker.LocalStats] feed metrics.
+//
+// Names of receivers and senders are 1 to 200 bytes of [A-Za-z0-9._:-] and
+// do not start with '_', which is reserved for Disker's own names (such as
+// the private reply address of Request). Bad input is a [*ValidationError]
+// that names the field.
+package disker

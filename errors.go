@@ -1,0 +1,113 @@
+package disker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/pool"
+)
+
+// Errors returned by Disker. Check them with errors.Is.
+var (
+	// ErrLate is returned by Reply when the request it answers has already
+	// been settled: it timed out, was cancelled by its sender, or was
+	// answered. The reply was dropped.
+	ErrLate = broker.ErrLate
+	// ErrTimeout is returned by Request when no reply came before the
+	// context's deadline. Such an error also matches the context's error
+	// (context.DeadlineExceeded) with errors.Is.
+	ErrTimeout = errors.New("disker: request timed out")
+	// ErrClosed is returned by every call after Close.
+	ErrClosed = errors.New("disker: closed")
+	// ErrFireAndForget is returned by Reply for a fire-and-forget message:
+	// nobody waits for its reply.
+	ErrFireAndForget = errors.New("disker: message is fire-and-forget: no reply expected")
+	// ErrDuplicate is returned when a handler is already registered for the
+	// name.
+	ErrDuplicate = errors.New("disker: handler already registered")
+	// ErrUnavailable wraps errors from a broker that cannot be reached (Redis
+	// down or unreachable).
+	ErrUnavailable = broker.ErrUnavailable
+	// ErrNotHandled is returned by Unhandle, RemoveTimeoutHandler and
+	// RemoveReplyHandler when nothing is registered for the name.
+	ErrNotHandled = errors.New("disker: no handler registered")
+)
+
+// PanicError is a panic recovered from a handler, turned into an error. It
+// keeps the panic value and the stack. A handler that panics is treated as
+// one that returned this error: the message is retried, then dead-lettered
+// with the stack in its reason.
+type PanicError = pool.PanicError
+
+// ValidationError reports bad input: a malformed name, content over the size
+// limit, a nil handler, a bad option or Config field. Field names the field
+// at fault, such as "Message.Receiver" or "Config.MaxConnectionPoolSize".
+type ValidationError struct {
+	// Field is the name of the field or argument at fault.
+	Field string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// Error returns "disker: invalid Field: Reason".
+func (e *ValidationError) Error() string {
+	return "disker: invalid " + e.Field + ": " + e.Reason
+}
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Codes of a RemoteError.
+const (
+	// CodeDeadLetter is the code of the error reply sent to a waiting sender
+	// when its message was moved to the dead-letter stream.
+	CodeDeadLetter = "dead_letter"
+)
+
+// RemoteError is an error that travelled back in a reply: the receiver could
+// not handle the message. Request returns it; OnReply handlers see it in
+// Message.Error.
+type RemoteError struct {
+	// Code classifies the error; CodeDeadLetter when the message was
+	// dead-lettered.
+	Code string
+	// Text is the error's text as the receiver saw it.
+	Text string
+}
+
+// Error returns "disker: remote error (Code): Text".
+func (e *RemoteError) Error() string {
+	return "disker: remote error (" + e.Code + "): " + e.Text
+}
+
+type noRetryError struct{ err error }
+
+func (e noRetryError) Error() string { return e.err.Error() }
+func (e noRetryError) Unwrap() error { return e.err }
+
+// NoRetry marks a handler error as final: the message is moved to the
+// dead-letter stream at once instead of being retried. NoRetry(nil) returns
+// nil.
+func NoRetry(err error) error {
+	if err == nil {
+		return nil
+	}
+	return noRetryError{err}
+}
+
+func isNoRetry(err error) bool {
+	var n noRetryError
+	return errors.As(err, &n)
+}
+
+// timeoutErr builds the error Request returns on a timeout: it matches both
+// ErrTimeout and the context's error.
+func timeoutErr(id string, ctxErr error) error {
+	if ctxErr == nil {
+		ctxErr = context.DeadlineExceeded
+	}
+	return fmt.Errorf("%w: request %s: %w", ErrTimeout, id, ctxErr)
+}

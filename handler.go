@@ -1,0 +1,281 @@
+package disker
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"time"
+)
+
+// Handler handles the messages of a receiver.
+//
+// Handle returns the response, sent as the reply to the message's sender
+// unless the response is nil or the message is fire-and-forget (a message
+// sent by Request always gets a reply: a nil response is sent as an empty
+// one). An error fails the delivery: the message is retried after a backoff,
+// and dead-lettered after the last attempt or at once when the error is
+// marked with NoRetry. A panic counts as an error (*PanicError).
+//
+// ctx ends at the message's deadline (when it has a Timeout), when the
+// delivery's lease is lost, and on Close or Unhandle once their grace period
+// is over. Handle must return soon after ctx ends: what it has not finished
+// is delivered again.
+//
+// A handler either returns its response or calls Disker.Reply itself and
+// returns nil, not both.
+type Handler interface {
+	Handle(ctx context.Context, msg *Message) ([]byte, error)
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(ctx context.Context, msg *Message) ([]byte, error)
+
+// Handle calls f(ctx, msg).
+func (f HandlerFunc) Handle(ctx context.Context, msg *Message) ([]byte, error) { return f(ctx, msg) }
+
+// TimeoutHandler is told about the sender's messages that timed out: msg is
+// the original message. It runs on whichever instance of the sender reads
+// the notice, once per timed-out message.
+type TimeoutHandler interface {
+	HandleTimeout(ctx context.Context, msg *Message)
+}
+
+// TimeoutHandlerFunc adapts a function to a TimeoutHandler.
+type TimeoutHandlerFunc func(ctx context.Context, msg *Message)
+
+// HandleTimeout calls f(ctx, msg).
+func (f TimeoutHandlerFunc) HandleTimeout(ctx context.Context, msg *Message) { f(ctx, msg) }
+
+// ReplyHandler receives the replies to the sender's messages: reply.InReplyTo
+// is the id of the message answered, and reply.Error is set when the receiver
+// failed (the message was dead-lettered).
+type ReplyHandler interface {
+	HandleReply(ctx context.Context, reply *Message)
+}
+
+// ReplyHandlerFunc adapts a function to a ReplyHandler.
+type ReplyHandlerFunc func(ctx context.Context, reply *Message)
+
+// HandleReply calls f(ctx, reply).
+func (f ReplyHandlerFunc) HandleReply(ctx context.Context, reply *Message) { f(ctx, reply) }
+
+// Defaults of the HandleOptions.
+const (
+	// DefaultMaxAttempts is how many deliveries a message gets before it is
+	// dead-lettered, unless WithMaxAttempts says otherwise.
+	DefaultMaxAttempts = 5
+	// DefaultLease is how long a delivery is leased to a worker, unless
+	// WithLease says otherwise. A live worker extends it every third of it.
+	DefaultLease = 30 * time.Second
+	// MinLease is the shortest lease WithLease accepts.
+	MinLease = 30 * time.Millisecond
+)
+
+// DefaultConcurrency returns the default number of messages of one receiver
+// an instance handles at a time: 4 × GOMAXPROCS, at least 16.
+func DefaultConcurrency() int { return max(16, 4*runtime.GOMAXPROCS(0)) }
+
+// DefaultBackoff is the default delay before a failed delivery is tried
+// again: 100ms doubled with each attempt, capped at 30s, with jitter (a
+// random delay between half and all of it).
+func DefaultBackoff(attempt int) time.Duration {
+	d := 30 * time.Second
+	if attempt < 10 {
+		d = min(d, 100*time.Millisecond<<max(attempt-1, 0))
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+type handleOptions struct {
+	concurrency int
+	maxAttempts int
+	backoff     func(attempt int) time.Duration
+	lease       time.Duration
+	exclusive   bool
+	err         error
+}
+
+// HandleOption configures how a receiver is served (Handle).
+type HandleOption func(*handleOptions)
+
+// WithConcurrency sets how many messages of the receiver this instance
+// handles at a time; default DefaultConcurrency(). n must be >= 1.
+func WithConcurrency(n int) HandleOption {
+	return func(o *handleOptions) {
+		if n < 1 {
+			o.setErr(invalid("WithConcurrency", "must be >= 1, got %d", n))
+		}
+		o.concurrency = n
+	}
+}
+
+// WithMaxAttempts sets how many deliveries a message gets before it moves to
+// the dead-letter stream; default DefaultMaxAttempts. 1 means no retry.
+func WithMaxAttempts(n int) HandleOption {
+	return func(o *handleOptions) {
+		if n < 1 {
+			o.setErr(invalid("WithMaxAttempts", "must be >= 1, got %d", n))
+		}
+		o.maxAttempts = n
+	}
+}
+
+// WithBackoff sets the delay before attempt+1 after attempt failed; default
+// DefaultBackoff. Negative delays count as 0.
+func WithBackoff(f func(attempt int) time.Duration) HandleOption {
+	return func(o *handleOptions) {
+		if f == nil {
+			o.setErr(invalid("WithBackoff", "must not be nil"))
+		}
+		o.backoff = f
+	}
+}
+
+// WithLease sets how long a delivery is leased to this instance before
+// another may take it; default DefaultLease. The lease is extended every
+// third of it while the handler runs, so it bounds how long a crashed
+// worker's message waits, not how long a handler may run.
+func WithLease(d time.Duration) HandleOption {
+	return func(o *handleOptions) {
+		if d < MinLease {
+			o.setErr(invalid("WithLease", "must be >= %v, got %v", MinLease, d))
+		}
+		o.lease = d
+	}
+}
+
+// WithExclusive makes the receiver served by one instance at a time: the
+// instances that register it take turns holding a lock in the broker, and
+// the others wait to take over when the holder stops or dies.
+func WithExclusive() HandleOption {
+	return func(o *handleOptions) { o.exclusive = true }
+}
+
+func (o *handleOptions) setErr(err error) {
+	if o.err == nil {
+		o.err = err
+	}
+}
+
+// Handle starts serving receiver with h: this instance fetches the
+// receiver's messages, as many at a time as its concurrency, and runs h on
+// each. Any number of instances may serve the same receiver; each message
+// goes to one of them at a time.
+//
+// It returns a *ValidationError for a bad name, a nil handler or a bad
+// option, ErrDuplicate when this instance already serves receiver, and
+// ErrClosed after Close.
+func (d *Disker) Handle(receiver string, h Handler, opts ...HandleOption) error {
+	if err := checkName("receiver", receiver); err != nil {
+		return err
+	}
+	if h == nil {
+		return invalid("Handler", "must not be nil")
+	}
+	o := handleOptions{
+		concurrency: DefaultConcurrency(),
+		maxAttempts: DefaultMaxAttempts,
+		backoff:     DefaultBackoff,
+		lease:       DefaultLease,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.err != nil {
+		return o.err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	if _, ok := d.consumers[receiver]; ok {
+		return ErrDuplicate
+	}
+	c, err := d.newConsumer(receiver, h, o)
+	if err != nil {
+		return err
+	}
+	d.consumers[receiver] = c
+	c.start()
+	return nil
+}
+
+// Unhandle stops serving receiver: it stops fetching, waits for the
+// in-flight handlers until ctx ends, then cancels their contexts and leaves
+// what did not finish to be delivered again. It returns ctx's error when the
+// handlers did not all finish in time, and ErrNotHandled when receiver is not
+// served by this instance.
+func (d *Disker) Unhandle(ctx context.Context, receiver string) error {
+	d.mu.Lock()
+	if d.closed.Load() {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	c, ok := d.consumers[receiver]
+	delete(d.consumers, receiver)
+	d.mu.Unlock()
+	if !ok {
+		return ErrNotHandled
+	}
+	return c.stop(ctx)
+}
+
+// OnTimeout registers h to receive the timeout notices of sender's messages.
+// It stays registered until RemoveTimeoutHandler. The instance then reads
+// sender's reply stream (shared with the other instances that registered
+// handlers for sender) and watches sender's timeouts.
+//
+// Register the ReplyHandler of the sender as well: an instance that reads
+// the stream and has no handler for an entry drops it.
+func (d *Disker) OnTimeout(sender string, h TimeoutHandler) error {
+	if err := checkName("sender", sender); err != nil {
+		return err
+	}
+	if h == nil {
+		return invalid("TimeoutHandler", "must not be nil")
+	}
+	return d.addSenderHandler(sender, func(s *senderHandlers) bool {
+		if s.timeout != nil {
+			return false
+		}
+		s.timeout = h
+		return true
+	})
+}
+
+// OnReply registers h to receive the replies to sender's messages, until
+// RemoveReplyHandler. See OnTimeout.
+func (d *Disker) OnReply(sender string, h ReplyHandler) error {
+	if err := checkName("sender", sender); err != nil {
+		return err
+	}
+	if h == nil {
+		return invalid("ReplyHandler", "must not be nil")
+	}
+	return d.addSenderHandler(sender, func(s *senderHandlers) bool {
+		if s.reply != nil {
+			return false
+		}
+		s.reply = h
+		return true
+	})
+}
+
+// RemoveTimeoutHandler unregisters sender's TimeoutHandler.
+func (d *Disker) RemoveTimeoutHandler(sender string) error {
+	return d.removeSenderHandler(sender, func(s *senderHandlers) bool {
+		ok := s.timeout != nil
+		s.timeout = nil
+		return ok
+	})
+}
+
+// RemoveReplyHandler unregisters sender's ReplyHandler.
+func (d *Disker) RemoveReplyHandler(sender string) error {
+	return d.removeSenderHandler(sender, func(s *senderHandlers) bool {
+		ok := s.reply != nil
+		s.reply = nil
+		return ok
+	})
+}

@@ -1,0 +1,158 @@
+package disker_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/redistest"
+)
+
+// redisURL is the private redis-server shared by the package's tests; each
+// test keeps apart by its key prefix.
+var redisURL string
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
+	srv, stop := redistest.MustStart()
+	redisURL = srv.URL()
+	code := m.Run()
+	stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// backend is a broker the scenario tests run against.
+type backend struct {
+	name  string
+	redis bool
+}
+
+var backends = []backend{{"mem", false}, {"redis", true}}
+
+// env makes instances that share one broker (a unique mem:// name, or the
+// test's key prefix on the private Redis).
+type env struct {
+	t     *testing.T
+	redis bool
+	url   string
+	srv   *redistest.Server // set when the test runs its own server
+	base  disker.Config
+}
+
+var memNames atomic.Int64
+
+// eachBackend runs f as a parallel subtest per backend.
+func eachBackend(t *testing.T, f func(t *testing.T, e *env)) {
+	t.Helper()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, newEnv(t, b.redis, redisURL))
+		})
+	}
+}
+
+func newEnv(t *testing.T, redis bool, url string) *env {
+	e := &env{t: t, redis: redis}
+	e.base = disker.Config{
+		ReceiverBlockTimeout:    100 * time.Millisecond,
+		TimeoutMonitorFrequency: 20 * time.Millisecond,
+		HeartbeatInterval:       100 * time.Millisecond,
+		Logger:                  testLogger(),
+	}
+	if redis {
+		e.url = url
+		e.base.KeyPrefix = redistest.Prefix(t)
+	} else {
+		e.url = "mem://" + strconv.FormatInt(memNames.Add(1), 10) + "-" + strings.ReplaceAll(t.Name(), "/", "-")
+	}
+	e.base.RedisURL = e.url
+	return e
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("DISKER_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// config returns the env's Config changed by mods.
+func (e *env) config(mods ...func(*disker.Config)) disker.Config {
+	c := e.base
+	for _, m := range mods {
+		m(&c)
+	}
+	return c
+}
+
+// open starts an instance that closes when the test ends.
+func (e *env) open(mods ...func(*disker.Config)) *disker.Disker {
+	e.t.Helper()
+	d, err := disker.New(e.config(mods...))
+	if err != nil {
+		e.t.Fatalf("New: %v", err)
+	}
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := d.Close(ctx); err != nil {
+			e.t.Errorf("Close: %v", err)
+		}
+	})
+	return d
+}
+
+// waitFor polls cond until it holds, failing the test after within.
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		<-tick.C
+	}
+}
+
+// recv waits for a value on ch, failing the test after within.
+func recv[T any](t testing.TB, ch <-chan T, within time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(within):
+		t.Fatalf("timed out after %v waiting for %s", within, what)
+	}
+	panic("unreachable")
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func echo(ctx context.Context, m *disker.Message) ([]byte, error) {
+	return append([]byte("echo:"), m.Content...), nil
+}

@@ -1,0 +1,76 @@
+package disker
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxNameLength is the longest receiver or sender name, in bytes.
+const MaxNameLength = 200
+
+// inboxPrefix starts the name of an instance's private reply address, the
+// sender of its Requests. Users cannot pick such a name: '_' is not allowed
+// at the start of a user's name.
+const inboxPrefix = "_inbox."
+
+// validName reports why name is not a valid receiver or sender name, or ""
+// when it is. A name is 1..MaxNameLength bytes of [A-Za-z0-9._:-] and does
+// not start with '_' (reserved for Disker's own names).
+func validName(name string) string {
+	if name == "" {
+		return "must not be empty"
+	}
+	if len(name) > MaxNameLength {
+		return "longer than 200 bytes"
+	}
+	for i := 0; i < len(name); i++ {
+		if !nameByte(name[i]) {
+			return "has a character outside [A-Za-z0-9._:-] at byte " + strconv.Itoa(i)
+		}
+	}
+	if name[0] == '_' {
+		return "must not start with '_' (reserved for Disker's own names)"
+	}
+	return ""
+}
+
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		c == '.' || c == '_' || c == ':' || c == '-'
+}
+
+func checkName(field, name string) error {
+	if r := validName(name); r != "" {
+		return invalid(field, "%q %s", name, r)
+	}
+	return nil
+}
+
+// isInbox reports whether name is an instance's private reply address.
+func isInbox(name string) bool { return strings.HasPrefix(name, inboxPrefix) }
+
+// crockford is the Crockford base32 alphabet: ids sort as their creation
+// time does.
+const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
+
+// newID returns a new message id: 26 characters of Crockford base32 over 48
+// bits of Unix milliseconds and 80 random bits, so ids are unique and sort
+// by creation time (to the millisecond).
+func newID() string {
+	var raw [16]byte
+	binary.BigEndian.PutUint64(raw[:8], uint64(time.Now().UnixMilli())<<16)
+	_, _ = rand.Read(raw[6:]) // crypto/rand.Read never fails (Go 1.24+)
+	hi := binary.BigEndian.Uint64(raw[:8])
+	lo := binary.BigEndian.Uint64(raw[8:])
+	var out [26]byte
+	// 128 bits as 26 base32 digits: the first digit carries the top 3 bits.
+	for i := 25; i >= 0; i-- {
+		out[i] = crockford[lo&31]
+		lo = lo>>5 | hi<<59
+		hi >>= 5
+	}
+	return string(out[:])
+}

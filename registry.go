@@ -1,0 +1,66 @@
+package disker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// runHeartbeat renews the instance's registry entry and re-measures the
+// broker's clock offset every HeartbeatInterval until ctx ends.
+func (d *Disker) runHeartbeat(ctx context.Context) {
+	t := time.NewTicker(d.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := d.clock.sync(ctx, d.b); err != nil {
+				if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
+					d.health.fail("now", err)
+				}
+				continue
+			}
+			d.heartbeat(ctx)
+		}
+	}
+}
+
+// heartbeat records the instance as live for 3 heartbeat intervals.
+func (d *Disker) heartbeat(ctx context.Context) {
+	if err := d.b.Heartbeat(ctx, d.workerInfo(), 3*d.cfg.HeartbeatInterval); err != nil {
+		if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
+			d.health.fail("heartbeat", err)
+		}
+		return
+	}
+	d.health.ok()
+}
+
+// workerInfo describes this instance for the registry.
+func (d *Disker) workerInfo() broker.WorkerInfo {
+	info := broker.WorkerInfo{
+		ID:          d.id,
+		Host:        d.host,
+		PID:         os.Getpid(),
+		Receivers:   []string{},
+		Concurrency: map[string]int{},
+		StartedAt:   d.started,
+	}
+	d.mu.Lock()
+	for name, c := range d.consumers {
+		info.Receivers = append(info.Receivers, name)
+		info.Concurrency[name] = c.o.concurrency
+		info.InFlight += c.n.Load()
+		info.Processed += c.processed.Load()
+		info.Failed += c.failed.Load()
+	}
+	d.mu.Unlock()
+	sort.Strings(info.Receivers)
+	return info
+}

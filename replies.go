@@ -1,0 +1,230 @@
+package disker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// replyLease is how long a reply-stream entry read by an instance stays
+// with it before another instance of the sender may read it again.
+const replyLease = 30 * time.Second
+
+// replyBatch is how many reply-stream entries a reader takes at a time.
+const replyBatch = 128
+
+// senderHandlers are the handlers of one sender in this instance, and the
+// reader of its reply stream.
+type senderHandlers struct {
+	timeout TimeoutHandler
+	reply   ReplyHandler
+	reader  *replyReader
+}
+
+// replyReader reads one sender's reply stream.
+type replyReader struct {
+	sender string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Reply sends response as the reply to msg, a message this instance
+// received. It returns ErrFireAndForget for a fire-and-forget message and
+// ErrLate when msg has a timeout and was already settled (it timed out, or
+// was answered): the reply was dropped.
+//
+// A handler usually returns its response instead; Reply is for replying
+// from elsewhere, or before the handler returns.
+func (d *Disker) Reply(ctx context.Context, msg *Message, response []byte) error {
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	switch {
+	case msg == nil:
+		return invalid("Message", "must not be nil")
+	case msg.FireAndForget:
+		return ErrFireAndForget
+	case msg.ID == "":
+		return invalid("Message.ID", "must be set: reply to a received message")
+	case msg.Sender == "":
+		return invalid("Message.Sender", "must be set: it is the reply's address")
+	case len(response) > d.cfg.MaxMessageSize:
+		return invalid("response", "%d bytes is over the limit of %d (Config.MaxMessageSize)", len(response), d.cfg.MaxMessageSize)
+	}
+	return d.reply(ctx, msg, response, "", "")
+}
+
+// reply sends a reply (or an error reply when code is set) to msg's sender.
+func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code, text string) error {
+	env := broker.Envelope{
+		ID:        newID(),
+		Sender:    msg.Receiver,
+		Receiver:  msg.Sender,
+		Content:   response,
+		InReplyTo: msg.ID,
+		ErrorCode: code,
+		ErrorText: text,
+	}
+	err := d.b.Reply(ctx, &env, msg.Timeout > 0)
+	switch {
+	case err == nil:
+		d.health.ok()
+		d.replied.Add(1)
+		if d.onEvent != nil {
+			d.emit(Event{Kind: EventReplied, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt})
+		}
+		return nil
+	case errors.Is(err, broker.ErrLate):
+		d.late.Add(1)
+		if d.onEvent != nil {
+			d.emit(Event{Kind: EventLate, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: ErrLate})
+		}
+		return ErrLate
+	default:
+		d.health.fail("reply", err)
+		return wrapBroker("reply", err)
+	}
+}
+
+func (d *Disker) addSenderHandler(sender string, set func(*senderHandlers) bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	s := d.senders[sender]
+	if s == nil {
+		s = &senderHandlers{}
+		d.senders[sender] = s
+	}
+	if !set(s) {
+		return ErrDuplicate
+	}
+	if s.reader == nil {
+		s.reader = d.startReader(sender)
+		d.monitor.pin(sender)
+	}
+	return nil
+}
+
+func (d *Disker) removeSenderHandler(sender string, clear func(*senderHandlers) bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	s := d.senders[sender]
+	if s == nil || !clear(s) {
+		return ErrNotHandled
+	}
+	if s.timeout == nil && s.reply == nil {
+		// The reader goroutine stops by itself; d.wg awaits it on Close.
+		s.reader.cancel()
+		d.monitor.unpin(sender)
+		delete(d.senders, sender)
+	}
+	return nil
+}
+
+// startReader starts reading sender's reply stream. Call with d.mu held.
+func (d *Disker) startReader(sender string) *replyReader {
+	ctx, cancel := context.WithCancel(d.bgCtx)
+	r := &replyReader{sender: sender, cancel: cancel, done: make(chan struct{})}
+	d.wg.Go(func() {
+		defer close(r.done)
+		d.readReplies(ctx, sender)
+	})
+	return r
+}
+
+// readReplies reads sender's reply stream until ctx ends, hands each entry
+// to its handler (or to the waiting Request for the inbox), and acknowledges
+// the entries after their handlers return.
+func (d *Disker) readReplies(ctx context.Context, sender string) {
+	var bo backoff
+	refs := make([]string, 0, replyBatch)
+	for ctx.Err() == nil {
+		rs, err := d.b.ReadReplies(ctx, sender, d.id, replyBatch, d.cfg.ReceiverBlockTimeout, replyLease)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+				return
+			}
+			d.health.fail("read replies", err)
+			if !bo.wait(ctx.Done()) {
+				return
+			}
+			continue
+		}
+		bo.reset()
+		d.health.ok()
+		if len(rs) == 0 {
+			continue
+		}
+		refs = refs[:0]
+		for i := range rs {
+			d.dispatchReply(ctx, sender, &rs[i])
+			refs = append(refs, rs[i].Ref)
+		}
+		// Acknowledge even when ctx ended: the handlers ran.
+		if err := d.b.AckReplies(d.opCtx, sender, refs...); err != nil {
+			d.health.fail("ack replies", err)
+			d.log.Warn("disker: cannot acknowledge replies; they will be read again", "sender", sender, "count", len(refs), "error", err)
+		}
+	}
+}
+
+func (d *Disker) dispatchReply(ctx context.Context, sender string, r *broker.Reply) {
+	if r.Kind == broker.KindTimeout {
+		d.timedOut.Add(1)
+		if d.onEvent != nil {
+			d.emit(Event{Kind: EventTimedOut, Receiver: r.Env.Receiver, Sender: sender, MessageID: r.RequestID})
+		}
+	}
+	if isInbox(sender) {
+		d.deliverOutcome(r)
+		return
+	}
+	d.mu.Lock()
+	s := d.senders[sender]
+	var th TimeoutHandler
+	var rh ReplyHandler
+	if s != nil {
+		th, rh = s.timeout, s.reply
+	}
+	d.mu.Unlock()
+	msg := d.messageOf(&r.Env, time.Time{}, 0)
+	switch {
+	case r.Kind == broker.KindTimeout && th != nil:
+		d.safely("timeout handler", sender, r.RequestID, func() { th.HandleTimeout(ctx, msg) })
+	case r.Kind == broker.KindReply && rh != nil:
+		d.safely("reply handler", sender, r.RequestID, func() { rh.HandleReply(ctx, msg) })
+	default:
+		d.log.Warn("disker: no handler for a reply-stream entry; dropped", "sender", sender, "id", r.RequestID, "kind", kindName(r.Kind))
+	}
+}
+
+// safely runs f and logs a panic instead of crashing the reader.
+func (d *Disker) safely(what, sender, id string, f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			d.log.Error("disker: "+what+" panicked", "sender", sender, "id", id, "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
+	f()
+}
+
+func kindName(k broker.ReplyKind) string {
+	if k == broker.KindTimeout {
+		return "timeout"
+	}
+	return "reply"
+}
+
+// logAttrs are the attributes of a delivery in logs.
+func logAttrs(receiver, id string, attempt int) []any {
+	return []any{slog.String("receiver", receiver), slog.String("id", id), slog.Int("attempt", attempt)}
+}

@@ -1,0 +1,160 @@
+package disker
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// cancelGrace bounds how long Request waits for an outcome that the broker
+// says is already decided (a reply or timeout notice on its way) after ctx
+// ended.
+const cancelGrace = 30 * time.Second
+
+// Request sends content to receiver and waits for the reply, which it
+// returns. The message is sent from this instance's private reply address
+// with ctx's deadline as its timeout (WithTimeout may shorten it), so the
+// reply and the timeout are decided by the broker in one step: Request sees
+// exactly one of them.
+//
+// It returns an error matching ErrTimeout (and context.DeadlineExceeded)
+// when no reply came in time, a *RemoteError when the reply carries an error
+// (for instance, the message was dead-lettered after its last attempt), and
+// ctx's error when ctx was cancelled before a deadline. Without a deadline
+// in ctx the message has no timeout: Request waits until ctx is cancelled.
+func (d *Disker) Request(ctx context.Context, receiver string, content []byte, opts ...SendOption) (*Message, error) {
+	msg := Message{Receiver: receiver, Content: content}
+	if len(opts) > 0 {
+		for _, o := range opts {
+			o(&msg)
+		}
+		msg.Headers = maps.Clone(msg.Headers)
+	}
+	if msg.FireAndForget {
+		return nil, invalid("Message.FireAndForget", "a request waits for its reply: it cannot be fire-and-forget")
+	}
+	if err := checkName("Message.Receiver", receiver); err != nil {
+		return nil, err
+	}
+	if len(content) > d.cfg.MaxMessageSize {
+		return nil, invalid("Message.Content", "%d bytes is over the limit of %d (Config.MaxMessageSize)", len(content), d.cfg.MaxMessageSize)
+	}
+	if msg.Timeout < 0 {
+		return nil, invalid("Message.Timeout", "must be >= 0, got %v", msg.Timeout)
+	}
+	if msg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, msg.Timeout)
+		defer cancel()
+	}
+	id := newID()
+	msg.Timeout = 0
+	if dl, ok := ctx.Deadline(); ok {
+		msg.Timeout = max(time.Until(dl), time.Millisecond)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, d.requestEnded(id, err)
+	}
+	if err := d.ensureInbox(); err != nil {
+		return nil, err
+	}
+	msg.Sender = d.inbox
+
+	ch := make(chan broker.Reply, 1)
+	d.waitMu.Lock()
+	d.waiters[id] = ch
+	d.waitMu.Unlock()
+	defer func() {
+		d.waitMu.Lock()
+		delete(d.waiters, id)
+		d.waitMu.Unlock()
+	}()
+
+	if _, err := d.send(ctx, &msg, id); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return d.outcome(id, &r)
+	case <-d.closing:
+		return nil, ErrClosed
+	case <-ctx.Done():
+	}
+	if msg.Timeout == 0 {
+		return nil, d.requestEnded(id, ctx.Err())
+	}
+	// The deadline passed or ctx was cancelled: settle the request in the
+	// broker. If it was already settled, its outcome is on its way.
+	cctx, cancel := context.WithTimeout(d.opCtx, 5*time.Second)
+	cancelled, err := d.b.Cancel(cctx, d.inbox, id)
+	cancel()
+	if err != nil {
+		d.health.fail("cancel", err)
+		return nil, fmt.Errorf("%w (and the broker could not settle it: %v)", d.requestEnded(id, ctx.Err()), err)
+	}
+	if cancelled {
+		return nil, d.requestEnded(id, ctx.Err())
+	}
+	t := time.NewTimer(cancelGrace)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return d.outcome(id, &r)
+	case <-d.closing:
+		return nil, ErrClosed
+	case <-t.C:
+		return nil, d.requestEnded(id, ctx.Err())
+	}
+}
+
+// requestEnded is Request's error when ctx ended first.
+func (d *Disker) requestEnded(id string, ctxErr error) error {
+	if ctxErr == context.Canceled {
+		return fmt.Errorf("disker: request %s: %w", id, ctxErr)
+	}
+	return timeoutErr(id, ctxErr)
+}
+
+// outcome turns the entry of the inbox for request id into Request's result.
+func (d *Disker) outcome(id string, r *broker.Reply) (*Message, error) {
+	if r.Kind == broker.KindTimeout {
+		return nil, timeoutErr(id, nil)
+	}
+	m := d.messageOf(&r.Env, time.Time{}, 0)
+	if m.Error != nil {
+		return nil, m.Error
+	}
+	return m, nil
+}
+
+// deliverOutcome hands an inbox entry to the Request that waits for it, if
+// any (a Request that gave up has gone).
+func (d *Disker) deliverOutcome(r *broker.Reply) {
+	d.waitMu.Lock()
+	ch := d.waiters[r.RequestID]
+	d.waitMu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case ch <- *r:
+	default: // a duplicate (redelivered entry): the first one counts
+	}
+}
+
+// ensureInbox starts reading this instance's private reply address.
+func (d *Disker) ensureInbox() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	if d.inboxReader == nil {
+		d.inboxReader = d.startReader(d.inbox)
+		d.monitor.pin(d.inbox)
+	}
+	return nil
+}
