@@ -1,0 +1,219 @@
+package redisbroker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// Acquire takes or renews receiver's exclusive lock for owner for ttl.
+func (b *Broker) Acquire(ctx context.Context, receiver, owner string, ttl time.Duration) (bool, error) {
+	if err := b.check(); err != nil {
+		return false, err
+	}
+	if err := needName("receiver", receiver); err != nil {
+		return false, err
+	}
+	if err := needName("owner", owner); err != nil {
+		return false, err
+	}
+	if err := needPositive("ttl", ttl); err != nil {
+		return false, err
+	}
+	n, err := scriptAcquire.Exec(ctx, b.client, []string{b.keys.lock(receiver)}, []string{owner, msString(ttl)}).AsInt64()
+	if err != nil {
+		return false, b.fail(ctx, "acquire", err)
+	}
+	return n == 1, nil
+}
+
+// Release gives up owner's lock of receiver, if owner holds it.
+func (b *Broker) Release(ctx context.Context, receiver, owner string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := needName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := needName("owner", owner); err != nil {
+		return err
+	}
+	err := scriptRelease.Exec(ctx, b.client, []string{b.keys.lock(receiver)}, []string{owner}).Error()
+	return b.failIf(ctx, "release", err)
+}
+
+// Heartbeat records info as live for ttl; LastSeen becomes Redis time.
+func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time.Duration) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := needName("WorkerInfo.ID", info.ID); err != nil {
+		return err
+	}
+	if err := needPositive("ttl", ttl); err != nil {
+		return err
+	}
+	info.LastSeen = time.Time{}
+	data, err := json.Marshal(info)
+	if err != nil {
+		return fmt.Errorf("redisbroker: heartbeat: %w", err)
+	}
+	err = scriptHeartbeat.Exec(ctx, b.client, []string{b.keys.workers(), b.keys.worker(info.ID)},
+		[]string{info.ID, string(data), msString(ttl)}).Error()
+	return b.failIf(ctx, "heartbeat", err)
+}
+
+// Deregister removes worker id from the registry.
+func (b *Broker) Deregister(ctx context.Context, id string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := needName("id", id); err != nil {
+		return err
+	}
+	for _, r := range b.client.DoMulti(ctx,
+		b.client.B().Del().Key(b.keys.worker(id)).Build(),
+		b.client.B().Zrem().Key(b.keys.workers()).Member(id).Build()) {
+		if err := r.Error(); err != nil {
+			return b.fail(ctx, "deregister", err)
+		}
+	}
+	return nil
+}
+
+// Workers lists the live workers, sorted by id.
+func (b *Broker) Workers(ctx context.Context) ([]broker.WorkerInfo, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	ids, err := b.client.Do(ctx, b.client.B().Zrange().Key(b.keys.workers()).Min("0").Max("-1").Build()).AsStrSlice()
+	if err != nil {
+		return nil, b.fail(ctx, "workers", err)
+	}
+	out := []broker.WorkerInfo{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	cmds := make(rueidis.Commands, len(ids))
+	for i, id := range ids {
+		cmds[i] = b.client.B().Hmget().Key(b.keys.worker(id)).Field("info", "seen").Build()
+	}
+	for _, r := range b.client.DoMulti(ctx, cmds...) {
+		v, err := r.ToArray()
+		if err != nil {
+			return nil, b.fail(ctx, "workers", err)
+		}
+		if len(v) != 2 || v[0].IsNil() {
+			continue // expired since the ZRANGE
+		}
+		data, _ := v[0].ToString()
+		seen, _ := v[1].ToString()
+		var info broker.WorkerInfo
+		if err := json.Unmarshal([]byte(data), &info); err != nil {
+			return nil, fmt.Errorf("redisbroker: workers: a worker's info does not decode: %w", err)
+		}
+		info.LastSeen, _ = unixMS(seen)
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(x, y broker.WorkerInfo) int { return strings.Compare(x.ID, y.ID) })
+	return out, nil
+}
+
+// Receivers lists, sorted, the receivers served by a live worker or holding
+// messages or dead letters. It scans the keyspace (SCAN, on every node of a
+// cluster), so it is for tools, not for hot paths.
+func (b *Broker) Receivers(ctx context.Context) ([]string, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	workers, err := b.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range workers {
+		for _, r := range w.Receivers {
+			set[r] = true
+		}
+	}
+	var streams []string
+	for _, node := range b.client.Nodes() {
+		for _, suffix := range []string{"q", "dlq"} {
+			var cursor uint64
+			for {
+				e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(b.keys.pattern(suffix)).Count(1000).Type("stream").Build()).AsScanEntry()
+				if err != nil {
+					return nil, b.fail(ctx, "receivers", err)
+				}
+				for _, key := range e.Elements {
+					if name, ok := b.keys.name(key, suffix); ok && !set[name] {
+						streams = append(streams, key)
+					}
+				}
+				if cursor = e.Cursor; cursor == 0 {
+					break
+				}
+			}
+		}
+	}
+	if len(streams) > 0 {
+		// Streams outlive their entries (the group stays): count only
+		// those that hold something.
+		cmds := make(rueidis.Commands, len(streams))
+		for i, key := range streams {
+			cmds[i] = b.client.B().Xlen().Key(key).Build()
+		}
+		for i, r := range b.client.DoMulti(ctx, cmds...) {
+			n, err := r.AsInt64()
+			if err != nil {
+				return nil, b.fail(ctx, "receivers", err)
+			}
+			if n > 0 {
+				name, ok := b.keys.name(streams[i], "q")
+				if !ok {
+					name, _ = b.keys.name(streams[i], "dlq")
+				}
+				set[name] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for name := range set {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Stats returns a snapshot of receiver's queue, read in one script.
+// Acknowledged entries are deleted, so every entry in the queue is either
+// waiting or pending: Queued is Length - Pending.
+func (b *Broker) Stats(ctx context.Context, receiver string) (broker.ReceiverStats, error) {
+	if err := b.check(); err != nil {
+		return broker.ReceiverStats{}, err
+	}
+	if err := needName("receiver", receiver); err != nil {
+		return broker.ReceiverStats{}, err
+	}
+	v, err := scriptStats.Exec(ctx, b.client, []string{b.keys.queue(receiver), b.keys.deadLetters(receiver)}, nil).AsIntSlice()
+	if err != nil {
+		return broker.ReceiverStats{}, b.fail(ctx, "stats", err)
+	}
+	if len(v) != 3 {
+		return broker.ReceiverStats{}, fmt.Errorf("redisbroker: stats: script answered %v", v)
+	}
+	return broker.ReceiverStats{
+		Receiver:    receiver,
+		Length:      v[0],
+		Pending:     v[1],
+		Queued:      max(v[0]-v[1], 0),
+		DeadLetters: v[2],
+	}, nil
+}

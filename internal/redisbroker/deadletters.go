@@ -1,0 +1,129 @@
+package redisbroker
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/wire"
+)
+
+// DeadLetters lists up to max dead letters of receiver, oldest first.
+func (b *Broker) DeadLetters(ctx context.Context, receiver string, max int) ([]broker.DeadLetter, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := needName("receiver", receiver); err != nil {
+		return nil, err
+	}
+	if err := needPositive("max", max); err != nil {
+		return nil, err
+	}
+	entries, err := b.client.Do(ctx, b.client.B().Xrange().Key(b.keys.deadLetters(receiver)).Start("-").End("+").
+		Count(int64(max)).Build()).AsXRange()
+	if err != nil {
+		return nil, b.fail(ctx, "dead letters", err)
+	}
+	out := make([]broker.DeadLetter, 0, len(entries))
+	for _, e := range entries {
+		f := e.FieldValues
+		dl := broker.DeadLetter{Ref: e.ID, Reason: f["reason"]}
+		dl.Attempts, _ = strconv.Atoi(f["attempts"])
+		dl.At, _ = unixMS(f["at"])
+		env, err := wire.Decode([]byte(f["m"]))
+		if err != nil || f["bad"] == "1" {
+			dl.Raw = []byte(f["m"])
+		} else {
+			dl.Env = env
+		}
+		out = append(out, dl)
+	}
+	return out, nil
+}
+
+// RetryDeadLetters moves the dead letters refs (all when none are given)
+// back to receiver's queue as new entries. Each move is one script call;
+// all of them are not one step. Undecodable entries stay.
+func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...string) (int, error) {
+	if err := b.check(); err != nil {
+		return 0, err
+	}
+	if err := needName("receiver", receiver); err != nil {
+		return 0, err
+	}
+	keys := []string{b.keys.queue(receiver), b.keys.deadLetters(receiver)}
+	move := func(ids []string) (int, error) {
+		n, err := scriptRequeue.Exec(ctx, b.client, keys, ids).AsInt64()
+		if err != nil {
+			return 0, b.fail(ctx, "retry dead letters", err)
+		}
+		return int(n), nil
+	}
+	if len(refs) > 0 {
+		total := 0
+		for chunk := range chunks(validRefs(refs)) {
+			n, err := move(chunk)
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
+		return total, nil
+	}
+	return b.eachDeadLetterChunk(ctx, "retry dead letters", receiver, move)
+}
+
+// eachDeadLetterChunk calls f with the ids of receiver's dead letters, in
+// chunks, oldest first, and sums what f returns.
+func (b *Broker) eachDeadLetterChunk(ctx context.Context, op, receiver string, f func([]string) (int, error)) (int, error) {
+	total := 0
+	start := "-"
+	for {
+		entries, err := b.client.Do(ctx, b.client.B().Xrange().Key(b.keys.deadLetters(receiver)).Start(start).End("+").
+			Count(maxBatch).Build()).AsXRange()
+		if err != nil {
+			return total, b.fail(ctx, op, err)
+		}
+		if len(entries) == 0 {
+			return total, nil
+		}
+		ids := make([]string, len(entries))
+		for i, e := range entries {
+			ids[i] = e.ID
+		}
+		n, err := f(ids)
+		total += n
+		if err != nil || len(entries) < maxBatch {
+			return total, err
+		}
+		start = "(" + ids[len(ids)-1]
+	}
+}
+
+// PurgeDeadLetters deletes the dead letters refs (all when none are given)
+// and returns how many it deleted.
+func (b *Broker) PurgeDeadLetters(ctx context.Context, receiver string, refs ...string) (int, error) {
+	if err := b.check(); err != nil {
+		return 0, err
+	}
+	if err := needName("receiver", receiver); err != nil {
+		return 0, err
+	}
+	dlq := b.keys.deadLetters(receiver)
+	if len(refs) == 0 {
+		n, err := scriptPurgeAll.Exec(ctx, b.client, []string{dlq}, nil).AsInt64()
+		if err != nil {
+			return 0, b.fail(ctx, "purge dead letters", err)
+		}
+		return int(n), nil
+	}
+	total := 0
+	for chunk := range chunks(validRefs(refs)) {
+		n, err := b.client.Do(ctx, b.client.B().Xdel().Key(dlq).Id(chunk...).Build()).AsInt64()
+		if err != nil {
+			return total, b.fail(ctx, "purge dead letters", err)
+		}
+		total += int(n)
+	}
+	return total, nil
+}

@@ -1,0 +1,75 @@
+package redisbroker
+
+import "strings"
+
+// keys builds every Redis key the broker uses. All keys of one receiver or
+// sender carry its name as a hash tag, so that Redis Cluster keeps them in
+// one slot and a script may touch them together.
+type keys struct {
+	prefix string // e.g. "disker"
+}
+
+func (k keys) named(name, suffix string) string {
+	return k.prefix + ":{" + name + "}:" + suffix
+}
+
+// queue is the receiver's queue stream (consumer group "g").
+func (k keys) queue(receiver string) string { return k.named(receiver, "q") }
+
+// deadLetters is the receiver's dead-letter stream.
+func (k keys) deadLetters(receiver string) string { return k.named(receiver, "dlq") }
+
+// delayed is the zset of queue entries of receiver whose retry delay is
+// longer than their lease: member entry id, score due time in unix ms.
+func (k keys) delayed(receiver string) string { return k.named(receiver, "delay") }
+
+// timeouts is the zset of the pending timeouts of sender's messages:
+// member message id, score deadline in unix ms.
+func (k keys) timeouts(sender string) string { return k.named(sender, "t") }
+
+// timedMessages is the hash of sender's pending timed messages: message id
+// to encoded envelope, for the timeout notice.
+func (k keys) timedMessages(sender string) string { return k.named(sender, "tm") }
+
+// replies is the sender's reply stream (consumer group "g").
+func (k keys) replies(sender string) string { return k.named(sender, "r") }
+
+// replyDelayed is the delayed zset of the reply stream. Replies are never
+// retried, so it stays empty; the fetch script needs a key of the right slot.
+func (k keys) replyDelayed(sender string) string { return k.named(sender, "rdelay") }
+
+// lock is the exclusive lock of receiver: a string holding the owner.
+func (k keys) lock(receiver string) string { return k.named(receiver, "lock") }
+
+// workers is the zset of live worker ids, scored by expiry in unix ms.
+func (k keys) workers() string { return k.prefix + ":{workers}:ids" }
+
+// worker is the hash of one worker: "info" (JSON) and "seen" (unix ms),
+// expiring with the worker's heartbeat ttl.
+func (k keys) worker(id string) string { return k.prefix + ":{workers}:w:" + id }
+
+// pattern returns a SCAN pattern matching the keys named(*, suffix).
+func (k keys) pattern(suffix string) string {
+	return globEscape(k.prefix) + ":{*}:" + globEscape(suffix)
+}
+
+// name returns the name in key, made by named(name, suffix), or false.
+func (k keys) name(key, suffix string) (string, bool) {
+	head, tail := k.prefix+":{", "}:"+suffix
+	if len(key) < len(head)+len(tail) || !strings.HasPrefix(key, head) || !strings.HasSuffix(key, tail) {
+		return "", false
+	}
+	return key[len(head) : len(key)-len(tail)], true
+}
+
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

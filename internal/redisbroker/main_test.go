@@ -1,0 +1,115 @@
+package redisbroker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/redistest"
+	"github.com/diskerhq/disker/internal/wire"
+)
+
+// srv is the Redis server the package's tests share, each with its own
+// key prefix.
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	s, stop := redistest.MustStart()
+	srv = s
+	code := m.Run()
+	stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// newBroker returns a Broker on srv with a fresh key prefix, closed when t
+// ends.
+func newBroker(t testing.TB) *Broker {
+	t.Helper()
+	return newBrokerOn(t, srv, Config{})
+}
+
+func newBrokerOn(t testing.TB, s *redistest.Server, cfg Config) *Broker {
+	t.Helper()
+	cfg.URL = s.URL()
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = redistest.Prefix(t)
+	}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// rawClient returns a plain rueidis client of s, for looking at keys.
+func rawClient(t testing.TB, s *redistest.Server) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatalf("raw client: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func do(t testing.TB, c rueidis.Client, args ...string) rueidis.RedisResult {
+	t.Helper()
+	return c.Do(context.Background(), c.B().Arbitrary(args[0]).Args(args[1:]...).Build())
+}
+
+// keysOf returns the keys under prefix with their types, sorted.
+func keysOf(t testing.TB, c rueidis.Client, prefix string) []string {
+	t.Helper()
+	ks, err := do(t, c, "KEYS", globEscape(prefix)+":*").AsStrSlice()
+	if err != nil {
+		t.Fatalf("KEYS: %v", err)
+	}
+	out := make([]string, 0, len(ks))
+	for _, k := range ks {
+		typ, err := do(t, c, "TYPE", k).ToString()
+		if err != nil {
+			t.Fatalf("TYPE: %v", err)
+		}
+		out = append(out, strings.TrimPrefix(k, prefix)+" "+typ)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func ctxT(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// eventually polls cond until it holds or 10 seconds pass.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+func encodeForTest(e *broker.Envelope) []byte { return wire.Encode(e) }

@@ -1,0 +1,417 @@
+package redisbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/wire"
+)
+
+// maxBatch bounds the ids passed to one script call (Lua's unpack has a
+// limit near 8000).
+const maxBatch = 1000
+
+// Send queues env: one XADD, or for a message with a timeout one script
+// that also records the pending timeout under env.Sender.
+func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, error) {
+	if err := b.check(); err != nil {
+		return time.Time{}, err
+	}
+	if err := b.validateSend(env); err != nil {
+		return time.Time{}, err
+	}
+	data := rueidis.BinaryString(wire.Encode(env))
+	q := b.keys.queue(env.Receiver)
+	if env.Timeout <= 0 {
+		err := b.client.Do(ctx, b.client.B().Xadd().Key(q).Id("*").FieldValue().FieldValue("m", data).Build()).Error()
+		if err != nil {
+			return time.Time{}, b.fail(ctx, "send", err)
+		}
+		return time.Time{}, nil
+	}
+	res, err := scriptSendTimed.Exec(ctx, b.client,
+		[]string{q, b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)},
+		[]string{data, env.ID, msString(env.Timeout)}).ToString()
+	if err != nil {
+		return time.Time{}, b.fail(ctx, "send", err)
+	}
+	deadline, ok := unixMS(res)
+	if !ok {
+		return time.Time{}, fmt.Errorf("redisbroker: send: script answered %q", res)
+	}
+	return deadline, nil
+}
+
+func (b *Broker) validateSend(env *broker.Envelope) error {
+	if env == nil {
+		return errors.New("redisbroker: envelope is nil")
+	}
+	if err := needName("Envelope.Receiver", env.Receiver); err != nil {
+		return err
+	}
+	if err := needName("Envelope.ID", env.ID); err != nil {
+		return err
+	}
+	if env.Timeout < 0 {
+		return fmt.Errorf("redisbroker: Envelope.Timeout is negative: %v", env.Timeout)
+	}
+	if env.Timeout > 0 {
+		if env.Sender == "" {
+			return errors.New("redisbroker: Envelope.Sender is empty, but a message with a Timeout needs a reply address")
+		}
+		if b.cluster && env.Sender != env.Receiver {
+			return fmt.Errorf("redisbroker: a message with a Timeout from %q to %q: on Redis Cluster the sender's and the receiver's keys must share a slot, which differing names do not guarantee", env.Sender, env.Receiver)
+		}
+	}
+	return b.checkSize(env)
+}
+
+func (b *Broker) checkSize(env *broker.Envelope) error {
+	if len(env.Content) > b.maxSize {
+		return fmt.Errorf("redisbroker: Envelope.Content is %d bytes, over the limit of %d (MaxMessageSize)", len(env.Content), b.maxSize)
+	}
+	return nil
+}
+
+// InjectRaw appends an entry whose m field is raw to receiver's queue, as a
+// foreign or corrupt writer might. It exists for tests of undecodable
+// entries (it implements brokertest.RawInjector).
+func (b *Broker) InjectRaw(ctx context.Context, receiver string, raw []byte) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := needName("receiver", receiver); err != nil {
+		return err
+	}
+	err := b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.queue(receiver)).Id("*").FieldValue().
+		FieldValue("m", rueidis.BinaryString(raw)).Build()).Error()
+	return b.failIf(ctx, "inject", err)
+}
+
+func (b *Broker) failIf(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return b.fail(ctx, op, err)
+}
+
+// entry is a stream entry as a fetch returns it.
+type entry struct {
+	id      string
+	attempt int
+	fields  map[string]string
+}
+
+// fetch runs the fetch script on stream, then, when it found nothing and
+// block > 0, one blocking XREADGROUP on a dedicated connection. It returns
+// the entries and how many were dead-lettered on the way.
+func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]entry, error) {
+	prune := "0"
+	if b.dueForPrune(stream) {
+		prune = msString(b.pruneIdle)
+	}
+	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, dlq, delayed},
+		[]string{consumer, strconv.Itoa(max), msString(lease), strconv.Itoa(max0(maxAttempts)), prune}).ToArray()
+	if err != nil {
+		return nil, b.fail(ctx, op, err)
+	}
+	entries := make([]entry, 0, len(res)-1)
+	for _, r := range res[1:] {
+		e, err := scriptEntry(r)
+		if err != nil {
+			return nil, fmt.Errorf("redisbroker: %s: %w", op, err)
+		}
+		entries = append(entries, e)
+	}
+	dead, _ := res[0].AsInt64()
+	if len(entries) > 0 || dead > 0 || block <= 0 {
+		return entries, nil
+	}
+	read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
+		Block(ms(block)).Streams().Key(stream).Id(">").Build()).AsXRead()
+	if rueidis.IsRedisNil(err) {
+		return entries, nil
+	}
+	if err != nil {
+		if isNoGroup(err) {
+			// The stream was deleted while we were between the two calls:
+			// the next fetch creates the group again.
+			return entries, nil
+		}
+		return nil, b.fail(ctx, op, err)
+	}
+	for _, e := range read[stream] {
+		if e.FieldValues == nil {
+			continue // deleted after it was added
+		}
+		entries = append(entries, entry{id: e.ID, attempt: 1, fields: e.FieldValues})
+	}
+	return entries, nil
+}
+
+func max0(n int) int { return max(n, 0) }
+
+func (b *Broker) dueForPrune(stream string) bool {
+	now := time.Now()
+	last, ok := b.pruned.Load(stream)
+	if ok && now.Sub(last.(time.Time)) < b.pruneEvery {
+		return false
+	}
+	b.pruned.Store(stream, now)
+	return true
+}
+
+// scriptEntry parses {id, attempt, field1, value1, ...}.
+func scriptEntry(m rueidis.RedisMessage) (entry, error) {
+	a, err := m.ToArray()
+	if err != nil || len(a) < 2 || len(a)%2 != 0 {
+		return entry{}, fmt.Errorf("fetch script answered a malformed entry: %v", err)
+	}
+	id, err := a[0].ToString()
+	if err != nil {
+		return entry{}, err
+	}
+	attempt, err := a[1].AsInt64()
+	if err != nil {
+		return entry{}, err
+	}
+	e := entry{id: id, attempt: int(attempt), fields: make(map[string]string, (len(a)-2)/2)}
+	for i := 2; i < len(a); i += 2 {
+		k, err1 := a[i].ToString()
+		v, err2 := a[i+1].ToString()
+		if err1 != nil || err2 != nil {
+			return entry{}, errors.New("fetch script answered a malformed field")
+		}
+		e.fields[k] = v
+	}
+	return e, nil
+}
+
+// Fetch leases up to max messages of receiver to consumer. See
+// broker.Broker. maxAttempts 0 means no limit. A message retried with a
+// delay, or whose lease expired, is reclaimed by the first Fetch after that
+// moment; a Fetch blocked in Redis notices it when its block time ends.
+func (b *Broker) Fetch(ctx context.Context, receiver, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]broker.Delivery, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := validateRead("receiver", receiver, consumer, max, lease); err != nil {
+		return nil, err
+	}
+	q, dlq, delayed := b.keys.queue(receiver), b.keys.deadLetters(receiver), b.keys.delayed(receiver)
+	entries, err := b.fetch(ctx, "fetch", q, dlq, delayed, consumer, max, block, lease, maxAttempts)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]broker.Delivery, 0, len(entries))
+	for _, e := range entries {
+		m, ok := e.fields["m"]
+		var env broker.Envelope
+		if ok {
+			env, err = wire.Decode([]byte(m))
+		} else {
+			err = errors.New("the entry has no m field")
+		}
+		if err != nil {
+			if err := b.bury(ctx, "fetch", q, dlq, delayed, e.id, "undecodable message: "+err.Error(), e.attempt, true); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		d := broker.Delivery{Env: env, Ref: e.id, Attempt: e.attempt}
+		if s, ok := e.fields["d"]; ok {
+			d.Deadline, _ = unixMS(s)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func validateRead(field, name, consumer string, max int, lease time.Duration) error {
+	if err := needName(field, name); err != nil {
+		return err
+	}
+	if err := needName("consumer", consumer); err != nil {
+		return err
+	}
+	if err := needPositive("max", max); err != nil {
+		return err
+	}
+	return needPositive("lease", lease)
+}
+
+// bury moves entry id of stream to dlq; it reports whether it was there.
+func (b *Broker) bury(ctx context.Context, op, stream, dlq, delayed, id, reason string, attempts int, bad bool) error {
+	flag := "0"
+	if bad {
+		flag = "1"
+	}
+	err := scriptBury.Exec(ctx, b.client, []string{stream, dlq, delayed},
+		[]string{id, reason, strconv.Itoa(attempts), flag}).Error()
+	return b.failIf(ctx, op, err)
+}
+
+// Extend renews consumer's leases of refs and returns those it lost.
+func (b *Broker) Extend(ctx context.Context, receiver, consumer string, refs []string, lease time.Duration) ([]string, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := needName("receiver", receiver); err != nil {
+		return nil, err
+	}
+	if err := needName("consumer", consumer); err != nil {
+		return nil, err
+	}
+	if err := needPositive("lease", lease); err != nil {
+		return nil, err
+	}
+	var lost []string
+	for _, ref := range refs {
+		if !validRef(ref) {
+			lost = append(lost, ref)
+		}
+	}
+	q := b.keys.queue(receiver)
+	for chunk := range chunks(validRefs(refs)) {
+		res, err := scriptExtend.Exec(ctx, b.client, []string{q}, append([]string{consumer}, chunk...)).AsStrSlice()
+		if err != nil {
+			if isNoGroup(err) {
+				lost = append(lost, chunk...) // the queue is gone, and its leases with it
+				continue
+			}
+			return nil, b.fail(ctx, "extend", err)
+		}
+		lost = append(lost, res...)
+	}
+	return lost, nil
+}
+
+// validRef reports whether ref has the form of a stream entry id
+// ("ms-seq"); any other ref names no entry, and Redis would reject it.
+func validRef(ref string) bool {
+	ms, seq, ok := strings.Cut(ref, "-")
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return ok && err1 == nil && err2 == nil
+}
+
+// validRefs returns the refs that have the form of a stream entry id.
+func validRefs(refs []string) []string {
+	out := refs[:0:0]
+	for _, ref := range refs {
+		if validRef(ref) {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// chunks yields refs in slices of at most maxBatch.
+func chunks(refs []string) func(func([]string) bool) {
+	return func(yield func([]string) bool) {
+		for len(refs) > 0 {
+			n := min(len(refs), maxBatch)
+			if !yield(refs[:n:n]) {
+				return
+			}
+			refs = refs[n:]
+		}
+	}
+}
+
+// Ack acknowledges and deletes the entries refs of receiver's queue.
+func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := needName("receiver", receiver); err != nil {
+		return err
+	}
+	return b.ack(ctx, "ack", b.keys.queue(receiver), b.keys.delayed(receiver), refs)
+}
+
+func (b *Broker) ack(ctx context.Context, op, stream, delayed string, refs []string) error {
+	for chunk := range chunks(validRefs(refs)) {
+		if err := scriptAck.Exec(ctx, b.client, []string{stream, delayed}, chunk).Error(); err != nil {
+			return b.fail(ctx, op, err)
+		}
+	}
+	return nil
+}
+
+// Retry makes ref, held by consumer, reclaimable after delay. A delay
+// shorter than the lease ages the entry (idle = lease - delay); a longer one
+// parks it in the delayed zset until it is due.
+func (b *Broker) Retry(ctx context.Context, receiver, consumer, ref string, delay, lease time.Duration) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := needName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := needName("consumer", consumer); err != nil {
+		return err
+	}
+	if err := needName("ref", ref); err != nil {
+		return err
+	}
+	if delay < 0 {
+		return fmt.Errorf("redisbroker: delay is negative: %v", delay)
+	}
+	if err := needPositive("lease", lease); err != nil {
+		return err
+	}
+	if !validRef(ref) {
+		return broker.ErrLeaseLost
+	}
+	n, err := scriptRetry.Exec(ctx, b.client, []string{b.keys.queue(receiver), b.keys.delayed(receiver)},
+		[]string{consumer, ref, strconv.FormatInt(delay.Milliseconds(), 10), msString(lease)}).AsInt64()
+	if err != nil {
+		if isNoGroup(err) {
+			return broker.ErrLeaseLost
+		}
+		return b.fail(ctx, "retry", err)
+	}
+	if n == 0 {
+		return broker.ErrLeaseLost
+	}
+	return nil
+}
+
+// DeadLetter moves d.Ref from receiver's queue to its dead-letter stream
+// with reason; the stored message is the queue entry's. It returns
+// broker.ErrLeaseLost when the entry is no longer in the queue.
+func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Delivery, reason string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := needName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := needName("Delivery.Ref", d.Ref); err != nil {
+		return err
+	}
+	if !validRef(d.Ref) {
+		return broker.ErrLeaseLost
+	}
+	n, err := scriptBury.Exec(ctx, b.client,
+		[]string{b.keys.queue(receiver), b.keys.deadLetters(receiver), b.keys.delayed(receiver)},
+		[]string{d.Ref, reason, strconv.Itoa(d.Attempt), "0"}).AsInt64()
+	if err != nil {
+		if isNoGroup(err) {
+			return broker.ErrLeaseLost
+		}
+		return b.fail(ctx, "dead-letter", err)
+	}
+	if n == 0 {
+		return broker.ErrLeaseLost
+	}
+	return nil
+}

@@ -1,0 +1,322 @@
+// Package redisbroker is the Redis engine of Disker: a [broker.Broker] over
+// Redis Streams with consumer groups, where every state change that must be
+// atomic is one Lua script and every time that decides an outcome is Redis
+// server time. It talks to Redis with rueidis, which pipelines concurrent
+// commands on a few shared connections and runs blocking reads on dedicated
+// connections of their own, so that no number of blocked receivers can
+// starve sends.
+//
+// The key schema and the scripts are described in README.md next to this
+// file.
+package redisbroker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/bits"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// Defaults of the Config fields.
+const (
+	DefaultKeyPrefix              = "disker"
+	DefaultMaxConnectionPoolSize  = 4
+	DefaultMaxBlockingConnections = 1024
+	DefaultMaxMessageSize         = 1 << 20
+	DefaultDialTimeout            = 5 * time.Second
+	DefaultIOTimeout              = 10 * time.Second
+)
+
+// Config configures a Broker. Only URL is required.
+type Config struct {
+	// URL is the Redis address: "redis://[user:password@]host[:port][/db]",
+	// or "rediss://..." for TLS. The user and password are sent with AUTH
+	// (ACL); db selects the database, 0 by default; the port defaults to
+	// 6379. Query options of rueidis.ParseURL (for instance
+	// "?master_set=NAME" for Sentinel, "&addr=host:port" for more seeds)
+	// are honoured.
+	URL string
+	// MaxConnectionPoolSize bounds the connections that carry ordinary
+	// commands, which rueidis pipelines automatically; it is rounded down
+	// to a power of two, at most 256. 0 means DefaultMaxConnectionPoolSize.
+	// Blocking reads never use these connections.
+	MaxConnectionPoolSize int
+	// MaxBlockingConnections bounds the dedicated connections of blocking
+	// reads (Fetch and ReadReplies with block > 0). More concurrent blocking
+	// reads wait for one; ordinary commands are never affected. 0 means
+	// DefaultMaxBlockingConnections.
+	MaxBlockingConnections int
+	// KeyPrefix starts every key; default "disker". It must not contain
+	// braces (they would change the hash tags).
+	KeyPrefix string
+	// MaxMessageSize is the largest Content, in bytes, that Send and Reply
+	// accept; 0 means DefaultMaxMessageSize.
+	MaxMessageSize int
+	// DialTimeout bounds a connection attempt; 0 means DefaultDialTimeout.
+	DialTimeout time.Duration
+	// IOTimeout bounds how long a command waits for Redis to answer on a
+	// live connection (blocking reads wait their block time on top); 0 means
+	// DefaultIOTimeout. With it, calls fail instead of hanging on a Redis
+	// that stopped answering.
+	IOTimeout time.Duration
+	// TLSConfig, if set, is used for rediss:// URLs instead of the default
+	// (system roots, server name from the URL).
+	TLSConfig *tls.Config
+}
+
+// pruneIdle is how long a consumer of a group must have held nothing and
+// been idle before a fetch deletes it; pruneEvery is how often one broker
+// checks a stream for such consumers.
+const (
+	pruneIdle  = time.Hour
+	pruneEvery = time.Minute
+)
+
+// Broker is a [broker.Broker] over Redis. It is safe for concurrent use.
+type Broker struct {
+	client  rueidis.Client
+	keys    keys
+	addr    string
+	maxSize int
+	cluster bool
+
+	pruneIdle  time.Duration
+	pruneEvery time.Duration
+	pruned     sync.Map // stream key -> time.Time of the last prune
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+}
+
+var _ broker.Broker = (*Broker)(nil)
+
+// New connects to Redis and returns a Broker. It fails with an error
+// wrapping broker.ErrUnavailable when Redis cannot be reached.
+func New(cfg Config) (*Broker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	opt, err := rueidis.ParseURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("redisbroker: Config.URL: %s", strings.TrimPrefix(err.Error(), "redis: "))
+	}
+	if cfg.TLSConfig != nil && opt.TLSConfig != nil {
+		opt.TLSConfig = cfg.TLSConfig.Clone()
+	}
+	opt.ClientName = "disker"
+	opt.DisableCache = true
+	opt.DisableRetry = true // fail fast; callers back off and try again
+	opt.PipelineMultiplex = bits.Len(uint(min(cfg.MaxConnectionPoolSize, 256))) - 1
+	if opt.PipelineMultiplex == 0 {
+		opt.PipelineMultiplex = -1 // rueidis reads 0 as "its default"; -1 is one connection
+	}
+	opt.BlockingPoolSize = cfg.MaxBlockingConnections
+	opt.Dialer.Timeout = cfg.DialTimeout
+	opt.ConnWriteTimeout = cfg.IOTimeout
+	b := &Broker{
+		keys:       keys{prefix: cfg.KeyPrefix},
+		addr:       strings.Join(opt.InitAddress, ","),
+		maxSize:    cfg.MaxMessageSize,
+		pruneIdle:  pruneIdle,
+		pruneEvery: pruneEvery,
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, b.fail(context.Background(), "connect", err)
+	}
+	b.client = client
+	b.cluster = client.Mode() == rueidis.ClientModeCluster
+	return b, nil
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.MaxConnectionPoolSize == 0 {
+		c.MaxConnectionPoolSize = DefaultMaxConnectionPoolSize
+	}
+	if c.MaxBlockingConnections == 0 {
+		c.MaxBlockingConnections = DefaultMaxBlockingConnections
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.IOTimeout == 0 {
+		c.IOTimeout = DefaultIOTimeout
+	}
+	invalid := func(field, format string, args ...any) error {
+		return fmt.Errorf("redisbroker: Config.%s: %s", field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.MaxConnectionPoolSize < 0:
+		return c, invalid("MaxConnectionPoolSize", "must be >= 0, got %d", c.MaxConnectionPoolSize)
+	case c.MaxBlockingConnections < 0:
+		return c, invalid("MaxBlockingConnections", "must be >= 0, got %d", c.MaxBlockingConnections)
+	case c.MaxMessageSize < 0:
+		return c, invalid("MaxMessageSize", "must be >= 0, got %d", c.MaxMessageSize)
+	case c.DialTimeout < 0:
+		return c, invalid("DialTimeout", "must be >= 0, got %v", c.DialTimeout)
+	case c.IOTimeout < 0:
+		return c, invalid("IOTimeout", "must be >= 0, got %v", c.IOTimeout)
+	case strings.ContainsAny(c.KeyPrefix, "{}"):
+		return c, invalid("KeyPrefix", "%q must not contain braces", c.KeyPrefix)
+	}
+	if c.URL == "" {
+		return c, invalid("URL", "empty; want redis://host:port/db or rediss://...")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		// url's error repeats the URL, password included: keep only the cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return c, invalid("URL", "%v", err)
+	}
+	switch u.Scheme {
+	case "redis", "rediss":
+	default:
+		return c, invalid("URL", "scheme %q is not redis:// or rediss://", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return c, invalid("URL", "%q has no host", u.Redacted())
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return c, invalid("URL", "port %q is not in 1..65535", p)
+		}
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		if n, err := strconv.Atoi(db); err != nil || n < 0 {
+			return c, invalid("URL", "database %q is not a number >= 0", db)
+		}
+	}
+	return c, nil
+}
+
+// Close closes the connections. Calls in progress fail; later calls return
+// broker.ErrClosed. It is safe to call more than once.
+func (b *Broker) Close() error {
+	b.closeOnce.Do(func() {
+		b.closed.Store(true)
+		b.client.Close()
+	})
+	return nil
+}
+
+// Now returns Redis server time.
+func (b *Broker) Now(ctx context.Context) (time.Time, error) {
+	if err := b.check(); err != nil {
+		return time.Time{}, err
+	}
+	v, err := b.client.Do(ctx, b.client.B().Time().Build()).AsStrSlice()
+	if err != nil {
+		return time.Time{}, b.fail(ctx, "now", err)
+	}
+	if len(v) != 2 {
+		return time.Time{}, fmt.Errorf("redisbroker: now: TIME answered %q", v)
+	}
+	sec, err1 := strconv.ParseInt(v[0], 10, 64)
+	usec, err2 := strconv.ParseInt(v[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return time.Time{}, fmt.Errorf("redisbroker: now: TIME answered %q", v)
+	}
+	return time.Unix(sec, usec*1000), nil
+}
+
+func (b *Broker) check() error {
+	if b.closed.Load() {
+		return broker.ErrClosed
+	}
+	return nil
+}
+
+// unavailableError is a failure to reach Redis.
+type unavailableError struct {
+	op, addr string
+	err      error
+}
+
+func (e *unavailableError) Error() string {
+	return fmt.Sprintf("redisbroker: %s: Redis at %s is unreachable: %v", e.op, e.addr, e.err)
+}
+
+func (e *unavailableError) Unwrap() error { return e.err }
+
+func (e *unavailableError) Is(target error) bool { return target == broker.ErrUnavailable }
+
+// fail turns an error of rueidis into the broker's: broker.ErrClosed after
+// Close, the context's error when ctx ended, an error wrapping
+// broker.ErrUnavailable when Redis cannot be reached (or is loading its
+// data), and a prefixed error otherwise.
+func (b *Broker) fail(ctx context.Context, op string, err error) error {
+	if b.closed.Load() {
+		return broker.ErrClosed
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("redisbroker: %s: %w", op, ctx.Err())
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		msg := re.Error()
+		if re.IsLoading() || re.IsTryAgain() || re.IsClusterDown() || strings.HasPrefix(msg, "MASTERDOWN") {
+			return &unavailableError{op: op, addr: b.addr, err: err}
+		}
+		return fmt.Errorf("redisbroker: %s: %w", op, err)
+	}
+	return &unavailableError{op: op, addr: b.addr, err: err}
+}
+
+func needName(field, v string) error {
+	if v == "" {
+		return fmt.Errorf("redisbroker: %s is empty", field)
+	}
+	return nil
+}
+
+func needPositive[T int | time.Duration](field string, v T) error {
+	if v <= 0 {
+		return fmt.Errorf("redisbroker: %s must be > 0, got %v", field, v)
+	}
+	return nil
+}
+
+// ms returns d in whole milliseconds, at least 1 for a positive d.
+func ms(d time.Duration) int64 {
+	n := d.Milliseconds()
+	if n == 0 && d > 0 {
+		n = 1
+	}
+	return n
+}
+
+func msString(d time.Duration) string { return strconv.FormatInt(ms(d), 10) }
+
+func unixMS(s string) (time.Time, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(n), true
+}
+
+// isNoGroup reports a NOGROUP error: the stream or its group is gone.
+func isNoGroup(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && strings.HasPrefix(re.Error(), "NOGROUP")
+}

@@ -1,0 +1,163 @@
+package redisbroker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/wire"
+)
+
+// Kinds of reply stream entry, in field k.
+const (
+	kindReply   = "rep"
+	kindTimeout = "to"
+)
+
+// ErrorCodeUndecodable is the ErrorCode of the envelope ReadReplies returns
+// for a reply entry whose envelope does not decode: the requester still
+// learns that its request was answered, and how it went wrong.
+const ErrorCodeUndecodable = "undecodable_reply"
+
+// Reply appends reply to the reply stream of reply.Receiver (the original
+// sender). When timed, one script accepts it only if the request
+// reply.InReplyTo is still pending and its deadline is after Redis time;
+// otherwise it returns broker.ErrLate and writes nothing.
+func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, timed bool) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if reply == nil {
+		return errors.New("redisbroker: reply is nil")
+	}
+	if err := needName("Envelope.Receiver", reply.Receiver); err != nil {
+		return err
+	}
+	if err := needName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
+		return err
+	}
+	if err := b.checkSize(reply); err != nil {
+		return err
+	}
+	sender := reply.Receiver
+	data := rueidis.BinaryString(wire.Encode(reply))
+	if !timed {
+		err := b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(sender)).Id("*").FieldValue().
+			FieldValue("k", kindReply).FieldValue("i", reply.InReplyTo).FieldValue("m", data).Build()).Error()
+		return b.failIf(ctx, "reply", err)
+	}
+	n, err := scriptReplyTimed.Exec(ctx, b.client,
+		[]string{b.keys.timeouts(sender), b.keys.timedMessages(sender), b.keys.replies(sender)},
+		[]string{reply.InReplyTo, data}).AsInt64()
+	if err != nil {
+		return b.fail(ctx, "reply", err)
+	}
+	if n == 0 {
+		return broker.ErrLate
+	}
+	return nil
+}
+
+// ExpireTimeouts settles up to max of sender's pending timeouts whose
+// deadline passed, with a timeout notice each, in one script.
+func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (int, error) {
+	if err := b.check(); err != nil {
+		return 0, err
+	}
+	if err := needName("sender", sender); err != nil {
+		return 0, err
+	}
+	if err := needPositive("max", max); err != nil {
+		return 0, err
+	}
+	n, err := scriptExpire.Exec(ctx, b.client,
+		[]string{b.keys.timeouts(sender), b.keys.timedMessages(sender), b.keys.replies(sender)},
+		[]string{strconv.Itoa(max)}).AsInt64()
+	if err != nil {
+		return 0, b.fail(ctx, "expire timeouts", err)
+	}
+	return int(n), nil
+}
+
+// Cancel settles the pending timeout of request id without a notice. It
+// returns false when the request was no longer pending.
+func (b *Broker) Cancel(ctx context.Context, sender, id string) (bool, error) {
+	if err := b.check(); err != nil {
+		return false, err
+	}
+	if err := needName("sender", sender); err != nil {
+		return false, err
+	}
+	if err := needName("id", id); err != nil {
+		return false, err
+	}
+	n, err := scriptCancel.Exec(ctx, b.client,
+		[]string{b.keys.timeouts(sender), b.keys.timedMessages(sender)}, []string{id}).AsInt64()
+	if err != nil {
+		return false, b.fail(ctx, "cancel", err)
+	}
+	return n == 1, nil
+}
+
+// ReadReplies reads up to max entries of sender's reply stream for
+// consumer: first entries whose lease expired, then new ones, blocking up
+// to block. An entry without a kind or a request id (written by hand) goes
+// to the dead-letter stream of the name; a reply whose envelope does not
+// decode is returned with ErrorCode ErrorCodeUndecodable, and a timeout
+// notice whose original does not decode with an Env holding only the id.
+func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]broker.Reply, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := validateRead("sender", sender, consumer, max, lease); err != nil {
+		return nil, err
+	}
+	r, dlq, delayed := b.keys.replies(sender), b.keys.deadLetters(sender), b.keys.replyDelayed(sender)
+	entries, err := b.fetch(ctx, "read replies", r, dlq, delayed, consumer, max, block, lease, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]broker.Reply, 0, len(entries))
+	for _, e := range entries {
+		rep := broker.Reply{Ref: e.id, RequestID: e.fields["i"]}
+		switch e.fields["k"] {
+		case kindReply:
+			rep.Kind = broker.KindReply
+		case kindTimeout:
+			rep.Kind = broker.KindTimeout
+		}
+		if rep.Kind == 0 || rep.RequestID == "" {
+			if err := b.bury(ctx, "read replies", r, dlq, delayed, e.id, "malformed reply entry: no kind or request id", e.attempt, true); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		env, err := wire.Decode([]byte(e.fields["m"]))
+		switch {
+		case err == nil:
+			rep.Env = env
+		case rep.Kind == broker.KindReply:
+			rep.Env = broker.Envelope{Receiver: sender, InReplyTo: rep.RequestID,
+				ErrorCode: ErrorCodeUndecodable, ErrorText: "redisbroker: the reply does not decode: " + err.Error()}
+		default:
+			rep.Env = broker.Envelope{ID: rep.RequestID, Sender: sender}
+		}
+		out = append(out, rep)
+	}
+	return out, nil
+}
+
+// AckReplies deletes entries of sender's reply stream.
+func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := needName("sender", sender); err != nil {
+		return err
+	}
+	return b.ack(ctx, "ack replies", b.keys.replies(sender), b.keys.replyDelayed(sender), refs)
+}

@@ -1,0 +1,389 @@
+package redisbroker
+
+import "github.com/redis/rueidis"
+
+// Every state change that must be atomic is one of these Lua scripts, run by
+// EVALSHA with a fallback to EVAL on NOSCRIPT. Each touches only the keys it
+// is given, all of one name's hash tag except sendTimed (see its header).
+// Time is Redis server time (TIME); Redis 7 replicates scripts by effects.
+//
+// Every stream has one consumer group, "g". Stream entries have the fields:
+//
+//	queue:        m (encoded envelope), d (deadline, unix ms; timed messages only)
+//	reply stream: k ("rep" for a reply, "to" for a timeout notice), i (request id), m
+//	dead letters: m (envelope, or the raw entry), reason, attempts, at (unix ms),
+//	              bad ("1" when m does not decode, else "0"), d (when the message had it)
+
+// luaNow sets now (a number) and nowStr (its decimal string) to Redis time
+// in unix milliseconds.
+const luaNow = `
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local nowStr = string.format('%.0f', now)
+`
+
+// luaBury defines bury(stream, dlq, id, reason, attempts, bad): it moves
+// entry id of stream to the dead-letter stream dlq (XADD + XACK + XDEL) and
+// returns 1, or 0 when the entry is no longer in the stream (it is then
+// only removed from the group's pending list). bad forces the entry to be
+// marked undecodable. An entry without an m field is kept whole, as JSON.
+const luaBury = `
+local function bury(stream, dlq, id, reason, attempts, bad)
+  local e = redis.call('XRANGE', stream, id, id)
+  redis.call('XACK', stream, 'g', id)
+  if not e[1] then
+    return 0
+  end
+  local f = e[1][2]
+  local m, d
+  for j = 1, #f, 2 do
+    if f[j] == 'm' then m = f[j + 1] elseif f[j] == 'd' then d = f[j + 1] end
+  end
+  if m == nil then
+    m = cjson.encode(f)
+    bad = '1'
+  end
+  local args = {dlq, '*', 'm', m, 'reason', reason, 'attempts', attempts, 'at', nowStr, 'bad', bad}
+  if d then
+    args[#args + 1] = 'd'
+    args[#args + 1] = d
+  end
+  redis.call('XADD', unpack(args))
+  redis.call('XDEL', stream, id)
+  return 1
+end
+`
+
+// scriptFetch reclaims and reads entries of a stream for a consumer.
+var scriptFetch = rueidis.NewLuaScript(`-- fetch
+-- KEYS[1] -> the stream: P:{R}:q (queue) or P:{S}:r (reply stream)
+-- KEYS[2] -> the dead-letter stream P:{R}:dlq
+-- KEYS[3] -> the delayed zset P:{R}:delay (retries longer than the lease)
+-- ARGV[1] -> consumer name
+-- ARGV[2] -> max entries to return (> 0)
+-- ARGV[3] -> lease in ms: a pending entry idle this long is reclaimed
+-- ARGV[4] -> max attempts: an entry already delivered this many times is
+--            dead-lettered instead of reclaimed; 0 means no limit
+-- ARGV[5] -> prune idle ms: when > 0, first delete the group's consumers that
+--            hold nothing and were idle this long; 0 skips it
+-- Creates the group "g" (from the start of the stream, MKSTREAM) if missing.
+-- Returns {dead, e1, e2, ...}: dead is how many entries were dead-lettered,
+-- each e is {id, attempt, field1, value1, ...}, reclaimed entries first.
+` + luaNow + luaBury + `
+local stream, dlq, delayed = KEYS[1], KEYS[2], KEYS[3]
+local consumer, max, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local maxAttempts, pruneIdle = tonumber(ARGV[4]), tonumber(ARGV[5])
+local out = {0}
+local pend = redis.pcall('XPENDING', stream, 'g', 'IDLE', lease, '-', '+', max)
+if type(pend) == 'table' and pend.err then
+  if string.find(pend.err, 'NOGROUP', 1, true) == nil then
+    return redis.error_reply(pend.err)
+  end
+  redis.call('XGROUP', 'CREATE', stream, 'g', '0', 'MKSTREAM')
+  pend = {}
+end
+if pruneIdle > 0 then
+  for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, 'g')) do
+    local name, pending, idle
+    for j = 1, #c, 2 do
+      if c[j] == 'name' then name = c[j + 1]
+      elseif c[j] == 'pending' then pending = c[j + 1]
+      elseif c[j] == 'idle' then idle = c[j + 1] end
+    end
+    if pending == 0 and idle >= pruneIdle and name ~= consumer then
+      redis.call('XGROUP', 'DELCONSUMER', stream, 'g', name)
+    end
+  end
+end
+-- Delayed retries that came due become reclaimable now.
+local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', nowStr, 'LIMIT', 0, max)
+if #due > 0 then
+  for _, id in ipairs(due) do
+    redis.call('ZREM', delayed, id)
+    redis.call('XCLAIM', stream, 'g', consumer, 0, id, 'IDLE', lease, 'JUSTID')
+  end
+  pend = redis.call('XPENDING', stream, 'g', 'IDLE', lease, '-', '+', max)
+end
+for _, p in ipairs(pend) do
+  local id, owner, count = p[1], p[2], p[4]
+  local wait = redis.call('ZSCORE', delayed, id)
+  if wait and tonumber(wait) > now then
+    -- A retry delay longer than the lease: keep it with its owner.
+    redis.call('XCLAIM', stream, 'g', owner, 0, id, 'IDLE', 0, 'JUSTID')
+  else
+    if wait then
+      redis.call('ZREM', delayed, id)
+    end
+    if maxAttempts > 0 and count >= maxAttempts then
+      out[1] = out[1] + bury(stream, dlq, id, 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried', count, '0')
+    else
+      local c = redis.call('XCLAIM', stream, 'g', consumer, lease, id)
+      if c[1] then
+        local e = {c[1][1], count + 1}
+        for _, v in ipairs(c[1][2]) do e[#e + 1] = v end
+        out[#out + 1] = e
+      else
+        redis.call('XACK', stream, 'g', id)
+      end
+    end
+  end
+end
+local n = #out - 1
+if n < max then
+  local r = redis.call('XREADGROUP', 'GROUP', 'g', consumer, 'COUNT', max - n, 'STREAMS', stream, '>')
+  if r then
+    for _, entry in ipairs(r[1][2]) do
+      local e = {entry[1], 1}
+      for _, v in ipairs(entry[2]) do e[#e + 1] = v end
+      out[#out + 1] = e
+    end
+  end
+end
+return out
+`)
+
+// scriptBury dead-letters one entry.
+var scriptBury = rueidis.NewLuaScript(`-- bury
+-- KEYS[1] -> the stream: P:{R}:q (or P:{S}:r for an unreadable reply entry)
+-- KEYS[2] -> the dead-letter stream P:{R}:dlq
+-- KEYS[3] -> the delayed zset P:{R}:delay
+-- ARGV[1] -> entry id
+-- ARGV[2] -> reason
+-- ARGV[3] -> attempts so far
+-- ARGV[4] -> "1" if the entry does not decode, else "0"
+-- Returns 1 when moved, 0 when the entry was no longer in the stream.
+` + luaNow + luaBury + `
+redis.call('ZREM', KEYS[3], ARGV[1])
+return bury(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+`)
+
+// scriptAck acknowledges and deletes entries.
+var scriptAck = rueidis.NewLuaScript(`-- ack
+-- KEYS[1] -> the stream: P:{R}:q or P:{S}:r
+-- KEYS[2] -> the delayed zset P:{R}:delay (or P:{S}:rdelay)
+-- ARGV    -> entry ids
+-- Returns how many entries were deleted.
+redis.call('XACK', KEYS[1], 'g', unpack(ARGV))
+redis.call('ZREM', KEYS[2], unpack(ARGV))
+return redis.call('XDEL', KEYS[1], unpack(ARGV))
+`)
+
+// scriptExtend renews the leases a consumer holds.
+var scriptExtend = rueidis.NewLuaScript(`-- extend
+-- KEYS[1] -> the queue stream P:{R}:q
+-- ARGV[1] -> consumer name
+-- ARGV[2..] -> entry ids
+-- Resets the idle time of each entry the consumer holds (XCLAIM JUSTID does
+-- not count a delivery). Returns the ids the consumer no longer holds.
+local lost = {}
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  local p = redis.call('XPENDING', KEYS[1], 'g', id, id, 1)
+  local held = false
+  if p[1] and p[1][2] == ARGV[1] then
+    held = redis.call('XCLAIM', KEYS[1], 'g', ARGV[1], 0, id, 'JUSTID')[1] ~= nil
+  end
+  if not held then
+    lost[#lost + 1] = id
+  end
+end
+return lost
+`)
+
+// scriptRetry schedules a held entry for redelivery.
+var scriptRetry = rueidis.NewLuaScript(`-- retry
+-- KEYS[1] -> the queue stream P:{R}:q
+-- KEYS[2] -> the delayed zset P:{R}:delay
+-- ARGV[1] -> consumer name
+-- ARGV[2] -> entry id
+-- ARGV[3] -> delay in ms
+-- ARGV[4] -> lease in ms
+-- Ages the entry so that a Fetch with this lease reclaims it once the delay
+-- has passed: idle = lease - delay. A delay of at least the lease is kept in
+-- the delayed zset (score: due time) with the entry idle 0; fetch promotes it.
+-- Returns 1, or 0 when the consumer does not hold the entry.
+` + luaNow + `
+local stream, id = KEYS[1], ARGV[2]
+local delay, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
+local p = redis.call('XPENDING', stream, 'g', id, id, 1)
+if not p[1] or p[1][2] ~= ARGV[1] then
+  return 0
+end
+if delay >= lease then
+  redis.call('ZADD', KEYS[2], string.format('%.0f', now + delay), id)
+  redis.call('XCLAIM', stream, 'g', ARGV[1], 0, id, 'IDLE', 0, 'JUSTID')
+else
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('XCLAIM', stream, 'g', ARGV[1], 0, id, 'IDLE', string.format('%.0f', lease - delay), 'JUSTID')
+end
+return 1
+`)
+
+// scriptSendTimed queues a message with a timeout.
+var scriptSendTimed = rueidis.NewLuaScript(`-- send_timed
+-- KEYS[1] -> the receiver's queue stream P:{R}:q
+-- KEYS[2] -> the sender's pending timeouts P:{S}:t (zset: id -> deadline ms)
+-- KEYS[3] -> the sender's timed messages P:{S}:tm (hash: id -> envelope)
+-- ARGV[1] -> encoded envelope
+-- ARGV[2] -> message id
+-- ARGV[3] -> timeout in ms
+-- The only script that touches two names' keys (R and S): on Redis Cluster
+-- both must hash to one slot.
+-- Returns the deadline, unix ms.
+` + luaNow + `
+local deadline = string.format('%.0f', now + tonumber(ARGV[3]))
+redis.call('XADD', KEYS[1], '*', 'm', ARGV[1], 'd', deadline)
+redis.call('ZADD', KEYS[2], deadline, ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
+return deadline
+`)
+
+// scriptReplyTimed settles a timed request with its reply.
+var scriptReplyTimed = rueidis.NewLuaScript(`-- reply_timed
+-- KEYS[1] -> the sender's pending timeouts P:{S}:t
+-- KEYS[2] -> the sender's timed messages P:{S}:tm
+-- KEYS[3] -> the sender's reply stream P:{S}:r
+-- ARGV[1] -> request id
+-- ARGV[2] -> encoded reply envelope
+-- Accepts the reply only if the request is pending and Redis time is before
+-- its deadline; the timeout monitor (expire) is the only other remover.
+-- Returns 1 when accepted, 0 when late.
+` + luaNow + `
+local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not deadline or now >= tonumber(deadline) then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('XADD', KEYS[3], '*', 'k', 'rep', 'i', ARGV[1], 'm', ARGV[2])
+return 1
+`)
+
+// scriptExpire turns expired pending timeouts into timeout notices.
+var scriptExpire = rueidis.NewLuaScript(`-- expire
+-- KEYS[1] -> the sender's pending timeouts P:{S}:t
+-- KEYS[2] -> the sender's timed messages P:{S}:tm
+-- KEYS[3] -> the sender's reply stream P:{S}:r
+-- ARGV[1] -> max notices
+-- Settles up to ARGV[1] requests whose deadline <= Redis time: removes them
+-- and appends a timeout notice (k=to, i=id, m=original envelope) for each.
+-- Returns how many it settled.
+` + luaNow + `
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', nowStr, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, id in ipairs(ids) do
+  local orig = redis.call('HGET', KEYS[2], id) or ''
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('XADD', KEYS[3], '*', 'k', 'to', 'i', id, 'm', orig)
+end
+return #ids
+`)
+
+// scriptCancel settles a timed request without a notice.
+var scriptCancel = rueidis.NewLuaScript(`-- cancel
+-- KEYS[1] -> the sender's pending timeouts P:{S}:t
+-- KEYS[2] -> the sender's timed messages P:{S}:tm
+-- ARGV[1] -> request id
+-- Returns 1 when the request was pending (now settled), 0 when it was not.
+redis.call('HDEL', KEYS[2], ARGV[1])
+return redis.call('ZREM', KEYS[1], ARGV[1])
+`)
+
+// scriptRequeue moves dead letters back to the queue.
+var scriptRequeue = rueidis.NewLuaScript(`-- requeue
+-- KEYS[1] -> the queue stream P:{R}:q
+-- KEYS[2] -> the dead-letter stream P:{R}:dlq
+-- ARGV    -> dead-letter ids
+-- Each decodable dead letter becomes a new queue entry (m, and d if it had
+-- one; deliveries start again from 1) and leaves the dead-letter stream.
+-- Undecodable ones (bad=1) and unknown ids are left alone.
+-- Returns how many moved.
+local n = 0
+for _, id in ipairs(ARGV) do
+  local e = redis.call('XRANGE', KEYS[2], id, id)
+  if e[1] then
+    local f = e[1][2]
+    local m, d, bad
+    for j = 1, #f, 2 do
+      if f[j] == 'm' then m = f[j + 1]
+      elseif f[j] == 'd' then d = f[j + 1]
+      elseif f[j] == 'bad' then bad = f[j + 1] end
+    end
+    if m and bad ~= '1' then
+      if d then
+        redis.call('XADD', KEYS[1], '*', 'm', m, 'd', d)
+      else
+        redis.call('XADD', KEYS[1], '*', 'm', m)
+      end
+      redis.call('XDEL', KEYS[2], id)
+      n = n + 1
+    end
+  end
+end
+return n
+`)
+
+// scriptPurgeAll deletes a dead-letter stream.
+var scriptPurgeAll = rueidis.NewLuaScript(`-- purge_all
+-- KEYS[1] -> the dead-letter stream P:{R}:dlq
+-- Returns how many entries it held.
+local n = redis.call('XLEN', KEYS[1])
+redis.call('DEL', KEYS[1])
+return n
+`)
+
+// scriptAcquire takes or renews a lock.
+var scriptAcquire = rueidis.NewLuaScript(`-- acquire
+-- KEYS[1] -> the lock P:{R}:lock
+-- ARGV[1] -> owner
+-- ARGV[2] -> ttl in ms
+-- Returns 1 when the owner holds the lock for ttl from now, 0 when another
+-- owner holds it.
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
+// scriptRelease gives up a lock.
+var scriptRelease = rueidis.NewLuaScript(`-- release
+-- KEYS[1] -> the lock P:{R}:lock
+-- ARGV[1] -> owner
+-- Returns 1 when the owner held the lock (now deleted), else 0.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// scriptHeartbeat records a live worker.
+var scriptHeartbeat = rueidis.NewLuaScript(`-- heartbeat
+-- KEYS[1] -> the registry P:{workers}:ids (zset: id -> expiry ms)
+-- KEYS[2] -> the worker P:{workers}:w:<id> (hash: info, seen)
+-- ARGV[1] -> worker id
+-- ARGV[2] -> worker info, JSON
+-- ARGV[3] -> ttl in ms
+-- Stores the info with seen = Redis time, expiring after ttl, and drops
+-- expired ids from the registry. Returns seen, unix ms.
+` + luaNow + `
+redis.call('HSET', KEYS[2], 'info', ARGV[2], 'seen', nowStr)
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. nowStr)
+return nowStr
+`)
+
+// scriptStats reads a consistent snapshot of a receiver's queue.
+var scriptStats = rueidis.NewLuaScriptReadOnly(`-- stats
+-- KEYS[1] -> the queue stream P:{R}:q
+-- KEYS[2] -> the dead-letter stream P:{R}:dlq
+-- Returns {length, pending, dead letters}.
+local pending = 0
+local p = redis.pcall('XPENDING', KEYS[1], 'g')
+if type(p) == 'table' and not p.err then
+  pending = p[1]
+end
+return {redis.call('XLEN', KEYS[1]), pending, redis.call('XLEN', KEYS[2])}
+`)
