@@ -1,0 +1,669 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Pool is a supervised checkout pool of stateful workers of type W
+// (connections, clients, parsers...), in the manner of Erlang's poolboy.
+//
+// It keeps Size permanent workers and makes up to MaxOverflow temporary ones
+// when every worker is busy; idle overflow workers are closed after IdleTTL.
+// A caller takes a worker with [Pool.Checkout] (which waits, in FIFO order,
+// until a worker is free or its context ends) or [Pool.TryCheckout] (which
+// never waits), and gives it back with [Lease.Release] or retires it with
+// [Lease.Retire]. [Pool.Do] wraps the two in a transaction that always gives
+// the worker back or retires it.
+//
+// Retired workers and failed constructions are replaced in the background,
+// with exponential backoff after failures. When the constructor fails more
+// than MaxRestarts times within Period the pool is degraded: checkouts that
+// find no idle worker fail at once with an error that wraps [ErrDegraded]
+// and the constructor's last error, until a background construction
+// succeeds again.
+//
+// A Pool is safe for concurrent use. Every method returns [ErrClosed] (never
+// panics) after [Pool.Close].
+type Pool[W any] struct {
+	prefix   string // "pool" or `pool "name"`, the start of every error
+	newFn    func(context.Context) (W, error)
+	closeFn  func(W) error
+	checkFn  func(context.Context, W) error
+	checkOut bool
+	checkIn  bool
+	lifo     bool
+	eager    bool
+	ttl      time.Duration
+	period   time.Duration
+	backoff  time.Duration
+	maxBack  time.Duration
+	log      *slog.Logger
+	epoch    time.Time
+
+	// ctx ends at Close. Background constructions and release checks get it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	errClosed   error
+	errNoWorker error
+	errReleased error
+
+	waiters sync.Pool      // of *poolWaiter[W]
+	wg      sync.WaitGroup // background goroutines: builders, reaper, abandoned transactions
+
+	waitNanos atomic.Int64
+	waits     atomic.Uint64
+
+	mu          sync.Mutex
+	idle        idleRing[W]
+	queue       waitList[W]
+	size        int
+	maxOverflow int
+	// live counts every worker slot in use: idle + leased + building +
+	// builders + closing. It never exceeds size+maxOverflow, except after a
+	// shrink until the surplus comes back.
+	live     int
+	leased   int
+	building int // constructions run by callers of Checkout
+	builders int // background constructions (one goroutine each)
+	closing  int // workers whose Close hook is running
+	shrink   int // workers still to retire after a Resize down
+	closed   bool
+	drained  chan struct{} // closed when the pool is closed and empty
+	isDrain  bool
+	reaper   *time.Timer
+
+	failTimes []int64 // ring of the last MaxRestarts+1 failure times
+	failNext  int
+	failCount int
+	streak    int   // consecutive failed constructions
+	lastErr   error // the constructor's last error; nil after a success
+	probing   bool  // one background builder probes while streak > 0
+	probeDone chan struct{}
+	degraded  error // non-nil while degraded
+
+	checkouts uint64
+	created   uint64
+	retired   uint64
+	failures  uint64
+	restarts  uint64
+}
+
+// poolEntry is one worker and its lease state.
+type poolEntry[W any] struct {
+	p *Pool[W]
+	w W
+	// lease is the id of the current lease, 0 when not leased. A Lease
+	// holds the id it was given, so a stale or copied Lease cannot release
+	// the worker again.
+	lease atomic.Uint64
+	seq   uint64 // last lease id given out; guarded by p.mu
+	since int64  // when it went idle while overflow existed; 0 if unknown
+	used  bool   // leased before (a fresh worker skips the checkout check)
+}
+
+// New returns a pool configured by cfg, or an error naming the first invalid
+// field. With cfg.Eager it builds the Size permanent workers first and fails
+// if one of them cannot be made.
+func New[W any](cfg Config[W]) (*Pool[W], error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	prefix := "pool"
+	if c.Name != "" {
+		prefix = "pool " + strconv.Quote(c.Name)
+	}
+	p := &Pool[W]{
+		prefix:      prefix,
+		newFn:       c.New,
+		closeFn:     c.Close,
+		checkFn:     c.Check,
+		checkOut:    c.CheckOn&CheckOnCheckout != 0,
+		checkIn:     c.CheckOn&CheckOnRelease != 0,
+		lifo:        c.Strategy == LIFO,
+		eager:       c.Eager,
+		ttl:         c.IdleTTL,
+		period:      c.Period,
+		backoff:     c.RestartBackoff,
+		maxBack:     c.MaxRestartBackoff,
+		log:         c.Logger,
+		epoch:       time.Now(),
+		errClosed:   named(prefix, ErrClosed),
+		errNoWorker: named(prefix, ErrNoWorker),
+		errReleased: named(prefix, ErrReleased),
+		size:        c.Size,
+		maxOverflow: c.MaxOverflow,
+		drained:     make(chan struct{}),
+		failTimes:   make([]int64, c.MaxRestarts+1),
+		probeDone:   make(chan struct{}),
+	}
+	if c.Name != "" {
+		p.log = p.log.With("pool", c.Name)
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.waiters.New = func() any { return &poolWaiter[W]{ch: make(chan *poolEntry[W], 1)} }
+	if c.Eager {
+		for i := range c.Size {
+			w, err := p.construct(p.ctx)
+			if err != nil {
+				errs := []error{p.errorf("new worker %d of %d: %w", i+1, c.Size, err)}
+				for p.idle.n > 0 {
+					if err := p.closeWorker(p.idle.popFront().w); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				p.cancel()
+				return nil, errors.Join(errs...)
+			}
+			p.idle.pushBack(&poolEntry[W]{p: p, w: w})
+			p.live++
+			p.created++
+		}
+	}
+	return p, nil
+}
+
+// errorf formats an error that starts with the pool's prefix.
+func (p *Pool[W]) errorf(format string, args ...any) error {
+	return fmt.Errorf(p.prefix+": "+format, args...)
+}
+
+// Checkout leases a worker, waiting until one is free. It takes an idle
+// worker if there is one, else makes a worker (with ctx) if the pool may
+// grow, else waits behind earlier callers, first come first served. It gives
+// up with ctx.Err() (unwrapped) when ctx ends first, and fails at once with
+// an error wrapping ErrDegraded when it would have to wait or make a worker
+// while the pool is degraded, or ErrClosed after Close. An error from the
+// constructor is returned wrapped.
+//
+// The caller must end the lease with Release or Retire.
+func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return Lease[W]{}, p.errClosed
+		}
+		var (
+			e   *poolEntry[W]
+			err error
+		)
+		if e = p.popIdleLocked(); e != nil {
+			p.leaseLocked(e)
+			p.mu.Unlock()
+		} else if p.degraded != nil {
+			err = p.degraded
+			p.mu.Unlock()
+			return Lease[W]{}, err
+		} else if p.live < p.size+p.maxOverflow {
+			return p.build(ctx)
+		} else if err = ctx.Err(); err != nil {
+			p.mu.Unlock()
+			return Lease[W]{}, err
+		} else if e, err = p.wait(ctx); err != nil {
+			return Lease[W]{}, err
+		}
+		if l, ok := p.checked(ctx, e); ok {
+			return l, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return Lease[W]{}, err
+		}
+	}
+}
+
+// TryCheckout leases an idle worker if there is one and never waits for a
+// worker: it returns an error wrapping ErrNoWorker when none is idle (and
+// then, if the pool may grow, starts making one in the background so that a
+// later try can succeed). ctx is given to the health check only. It fails
+// with ErrDegraded or ErrClosed like Checkout.
+func (p *Pool[W]) TryCheckout(ctx context.Context) (Lease[W], error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return Lease[W]{}, p.errClosed
+		}
+		e := p.popIdleLocked()
+		if e == nil {
+			err := p.errNoWorker
+			if p.degraded != nil {
+				err = p.degraded
+			} else if p.builders <= p.queue.n && p.live < p.size+p.maxOverflow {
+				p.startBuilderLocked()
+			}
+			p.mu.Unlock()
+			return Lease[W]{}, err
+		}
+		p.leaseLocked(e)
+		p.mu.Unlock()
+		if l, ok := p.checked(ctx, e); ok {
+			return l, nil
+		}
+	}
+}
+
+func (p *Pool[W]) popIdleLocked() *poolEntry[W] {
+	if p.lifo {
+		return p.idle.popBack()
+	}
+	return p.idle.popFront()
+}
+
+// leaseLocked marks e as leased under a new lease id.
+func (p *Pool[W]) leaseLocked(e *poolEntry[W]) {
+	p.leased++
+	p.checkouts++
+	e.seq++
+	e.lease.Store(e.seq)
+}
+
+// checked runs the checkout health check on e, which the caller holds under
+// its current lease. A worker that fails it is retired; if ctx has ended,
+// it is given back instead, since the check may have failed only for that.
+func (p *Pool[W]) checked(ctx context.Context, e *poolEntry[W]) (Lease[W], bool) {
+	l := Lease[W]{e: e, id: e.lease.Load()}
+	if !p.checkOut || !e.used {
+		e.used = true
+		return l, true
+	}
+	err := p.check(ctx, e.w)
+	if err == nil {
+		return l, true
+	}
+	if ctx.Err() != nil {
+		p.release(l, false)
+		return Lease[W]{}, false
+	}
+	p.log.Warn("pool: worker failed its health check on checkout; retiring it", "err", err)
+	if err := p.retire(l); err != nil {
+		p.log.Warn("pool: closing a retired worker failed", "err", err)
+	}
+	return Lease[W]{}, false
+}
+
+// build makes a worker for the caller of Checkout. p.mu is held on entry and
+// released on return.
+func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
+	p.live++
+	p.building++
+	p.mu.Unlock()
+	start := time.Now()
+	w, err := p.construct(ctx)
+	p.mu.Lock()
+	p.building--
+	if err != nil {
+		p.live--
+		p.failedLocked(err)
+		p.refillLocked(true)
+		p.drainCheckLocked()
+		p.mu.Unlock()
+		return Lease[W]{}, p.errorf("new worker: %w", err)
+	}
+	p.succeededLocked()
+	p.created++
+	e := &poolEntry[W]{p: p, w: w, used: true}
+	if p.closed {
+		p.closing++
+		p.mu.Unlock()
+		p.finishClose(w, false)
+		return Lease[W]{}, p.errClosed
+	}
+	p.leaseLocked(e)
+	p.mu.Unlock()
+	p.noteWait(start)
+	l := Lease[W]{e: e, id: e.seq}
+	if err := ctx.Err(); err != nil {
+		p.release(l, false)
+		return Lease[W]{}, err
+	}
+	return l, nil
+}
+
+// wait queues the caller behind earlier waiters until a worker is handed to
+// it. p.mu is held on entry and released on return.
+func (p *Pool[W]) wait(ctx context.Context) (*poolEntry[W], error) {
+	w := p.waiters.Get().(*poolWaiter[W])
+	p.queue.push(w)
+	p.mu.Unlock()
+	start := time.Now()
+	var e *poolEntry[W]
+	if done := ctx.Done(); done == nil {
+		e = <-w.ch
+	} else {
+		select {
+		case e = <-w.ch:
+		case <-done:
+			p.mu.Lock()
+			if w.queued {
+				p.queue.remove(w)
+				p.mu.Unlock()
+				p.waiters.Put(w)
+				return nil, ctx.Err()
+			}
+			p.mu.Unlock()
+			// Someone is handing us a worker (or an error) right now:
+			// take it and give it back.
+			if e = <-w.ch; e != nil {
+				p.release(Lease[W]{e: e, id: e.lease.Load()}, false)
+			}
+			w.err = nil
+			p.waiters.Put(w)
+			return nil, ctx.Err()
+		}
+	}
+	err := w.err
+	w.err = nil
+	p.waiters.Put(w)
+	if e == nil {
+		return nil, err
+	}
+	p.noteWait(start)
+	return e, nil
+}
+
+func (p *Pool[W]) noteWait(start time.Time) {
+	p.waitNanos.Add(int64(time.Since(start)))
+	p.waits.Add(1)
+}
+
+// release ends lease l and gives its worker back: to the first waiter, to
+// the idle set, or to Close if it is surplus or the pool is closed. With
+// check, the release health check runs first.
+func (p *Pool[W]) release(l Lease[W], check bool) error {
+	e := l.e
+	if e == nil || !e.lease.CompareAndSwap(l.id, 0) {
+		return p.errReleased
+	}
+	if check && p.checkIn {
+		if err := p.check(p.ctx, e.w); err != nil {
+			p.log.Warn("pool: worker failed its health check on release; retiring it", "err", err)
+			return p.retireOwned(e)
+		}
+	}
+	p.mu.Lock()
+	p.leased--
+	if p.closed || p.surplusLocked() {
+		p.closing++
+		p.mu.Unlock()
+		return p.finishClose(e.w, false)
+	}
+	p.deliverLocked(e)
+	return nil
+}
+
+// retire ends lease l and closes its worker; a replacement is made in the
+// background when the pool needs one.
+func (p *Pool[W]) retire(l Lease[W]) error {
+	e := l.e
+	if e == nil || !e.lease.CompareAndSwap(l.id, 0) {
+		return p.errReleased
+	}
+	return p.retireOwned(e)
+}
+
+// retireOwned retires e, whose lease the caller has just ended.
+func (p *Pool[W]) retireOwned(e *poolEntry[W]) error {
+	p.mu.Lock()
+	p.leased--
+	p.retired++
+	p.closing++
+	p.mu.Unlock()
+	return p.finishClose(e.w, true)
+}
+
+// surplusLocked reports whether a worker coming back (or about to be made)
+// is one too many: the pool is above its cap, or shrinking after a Resize
+// with nobody waiting. It counts the worker as gone from the shrink.
+func (p *Pool[W]) surplusLocked() bool {
+	if p.live > p.size+p.maxOverflow || (p.shrink > 0 && p.live > p.size && p.queue.n == 0) {
+		if p.shrink > 0 {
+			p.shrink--
+		}
+		return true
+	}
+	return false
+}
+
+// deliverLocked hands e, a worker counted in live but in no other state, to
+// the first waiter or puts it in the idle set. p.mu is held on entry and
+// released on return.
+func (p *Pool[W]) deliverLocked(e *poolEntry[W]) {
+	if w := p.queue.pop(); w != nil {
+		p.leaseLocked(e)
+		p.mu.Unlock()
+		w.ch <- e
+		return
+	}
+	e.since = 0
+	if p.live > p.size {
+		e.since = p.now()
+		p.armReaperLocked()
+	}
+	p.idle.pushBack(e)
+	p.mu.Unlock()
+}
+
+// finishClose closes w, a worker counted in closing, and then lets its slot
+// go; with restart, a replacement counts as a restart.
+func (p *Pool[W]) finishClose(w W, restart bool) error {
+	err := p.closeWorker(w)
+	p.mu.Lock()
+	p.closing--
+	p.live--
+	p.shrink = min(p.shrink, max(0, p.live-p.size))
+	p.refillLocked(restart)
+	p.drainCheckLocked()
+	p.mu.Unlock()
+	return err
+}
+
+// construct calls the constructor, turning a panic into an error.
+func (p *Pool[W]) construct(ctx context.Context) (w W, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = NewPanicError(r)
+		}
+	}()
+	return p.newFn(ctx)
+}
+
+// closeWorker calls the Close hook, turning a panic into an error.
+func (p *Pool[W]) closeWorker(w W) (err error) {
+	if p.closeFn == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = NewPanicError(r)
+		}
+		if err != nil {
+			err = p.errorf("close worker: %w", err)
+		}
+	}()
+	return p.closeFn(w)
+}
+
+// check calls the health check, turning a panic into an error.
+func (p *Pool[W]) check(ctx context.Context, w W) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = NewPanicError(r)
+		}
+	}()
+	return p.checkFn(ctx, w)
+}
+
+// now is the time since the pool was made, from the monotonic clock; it is
+// never 0.
+func (p *Pool[W]) now() int64 {
+	return max(1, int64(time.Since(p.epoch)))
+}
+
+// Resize sets the number of permanent workers to n (n >= 0). Growing an
+// eager pool makes the new workers in the background; growing a lazy one
+// lets it make them on demand, and serves waiting callers at once. Shrinking
+// closes idle workers now and leased ones as they come back (a worker coming
+// back while callers wait goes to them instead, within the MaxOverflow cap).
+// It returns the errors of closing idle workers, ErrClosed after Close.
+func (p *Pool[W]) Resize(n int) error {
+	if n < 0 {
+		return p.errorf("Resize: n must be >= 0, got %d", n)
+	}
+	var victims []W
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return p.errClosed
+	}
+	p.size = n
+	if p.live > n {
+		for p.live-len(victims) > n && p.idle.n > 0 {
+			victims = append(victims, p.idle.popFront().w)
+		}
+		p.closing += len(victims)
+		p.shrink = p.live - len(victims) - n
+	} else {
+		p.shrink = 0
+		if p.eager {
+			for p.live < n {
+				p.startBuilderLocked()
+			}
+		}
+		p.growForWaitersLocked()
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, w := range victims {
+		if err := p.finishClose(w, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PoolStats is a snapshot of a [Pool], from [Pool.Stats].
+type PoolStats struct {
+	// Size is the number of permanent workers (Config.Size or the last
+	// Resize) and MaxOverflow the number of temporary ones allowed beyond.
+	Size, MaxOverflow int
+	// Idle workers wait for a checkout; Busy ones are leased.
+	Idle, Busy int
+	// Overflow is how many of the Idle+Busy workers are beyond Size.
+	Overflow int
+	// Starting workers are being made; Closing ones are being closed.
+	Starting, Closing int
+	// Waiting is the number of callers queued in Checkout.
+	Waiting int
+	// Checkouts counts the leases handed out; Waits counts those whose
+	// caller had to wait for a worker (or for one to be made).
+	Checkouts, Waits uint64
+	// WaitTime is the total time callers waited, and AvgWait is WaitTime
+	// divided by Checkouts.
+	WaitTime, AvgWait time.Duration
+	// Created counts the workers made; Retired those retired (by Retire, a
+	// failed transaction or a failed health check); Failures the failed
+	// constructions; Restarts the background constructions that replaced
+	// a retired worker or retried a failed construction.
+	Created, Retired, Failures, Restarts uint64
+	// Degraded is true while the pool is degraded, and LastError is the
+	// constructor's last error, nil once a construction succeeds.
+	Degraded  bool
+	LastError error
+}
+
+// Stats returns a snapshot of the pool. It works after Close too.
+func (p *Pool[W]) Stats() PoolStats {
+	p.mu.Lock()
+	s := PoolStats{
+		Size:        p.size,
+		MaxOverflow: p.maxOverflow,
+		Idle:        p.idle.n,
+		Busy:        p.leased,
+		Overflow:    max(0, p.idle.n+p.leased-p.size),
+		Starting:    p.building + p.builders,
+		Closing:     p.closing,
+		Waiting:     p.queue.n,
+		Checkouts:   p.checkouts,
+		Created:     p.created,
+		Retired:     p.retired,
+		Failures:    p.failures,
+		Restarts:    p.restarts,
+		Degraded:    p.degraded != nil,
+		LastError:   p.lastErr,
+	}
+	p.mu.Unlock()
+	s.Waits = p.waits.Load()
+	s.WaitTime = time.Duration(p.waitNanos.Load())
+	if s.Checkouts > 0 {
+		s.AvgWait = s.WaitTime / time.Duration(s.Checkouts)
+	}
+	return s
+}
+
+// Close shuts the pool down: callers waiting in Checkout get ErrClosed, idle
+// workers are closed now, and Close waits until ctx ends for the leased ones
+// to come back (each is closed when it does, even after Close returned) and
+// for background constructions to stop. It returns the errors of closing
+// workers, and ctx's error if it ended first.
+//
+// Close is idempotent: every call waits for the same drain, and only the
+// first one closes the idle workers. Every other method returns ErrClosed
+// once Close has been called.
+func (p *Pool[W]) Close(ctx context.Context) error {
+	var errs []error
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		if p.reaper != nil && p.reaper.Stop() {
+			p.reaper = nil
+			p.wg.Done()
+		}
+		for w := p.queue.pop(); w != nil; w = p.queue.pop() {
+			w.err = p.errClosed
+			w.ch <- nil
+		}
+		var victims []W
+		for p.idle.n > 0 {
+			victims = append(victims, p.idle.popFront().w)
+		}
+		p.closing += len(victims)
+		p.mu.Unlock()
+		p.cancel()
+		for _, w := range victims {
+			if err := p.finishClose(w, false); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		p.mu.Lock()
+		p.drainCheckLocked()
+	}
+	p.mu.Unlock()
+	select {
+	case <-p.drained:
+		p.wg.Wait()
+		return errors.Join(errs...)
+	case <-ctx.Done():
+		p.mu.Lock()
+		busy, starting := p.leased, p.building+p.builders
+		p.mu.Unlock()
+		errs = append(errs, p.errorf("close: %d workers still leased, %d being made: %w", busy, starting, ctx.Err()))
+		return errors.Join(errs...)
+	}
+}
+
+// drainCheckLocked closes p.drained once the pool is closed and empty.
+func (p *Pool[W]) drainCheckLocked() {
+	if p.closed && !p.isDrain && p.live == 0 && p.reaper == nil {
+		p.isDrain = true
+		close(p.drained)
+	}
+}
