@@ -1,0 +1,447 @@
+package brokertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// timedEnv returns a message from sender to receiver with timeout.
+func timedEnv(sender, receiver, content string, timeout time.Duration) *broker.Envelope {
+	env := newEnv(receiver, content)
+	env.Sender = sender
+	env.Timeout = timeout
+	return env
+}
+
+func reply(t *testing.T, b broker.Broker, r *broker.Envelope, timed bool) error {
+	t.Helper()
+	err := b.Reply(ctxT(t), r, timed)
+	if err != nil && !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("Reply to %s: %v", r.InReplyTo, err)
+	}
+	return err
+}
+
+func expire(t *testing.T, b broker.Broker, sender string, max int) int {
+	t.Helper()
+	n, err := b.ExpireTimeouts(ctxT(t), sender, max)
+	if err != nil {
+		t.Fatalf("ExpireTimeouts %s: %v", sender, err)
+	}
+	return n
+}
+
+func cancelTimeout(t *testing.T, b broker.Broker, sender, id string) bool {
+	t.Helper()
+	ok, err := b.Cancel(ctxT(t), sender, id)
+	if err != nil {
+		t.Fatalf("Cancel %s: %v", id, err)
+	}
+	return ok
+}
+
+func ackReplies(t *testing.T, b broker.Broker, sender string, rs []broker.Reply) {
+	t.Helper()
+	refs := make([]string, len(rs))
+	for i, r := range rs {
+		refs[i] = r.Ref
+	}
+	if err := b.AckReplies(ctxT(t), sender, refs...); err != nil {
+		t.Fatalf("AckReplies %s: %v", sender, err)
+	}
+}
+
+func testTimedReplyAccepted(t *testing.T, b broker.Broker) {
+	s, r := name("sender"), name("recv")
+	before, err := b.Now(ctxT(t))
+	if err != nil {
+		t.Fatalf("Now: %v", err)
+	}
+	env := timedEnv(s, r, "ping", longLease)
+	deadline := send(t, b, env)
+	if deadline.Before(before.Add(env.Timeout - time.Millisecond)) {
+		t.Fatalf("Send: got deadline %v, want at least broker time before Send %v + %v", deadline, before, env.Timeout)
+	}
+	d := fetchOne(t, b, r, "worker", longLease)
+	checkEnv(t, "timed message", d.Env, env)
+	if !d.Deadline.Equal(deadline) {
+		t.Fatalf("delivery deadline: got %v, want %v as Send returned", d.Deadline, deadline)
+	}
+
+	rep := replyTo(env, "pong")
+	if err := reply(t, b, rep, true); err != nil {
+		t.Fatalf("Reply before the deadline: %v", err)
+	}
+	if err := reply(t, b, replyTo(env, "again"), true); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("second Reply: got %v, want ErrLate", err)
+	}
+	if n := expire(t, b, s, 100); n != 0 {
+		t.Fatalf("ExpireTimeouts after the reply: settled %d, want 0", n)
+	}
+	if cancelTimeout(t, b, s, env.ID) {
+		t.Fatalf("Cancel after the reply: got true, want false")
+	}
+	rs := readReplies(t, b, s, "c1", 10, 0, longLease)
+	if len(rs) != 1 || rs[0].Kind != broker.KindReply || rs[0].RequestID != env.ID || rs[0].Ref == "" {
+		t.Fatalf("ReadReplies: got %+v, want the one reply to %s", rs, env.ID)
+	}
+	checkEnv(t, "reply", rs[0].Env, rep)
+	ackReplies(t, b, s, rs)
+	if rs := readReplies(t, b, s, "c1", 10, 0, longLease); len(rs) != 0 {
+		t.Fatalf("ReadReplies after AckReplies: got %+v", rs)
+	}
+	ack(t, b, r, d.Ref)
+}
+
+func testLateReply(t *testing.T, b broker.Broker) {
+	s, r := name("sender"), name("recv")
+	env := timedEnv(s, r, "ping", shortLease)
+	deadline := send(t, b, env)
+	waiting := timedEnv(s, r, "keeps waiting", longLease)
+	send(t, b, waiting)
+	ds := fetch(t, b, r, "worker", 10, 0, longLease, 10)
+	if len(ds) != 2 {
+		t.Fatalf("Fetch: got %d, want 2", len(ds))
+	}
+	waitBrokerTime(t, b, deadline)
+
+	if err := reply(t, b, replyTo(env, "too late"), true); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("Reply after the deadline: got %v, want ErrLate", err)
+	}
+	if n := expire(t, b, s, 100); n != 1 {
+		t.Fatalf("ExpireTimeouts after the deadline: settled %d, want 1", n)
+	}
+	if n := expire(t, b, s, 100); n != 0 {
+		t.Fatalf("second ExpireTimeouts: settled %d, want 0", n)
+	}
+	rs := readReplies(t, b, s, "c1", 10, 0, longLease)
+	if len(rs) != 1 || rs[0].Kind != broker.KindTimeout || rs[0].RequestID != env.ID {
+		t.Fatalf("ReadReplies: got %+v, want one timeout notice for %s", rs, env.ID)
+	}
+	checkEnv(t, "timeout notice", rs[0].Env, env)
+	ackReplies(t, b, s, rs)
+	if cancelTimeout(t, b, s, env.ID) {
+		t.Fatalf("Cancel after the timeout notice: got true, want false")
+	}
+	if !cancelTimeout(t, b, s, waiting.ID) {
+		t.Fatalf("Cancel of a pending timeout: got false, want true")
+	}
+	ack(t, b, r, ds[0].Ref, ds[1].Ref)
+}
+
+func testExpireTimeoutsMax(t *testing.T, b broker.Broker) {
+	s, r := name("sender"), name("recv")
+	var last time.Time
+	ids := map[string]bool{}
+	for i := range 3 {
+		env := timedEnv(s, r, fmt.Sprint(i), time.Duration(i+1)*time.Millisecond)
+		ids[env.ID] = true
+		last = send(t, b, env)
+	}
+	waitBrokerTime(t, b, last)
+	if n := expire(t, b, s, 2); n != 2 {
+		t.Fatalf("ExpireTimeouts max 2 of 3: settled %d", n)
+	}
+	if n := expire(t, b, s, 2); n != 1 {
+		t.Fatalf("ExpireTimeouts max 2 of the last 1: settled %d", n)
+	}
+	rs := readReplies(t, b, s, "c1", 10, 0, longLease)
+	for _, rep := range rs {
+		if rep.Kind != broker.KindTimeout || !ids[rep.RequestID] {
+			t.Fatalf("unexpected entry %+v", rep)
+		}
+		delete(ids, rep.RequestID)
+	}
+	if len(ids) != 0 || len(rs) != 3 {
+		t.Fatalf("ReadReplies: got %+v, want one notice for each of the 3", rs)
+	}
+	ackReplies(t, b, s, rs)
+	ds := fetch(t, b, r, "w", 10, 0, longLease, 10)
+	for _, d := range ds {
+		ack(t, b, r, d.Ref)
+	}
+	checkStats(t, b, r, 0, 0, 0)
+}
+
+// testNoTimeoutBeforeDeadline expires timeouts as fast as it can and
+// checks that none is settled before its deadline.
+func testNoTimeoutBeforeDeadline(t *testing.T, b broker.Broker) {
+	s, r := name("sender"), name("recv")
+	ctx := ctxT(t)
+	for i := range 20 {
+		deadline := send(t, b, timedEnv(s, r, fmt.Sprint(i), 3*time.Millisecond))
+		for settled := 0; settled == 0; {
+			settled = expire(t, b, s, 10)
+			after, err := b.Now(ctx)
+			if err != nil {
+				t.Fatalf("Now: %v", err)
+			}
+			if settled > 0 && after.Before(deadline) {
+				t.Fatalf("ExpireTimeouts settled a timeout before broker time %v, its deadline is %v", after, deadline)
+			}
+		}
+	}
+	rs := readReplies(t, b, s, "c", 100, 0, longLease)
+	if len(rs) != 20 {
+		t.Fatalf("ReadReplies: got %d notices, want 20", len(rs))
+	}
+	ackReplies(t, b, s, rs)
+	for _, d := range fetch(t, b, r, "w", 100, 0, longLease, 10) {
+		ack(t, b, r, d.Ref)
+	}
+}
+
+func testCancel(t *testing.T, b broker.Broker) {
+	s, r := name("sender"), name("recv")
+	env := timedEnv(s, r, "ping", shortLease)
+	deadline := send(t, b, env)
+	if !cancelTimeout(t, b, s, env.ID) {
+		t.Fatalf("Cancel of a pending timeout: got false")
+	}
+	if cancelTimeout(t, b, s, env.ID) {
+		t.Fatalf("second Cancel: got true")
+	}
+	if err := reply(t, b, replyTo(env, "pong"), true); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("Reply after Cancel: got %v, want ErrLate", err)
+	}
+	waitBrokerTime(t, b, deadline)
+	if n := expire(t, b, s, 100); n != 0 {
+		t.Fatalf("ExpireTimeouts after Cancel: settled %d, want 0", n)
+	}
+	if rs := readReplies(t, b, s, "c1", 10, 0, longLease); len(rs) != 0 {
+		t.Fatalf("ReadReplies after Cancel: got %+v, want nothing", rs)
+	}
+	if cancelTimeout(t, b, s, name("unknown")) {
+		t.Fatalf("Cancel of an unknown id: got true")
+	}
+	d := fetchOne(t, b, r, "w", longLease)
+	ack(t, b, r, d.Ref)
+}
+
+// testReplyRacesTimeout races replies against the timeout monitor 2,000
+// times: each message must get exactly one outcome in the reply stream, the
+// one its Reply call reported.
+func testReplyRacesTimeout(t *testing.T, b broker.Broker) {
+	const n, repliers = 2000, 4
+	s, r := name("sender"), name("recv")
+	ctx := ctxT(t)
+
+	var (
+		mu       sync.Mutex
+		accepted = map[string]bool{} // id -> Reply succeeded
+		envs     = map[string]*broker.Envelope{}
+		last     time.Time
+		errs     []error
+		wg       sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	for w := range repliers {
+		wg.Go(func() {
+			for i := w; i < n; i += repliers {
+				env := timedEnv(s, r, fmt.Sprint(i), time.Duration(1+i%3)*time.Millisecond)
+				deadline, err := b.Send(ctx, env)
+				if err != nil {
+					fail(err)
+					return
+				}
+				// Reply close to the deadline, from a little before to
+				// just after it, while the monitor expires timeouts.
+				aim := deadline.Add(-time.Duration(i%5) * 250 * time.Microsecond)
+				var before time.Time
+				for before.Before(aim) {
+					if before, err = b.Now(ctx); err != nil {
+						fail(err)
+						return
+					}
+				}
+				err = b.Reply(ctx, replyTo(env, "pong"), true)
+				if err != nil && !errors.Is(err, broker.ErrLate) {
+					fail(err)
+					return
+				}
+				if err == nil && !before.Before(deadline) {
+					fail(fmt.Errorf("reply to %s accepted at %v or later, after its deadline %v", env.ID, before, deadline))
+				}
+				mu.Lock()
+				accepted[env.ID] = err == nil
+				envs[env.ID] = env
+				if deadline.After(last) {
+					last = deadline
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	monitorDone := make(chan struct{})
+	stopMonitor := make(chan struct{})
+	expired := 0
+	go func() {
+		defer close(monitorDone)
+		for {
+			select {
+			case <-stopMonitor:
+				return
+			default:
+			}
+			m, err := b.ExpireTimeouts(ctx, s, 50)
+			if err != nil {
+				fail(err)
+				return
+			}
+			expired += m
+		}
+	}()
+	wg.Wait()
+	close(stopMonitor)
+	<-monitorDone
+	if len(errs) > 0 {
+		t.Fatal(errors.Join(errs...))
+	}
+	// Settle what the monitor had not reached yet.
+	waitBrokerTime(t, b, last)
+	for {
+		m := expire(t, b, s, 500)
+		if m == 0 {
+			break
+		}
+		expired += m
+	}
+
+	outcomes := map[string][]broker.Reply{}
+	for {
+		rs := readReplies(t, b, s, "c", 500, 0, longLease)
+		if len(rs) == 0 {
+			break
+		}
+		for _, rep := range rs {
+			outcomes[rep.RequestID] = append(outcomes[rep.RequestID], rep)
+		}
+		ackReplies(t, b, s, rs)
+	}
+	replies, notices := 0, 0
+	for id, ok := range accepted {
+		got := outcomes[id]
+		delete(outcomes, id)
+		if len(got) != 1 {
+			t.Fatalf("message %s (reply accepted: %v) has %d outcomes, want exactly 1: %+v", id, ok, len(got), got)
+		}
+		want := broker.KindTimeout
+		if ok {
+			want = broker.KindReply
+			replies++
+		} else {
+			notices++
+			checkEnv(t, "timeout notice", got[0].Env, envs[id])
+		}
+		if got[0].Kind != want {
+			t.Fatalf("message %s (reply accepted: %v): got outcome kind %v", id, ok, got[0].Kind)
+		}
+	}
+	if len(accepted) != n || len(outcomes) != 0 {
+		t.Fatalf("got %d messages and %d stray outcomes, want %d and 0", len(accepted), len(outcomes), n)
+	}
+	if expired != notices {
+		t.Fatalf("ExpireTimeouts settled %d, but the stream holds %d notices", expired, notices)
+	}
+	t.Logf("%d replies accepted, %d timed out", replies, notices)
+
+	for {
+		ds := fetch(t, b, r, "w", 500, 0, longLease, 10)
+		if len(ds) == 0 {
+			break
+		}
+		refs := make([]string, len(ds))
+		for i, d := range ds {
+			refs[i] = d.Ref
+		}
+		ack(t, b, r, refs...)
+	}
+	checkStats(t, b, r, 0, 0, 0)
+}
+
+func testReplyStreamConsumers(t *testing.T, b broker.Broker) {
+	s := name("sender")
+	const n = 6
+	for i := range n {
+		rep := &broker.Envelope{ID: name("reply"), Sender: name("recv"), Receiver: s, InReplyTo: name("req"), Content: []byte(fmt.Sprint(i))}
+		if err := reply(t, b, rep, false); err != nil {
+			t.Fatalf("untimed Reply: %v", err)
+		}
+	}
+	r1 := readReplies(t, b, s, "c1", 3, 0, longLease)
+	r2 := readReplies(t, b, s, "c2", 10, 0, shortLease)
+	if len(r1) != 3 || len(r2) != 3 {
+		t.Fatalf("ReadReplies by two consumers: got %d and %d, want 3 and 3", len(r1), len(r2))
+	}
+	seen := map[string]bool{}
+	for _, rep := range append(r1, r2...) {
+		if seen[rep.Ref] || rep.Kind != broker.KindReply {
+			t.Fatalf("reply %+v delivered twice or of the wrong kind", rep)
+		}
+		seen[rep.Ref] = true
+	}
+	ackReplies(t, b, s, r1)
+
+	// c2 does not acknowledge: its replies go to c3 after the lease.
+	var r3 []broker.Reply
+	eventually(t, "redelivery of unacknowledged replies", func() bool {
+		r3 = append(r3, readReplies(t, b, s, "c3", 10, pollBlock, shortLease)...)
+		return len(r3) >= 3
+	})
+	got := map[string]bool{}
+	for _, rep := range r3 {
+		got[rep.Ref] = true
+	}
+	for _, rep := range r2 {
+		if !got[rep.Ref] {
+			t.Fatalf("reply %s held by c2 was not redelivered; got %+v", rep.Ref, r3)
+		}
+	}
+	ackReplies(t, b, s, r3)
+	if rs := readReplies(t, b, s, "c4", 10, 0, shortLease); len(rs) != 0 {
+		t.Fatalf("ReadReplies after acknowledging everything: got %+v", rs)
+	}
+}
+
+func testReadRepliesWoken(t *testing.T, b broker.Broker) {
+	s := name("sender")
+	type result struct {
+		rs  []broker.Reply
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		rs, err := b.ReadReplies(ctxT(t), s, "c1", 10, blockLong, longLease)
+		ch <- result{rs, err}
+	}()
+	rep := &broker.Envelope{ID: name("reply"), Receiver: s, InReplyTo: name("req"), Content: []byte("hi")}
+	if err := reply(t, b, rep, false); err != nil {
+		t.Fatalf("Reply: %v", err)
+	}
+	res := await(t, "the blocked ReadReplies", ch)
+	if res.err != nil || len(res.rs) != 1 {
+		t.Fatalf("blocked ReadReplies: got %+v, %v; want the reply", res.rs, res.err)
+	}
+	checkEnv(t, "reply", res.rs[0].Env, rep)
+	ackReplies(t, b, s, res.rs)
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	go func() {
+		rs, err := b.ReadReplies(ctx, s, "c1", 10, blockLong, longLease)
+		ch <- result{rs, err}
+	}()
+	cancel()
+	if res := await(t, "the cancelled ReadReplies", ch); !errors.Is(res.err, context.Canceled) {
+		t.Fatalf("cancelled ReadReplies: got %+v, %v; want context.Canceled", res.rs, res.err)
+	}
+}

@@ -1,0 +1,240 @@
+// Package membroker is the embedded broker: a [broker.Broker] held entirely
+// in the memory of one process, with the same semantics as the Redis broker
+// (it passes the same conformance suite, internal/broker/brokertest).
+//
+// It is the default engine of a single process and of `disker demo`. A
+// broker made by [New] is private to its user; [Shared] gives several users
+// in one process (for instance several disker instances) one broker by name.
+//
+// All state sits behind one mutex, so every operation is one atomic step.
+// Blocking reads wait on channels and on a timer for the earliest moment a
+// lease or a retry delay comes due; an idle receiver costs no goroutine and
+// no polling. Messages are stored encoded, so callers never share memory with
+// the broker.
+package membroker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// DefaultMaxMessageSize is the default limit on a message's content: 1 MiB.
+const DefaultMaxMessageSize = 1 << 20
+
+// Options configures a Broker.
+type Options struct {
+	// MaxMessageSize is the largest content, in bytes, that a message or a
+	// reply may carry; Send and Reply reject larger ones. 0 means
+	// DefaultMaxMessageSize.
+	MaxMessageSize int
+	// Now is the broker's clock: every deadline, lease and expiry is decided
+	// by it. nil means time.Now. Blocked calls wait in real time for
+	// durations computed from it.
+	Now func() time.Time
+}
+
+// Broker is an in-memory [broker.Broker]. It is safe for concurrent use.
+// A Broker from [New] owns its state; one from [Shared] is a handle on state
+// shared by name, and its Close only closes the handle.
+type Broker struct {
+	c         *core
+	closed    atomic.Bool
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+var _ broker.Broker = (*Broker)(nil)
+
+// New returns a private in-memory broker. Its state is dropped with it.
+func New(opts Options) *Broker {
+	return newHandle(newCore(opts))
+}
+
+var shared = struct {
+	mu    sync.Mutex
+	cores map[string]*core
+}{cores: make(map[string]*core)}
+
+// Shared returns a handle on the process-wide broker called name, creating
+// it with default Options on first use. Every handle of one name sees the
+// same queues, replies and registry, as clients of one Redis server do.
+//
+// A shared broker lives as long as the process (it is never discarded, so a
+// stopped instance's messages wait for the next one, as they would in
+// Redis). Close on a handle only closes that handle: calls through it return
+// broker.ErrClosed and its blocked calls wake, while other handles carry on.
+func Shared(name string) *Broker {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	c, ok := shared.cores[name]
+	if !ok {
+		c = newCore(Options{})
+		shared.cores[name] = c
+	}
+	return newHandle(c)
+}
+
+func newHandle(c *core) *Broker {
+	return &Broker{c: c, done: make(chan struct{})}
+}
+
+// Close closes b: blocked calls return broker.ErrClosed, and so do later
+// calls. For a shared broker, only this handle is closed. Close is
+// idempotent and always returns nil.
+func (b *Broker) Close() error {
+	b.closeOnce.Do(func() {
+		b.closed.Store(true)
+		close(b.done)
+	})
+	return nil
+}
+
+// Now returns the broker's clock.
+func (b *Broker) Now(ctx context.Context) (time.Time, error) {
+	if err := b.check(ctx); err != nil {
+		return time.Time{}, err
+	}
+	return b.c.now(), nil
+}
+
+// check returns the error a call must fail with before it starts, if any.
+func (b *Broker) check(ctx context.Context) error {
+	if b.closed.Load() {
+		return broker.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// lock takes the state's mutex for an operation, failing if b is closed or
+// ctx is done. The caller must unlock when it gets nil.
+func (b *Broker) lock(ctx context.Context) error {
+	if err := b.check(ctx); err != nil {
+		return err
+	}
+	b.c.mu.Lock()
+	return nil
+}
+
+// core is the state of one broker, shared by its handles.
+type core struct {
+	now     func() time.Time
+	maxSize int
+
+	mu       sync.Mutex
+	seq      uint64
+	queues   map[string]*stream     // receiver -> its queue
+	replies  map[string]*stream     // sender -> its reply stream
+	dead     map[string]*deadList   // receiver -> its dead letters
+	timeouts map[string]*timeoutSet // sender -> its pending timeouts
+	locks    map[string]lockEntry   // receiver -> its exclusive lock
+	workers  map[string]workerEntry // worker id -> its registration
+}
+
+func newCore(opts Options) *core {
+	c := &core{
+		now:      opts.Now,
+		maxSize:  opts.MaxMessageSize,
+		queues:   make(map[string]*stream),
+		replies:  make(map[string]*stream),
+		dead:     make(map[string]*deadList),
+		timeouts: make(map[string]*timeoutSet),
+		locks:    make(map[string]lockEntry),
+		workers:  make(map[string]workerEntry),
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.maxSize <= 0 {
+		c.maxSize = DefaultMaxMessageSize
+	}
+	return c
+}
+
+// nextRef returns a new entry handle: a decimal number that grows with each
+// call. Callers hold mu.
+func (c *core) nextRef() string {
+	c.seq++
+	return strconv.FormatUint(c.seq, 10)
+}
+
+// queue returns receiver's queue, creating it. Callers hold mu.
+func (c *core) queue(receiver string) *stream {
+	s := c.queues[receiver]
+	if s == nil {
+		s = newStream()
+		c.queues[receiver] = s
+	}
+	return s
+}
+
+// replyStream returns sender's reply stream, creating it. Callers hold mu.
+func (c *core) replyStream(sender string) *stream {
+	s := c.replies[sender]
+	if s == nil {
+		s = newStream()
+		c.replies[sender] = s
+	}
+	return s
+}
+
+// tidy drops the empty, unwatched state kept for name. Callers hold mu.
+func (c *core) tidy(name string) {
+	if s := c.queues[name]; s != nil && s.idle() {
+		delete(c.queues, name)
+	}
+	if s := c.replies[name]; s != nil && s.idle() {
+		delete(c.replies, name)
+	}
+	if d := c.dead[name]; d != nil && d.order.Len() == 0 {
+		delete(c.dead, name)
+	}
+	if t := c.timeouts[name]; t != nil && len(t.byID) == 0 {
+		delete(c.timeouts, name)
+	}
+}
+
+// wait blocks until ch is closed, due comes (if not zero), the block timer
+// fires, ctx is done or b is closed. It reports whether the caller should
+// look again (false when the block time is over), or the error to return.
+func (b *Broker) wait(ctx context.Context, ch <-chan struct{}, due time.Duration, hasDue bool, block *time.Timer) (bool, error) {
+	var dueC <-chan time.Time
+	if hasDue {
+		t := time.NewTimer(max(due, 0))
+		defer t.Stop()
+		dueC = t.C
+	}
+	select {
+	case <-ch:
+		return true, nil
+	case <-dueC:
+		return true, nil
+	case <-block.C:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-b.done:
+		return false, broker.ErrClosed
+	}
+}
+
+// needName returns a validation error naming field when name is empty.
+func needName(field, name string) error {
+	if name == "" {
+		return fmt.Errorf("membroker: %s is empty", field)
+	}
+	return nil
+}
+
+// needPositive returns a validation error naming field when v is not > 0.
+func needPositive[T int | time.Duration](field string, v T) error {
+	if v <= 0 {
+		return fmt.Errorf("membroker: %s must be positive, got %v", field, v)
+	}
+	return nil
+}

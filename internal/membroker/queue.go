@@ -1,0 +1,290 @@
+package membroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// Send queues env for env.Receiver and, when env.Timeout > 0, records its
+// pending timeout under env.Sender in the same step. It returns the
+// deadline (broker-now + Timeout), or the zero time for an untimed message.
+func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, error) {
+	if err := b.check(ctx); err != nil {
+		return time.Time{}, err
+	}
+	if err := b.validateSend(env); err != nil {
+		return time.Time{}, err
+	}
+	raw := encode(env)
+	if err := b.lock(ctx); err != nil {
+		return time.Time{}, err
+	}
+	defer b.c.mu.Unlock()
+	c := b.c
+	var deadline time.Time
+	if env.Timeout > 0 {
+		deadline = c.now().Add(env.Timeout)
+		c.pendingTimeouts(env.Sender).put(env.ID, deadline, raw)
+	}
+	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: deadline})
+	return deadline, nil
+}
+
+func (b *Broker) validateSend(env *broker.Envelope) error {
+	if env == nil {
+		return errors.New("membroker: envelope is nil")
+	}
+	if err := needName("Envelope.Receiver", env.Receiver); err != nil {
+		return err
+	}
+	if err := needName("Envelope.ID", env.ID); err != nil {
+		return err
+	}
+	if env.Timeout < 0 {
+		return fmt.Errorf("membroker: Envelope.Timeout is negative: %v", env.Timeout)
+	}
+	if env.Timeout > 0 && env.Sender == "" {
+		return errors.New("membroker: Envelope.Sender is empty, but a message with a Timeout needs a reply address")
+	}
+	return b.checkSize(env)
+}
+
+func (b *Broker) checkSize(env *broker.Envelope) error {
+	if len(env.Content) > b.c.maxSize {
+		return fmt.Errorf("membroker: Envelope.Content is %d bytes, over the limit of %d (MaxMessageSize)", len(env.Content), b.c.maxSize)
+	}
+	return nil
+}
+
+// InjectRaw appends raw to receiver's queue as an entry's encoded message,
+// as a foreign or corrupt writer might. It exists for tests of undecodable
+// entries (it implements brokertest.RawInjector).
+func (b *Broker) InjectRaw(ctx context.Context, receiver string, raw []byte) error {
+	if err := needName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.c.mu.Unlock()
+	b.c.queue(receiver).add(&entry{ref: b.c.nextRef(), raw: append([]byte(nil), raw...)})
+	return nil
+}
+
+// Fetch leases up to max messages of receiver to consumer: first pending
+// ones idle for at least lease (their lease expired, or their retry delay
+// passed), then new ones, blocking up to block when there are none. A
+// message that would be delivered more than maxAttempts times (0 means no
+// limit), or that does not decode, goes to the dead-letter list instead.
+func (b *Broker) Fetch(ctx context.Context, receiver, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]broker.Delivery, error) {
+	if err := validateRead("receiver", receiver, consumer, max, lease); err != nil {
+		return nil, err
+	}
+	c := b.c
+	out := []broker.Delivery{}
+	take := func(s *stream, now time.Time) int {
+		for _, e := range s.expired(now, lease) {
+			if len(out) == max {
+				return len(out)
+			}
+			if maxAttempts > 0 && e.count >= maxAttempts {
+				s.remove(e.ref)
+				c.deadLetter(receiver, e, fmt.Sprintf("lease expired after %d deliveries", e.count), now)
+				continue
+			}
+			if d, ok := c.lease(receiver, s, e, consumer, now); ok {
+				out = append(out, d)
+			}
+		}
+		for len(out) < max && s.fresh.Len() > 0 {
+			if d, ok := c.lease(receiver, s, s.fresh.Front().Value.(*entry), consumer, now); ok {
+				out = append(out, d)
+			}
+		}
+		return len(out)
+	}
+	err := b.read(ctx, receiver, c.queue, block, lease, take)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// lease delivers e to consumer and returns the delivery, or dead-letters e
+// when its message does not decode. Callers hold mu.
+func (c *core) lease(receiver string, s *stream, e *entry, consumer string, now time.Time) (broker.Delivery, bool) {
+	s.deliver(e, consumer, now)
+	env, err := decode(e.raw)
+	if err != nil {
+		s.remove(e.ref)
+		c.deadLetter(receiver, e, "undecodable message: "+err.Error(), now)
+		return broker.Delivery{}, false
+	}
+	return broker.Delivery{Env: env, Ref: e.ref, Deadline: e.deadline, Attempt: e.count}, true
+}
+
+func validateRead(field, name, consumer string, max int, lease time.Duration) error {
+	if err := needName(field, name); err != nil {
+		return err
+	}
+	if err := needName("consumer", consumer); err != nil {
+		return err
+	}
+	if err := needPositive("max", max); err != nil {
+		return err
+	}
+	return needPositive("lease", lease)
+}
+
+// read runs take on the stream of name (got by get, which creates it) until
+// take delivers something or block is over. Between tries it waits for a new
+// entry, for the first pending entry to become reclaimable with lease, for
+// ctx or for Close; never by polling.
+func (b *Broker) read(ctx context.Context, name string, get func(string) *stream, block, lease time.Duration, take func(*stream, time.Time) int) error {
+	c := b.c
+	var blockTimer *time.Timer
+	for {
+		if err := b.lock(ctx); err != nil {
+			return err
+		}
+		s := get(name)
+		now := c.now()
+		if n := take(s, now); n > 0 || block <= 0 {
+			if n > 0 {
+				// Other blocked readers must learn of the new leases, which
+				// may come due before what they wait for.
+				s.wake()
+			}
+			c.tidy(name)
+			c.mu.Unlock()
+			return nil
+		}
+		if blockTimer == nil {
+			blockTimer = time.NewTimer(block)
+			defer blockTimer.Stop()
+		}
+		ch := s.watch()
+		due, hasDue := s.nextDue(now, lease)
+		c.mu.Unlock()
+
+		again, err := b.wait(ctx, ch, due, hasDue, blockTimer)
+
+		c.mu.Lock()
+		s.unwatch()
+		c.tidy(name)
+		c.mu.Unlock()
+		if err != nil || !again {
+			return err
+		}
+	}
+}
+
+// Extend renews the leases of the refs consumer holds and returns the refs
+// it no longer holds.
+func (b *Broker) Extend(ctx context.Context, receiver, consumer string, refs []string, lease time.Duration) ([]string, error) {
+	if err := needName("receiver", receiver); err != nil {
+		return nil, err
+	}
+	if err := needName("consumer", consumer); err != nil {
+		return nil, err
+	}
+	if err := needPositive("lease", lease); err != nil {
+		return nil, err
+	}
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.c.mu.Unlock()
+	var lost []string
+	s := b.c.queues[receiver]
+	now := b.c.now()
+	for _, ref := range refs {
+		var e *entry
+		if s != nil {
+			e = s.owned(ref, consumer)
+		}
+		if e == nil {
+			lost = append(lost, ref)
+			continue
+		}
+		e.delivered = now
+	}
+	return lost, nil
+}
+
+// Ack removes the entries refs from receiver's queue for good. Unknown refs
+// are ignored.
+func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error {
+	if err := needName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.c.mu.Unlock()
+	if s := b.c.queues[receiver]; s != nil {
+		for _, ref := range refs {
+			s.remove(ref)
+		}
+		b.c.tidy(receiver)
+	}
+	return nil
+}
+
+// Retry makes ref, which consumer holds, reclaimable by a Fetch with lease
+// after delay: as if it had last been delivered lease-delay ago. It returns
+// broker.ErrLeaseLost when consumer does not hold ref.
+func (b *Broker) Retry(ctx context.Context, receiver, consumer, ref string, delay, lease time.Duration) error {
+	if err := needName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := needName("consumer", consumer); err != nil {
+		return err
+	}
+	if delay < 0 {
+		return fmt.Errorf("membroker: delay is negative: %v", delay)
+	}
+	if err := needPositive("lease", lease); err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.c.mu.Unlock()
+	s := b.c.queues[receiver]
+	if s == nil || s.owned(ref, consumer) == nil {
+		return broker.ErrLeaseLost
+	}
+	s.entries[ref].delivered = b.c.now().Add(delay - lease)
+	s.wake() // blocked readers must re-arm for the new due time
+	return nil
+}
+
+// DeadLetter removes d.Ref from receiver's queue and appends its message to
+// the receiver's dead letters with reason. It returns broker.ErrLeaseLost
+// when the entry is no longer in the queue (acknowledged or dead-lettered
+// already).
+func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Delivery, reason string) error {
+	if err := needName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.c.mu.Unlock()
+	s := b.c.queues[receiver]
+	if s == nil {
+		return broker.ErrLeaseLost
+	}
+	e := s.remove(d.Ref)
+	if e == nil {
+		return broker.ErrLeaseLost
+	}
+	b.c.deadLetter(receiver, e, reason, b.c.now())
+	b.c.tidy(receiver)
+	return nil
+}

@@ -1,0 +1,224 @@
+package membroker
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// timeout is a pending timeout: a timed message not yet settled.
+type timeout struct {
+	id       string
+	deadline time.Time
+	raw      []byte // the original message, for the timeout notice
+	index    int    // in the heap
+}
+
+// timeoutSet is a sender's pending timeouts, by id and by deadline.
+type timeoutSet struct {
+	byID map[string]*timeout
+	heap timeoutHeap
+}
+
+// pendingTimeouts returns sender's pending timeouts, creating them. Callers
+// hold mu.
+func (c *core) pendingTimeouts(sender string) *timeoutSet {
+	t := c.timeouts[sender]
+	if t == nil {
+		t = &timeoutSet{byID: make(map[string]*timeout)}
+		c.timeouts[sender] = t
+	}
+	return t
+}
+
+// put records (or replaces) the pending timeout of id.
+func (t *timeoutSet) put(id string, deadline time.Time, raw []byte) {
+	if old := t.byID[id]; old != nil {
+		old.deadline, old.raw = deadline, raw
+		heap.Fix(&t.heap, old.index)
+		return
+	}
+	to := &timeout{id: id, deadline: deadline, raw: raw}
+	t.byID[id] = to
+	heap.Push(&t.heap, to)
+}
+
+func (t *timeoutSet) remove(to *timeout) {
+	delete(t.byID, to.id)
+	heap.Remove(&t.heap, to.index)
+}
+
+// timeoutHeap orders pending timeouts by deadline (container/heap).
+type timeoutHeap []*timeout
+
+func (h timeoutHeap) Len() int           { return len(h) }
+func (h timeoutHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h timeoutHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *timeoutHeap) Push(x any) {
+	to := x.(*timeout)
+	to.index = len(*h)
+	*h = append(*h, to)
+}
+func (h *timeoutHeap) Pop() any {
+	old := *h
+	to := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return to
+}
+
+// Reply appends reply to the reply stream of its receiver (the original
+// sender). When timed, it settles the request in the same step: the reply is
+// accepted only while the request's timeout is pending and broker-now is
+// before its deadline; otherwise it is dropped with broker.ErrLate.
+func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, timed bool) error {
+	if reply == nil {
+		return errors.New("membroker: reply is nil")
+	}
+	if err := needName("Envelope.Receiver", reply.Receiver); err != nil {
+		return err
+	}
+	if err := needName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
+		return err
+	}
+	if err := b.checkSize(reply); err != nil {
+		return err
+	}
+	raw := encode(reply)
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.c.mu.Unlock()
+	c := b.c
+	sender := reply.Receiver
+	if timed {
+		t := c.timeouts[sender]
+		var to *timeout
+		if t != nil {
+			to = t.byID[reply.InReplyTo]
+		}
+		if to == nil || !c.now().Before(to.deadline) {
+			return broker.ErrLate
+		}
+		t.remove(to)
+		c.tidy(sender)
+	}
+	c.replyStream(sender).add(&entry{ref: c.nextRef(), raw: raw, kind: broker.KindReply, requestID: reply.InReplyTo})
+	return nil
+}
+
+// ExpireTimeouts settles up to max pending timeouts of sender whose deadline
+// is not after broker-now, earliest first, appending a timeout notice for
+// each to the sender's reply stream. It returns how many it settled.
+func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (int, error) {
+	if err := needName("sender", sender); err != nil {
+		return 0, err
+	}
+	if err := needPositive("max", max); err != nil {
+		return 0, err
+	}
+	if err := b.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer b.c.mu.Unlock()
+	c := b.c
+	t := c.timeouts[sender]
+	if t == nil {
+		return 0, nil
+	}
+	now := c.now()
+	n := 0
+	for n < max && t.heap.Len() > 0 && !t.heap[0].deadline.After(now) {
+		to := t.heap[0]
+		t.remove(to)
+		c.replyStream(sender).add(&entry{ref: c.nextRef(), raw: to.raw, kind: broker.KindTimeout, requestID: to.id})
+		n++
+	}
+	c.tidy(sender)
+	return n, nil
+}
+
+// Cancel settles the pending timeout of request id of sender without a
+// notice. It returns false when the request was already settled.
+func (b *Broker) Cancel(ctx context.Context, sender, id string) (bool, error) {
+	if err := needName("sender", sender); err != nil {
+		return false, err
+	}
+	if err := needName("id", id); err != nil {
+		return false, err
+	}
+	if err := b.lock(ctx); err != nil {
+		return false, err
+	}
+	defer b.c.mu.Unlock()
+	t := b.c.timeouts[sender]
+	if t == nil || t.byID[id] == nil {
+		return false, nil
+	}
+	t.remove(t.byID[id])
+	b.c.tidy(sender)
+	return true, nil
+}
+
+// ReadReplies leases up to max entries of sender's reply stream to
+// consumer: first those whose lease expired, then new ones, blocking up to
+// block when there are none.
+func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]broker.Reply, error) {
+	if err := validateRead("sender", sender, consumer, max, lease); err != nil {
+		return nil, err
+	}
+	out := []broker.Reply{}
+	take := func(s *stream, now time.Time) int {
+		for _, e := range s.expired(now, lease) {
+			if len(out) == max {
+				return len(out)
+			}
+			out = b.c.leaseReply(s, e, consumer, now, out)
+		}
+		for len(out) < max && s.fresh.Len() > 0 {
+			out = b.c.leaseReply(s, s.fresh.Front().Value.(*entry), consumer, now, out)
+		}
+		return len(out)
+	}
+	if err := b.read(ctx, sender, b.c.replyStream, block, lease, take); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// leaseReply delivers the reply entry e to consumer and appends it to out.
+// Callers hold mu.
+func (c *core) leaseReply(s *stream, e *entry, consumer string, now time.Time, out []broker.Reply) []broker.Reply {
+	s.deliver(e, consumer, now)
+	env, err := decode(e.raw)
+	if err != nil {
+		// Only the broker writes reply entries, from envelopes it encoded.
+		panic("membroker: a reply entry does not decode: " + err.Error())
+	}
+	return append(out, broker.Reply{Ref: e.ref, Kind: e.kind, RequestID: e.requestID, Env: env})
+}
+
+// AckReplies removes the entries refs of sender's reply stream. Unknown
+// refs are ignored.
+func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) error {
+	if err := needName("sender", sender); err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.c.mu.Unlock()
+	if s := b.c.replies[sender]; s != nil {
+		for _, ref := range refs {
+			s.remove(ref)
+		}
+		b.c.tidy(sender)
+	}
+	return nil
+}

@@ -1,0 +1,145 @@
+package membroker
+
+import (
+	"container/list"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// entry is one entry of a stream: a queued message or a reply.
+type entry struct {
+	ref string
+	raw []byte // the encoded envelope (or bytes that do not decode)
+
+	deadline time.Time // queue entries: the message's deadline, zero if none
+
+	kind      broker.ReplyKind // reply entries
+	requestID string           // reply entries
+
+	// Delivery state, as a Redis consumer group keeps it.
+	pending   bool      // delivered and not yet acknowledged
+	owner     string    // the consumer that holds it
+	count     int       // how many times it was delivered
+	delivered time.Time // the last delivery (or its stand-in after Extend and Retry)
+	elem      *list.Element
+}
+
+// stream is a queue of entries read by competing consumers: the in-memory
+// form of a Redis stream with one consumer group. New entries are delivered
+// once, in order; delivered ones stay pending until acknowledged, and are
+// reclaimed by a reader once idle for at least its lease.
+type stream struct {
+	entries map[string]*entry
+	fresh   list.List // entries never delivered, oldest first
+	pending list.List // delivered entries, in ref order
+
+	waiters int           // blocked readers
+	notify  chan struct{} // closed to wake the blocked readers; nil if none wait
+}
+
+func newStream() *stream {
+	return &stream{entries: make(map[string]*entry)}
+}
+
+// idle reports whether s holds nothing and nobody waits on it.
+func (s *stream) idle() bool {
+	return len(s.entries) == 0 && s.waiters == 0
+}
+
+// add appends e to the stream and wakes the readers.
+func (s *stream) add(e *entry) {
+	s.entries[e.ref] = e
+	e.elem = s.fresh.PushBack(e)
+	s.wake()
+}
+
+// remove deletes the entry ref, if present, and returns it.
+func (s *stream) remove(ref string) *entry {
+	e := s.entries[ref]
+	if e == nil {
+		return nil
+	}
+	delete(s.entries, ref)
+	if e.pending {
+		s.pending.Remove(e.elem)
+	} else {
+		s.fresh.Remove(e.elem)
+	}
+	e.elem = nil
+	return e
+}
+
+// owned returns the entry ref if consumer holds it.
+func (s *stream) owned(ref, consumer string) *entry {
+	e := s.entries[ref]
+	if e == nil || !e.pending || e.owner != consumer {
+		return nil
+	}
+	return e
+}
+
+// deliver leases e to consumer at now.
+func (s *stream) deliver(e *entry, consumer string, now time.Time) {
+	if !e.pending {
+		s.fresh.Remove(e.elem)
+		e.pending = true
+		// Fresh entries are delivered oldest first, and their refs are larger
+		// than those of every entry delivered before, so appending keeps the
+		// pending list in ref order.
+		e.elem = s.pending.PushBack(e)
+	}
+	e.owner = consumer
+	e.count++
+	e.delivered = now
+}
+
+// expired returns the pending entries idle for at least lease at now, in
+// ref order.
+func (s *stream) expired(now time.Time, lease time.Duration) []*entry {
+	var out []*entry
+	for el := s.pending.Front(); el != nil; el = el.Next() {
+		e := el.Value.(*entry)
+		if now.Sub(e.delivered) >= lease {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// nextDue returns how long after now the first pending entry becomes
+// reclaimable for a reader with lease, and false when none is pending.
+func (s *stream) nextDue(now time.Time, lease time.Duration) (time.Duration, bool) {
+	var first time.Time
+	found := false
+	for el := s.pending.Front(); el != nil; el = el.Next() {
+		due := el.Value.(*entry).delivered.Add(lease)
+		if !found || due.Before(first) {
+			first, found = due, true
+		}
+	}
+	if !found {
+		return 0, false
+	}
+	return first.Sub(now), true
+}
+
+// watch registers a blocked reader and returns the channel that wakes it.
+// The reader calls unwatch when it wakes.
+func (s *stream) watch() <-chan struct{} {
+	if s.notify == nil {
+		s.notify = make(chan struct{})
+	}
+	s.waiters++
+	return s.notify
+}
+
+func (s *stream) unwatch() { s.waiters-- }
+
+// wake wakes every blocked reader, which then looks again.
+func (s *stream) wake() {
+	if s.notify != nil {
+		close(s.notify)
+		s.notify = nil
+	}
+}
