@@ -1,0 +1,258 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/httpmsg"
+	"github.com/diskerhq/disker/internal/metrics"
+)
+
+type gatewayOptions struct {
+	conn     connFlags
+	adm      adminFlags
+	listen   string
+	receiver string
+	timeout  time.Duration
+	maxBody  byteSize
+}
+
+func (a *app) gatewayCommand() *cobra.Command {
+	o := &gatewayOptions{maxBody: 1 << 20}
+	cmd := &cobra.Command{
+		Use:   "gateway --listen ADDR --receiver NAME",
+		Short: "Serve HTTP: each request becomes a message, the reply its response",
+		Long: long(`Run an HTTP server in front of the workers of a receiver. Each HTTP request
+(method, path, query, headers, body) becomes a message to NAME; the reply of
+the worker that handled it ("disker worker --http") becomes the response:
+status, headers and body.
+
+  504 Gateway Timeout        no reply within --timeout
+  413 Content Too Large      a request body over --max-body
+  503 Service Unavailable    Redis cannot be reached, or the gateway is stopping
+  502 Bad Gateway            the message failed on every attempt and was
+                             dead-lettered, or the reply is not an HTTP response
+
+Run several gateways and several workers on different machines, all on the
+same Redis, and you have a distributed HTTP tier. Hop-by-hop headers
+(Connection, Transfer-Encoding, ...) are not forwarded; X-Forwarded-For,
+X-Forwarded-Host and X-Forwarded-Proto are added.
+
+On SIGTERM or SIGINT the gateway stops accepting connections, lets requests in
+progress finish for up to --shutdown-timeout, and exits 0. A second signal
+exits at once.`),
+		Example: `  disker gateway --listen :8080 --receiver web --timeout 10s
+  disker worker --receiver web --http http://127.0.0.1:8000
+  curl -i http://localhost:8080/hello?name=you`,
+		Args: cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			return a.runGateway(cmd.Context(), o)
+		}),
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.listen, "listen", ":8080", "address to serve HTTP on")
+	fs.StringVar(&o.receiver, "receiver", "", "name of the receiver whose workers handle the requests (required)")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for a worker's reply before answering 504")
+	fs.Var(&o.maxBody, "max-body", "largest request body accepted; a larger one gets 413")
+	o.conn.register(fs)
+	o.adm.register(fs)
+	return cmd
+}
+
+func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
+	if err := checkName("receiver", o.receiver); err != nil {
+		return err
+	}
+	if err := o.adm.check(); err != nil {
+		return err
+	}
+	switch {
+	case o.timeout <= 0:
+		return usagef("invalid --timeout %v: must be > 0", o.timeout)
+	case o.maxBody < 1 || int(o.maxBody)+headRoom > disker.MaxMessageSizeLimit:
+		return usagef("invalid --max-body %v: must be in 1..%d", &o.maxBody, disker.MaxMessageSizeLimit-headRoom)
+	}
+	m := metrics.New()
+	var admin *metrics.Server
+	if o.adm.admin != "" {
+		var err error
+		if admin, err = metrics.Listen(o.adm.admin, m, a.log); err != nil {
+			return err
+		}
+		defer admin.Close(context.Background())
+	}
+	d, err := a.connect(&o.conn, func(c *disker.Config) {
+		c.OnEvent = m.Observe
+		c.MaxMessageSize = int(o.maxBody) + headRoom
+	})
+	if err != nil {
+		return err
+	}
+	m.WatchLocalStats(d.LocalStats)
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		_ = closeDisker(d, o.adm.shutdownTimeout)
+		return fmt.Errorf("gateway: %w", err)
+	}
+	g := &gateway{d: d, receiver: o.receiver, timeout: o.timeout, maxBody: int64(o.maxBody), log: a.log, m: m}
+	srv := &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	attrs := []any{"listen", ln.Addr().String(), "receiver", o.receiver, "timeout", o.timeout,
+		"redis", redact(o.conn.redisURL)}
+	if admin != nil {
+		attrs = append(attrs, "admin", admin.Addr())
+	}
+	a.log.Info("gateway started", attrs...)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	}
+	if admin != nil {
+		admin.SetStopping()
+	}
+	a.log.Info("stopping: no new connections; waiting for requests in progress", "shutdown_timeout", o.adm.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), o.adm.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		a.log.Warn("requests still in progress at the end of --shutdown-timeout were cut off", "err", err)
+		_ = srv.Close()
+	}
+	if serveErr == nil {
+		serveErr = <-served
+	}
+	if err := d.Close(sctx); err != nil {
+		a.log.Warn("close", "err", err)
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("gateway: %w", serveErr)
+	}
+	a.log.Info("gateway stopped")
+	return nil
+}
+
+// gateway turns HTTP requests into requests to a receiver.
+type gateway struct {
+	d        *disker.Disker
+	receiver string
+	timeout  time.Duration
+	maxBody  int64
+	log      *slog.Logger
+	m        *metrics.Metrics
+}
+
+func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := g.serve(w, r)
+	g.m.ObserveHTTP(code, time.Since(start))
+}
+
+// serve answers r and returns the status code it sent.
+func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
+	if r.ContentLength > g.maxBody {
+		return g.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, g.maxBody), nil)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return g.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the limit of %d bytes", g.maxBody), nil)
+		}
+		return g.fail(w, r, http.StatusBadRequest, "cannot read the request body", err)
+	}
+	in := httpmsg.NewRequest(r, body)
+	in.Header = r.Header.Clone()
+	if in.Header == nil {
+		in.Header = http.Header{}
+	}
+	proto := "http"
+	if r.TLS != nil {
+		proto = "https"
+	}
+	if in.Header.Get("X-Forwarded-Proto") == "" {
+		in.Header.Set("X-Forwarded-Proto", proto)
+	}
+	content, err := httpmsg.EncodeRequest(in)
+	if err != nil {
+		return g.fail(w, r, http.StatusBadRequest, "the request cannot be forwarded", err)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), g.timeout)
+	defer cancel()
+	reply, err := g.d.Request(ctx, g.receiver, content)
+	if err != nil {
+		var (
+			re *disker.RemoteError
+			ve *disker.ValidationError
+		)
+		switch {
+		case r.Context().Err() != nil:
+			// The client went away: nobody reads an answer.
+			g.log.Debug("client gone before the reply", "path", r.URL.Path)
+			return 499
+		case errors.Is(err, disker.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+			return g.fail(w, r, http.StatusGatewayTimeout, fmt.Sprintf("no reply from a worker of %q within %v", g.receiver, g.timeout), nil)
+		case errors.Is(err, disker.ErrUnavailable):
+			return g.fail(w, r, http.StatusServiceUnavailable, "the message broker cannot be reached", err)
+		case errors.Is(err, disker.ErrClosed):
+			return g.fail(w, r, http.StatusServiceUnavailable, "the gateway is stopping", nil)
+		case errors.As(err, &re):
+			return g.fail(w, r, http.StatusBadGateway, "the request failed in the worker: "+re.Text, nil)
+		case errors.As(err, &ve):
+			return g.fail(w, r, http.StatusRequestEntityTooLarge, "the request cannot be sent: "+ve.Reason, nil)
+		default:
+			return g.fail(w, r, http.StatusInternalServerError, "the request could not be sent", err)
+		}
+	}
+	resp, err := httpmsg.DecodeResponse(reply.Content)
+	if err != nil {
+		return g.fail(w, r, http.StatusBadGateway, "the worker's reply is not an HTTP response (is it \"disker worker --http\"?)", err)
+	}
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	if r.Method != http.MethodHead && resp.Status != http.StatusNotModified {
+		// The body is known in full: the server sets the length itself.
+		h.Del("Content-Length")
+	}
+	w.WriteHeader(resp.Status)
+	if _, err := w.Write(resp.Body); err != nil {
+		g.log.Debug("write response", "err", err)
+	}
+	return resp.Status
+}
+
+// fail answers with a plain-text error and logs it.
+func (g *gateway) fail(w http.ResponseWriter, r *http.Request, code int, text string, err error) int {
+	attrs := []any{"status", code, "method", r.Method, "path", r.URL.Path, "reason", text}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	level := slog.LevelWarn
+	if code < 500 {
+		level = slog.LevelInfo
+	}
+	g.log.Log(r.Context(), level, "request failed", attrs...)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	fmt.Fprintf(w, "disker gateway: %s\n", strings.TrimSpace(text))
+	return code
+}

@@ -1,0 +1,406 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/diskerhq/disker"
+)
+
+type sendOptions struct {
+	conn          connFlags
+	to            string
+	from          string
+	timeout       time.Duration
+	fireAndForget bool
+	wait          bool
+	file          string
+	concurrency   int
+	headers       []string
+	maxMsgSize    byteSize
+}
+
+func (a *app) sendCommand() *cobra.Command {
+	o := &sendOptions{maxMsgSize: disker.DefaultMaxMessageSize}
+	cmd := &cobra.Command{
+		Use:   "send --to NAME [flags] (DATA | @FILE | -)",
+		Short: "Send a message, or many from a JSON Lines file",
+		Long: long(`Send one message to the receiver NAME. Its content is DATA as given, the
+contents of FILE with @FILE, or standard input with -.
+
+What happens to the reply:
+  --wait             wait for it and print its content on stdout (exit 1 if it
+                     times out after --timeout or the message fails)
+  --from SENDER      it goes to SENDER's reply stream, for a program that
+                     handles SENDER's replies
+  --fire-and-forget  there is none (the default when neither --wait nor --from
+                     is given)
+Without --wait, send prints the message id once Redis has accepted it.
+
+With --file, every line of the file (- for stdin) is one message, as a JSON
+object:
+  {"content": "text"}                         content as text
+  {"content": {"any": "json"}}                content as that JSON, compact
+  {"content_base64": "AAEC"}                  binary content
+  {"headers": {"k": "v"}, "to": "other", "timeout": "5s"}   optional
+A progress bar shows on stderr when it is a terminal. With --wait, each
+result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
+({"reply_base64":...} for a reply that is not UTF-8) or {"line":N,"error":"..."}; up to --concurrency messages are in flight at once.`),
+		Example: `  disker send --to upper --wait hello
+  disker send --to jobs --fire-and-forget '{"job": 42}'
+  disker send --to thumbs --wait --timeout 30s @photo.jpg > thumb.png
+  echo hi | disker send --to upper --wait -
+  disker send --to jobs --file jobs.jsonl
+  disker send --to upper --wait --concurrency 16 --file requests.jsonl > replies.jsonl`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return a.runSend(cmd.Context(), o, args)
+		}),
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.to, "to", "", "name of the receiver (required)")
+	fs.StringVar(&o.from, "from", "", "sender name: the reply goes to this name's reply stream")
+	fs.DurationVar(&o.timeout, "timeout", 0, "the message's timeout; with --wait, how long to wait (default 30s with --wait, else none)")
+	fs.BoolVar(&o.fireAndForget, "fire-and-forget", false, "expect no reply")
+	fs.BoolVar(&o.wait, "wait", false, "wait for the reply and print it")
+	fs.StringVar(&o.file, "file", "", "send every line of this JSON Lines file (- for stdin) as a message")
+	fs.IntVar(&o.concurrency, "concurrency", 8, "with --file, how many messages to have in flight at once")
+	fs.StringArrayVar(&o.headers, "header", nil, "message header KEY=VALUE (repeatable)")
+	fs.Var(&o.maxMsgSize, "max-message-size", "largest content accepted")
+	o.conn.register(fs)
+	return cmd
+}
+
+// outgoing is one message to send.
+type outgoing struct {
+	line    int
+	to      string
+	content []byte
+	headers map[string]string
+	timeout time.Duration
+}
+
+func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error {
+	if err := checkName("to", o.to); err != nil {
+		return err
+	}
+	modes := 0
+	for _, on := range []bool{o.wait, o.fireAndForget, o.from != ""} {
+		if on {
+			modes++
+		}
+	}
+	switch {
+	case modes > 1:
+		return usagef("--wait, --from and --fire-and-forget exclude each other")
+	case o.from != "":
+		if err := checkName("from", o.from); err != nil {
+			return err
+		}
+	case o.timeout < 0:
+		return usagef("invalid --timeout %v: must be >= 0", o.timeout)
+	case o.concurrency < 1:
+		return usagef("invalid --concurrency %d: must be >= 1", o.concurrency)
+	case o.file != "" && len(args) > 0:
+		return usagef("give either --file or DATA, not both")
+	case o.file == "" && len(args) == 0:
+		return usagef("nothing to send: give DATA, @FILE, - or --file")
+	}
+	if o.timeout > 0 && !o.wait && o.from == "" {
+		return usagef("--timeout needs --wait or --from: a fire-and-forget message has no timeout")
+	}
+	if o.wait && o.timeout == 0 {
+		o.timeout = 30 * time.Second
+	}
+	headers := map[string]string{}
+	for _, h := range o.headers {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return usagef("invalid --header %q: want KEY=VALUE", h)
+		}
+		headers[k] = v
+	}
+	var msgs []outgoing
+	if o.file != "" {
+		var err error
+		if msgs, err = a.readJSONL(o.file, o); err != nil {
+			return err
+		}
+	} else {
+		content, err := a.readData(args[0])
+		if err != nil {
+			return err
+		}
+		msgs = []outgoing{{to: o.to, content: content, timeout: o.timeout}}
+	}
+	for i := range msgs {
+		for k, v := range headers {
+			if msgs[i].headers == nil {
+				msgs[i].headers = map[string]string{}
+			}
+			if _, ok := msgs[i].headers[k]; !ok {
+				msgs[i].headers[k] = v
+			}
+		}
+	}
+	d, err := a.connect(&o.conn, func(c *disker.Config) { c.MaxMessageSize = int(o.maxMsgSize) })
+	if err != nil {
+		return err
+	}
+	defer closeDisker(d, 5*time.Second)
+	if o.file == "" {
+		return a.sendOne(ctx, d, o, msgs[0])
+	}
+	return a.sendMany(ctx, d, o, msgs)
+}
+
+// readData returns the content named by arg: DATA, @FILE or - (stdin).
+func (a *app) readData(arg string) ([]byte, error) {
+	switch {
+	case arg == "-":
+		b, err := io.ReadAll(a.stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read stdin: %w", err)
+		}
+		return b, nil
+	case strings.HasPrefix(arg, "@"):
+		b, err := os.ReadFile(arg[1:])
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return b, nil
+	default:
+		return []byte(arg), nil
+	}
+}
+
+// readJSONL parses a JSON Lines file of messages.
+func (a *app) readJSONL(path string, o *sendOptions) ([]outgoing, error) {
+	var r io.Reader = a.stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		defer f.Close()
+		r = f
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), int(o.maxMsgSize)*2+(64<<10))
+	var out []outgoing
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		var rec struct {
+			Content       json.RawMessage   `json:"content"`
+			ContentBase64 *string           `json:"content_base64"`
+			Headers       map[string]string `json:"headers"`
+			To            string            `json:"to"`
+			Timeout       string            `json:"timeout"`
+		}
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rec); err != nil {
+			return nil, usagef("%s:%d: not a message object: %v", path, n, err)
+		}
+		m := outgoing{line: n, to: o.to, headers: rec.Headers, timeout: o.timeout}
+		switch {
+		case rec.ContentBase64 != nil && rec.Content != nil:
+			return nil, usagef("%s:%d: give content or content_base64, not both", path, n)
+		case rec.ContentBase64 != nil:
+			b, err := base64.StdEncoding.DecodeString(*rec.ContentBase64)
+			if err != nil {
+				return nil, usagef("%s:%d: content_base64: %v", path, n, err)
+			}
+			m.content = b
+		case rec.Content != nil:
+			var s string
+			if err := json.Unmarshal(rec.Content, &s); err == nil {
+				m.content = []byte(s)
+			} else {
+				m.content = compactJSON(rec.Content)
+			}
+		default:
+			return nil, usagef("%s:%d: no content or content_base64", path, n)
+		}
+		if rec.To != "" {
+			if err := checkName("to", rec.To); err != nil {
+				return nil, usagef("%s:%d: %v", path, n, err)
+			}
+			m.to = rec.To
+		}
+		if rec.Timeout != "" {
+			t, err := time.ParseDuration(rec.Timeout)
+			if err != nil || t < 0 {
+				return nil, usagef("%s:%d: invalid timeout %q", path, n, rec.Timeout)
+			}
+			m.timeout = t
+			if t > 0 && !o.wait && o.from == "" {
+				return nil, usagef("%s:%d: a timeout needs --wait or --from: a fire-and-forget message has no timeout", path, n)
+			}
+		}
+		if o.wait && m.timeout == 0 {
+			m.timeout = 30 * time.Second
+		}
+		out = append(out, m)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, usagef("%s: %v", path, err)
+	}
+	if len(out) == 0 {
+		return nil, usagef("%s: no messages", path)
+	}
+	return out, nil
+}
+
+func compactJSON(raw json.RawMessage) []byte {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	var v any
+	if json.Unmarshal(raw, &v) != nil || enc.Encode(v) != nil {
+		return raw
+	}
+	return []byte(strings.TrimSuffix(b.String(), "\n"))
+}
+
+// sendOne sends one message as o says and prints the id or the reply.
+func (a *app) sendOne(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing) error {
+	if o.wait {
+		reply, err := a.request(ctx, d, m)
+		if err != nil {
+			return err
+		}
+		_, err = a.stdout.Write(reply)
+		return err
+	}
+	id, err := a.sendAsync(ctx, d, o, m)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout, id)
+	return nil
+}
+
+func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing) ([]byte, error) {
+	rctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	var opts []disker.SendOption
+	for k, v := range m.headers {
+		opts = append(opts, disker.WithHeader(k, v))
+	}
+	reply, err := d.Request(rctx, m.to, m.content, opts...)
+	if err != nil {
+		if errors.Is(err, disker.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, fmt.Errorf("no reply from %q within %v", m.to, m.timeout)
+		}
+		return nil, err
+	}
+	return reply.Content, nil
+}
+
+func (a *app) sendAsync(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing) (string, error) {
+	msg := disker.Message{
+		Receiver: m.to,
+		Sender:   o.from,
+		Content:  m.content,
+		Headers:  m.headers,
+		Timeout:  m.timeout,
+	}
+	if o.from == "" {
+		msg.FireAndForget = true
+	}
+	return d.Send(ctx, msg)
+}
+
+// sendMany sends msgs with up to o.concurrency in flight, a progress bar on
+// a terminal, and (with --wait) one JSON line per result on stdout.
+func (a *app) sendMany(ctx context.Context, d *disker.Disker, o *sendOptions, msgs []outgoing) error {
+	bar := newProgress(a.stderr, len(msgs))
+	defer bar.finish()
+	var (
+		mu     sync.Mutex
+		failed int
+		first  error
+		enc    = json.NewEncoder(a.stdout)
+	)
+	type result struct {
+		Line  int     `json:"line"`
+		ID    string  `json:"id,omitempty"`
+		Reply *string `json:"reply,omitempty"`
+		// ReplyBase64 holds a reply that is not valid UTF-8.
+		ReplyBase64 string `json:"reply_base64,omitempty"`
+		Error       string `json:"error,omitempty"`
+	}
+	work := make(chan outgoing)
+	var wg sync.WaitGroup
+	for range min(o.concurrency, len(msgs)) {
+		wg.Go(func() {
+			for m := range work {
+				res := result{Line: m.line}
+				var err error
+				if o.wait {
+					var reply []byte
+					if reply, err = a.request(ctx, d, m); err == nil {
+						if utf8.Valid(reply) {
+							s := string(reply)
+							res.Reply = &s
+						} else {
+							res.ReplyBase64 = base64.StdEncoding.EncodeToString(reply)
+						}
+					}
+				} else {
+					res.ID, err = a.sendAsync(ctx, d, o, m)
+				}
+				mu.Lock()
+				if err != nil {
+					res.Error = oneLine(err.Error())
+					failed++
+					if first == nil {
+						first = fmt.Errorf("line %d: %w", m.line, err)
+					}
+				}
+				if o.wait {
+					_ = enc.Encode(res)
+				}
+				mu.Unlock()
+				bar.add(1)
+			}
+		})
+	}
+loop:
+	for _, m := range msgs {
+		select {
+		case work <- m:
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	close(work)
+	wg.Wait()
+	bar.finish()
+	sent := len(msgs) - failed
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted: %d of %d messages done", bar.done(), len(msgs))
+	}
+	if !o.wait {
+		fmt.Fprintf(a.stderr, "sent %d of %d messages to %s\n", sent, len(msgs), o.to)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d messages failed; first: %w", failed, len(msgs), first)
+	}
+	return nil
+}

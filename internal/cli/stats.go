@@ -1,0 +1,209 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/diskerhq/disker"
+)
+
+type statsOptions struct {
+	conn      connFlags
+	receivers []string
+	watch     bool
+	interval  time.Duration
+	json      bool
+}
+
+func (a *app) statsCommand() *cobra.Command {
+	o := &statsOptions{}
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Show queues, dead letters, rates and live workers",
+		Long: long(`Show, for every receiver (or those named with --receiver):
+
+  QUEUED     messages waiting for a worker
+  PENDING    messages delivered and not yet acknowledged: in flight, or
+             waiting for a retry or for redelivery after a crash
+  IN-FLIGHT  messages the live workers are handling (at their last heartbeat)
+  DEAD       messages in the dead-letter stream (see "disker dlq")
+  RATE/S     messages handled per second by the receiver's workers: over the
+             last refresh with --watch, else on average since they started
+  WORKERS    live workers serving it
+
+and the live workers: id, host, pid, receivers, concurrency, in flight,
+processed, failed, and how long they have been up. A worker is live while its
+heartbeats arrive (every 2s by default).
+
+--json prints the same as one JSON object (one per refresh with --watch).`),
+		Example: `  disker stats
+  disker stats --receiver web --watch
+  disker stats --json | jq '.receivers[] | select(.dead_letters > 0)'`,
+		Args: cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			return a.runStats(cmd.Context(), o)
+		}),
+	}
+	fs := cmd.Flags()
+	fs.StringArrayVar(&o.receivers, "receiver", nil, "show only this receiver (repeatable)")
+	fs.BoolVarP(&o.watch, "watch", "w", false, "refresh every --interval until interrupted")
+	fs.DurationVar(&o.interval, "interval", 2*time.Second, "refresh period of --watch")
+	fs.BoolVar(&o.json, "json", false, "print JSON")
+	o.conn.register(fs)
+	return cmd
+}
+
+// receiverRow is one receiver's line of stats.
+type receiverRow struct {
+	disker.ReceiverStats
+	InFlight int64   `json:"in_flight"`
+	Rate     float64 `json:"rate"`
+	Workers  int     `json:"workers"`
+}
+
+// statsSnapshot is what stats prints.
+type statsSnapshot struct {
+	At        time.Time           `json:"at"`
+	Receivers []receiverRow       `json:"receivers"`
+	Workers   []disker.WorkerInfo `json:"workers"`
+}
+
+func (a *app) runStats(ctx context.Context, o *statsOptions) error {
+	for _, r := range o.receivers {
+		if err := checkName("receiver", r); err != nil {
+			return err
+		}
+	}
+	if o.interval < 100*time.Millisecond {
+		return usagef("invalid --interval %v: must be >= 100ms", o.interval)
+	}
+	d, err := a.connect(&o.conn, nil)
+	if err != nil {
+		return err
+	}
+	defer closeDisker(d, 5*time.Second)
+	clear := o.watch && !o.json && isTerminal(a.stdout)
+	var prev *statsSnapshot
+	tick := time.NewTicker(o.interval)
+	defer tick.Stop()
+	for {
+		snap, err := takeSnapshot(ctx, d, o.receivers, prev)
+		if err != nil {
+			if o.watch && ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if clear {
+			fmt.Fprint(a.stdout, "\x1b[H\x1b[2J")
+		}
+		if o.json {
+			if err := json.NewEncoder(a.stdout).Encode(snap); err != nil {
+				return err
+			}
+		} else {
+			printStats(a.stdout, snap, prev != nil)
+			if o.watch && !clear {
+				fmt.Fprintln(a.stdout)
+			}
+		}
+		if !o.watch {
+			return nil
+		}
+		prev = snap
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func takeSnapshot(ctx context.Context, d *disker.Disker, only []string, prev *statsSnapshot) (*statsSnapshot, error) {
+	names := only
+	if len(names) == 0 {
+		var err error
+		if names, err = d.Receivers(ctx); err != nil {
+			return nil, err
+		}
+	}
+	workers, err := d.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	snap := &statsSnapshot{At: time.Now(), Workers: workers, Receivers: []receiverRow{}}
+	before := map[string]int64{}
+	if prev != nil {
+		for _, w := range prev.Workers {
+			before[w.ID] = w.Processed
+		}
+	}
+	for _, name := range names {
+		st, err := d.Stats(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		row := receiverRow{ReceiverStats: st}
+		var delta int64
+		for _, w := range workers {
+			if !slices.Contains(w.Receivers, name) {
+				continue
+			}
+			row.Workers++
+			row.InFlight += w.InFlight
+			if prev == nil {
+				if up := w.LastSeen.Sub(w.StartedAt).Seconds(); up > 0 {
+					row.Rate += float64(w.Processed) / up
+				}
+			} else if p, ok := before[w.ID]; ok {
+				delta += max(0, w.Processed-p)
+			}
+		}
+		if prev != nil {
+			row.Rate = float64(delta) / snap.At.Sub(prev.At).Seconds()
+		}
+		snap.Receivers = append(snap.Receivers, row)
+	}
+	return snap, nil
+}
+
+func printStats(w io.Writer, s *statsSnapshot, recent bool) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if len(s.Receivers) == 0 {
+		fmt.Fprintln(tw, "No receivers.")
+	} else {
+		rateHead := "RATE/S(AVG)"
+		if recent {
+			rateHead = "RATE/S"
+		}
+		fmt.Fprintf(tw, "RECEIVER\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\t%s\tWORKERS\n", rateHead)
+		for _, r := range s.Receivers {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.1f\t%d\n", r.Receiver, r.Queued, r.Pending, r.InFlight, r.DeadLetters, r.Rate, r.Workers)
+		}
+	}
+	fmt.Fprintln(tw)
+	if len(s.Workers) == 0 {
+		fmt.Fprintln(tw, "No live workers.")
+	} else {
+		fmt.Fprintln(tw, "WORKER\tHOST\tPID\tRECEIVERS\tCONCURRENCY\tIN-FLIGHT\tPROCESSED\tFAILED\tUP")
+		for _, wi := range s.Workers {
+			var conc []string
+			for _, r := range wi.Receivers {
+				conc = append(conc, strconv.Itoa(wi.Concurrency[r]))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", wi.ID, wi.Host, wi.PID,
+				strings.Join(wi.Receivers, ","), strings.Join(conc, ","), wi.InFlight, wi.Processed, wi.Failed,
+				wi.LastSeen.Sub(wi.StartedAt).Round(time.Second))
+		}
+	}
+	tw.Flush()
+}

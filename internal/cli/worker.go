@@ -1,0 +1,215 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/metrics"
+)
+
+// headRoom is what an encoded HTTP message may add to its body: the head
+// with the method, URL and headers.
+const headRoom = 64 << 10
+
+type workerOptions struct {
+	conn        connFlags
+	adm         adminFlags
+	receiver    string
+	execCmd     string
+	shell       bool
+	execTimeout time.Duration
+	httpURL     string
+	maxBody     byteSize
+	concurrency int
+	maxAttempts int
+	lease       time.Duration
+	exclusive   bool
+	maxMsgSize  byteSize
+}
+
+func (a *app) workerCommand() *cobra.Command {
+	o := &workerOptions{maxBody: 1 << 20, maxMsgSize: disker.DefaultMaxMessageSize}
+	cmd := &cobra.Command{
+		Use:   "worker --receiver NAME (--exec CMD | --http URL)",
+		Short: "Serve a receiver with a command or a local HTTP service",
+		Long: long(`Serve the receiver NAME: fetch its messages, handle up to --concurrency at a
+time, and reply. Run as many workers as you like, on any machines: each
+message goes to one of them at a time.
+
+With --exec, each message runs the command: the message's content is its
+stdin and its stdout is the reply. A non-zero exit is an error that carries
+the tail of stderr. The command line is split into words like a shell does
+for quotes ('...', "...", \) but runs without a shell: no variables, globs or
+pipes. Use --shell to run it with "sh -c" instead. The command also finds
+DISKER_MESSAGE_ID, DISKER_RECEIVER, DISKER_SENDER and DISKER_ATTEMPT in its
+environment. --exec-timeout kills it (and its children) after that long.
+
+With --http, each message must be an HTTP request from "disker gateway". It is
+forwarded to the service at URL (the request's path is appended to URL's path)
+and the service's response, whatever its status, is the reply. Only a failure
+to get a response (connection refused, the message's deadline) is an error.
+The request carries X-Forwarded-For, X-Forwarded-Host, X-Disker-Message-Id and
+X-Disker-Attempt.
+
+An error is retried with backoff; after --max-attempts deliveries the message
+moves to the dead-letter stream (see "disker dlq"). If a worker dies, its
+messages go to another worker once their --lease runs out.
+
+On SIGTERM or SIGINT the worker stops taking messages, lets those in flight
+finish for up to --shutdown-timeout, leaves the rest to be redelivered, and
+exits 0. A second signal exits at once.`),
+		Example: `  # Upper-case every message's content
+  disker worker --receiver upper --exec 'tr a-z A-Z'
+
+  # A script run through sh, four at a time, killed after 10s
+  disker worker --receiver thumbs --concurrency 4 --shell --exec-timeout 10s \
+    --exec 'convert - -resize 128x128 png:-'
+
+  # Serve HTTP requests from "disker gateway" with a local service
+  disker worker --receiver web --http http://127.0.0.1:8000 --admin :9090`,
+		Args: cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			return a.runWorker(cmd.Context(), o)
+		}),
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.receiver, "receiver", "", "name of the receiver to serve (required)")
+	fs.StringVar(&o.execCmd, "exec", "", "command to run for each message: content on stdin, reply from stdout")
+	fs.BoolVar(&o.shell, "shell", false, `run the --exec command with "sh -c" (pipes, variables) instead of splitting it into words`)
+	fs.DurationVar(&o.execTimeout, "exec-timeout", 0, "kill an --exec command that runs longer than this (0: only the message's own deadline)")
+	fs.StringVar(&o.httpURL, "http", "", "URL of the local HTTP service to forward each request to")
+	fs.Var(&o.maxBody, "max-body", "with --http, the largest response body passed back; a larger one gets 502")
+	fs.IntVar(&o.concurrency, "concurrency", disker.DefaultConcurrency(), "how many messages to handle at a time")
+	fs.IntVar(&o.maxAttempts, "max-attempts", disker.DefaultMaxAttempts, "deliveries of a message before it is dead-lettered (1: no retry)")
+	fs.DurationVar(&o.lease, "lease", disker.DefaultLease, "how long a message stays with this worker if it stops renewing (crash) before another worker gets it")
+	fs.BoolVar(&o.exclusive, "exclusive", false, "let one worker at a time serve the receiver (the others stand by)")
+	fs.Var(&o.maxMsgSize, "max-message-size", "largest message or reply content (with --exec, the largest stdout)")
+	o.conn.register(fs)
+	o.adm.register(fs)
+	return cmd
+}
+
+func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
+	if err := checkName("receiver", o.receiver); err != nil {
+		return err
+	}
+	if err := o.adm.check(); err != nil {
+		return err
+	}
+	switch {
+	case o.execCmd == "" && o.httpURL == "":
+		return usagef("one of --exec or --http is required")
+	case o.execCmd != "" && o.httpURL != "":
+		return usagef("--exec and --http cannot be used together")
+	case o.concurrency < 1:
+		return usagef("invalid --concurrency %d: must be >= 1", o.concurrency)
+	case o.maxAttempts < 1:
+		return usagef("invalid --max-attempts %d: must be >= 1", o.maxAttempts)
+	case o.lease < time.Second:
+		return usagef("invalid --lease %v: must be >= 1s", o.lease)
+	case o.execTimeout < 0:
+		return usagef("invalid --exec-timeout %v: must be >= 0", o.execTimeout)
+	case o.maxBody < 1:
+		return usagef("invalid --max-body %v: must be > 0", &o.maxBody)
+	case o.maxMsgSize < 1 || o.maxMsgSize > disker.MaxMessageSizeLimit:
+		return usagef("invalid --max-message-size %v: must be in 1..%d", &o.maxMsgSize, disker.MaxMessageSizeLimit)
+	}
+	maxMsg := int(o.maxMsgSize)
+	var (
+		h    disker.Handler
+		mode string
+	)
+	if o.execCmd != "" {
+		argv := []string{"sh", "-c", o.execCmd}
+		if !o.shell {
+			var err error
+			if argv, err = splitArgs(o.execCmd); err != nil {
+				return usagef("invalid --exec %q: %v", o.execCmd, err)
+			}
+			if len(argv) == 0 {
+				return usagef("invalid --exec: no command")
+			}
+		}
+		h = &execHandler{argv: argv, timeout: o.execTimeout, maxReply: maxMsg}
+		mode = "exec"
+	} else {
+		base, err := url.Parse(o.httpURL)
+		if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+			return usagef("invalid --http %q: want a URL such as http://127.0.0.1:8000", o.httpURL)
+		}
+		maxMsg = max(maxMsg, int(o.maxBody)+headRoom)
+		h = newHTTPHandler(base, o.concurrency, int64(o.maxBody))
+		mode = "http"
+	}
+
+	m := metrics.New()
+	var admin *metrics.Server
+	if o.adm.admin != "" {
+		var err error
+		if admin, err = metrics.Listen(o.adm.admin, m, a.log); err != nil {
+			return err
+		}
+		defer admin.Close(context.Background())
+	}
+	d, err := a.connect(&o.conn, func(c *disker.Config) {
+		c.OnEvent = m.Observe
+		c.MaxMessageSize = maxMsg
+	})
+	if err != nil {
+		return err
+	}
+	m.WatchLocalStats(d.LocalStats)
+	opts := []disker.HandleOption{
+		disker.WithConcurrency(o.concurrency),
+		disker.WithMaxAttempts(o.maxAttempts),
+		disker.WithLease(o.lease),
+	}
+	if o.exclusive {
+		opts = append(opts, disker.WithExclusive())
+	}
+	if err := d.Handle(o.receiver, h, opts...); err != nil {
+		_ = closeDisker(d, o.adm.shutdownTimeout)
+		return err
+	}
+	attrs := []any{"receiver", o.receiver, "mode", mode, "concurrency", o.concurrency,
+		"redis", redact(o.conn.redisURL), "instance", d.ID()}
+	if admin != nil {
+		attrs = append(attrs, "admin", admin.Addr())
+	}
+	a.log.Info("worker started", attrs...)
+
+	<-ctx.Done()
+	inFlight := d.LocalStats().Receivers[o.receiver].InFlight
+	a.log.Info("stopping: no new messages; waiting for those in flight",
+		"in_flight", inFlight, "shutdown_timeout", o.adm.shutdownTimeout)
+	if admin != nil {
+		admin.SetStopping()
+	}
+	start := time.Now()
+	if err := closeDisker(d, o.adm.shutdownTimeout); err != nil {
+		// What did not finish is redelivered after its lease: not a failure
+		// of the stop.
+		a.log.Warn("stopped before all in-flight messages finished; they will be redelivered",
+			"err", err, "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+	s := d.LocalStats().Receivers[o.receiver]
+	a.log.Info("worker stopped", "took", time.Since(start).Round(time.Millisecond),
+		"processed", s.Processed, "failed", s.Failed)
+	return nil
+}
+
+// closeDisker closes d, letting in-flight work finish for up to timeout.
+func closeDisker(d *disker.Disker, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := d.Close(ctx); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	return nil
+}
