@@ -19,8 +19,19 @@ demo: ## Run the demo on the embedded in-memory broker (no setup needed).
 demo-pool: ## Run the in-process pool demo (one worker versus a pool of three).
 	$(GO) run ./cmd/disker demo pool
 
+.PHONY: deps
+deps: ## Install what the tests need when it is missing (redis-server, curl), with apt-get.
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
 .PHONY: test
-test: ## Run every test with the race detector (needs redis-server on PATH; tests start their own).
+test: deps ## Run every test with the race detector (tests start their own private redis-server).
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd bench && $(GO) test -count=1 -timeout 10m ./...
 
