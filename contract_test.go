@@ -1,0 +1,442 @@
+package disker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker"
+)
+
+// TestReplyRacesTimeout races 10,000 replies against their own timeouts:
+// each message gets exactly one outcome at its sender, and both outcomes
+// occur.
+func TestReplyRacesTimeout(t *testing.T) {
+	const n = 10000
+	eachBackend(t, func(t *testing.T, e *env) {
+		worker, client := e.open(), e.open()
+		if err := worker.Handle("race", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			// Work that ignores ctx: its reply may come after the deadline.
+			time.Sleep(time.Duration(rand.N(2000)) * time.Microsecond)
+			return []byte("r"), nil
+		}), disker.WithConcurrency(64)); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		outcomes := make(map[string][]byte, n)
+		// At most 64 messages wait for their outcome at a time, so that
+		// they race their timeouts instead of a backlog.
+		inFlight := make(chan struct{}, 64)
+		record := func(id string, kind byte) {
+			mu.Lock()
+			outcomes[id] = append(outcomes[id], kind)
+			first := len(outcomes[id]) == 1
+			mu.Unlock()
+			if first {
+				select {
+				case <-inFlight:
+				default:
+				}
+			}
+		}
+		if err := client.OnReply("racer", disker.ReplyHandlerFunc(func(_ context.Context, r *disker.Message) { record(r.InReplyTo, 'r') })); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.OnTimeout("racer", disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) { record(m.ID, 't') })); err != nil {
+			t.Fatal(err)
+		}
+		ids := make(chan string, n)
+		ctx := ctxTimeout(t, 3*time.Minute)
+		var wg sync.WaitGroup
+		for p := range 32 {
+			wg.Go(func() {
+				for i := p; i < n; i += 32 {
+					timeout := time.Millisecond + time.Duration(rand.N(4000))*time.Microsecond
+					select {
+					case inFlight <- struct{}{}:
+					case <-ctx.Done():
+						t.Error(ctx.Err())
+						return
+					}
+					id, err := client.Send(ctx, disker.Message{Sender: "racer", Receiver: "race"}, disker.WithTimeout(timeout))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					ids <- id
+				}
+			})
+		}
+		wg.Wait()
+		close(ids)
+		if t.Failed() {
+			return
+		}
+		settled := func() bool {
+			s := worker.LocalStats().Receivers["race"]
+			return s.Processed+s.Expired == n
+		}
+		waitFor(t, 3*time.Minute, "every message settled by the worker and every outcome at the sender", func() bool {
+			mu.Lock()
+			got := len(outcomes)
+			mu.Unlock()
+			return got == n && settled()
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		var replies, timeouts int
+		for id := range ids {
+			o := outcomes[id]
+			if len(o) != 1 {
+				t.Fatalf("message %s had outcomes %q, want exactly one", id, o)
+			}
+			if o[0] == 'r' {
+				replies++
+			} else {
+				timeouts++
+			}
+		}
+		ws := worker.LocalStats()
+		t.Logf("%d replies, %d timeouts (worker: %d replies accepted, %d late, %d expired unstarted)",
+			replies, timeouts, ws.Replied, ws.Late, ws.Receivers["race"].Expired)
+		if replies == 0 || timeouts == 0 {
+			t.Fatalf("replies %d, timeouts %d: the race needs both outcomes", replies, timeouts)
+		}
+		if int64(replies) != ws.Replied {
+			t.Fatalf("the sender got %d replies, the broker accepted %d", replies, ws.Replied)
+		}
+		if ws.Replied+ws.Late+ws.Receivers["race"].Expired != n {
+			t.Fatalf("worker: replied %d + late %d + expired %d != %d", ws.Replied, ws.Late, ws.Receivers["race"].Expired, n)
+		}
+	})
+}
+
+// handledSet records which messages were handled successfully.
+type handledSet struct {
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func newHandledSet() *handledSet { return &handledSet{ids: make(map[string]int)} }
+
+func (h *handledSet) add(id string) {
+	h.mu.Lock()
+	h.ids[id]++
+	h.mu.Unlock()
+}
+
+// missing returns how many of ids were not handled.
+func (h *handledSet) missing(ids []string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if h.ids[id] == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func (h *handledSet) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.ids)
+}
+
+// TestCloseDuringLoadLosesNothing closes a worker in the middle of a load,
+// with a grace too short for its long jobs, and shows that a second worker
+// handles every accepted message.
+func TestCloseDuringLoadLosesNothing(t *testing.T) {
+	const n = 2000
+	eachBackend(t, func(t *testing.T, e *env) {
+		sender := e.open()
+		handled := newHandledSet()
+		h := disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			work := 200 * time.Microsecond
+			if m.Content[0] == 'L' {
+				work = 2 * time.Second // a long job that the first worker cannot finish
+			}
+			select {
+			case <-time.After(work):
+				handled.add(m.ID)
+				return nil, nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		})
+		first, err := disker.New(e.config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Handle("load", h, disker.WithConcurrency(16), disker.WithLease(300*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu  sync.Mutex
+			ids []string
+		)
+		ctx := ctxTimeout(t, 2*time.Minute)
+		// Four long jobs first, so that they are in flight at Close.
+		for range 4 {
+			id, err := sender.Send(ctx, disker.Message{Receiver: "load", Content: []byte("L")}, disker.WithFireAndForget())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		var wg sync.WaitGroup
+		for p := range 4 {
+			wg.Go(func() {
+				for i := p; i < n; i += 4 {
+					id, err := sender.Send(ctx, disker.Message{Receiver: "load", Content: []byte("s")}, disker.WithFireAndForget())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					ids = append(ids, id)
+					mu.Unlock()
+				}
+			})
+		}
+		waitFor(t, time.Minute, "the first worker to handle some", func() bool { return handled.len() >= n/5 })
+		cctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err = first.Close(cctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close with long jobs in flight = %v, want DeadlineExceeded", err)
+		}
+		abandoned := handled.len()
+		second := e.open()
+		if err := second.Handle("load", h, disker.WithConcurrency(16), disker.WithLease(300*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		waitFor(t, 2*time.Minute, "every accepted message handled", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return handled.missing(ids) == 0
+		})
+		t.Logf("first worker handled %d before Close; %d messages in all", abandoned, len(ids))
+		waitFor(t, 10*time.Second, "an empty queue", func() bool {
+			s, err := second.Stats(context.Background(), "load")
+			return err == nil && s.Length == 0 && s.Pending == 0
+		})
+	})
+}
+
+// TestManyReceiversDoNotStarveSends serves 500 receivers from one instance
+// with the default connection pool; sends and replies still go through.
+func TestManyReceiversDoNotStarveSends(t *testing.T) {
+	const receivers = 500
+	eachBackend(t, func(t *testing.T, e *env) {
+		cfg := func(c *disker.Config) { c.ReceiverBlockTimeout = 0 } // the default, 1s
+		d := e.open(cfg)
+		for i := range receivers {
+			if err := d.Handle(fmt.Sprintf("r%d", i), disker.HandlerFunc(echo), disker.WithConcurrency(1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx := ctxTimeout(t, time.Minute)
+		var wg sync.WaitGroup
+		for i := 0; i < receivers; i += 10 {
+			wg.Go(func() {
+				r, err := d.Request(ctx, fmt.Sprintf("r%d", i), []byte("x"))
+				if err != nil {
+					t.Errorf("Request r%d: %v", i, err)
+					return
+				}
+				if string(r.Content) != "echo:x" {
+					t.Errorf("reply %q", r.Content)
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
+
+func TestRetriesWithBackoffThenDeadLetter(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		type call struct {
+			attempt int
+			at      time.Time
+		}
+		calls := make(chan call, 10)
+		backoff := func(attempt int) time.Duration { return time.Duration(attempt) * 40 * time.Millisecond }
+		if err := d.Handle("flaky", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			calls <- call{m.Attempt, time.Now()}
+			return nil, errors.New("boom")
+		}), disker.WithMaxAttempts(3), disker.WithBackoff(backoff)); err != nil {
+			t.Fatal(err)
+		}
+		replies := make(chan *disker.Message, 1)
+		if err := d.OnReply("client", disker.ReplyHandlerFunc(func(_ context.Context, r *disker.Message) { replies <- r })); err != nil {
+			t.Fatal(err)
+		}
+		id, err := d.Send(ctxTimeout(t, 5*time.Second), disker.Message{Sender: "client", Receiver: "flaky", Content: []byte("p")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var prev time.Time
+		for want := 1; want <= 3; want++ {
+			c := recv(t, calls, 10*time.Second, fmt.Sprintf("attempt %d", want))
+			if c.attempt != want {
+				t.Fatalf("attempt %d, want %d", c.attempt, want)
+			}
+			// The retry never comes before its backoff (a lower bound only;
+			// 10ms of slack for the clock offset estimate).
+			if want > 1 && c.at.Sub(prev) < backoff(want-1)-10*time.Millisecond {
+				t.Fatalf("attempt %d came %v after attempt %d, before its backoff of %v", want, c.at.Sub(prev), want-1, backoff(want-1))
+			}
+			prev = c.at
+		}
+		r := recv(t, replies, 10*time.Second, "the error reply")
+		if r.InReplyTo != id || r.Error == nil || r.Error.Code != disker.CodeDeadLetter || !strings.Contains(r.Error.Text, "boom") {
+			t.Fatalf("reply = %+v, want a dead_letter error reply to %s", r, id)
+		}
+		dls, err := d.DeadLetters(context.Background(), "flaky", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dls) != 1 || dls[0].Message.ID != id || dls[0].Attempts != 3 || string(dls[0].Message.Content) != "p" ||
+			!strings.Contains(dls[0].Reason, "boom") || !strings.Contains(dls[0].Reason, "attempt 3 of 3") {
+			t.Fatalf("dead letters = %+v, want %s after 3 attempts with the reason", dls, id)
+		}
+		s := d.LocalStats().Receivers["flaky"]
+		if s.Failed != 3 || s.Retried != 2 || s.DeadLettered != 1 || s.Processed != 0 {
+			t.Fatalf("LocalStats = %+v, want 3 failed, 2 retried, 1 dead-lettered", s)
+		}
+		select {
+		case c := <-calls:
+			t.Fatalf("attempt %d after the dead letter", c.attempt)
+		default:
+		}
+	})
+}
+
+func TestNoRetryDeadLettersAtOnce(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		var calls atomic.Int64
+		if err := d.Handle("strict", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			calls.Add(1)
+			return nil, disker.NoRetry(errors.New("bad input"))
+		}), disker.WithMaxAttempts(5)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := d.Request(ctxTimeout(t, 10*time.Second), "strict", []byte("x"))
+		var re *disker.RemoteError
+		if !errors.As(err, &re) || re.Code != disker.CodeDeadLetter || re.Text != "bad input" {
+			t.Fatalf("Request = %v, want a RemoteError dead_letter: bad input", err)
+		}
+		dls, err := d.DeadLetters(context.Background(), "strict", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dls) != 1 || dls[0].Attempts != 1 || !strings.Contains(dls[0].Reason, "NoRetry") || !strings.Contains(dls[0].Reason, "bad input") {
+			t.Fatalf("dead letters = %+v, want one after 1 attempt", dls)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("handler called %d times, want 1", n)
+		}
+	})
+}
+
+func TestPanicIsAnError(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		if err := d.Handle("once", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			if m.Attempt == 1 {
+				panic("kaboom")
+			}
+			return []byte("ok"), nil
+		}), disker.WithBackoff(func(int) time.Duration { return 0 })); err != nil {
+			t.Fatal(err)
+		}
+		r, err := d.Request(ctxTimeout(t, 10*time.Second), "once", nil)
+		if err != nil || string(r.Content) != "ok" {
+			t.Fatalf("Request = %v, %v; want ok after a retry", r, err)
+		}
+		if err := d.Handle("always", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			panic(fmt.Errorf("kaboom %d", m.Attempt))
+		}), disker.WithMaxAttempts(1)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.Request(ctxTimeout(t, 10*time.Second), "always", nil)
+		var re *disker.RemoteError
+		if !errors.As(err, &re) || re.Text != "panic: kaboom 1" {
+			t.Fatalf("Request = %v, want RemoteError panic: kaboom 1", err)
+		}
+		dls, err := d.DeadLetters(context.Background(), "always", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dls) != 1 || !strings.Contains(dls[0].Reason, "kaboom 1") || !strings.Contains(dls[0].Reason, "goroutine ") {
+			t.Fatalf("dead letters = %+v, want the panic with its stack", dls)
+		}
+	})
+}
+
+func TestLeaseExtendedForLongJob(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		var calls atomic.Int64
+		started := make(chan struct{})
+		if err := d.Handle("long", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			calls.Add(1)
+			close(started)
+			select {
+			case <-time.After(600 * time.Millisecond): // 10 leases
+				return []byte("done"), nil
+			case <-ctx.Done():
+				return nil, fmt.Errorf("ctx ended: %w", context.Cause(ctx))
+			}
+		}), disker.WithLease(60*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			r   *disker.Message
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			r, err := d.Request(ctxTimeout(t, 10*time.Second), "long", nil)
+			done <- result{r, err}
+		}()
+		recv(t, started, 10*time.Second, "the job to start")
+		// A second instance now competes for the receiver: it would take
+		// the message if the lease lapsed.
+		other := e.open()
+		if err := other.Handle("long", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			calls.Add(1)
+			return nil, errors.New("the lease lapsed: redelivered")
+		}), disker.WithLease(60*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		res := recv(t, done, 15*time.Second, "the reply")
+		if res.err != nil || string(res.r.Content) != "done" {
+			t.Fatalf("Request = %v, %v; want done", res.r, res.err)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("the handler ran %d times, want 1", n)
+		}
+		waitFor(t, 10*time.Second, "an empty queue", func() bool {
+			s, err := d.Stats(context.Background(), "long")
+			return err == nil && s.Length == 0 && s.Pending == 0
+		})
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("the handler ran %d times, want 1", n)
+		}
+	})
+}
