@@ -1,0 +1,280 @@
+package disker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker"
+)
+
+// wantValidation fails unless err is a *ValidationError for field.
+func wantValidation(t *testing.T, err error, field string) {
+	t.Helper()
+	var ve *disker.ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("err = %v, want a *ValidationError for %s", err, field)
+	}
+	if ve.Field != field || !strings.HasPrefix(err.Error(), "disker: invalid "+field+": ") {
+		t.Fatalf("err = %q (field %q), want one for %s", err, ve.Field, field)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		field string
+		cfg   disker.Config
+	}{
+		{"Config.MaxConnectionPoolSize", disker.Config{MaxConnectionPoolSize: -1}},
+		{"Config.ReceiverBlockTimeout", disker.Config{ReceiverBlockTimeout: -time.Second}},
+		{"Config.ReceiverBlockTimeout", disker.Config{ReceiverBlockTimeout: time.Microsecond}},
+		{"Config.TimeoutMonitorFrequency", disker.Config{TimeoutMonitorFrequency: -1}},
+		{"Config.HeartbeatInterval", disker.Config{HeartbeatInterval: -1}},
+		{"Config.MaxMessageSize", disker.Config{MaxMessageSize: -1}},
+		{"Config.MaxMessageSize", disker.Config{MaxMessageSize: disker.MaxMessageSizeLimit + 1}},
+		{"Config.KeyPrefix", disker.Config{KeyPrefix: "a{b}"}},
+		{"Config.KeyPrefix", disker.Config{KeyPrefix: "a b"}},
+		{"Config.InstanceID", disker.Config{InstanceID: "has space"}},
+		{"Config.InstanceID", disker.Config{InstanceID: "_reserved"}},
+		{"Config.InstanceID", disker.Config{InstanceID: strings.Repeat("x", 101)}},
+		{"Config.RedisURL", disker.Config{RedisURL: "http://localhost"}},
+		{"Config.RedisURL", disker.Config{RedisURL: "redis://"}},
+		{"Config.RedisURL", disker.Config{RedisURL: "redis://%zz"}},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			d, err := disker.New(tc.cfg)
+			if d != nil {
+				t.Fatal("New returned an instance with an error")
+			}
+			wantValidation(t, err, tc.field)
+		})
+	}
+}
+
+func TestNewUnreachableRedis(t *testing.T) {
+	t.Parallel()
+	// Port 1 on loopback: nothing listens there.
+	d, err := disker.New(disker.Config{RedisURL: "redis://127.0.0.1:1/0", Logger: testLogger()})
+	if d != nil || !errors.Is(err, disker.ErrUnavailable) || !strings.HasPrefix(err.Error(), "disker: ") {
+		t.Fatalf("New = %v, %v; want an error wrapping ErrUnavailable", d, err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open(func(c *disker.Config) { c.MaxMessageSize = 16 })
+		ctx := ctxTimeout(t, 10*time.Second)
+		h := disker.HandlerFunc(echo)
+
+		badNames := map[string]string{
+			"empty":      "",
+			"too long":   strings.Repeat("n", disker.MaxNameLength+1),
+			"space":      "a b",
+			"brace":      "a{b}",
+			"star":       "a*",
+			"slash":      "a/b",
+			"non-ascii":  "é",
+			"underscore": "_inbox.x",
+		}
+		for what, name := range badNames {
+			t.Run("name "+what, func(t *testing.T) {
+				_, err := d.Send(ctx, disker.Message{Sender: "s", Receiver: name})
+				wantValidation(t, err, "Message.Receiver")
+				_, err = d.Send(ctx, disker.Message{Sender: name, Receiver: "r"})
+				wantValidation(t, err, "Message.Sender")
+				wantValidation(t, d.Handle(name, h), "receiver")
+				wantValidation(t, d.OnReply(name, disker.ReplyHandlerFunc(func(context.Context, *disker.Message) {})), "sender")
+				wantValidation(t, d.OnTimeout(name, disker.TimeoutHandlerFunc(func(context.Context, *disker.Message) {})), "sender")
+				_, err = d.Request(ctx, name, nil)
+				wantValidation(t, err, "Message.Receiver")
+				_, err = d.Stats(ctx, name)
+				wantValidation(t, err, "receiver")
+			})
+		}
+		longest := strings.Repeat("n", disker.MaxNameLength)
+		if _, err := d.Send(ctx, disker.Message{Sender: "A-z_0.9:x", Receiver: longest}, disker.WithFireAndForget()); err != nil {
+			t.Fatalf("Send with valid names: %v", err)
+		}
+
+		for _, tc := range []struct {
+			what  string
+			field string
+			msg   disker.Message
+			opts  []disker.SendOption
+		}{
+			{"no sender", "Message.Sender", disker.Message{Receiver: "r"}, nil},
+			{"too big", "Message.Content", disker.Message{Sender: "s", Receiver: "r", Content: make([]byte, 17)}, nil},
+			{"negative timeout", "Message.Timeout", disker.Message{Sender: "s", Receiver: "r", Timeout: -time.Second}, nil},
+			{"sub-millisecond timeout", "Message.Timeout", disker.Message{Sender: "s", Receiver: "r"}, []disker.SendOption{disker.WithTimeout(time.Microsecond)}},
+			{"timed fire-and-forget", "Message.Timeout", disker.Message{Receiver: "r"}, []disker.SendOption{disker.WithFireAndForget(), disker.WithTimeout(time.Second)}},
+		} {
+			t.Run("Send "+tc.what, func(t *testing.T) {
+				id, err := d.Send(ctx, tc.msg, tc.opts...)
+				if id != "" {
+					t.Fatalf("Send returned id %q with an error", id)
+				}
+				wantValidation(t, err, tc.field)
+			})
+		}
+		if _, err := d.Send(ctx, disker.Message{Receiver: "r", Content: make([]byte, 16)}, disker.WithFireAndForget()); err != nil {
+			t.Fatalf("Send at the size limit: %v", err)
+		}
+		_, err := d.Request(ctx, "r", make([]byte, 17))
+		wantValidation(t, err, "Message.Content")
+		_, err = d.Request(ctx, "r", nil, disker.WithFireAndForget())
+		wantValidation(t, err, "Message.FireAndForget")
+
+		wantValidation(t, d.Handle("r", nil), "Handler")
+		wantValidation(t, d.OnReply("s", nil), "ReplyHandler")
+		wantValidation(t, d.OnTimeout("s", nil), "TimeoutHandler")
+		for _, tc := range []struct {
+			field string
+			opt   disker.HandleOption
+		}{
+			{"WithConcurrency", disker.WithConcurrency(0)},
+			{"WithMaxAttempts", disker.WithMaxAttempts(0)},
+			{"WithBackoff", disker.WithBackoff(nil)},
+			{"WithLease", disker.WithLease(time.Millisecond)},
+		} {
+			wantValidation(t, d.Handle("r", h, tc.opt), tc.field)
+		}
+
+		if err := d.Handle("r", h); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Handle("r", h); !errors.Is(err, disker.ErrDuplicate) {
+			t.Fatalf("second Handle = %v, want ErrDuplicate", err)
+		}
+		rh := disker.ReplyHandlerFunc(func(context.Context, *disker.Message) {})
+		th := disker.TimeoutHandlerFunc(func(context.Context, *disker.Message) {})
+		if err := d.OnReply("s", rh); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.OnReply("s", rh); !errors.Is(err, disker.ErrDuplicate) {
+			t.Fatalf("second OnReply = %v, want ErrDuplicate", err)
+		}
+		if err := d.OnTimeout("s", th); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.OnTimeout("s", th); !errors.Is(err, disker.ErrDuplicate) {
+			t.Fatalf("second OnTimeout = %v, want ErrDuplicate", err)
+		}
+		if err := d.RemoveReplyHandler("s"); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.RemoveReplyHandler("s"); !errors.Is(err, disker.ErrNotHandled) {
+			t.Fatalf("second RemoveReplyHandler = %v, want ErrNotHandled", err)
+		}
+		if err := d.RemoveTimeoutHandler("s"); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.RemoveTimeoutHandler("s"); !errors.Is(err, disker.ErrNotHandled) {
+			t.Fatalf("second RemoveTimeoutHandler = %v, want ErrNotHandled", err)
+		}
+		if err := d.OnReply("s", rh); err != nil {
+			t.Fatalf("OnReply after removal: %v", err)
+		}
+		if err := d.Unhandle(ctx, "r"); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Unhandle(ctx, "r"); !errors.Is(err, disker.ErrNotHandled) {
+			t.Fatalf("second Unhandle = %v, want ErrNotHandled", err)
+		}
+		if err := d.Handle("r", h); err != nil {
+			t.Fatalf("Handle after Unhandle: %v", err)
+		}
+
+		if err := d.Reply(ctx, &disker.Message{ID: "x", Receiver: "r", FireAndForget: true}, nil); !errors.Is(err, disker.ErrFireAndForget) {
+			t.Fatalf("Reply to fire-and-forget = %v, want ErrFireAndForget", err)
+		}
+		wantValidation(t, d.Reply(ctx, nil, nil), "Message")
+		wantValidation(t, d.Reply(ctx, &disker.Message{ID: "x", Receiver: "r"}, nil), "Message.Sender")
+		wantValidation(t, d.Reply(ctx, &disker.Message{ID: "x", Sender: "s", Receiver: "r"}, make([]byte, 17)), "response")
+		_, err = d.DeadLetters(ctx, "r", 0)
+		wantValidation(t, err, "max")
+	})
+}
+
+func TestCallsAfterClose(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d, err := disker.New(e.config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, 10*time.Second)
+		if err := d.Handle("r", disker.HandlerFunc(echo)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Close(ctx); err != nil {
+			t.Fatalf("second Close = %v, want nil", err)
+		}
+		h := disker.HandlerFunc(echo)
+		_, sendErr := d.Send(ctx, disker.Message{Receiver: "r"}, disker.WithFireAndForget())
+		_, reqErr := d.Request(ctx, "r", nil)
+		_, wErr := d.Workers(ctx)
+		_, rErr := d.Receivers(ctx)
+		_, sErr := d.Stats(ctx, "r")
+		_, dlErr := d.DeadLetters(ctx, "r", 1)
+		_, rdErr := d.RetryDeadLetters(ctx, "r")
+		_, pdErr := d.PurgeDeadLetters(ctx, "r")
+		for what, err := range map[string]error{
+			"Send": sendErr, "Request": reqErr, "Workers": wErr, "Receivers": rErr, "Stats": sErr,
+			"DeadLetters": dlErr, "RetryDeadLetters": rdErr, "PurgeDeadLetters": pdErr,
+			"Handle":             d.Handle("q", h),
+			"Unhandle":           d.Unhandle(ctx, "r"),
+			"OnReply":            d.OnReply("s", disker.ReplyHandlerFunc(func(context.Context, *disker.Message) {})),
+			"OnTimeout":          d.OnTimeout("s", disker.TimeoutHandlerFunc(func(context.Context, *disker.Message) {})),
+			"RemoveReplyHandler": d.RemoveReplyHandler("s"),
+			"Reply":              d.Reply(ctx, &disker.Message{ID: "x", Sender: "s", Receiver: "r"}, nil),
+		} {
+			if !errors.Is(err, disker.ErrClosed) {
+				t.Errorf("%s after Close = %v, want ErrClosed", what, err)
+			}
+		}
+	})
+}
+
+func TestEventKindString(t *testing.T) {
+	t.Parallel()
+	want := map[disker.EventKind]string{
+		disker.EventSent: "sent", disker.EventDeadLettered: "dead_lettered", disker.EventLate: "late",
+		disker.EventAvailable: "available", 0: "unknown", 99: "unknown",
+	}
+	for k, w := range want {
+		if got := k.String(); got != w {
+			t.Errorf("%d.String() = %q, want %q", int(k), got, w)
+		}
+	}
+}
+
+func TestEvents(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		events := make(chan disker.Event, 64)
+		d := e.open(func(c *disker.Config) { c.OnEvent = func(ev disker.Event) { events <- ev } })
+		if err := d.Handle("echo", disker.HandlerFunc(echo)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Request(ctxTimeout(t, 10*time.Second), "echo", nil); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[disker.EventKind]bool{}
+		for len(seen) < 4 {
+			ev := recv(t, events, 10*time.Second, "the events of a request")
+			seen[ev.Kind] = true
+			if ev.Kind == disker.EventHandled && (ev.Receiver != "echo" || ev.Attempt != 1 || ev.MessageID == "") {
+				t.Fatalf("handled event = %+v", ev)
+			}
+		}
+		for _, k := range []disker.EventKind{disker.EventSent, disker.EventStarted, disker.EventReplied, disker.EventHandled} {
+			if !seen[k] {
+				t.Fatalf("no %v event in %v", k, seen)
+			}
+		}
+	})
+}
