@@ -134,7 +134,15 @@ func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, con
 	if len(entries) > 0 || dead > 0 || block <= 0 {
 		return entries, nil
 	}
-	read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
+	// rueidis cannot cancel a command whose context has a deadline (it only
+	// sets the connection's deadline), so the blocking read gets a context
+	// without one, cancelled when ctx ends or the broker closes; the
+	// connection of a read cancelled that way is closed.
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	defer context.AfterFunc(b.closing, cancel)()
+	read, err := b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 		Block(ms(block)).Streams().Key(stream).Id(">").Build()).AsXRead()
 	if rueidis.IsRedisNil(err) {
 		return entries, nil

@@ -97,6 +97,10 @@ type Broker struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
+	// closing ends at Close, to wake blocked reads: rueidis does not end
+	// commands in progress on its dedicated connections when it closes.
+	closing     context.Context
+	stopClosing context.CancelFunc
 }
 
 var _ broker.Broker = (*Broker)(nil)
@@ -118,6 +122,7 @@ func New(cfg Config) (*Broker, error) {
 	opt.ClientName = "disker"
 	opt.DisableCache = true
 	opt.DisableRetry = true // fail fast; callers back off and try again
+	opt.AlwaysPipelining = true
 	opt.PipelineMultiplex = bits.Len(uint(min(cfg.MaxConnectionPoolSize, 256))) - 1
 	if opt.PipelineMultiplex == 0 {
 		opt.PipelineMultiplex = -1 // rueidis reads 0 as "its default"; -1 is one connection
@@ -137,6 +142,7 @@ func New(cfg Config) (*Broker, error) {
 		return nil, b.fail(context.Background(), "connect", err)
 	}
 	b.client = client
+	b.closing, b.stopClosing = context.WithCancel(context.Background())
 	b.cluster = client.Mode() == rueidis.ClientModeCluster
 	return b, nil
 }
@@ -215,6 +221,7 @@ func (c Config) withDefaults() (Config, error) {
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
+		b.stopClosing()
 		b.client.Close()
 	})
 	return nil

@@ -1,0 +1,330 @@
+package redisbroker
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+func readAll(t *testing.T, b *Broker, sender, consumer string) []broker.Reply {
+	t.Helper()
+	rs, err := b.ReadReplies(ctxT(t), sender, consumer, 100, 0, time.Minute)
+	if err != nil {
+		t.Fatalf("ReadReplies: %v", err)
+	}
+	return rs
+}
+
+func TestReplyUntimed(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	rep := &broker.Envelope{ID: "r1", Receiver: "web", InReplyTo: "m1", Content: []byte("ok")}
+	if err := b.Reply(ctx, rep, false); err != nil {
+		t.Fatal(err)
+	}
+	rs := readAll(t, b, "web", "c")
+	if len(rs) != 1 || rs[0].Kind != broker.KindReply || rs[0].RequestID != "m1" || !reflect.DeepEqual(rs[0].Env, *rep) {
+		t.Fatalf("ReadReplies = %+v", rs)
+	}
+	if again := readAll(t, b, "web", "c2"); len(again) != 0 {
+		t.Fatalf("read twice: %+v", again)
+	}
+	if err := b.AckReplies(ctx, "web", rs[0].Ref); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := do(t, rawClient(t, srv), "XLEN", b.keys.replies("web")).AsInt64(); n != 0 {
+		t.Fatalf("reply stream holds %d entries after AckReplies", n)
+	}
+}
+
+func TestReplyTimed(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	req := env("m1", "orders")
+	req.Sender = "web"
+	req.Timeout = time.Hour
+	if _, err := b.Send(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	rep := &broker.Envelope{ID: "r1", Receiver: "web", InReplyTo: "m1", Content: []byte("ok")}
+	if err := b.Reply(ctx, rep, true); err != nil {
+		t.Fatalf("timed Reply: %v", err)
+	}
+	if err := b.Reply(ctx, rep, true); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("second timed Reply = %v; want ErrLate", err)
+	}
+	if ok, err := b.Cancel(ctx, "web", "m1"); err != nil || ok {
+		t.Fatalf("Cancel after the reply = %v, %v; want false", ok, err)
+	}
+	if n, err := b.ExpireTimeouts(ctx, "web", 10); err != nil || n != 0 {
+		t.Fatalf("ExpireTimeouts = %d, %v", n, err)
+	}
+	rs := readAll(t, b, "web", "c")
+	if len(rs) != 1 || rs[0].Kind != broker.KindReply || rs[0].Env.ID != "r1" {
+		t.Fatalf("ReadReplies = %+v", rs)
+	}
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r2", Receiver: "web", InReplyTo: "never-sent"}, true); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("timed Reply to an unknown request = %v; want ErrLate", err)
+	}
+}
+
+func TestTimeoutNotice(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	req := env("m1", "orders")
+	req.Sender = "web"
+	req.Timeout = 20 * time.Millisecond
+	deadline, err := b.Send(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deadline to pass", func() bool {
+		now, err := b.Now(ctx)
+		return err == nil && !now.Before(deadline)
+	})
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r1", Receiver: "web", InReplyTo: "m1"}, true); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("Reply after the deadline = %v; want ErrLate", err)
+	}
+	if n, err := b.ExpireTimeouts(ctx, "web", 10); err != nil || n != 1 {
+		t.Fatalf("ExpireTimeouts = %d, %v; want 1", n, err)
+	}
+	if n, _ := b.ExpireTimeouts(ctx, "web", 10); n != 0 {
+		t.Fatalf("second ExpireTimeouts settled %d", n)
+	}
+	rs := readAll(t, b, "web", "c")
+	if len(rs) != 1 || rs[0].Kind != broker.KindTimeout || rs[0].RequestID != "m1" || !reflect.DeepEqual(rs[0].Env, *req) {
+		t.Fatalf("ReadReplies = %+v; want a timeout notice with the original", rs)
+	}
+}
+
+func TestExpireTimeoutsMax(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	var last time.Time
+	for i := range 5 {
+		req := env(fmt.Sprint("m", i), "orders")
+		req.Sender = "web"
+		req.Timeout = time.Millisecond
+		last, _ = b.Send(ctx, req)
+	}
+	eventually(t, "the deadlines to pass", func() bool {
+		now, _ := b.Now(ctx)
+		return now.After(last)
+	})
+	if n, _ := b.ExpireTimeouts(ctx, "web", 3); n != 3 {
+		t.Fatalf("ExpireTimeouts(3) = %d", n)
+	}
+	if n, _ := b.ExpireTimeouts(ctx, "web", 3); n != 2 {
+		t.Fatalf("ExpireTimeouts(3) again = %d", n)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	req := env("m1", "orders")
+	req.Sender = "web"
+	req.Timeout = time.Hour
+	if _, err := b.Send(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.Cancel(ctx, "web", "m1"); err != nil || !ok {
+		t.Fatalf("Cancel = %v, %v; want true", ok, err)
+	}
+	if ok, _ := b.Cancel(ctx, "web", "m1"); ok {
+		t.Fatal("second Cancel = true")
+	}
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, true); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("Reply after Cancel = %v; want ErrLate", err)
+	}
+}
+
+func TestReplyReclaimAfterLease(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, false); err != nil {
+		t.Fatal(err)
+	}
+	lease := 30 * time.Millisecond
+	first, err := b.ReadReplies(ctx, "web", "A", 10, 0, lease)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("ReadReplies = %+v, %v", first, err)
+	}
+	var second []broker.Reply
+	eventually(t, "the reply to be reclaimed", func() bool {
+		second, err = b.ReadReplies(ctx, "web", "B", 10, 0, lease)
+		return err != nil || len(second) > 0
+	})
+	if err != nil || len(second) != 1 || second[0].Ref != first[0].Ref {
+		t.Fatalf("reclaimed = %+v, %v", second, err)
+	}
+}
+
+func TestReadRepliesBlocks(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	got := make(chan []broker.Reply, 1)
+	go func() {
+		rs, _ := b.ReadReplies(ctx, "web", "c", 10, 20*time.Second, time.Minute)
+		got <- rs
+	}()
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if rs := <-got; len(rs) != 1 || rs[0].RequestID != "m1" {
+		t.Fatalf("blocked ReadReplies = %+v", rs)
+	}
+}
+
+func TestMalformedReplyEntries(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	raw := rawClient(t, srv)
+	ctx := ctxT(t)
+	r := b.keys.replies("web")
+	for _, fields := range [][]string{
+		{"k", "rep", "i", "m1", "m", "garbage"},
+		{"k", "to", "i", "m2", "m", ""},
+		{"junk", "1"},
+	} {
+		if err := do(t, raw, append([]string{"XADD", r, "*"}, fields...)...).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := readAll(t, b, "web", "c")
+	if len(rs) != 2 {
+		t.Fatalf("ReadReplies = %+v; want 2", rs)
+	}
+	if rs[0].Kind != broker.KindReply || rs[0].RequestID != "m1" || rs[0].Env.ErrorCode != ErrorCodeUndecodable || rs[0].Env.InReplyTo != "m1" {
+		t.Errorf("undecodable reply = %+v", rs[0])
+	}
+	if rs[1].Kind != broker.KindTimeout || rs[1].RequestID != "m2" || rs[1].Env.ID != "m2" {
+		t.Errorf("undecodable notice = %+v", rs[1])
+	}
+	dls, err := b.DeadLetters(ctx, "web", 10)
+	if err != nil || len(dls) != 1 || string(dls[0].Raw) != `["junk","1"]` {
+		t.Fatalf("DeadLetters = %+v, %v; want the junk entry", dls, err)
+	}
+}
+
+// TestReplyRacesExpire runs many timed requests whose replies race the
+// timeout monitor, and checks that each request gets exactly one outcome in
+// the reply stream, and that Reply's answer agrees with it.
+func TestReplyRacesExpire(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	raw := rawClient(t, srv)
+	ctx := ctxT(t)
+	const n = 3000
+	const sender = "web"
+	accepted := make([]atomic.Bool, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	stop := make(chan struct{})
+	var monitors sync.WaitGroup
+	for range 4 {
+		monitors.Add(1)
+		go func() {
+			defer monitors.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := b.ExpireTimeouts(ctx, sender, 50); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			id := fmt.Sprint("m", i)
+			req := &broker.Envelope{ID: id, Sender: sender, Receiver: "orders", Timeout: time.Duration(1+rand.IntN(8)) * time.Millisecond}
+			if _, err := b.Send(ctx, req); err != nil {
+				t.Error(err)
+				return
+			}
+			if rand.IntN(2) == 0 {
+				// Let the deadline come closer.
+				_, _ = b.Now(ctx)
+			}
+			err := b.Reply(ctx, &broker.Envelope{ID: "r" + id, Receiver: sender, InReplyTo: id}, true)
+			switch {
+			case err == nil:
+				accepted[i].Store(true)
+			case !errors.Is(err, broker.ErrLate):
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	// Settle whatever is left.
+	eventually(t, "every timeout to be settled", func() bool {
+		k, err := b.ExpireTimeouts(ctx, sender, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left, _ := do(t, raw, "ZCARD", b.keys.timeouts(sender)).AsInt64()
+		return k == 0 && left == 0
+	})
+	close(stop)
+	monitors.Wait()
+
+	outcomes := map[string][]broker.ReplyKind{}
+	for {
+		rs, err := b.ReadReplies(ctx, sender, "c", 1000, 0, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) == 0 {
+			break
+		}
+		for _, r := range rs {
+			outcomes[r.RequestID] = append(outcomes[r.RequestID], r.Kind)
+		}
+	}
+	var replies, notices int
+	for i := range n {
+		id := fmt.Sprint("m", i)
+		got := outcomes[id]
+		if len(got) != 1 {
+			t.Fatalf("request %s has outcomes %v; want exactly one", id, got)
+		}
+		if (got[0] == broker.KindReply) != accepted[i].Load() {
+			t.Fatalf("request %s: outcome %v, but Reply accepted = %v", id, got[0], accepted[i].Load())
+		}
+		if got[0] == broker.KindReply {
+			replies++
+		} else {
+			notices++
+		}
+	}
+	if len(outcomes) != n {
+		t.Fatalf("%d outcomes for %d requests", len(outcomes), n)
+	}
+	t.Logf("%d replies, %d timeout notices", replies, notices)
+	if n, _ := do(t, raw, "EXISTS", b.keys.timedMessages(sender)).AsInt64(); n != 0 {
+		t.Fatal("the timed messages hash outlived its entries")
+	}
+}
