@@ -136,10 +136,12 @@ func takeSnapshot(ctx context.Context, d *disker.Disker, only []string, prev *st
 			return nil, err
 		}
 	}
-	workers, err := d.Workers(ctx)
+	all, err := d.Workers(ctx)
 	if err != nil {
 		return nil, err
 	}
+	// This command's own instance is not a worker.
+	workers := slices.DeleteFunc(all, func(w disker.WorkerInfo) bool { return w.ID == d.ID() })
 	snap := &statsSnapshot{At: time.Now(), Workers: workers, Receivers: []receiverRow{}}
 	before := map[string]int64{}
 	if prev != nil {
@@ -200,8 +202,11 @@ func printStats(w io.Writer, s *statsSnapshot, recent bool) {
 			for _, r := range wi.Receivers {
 				conc = append(conc, strconv.Itoa(wi.Concurrency[r]))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", wi.ID, wi.Host, wi.PID,
-				strings.Join(wi.Receivers, ","), strings.Join(conc, ","), wi.InFlight, wi.Processed, wi.Failed,
+			recv, cs := strings.Join(wi.Receivers, ","), strings.Join(conc, ",")
+			if recv == "" {
+				recv, cs = "-", "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", wi.ID, wi.Host, wi.PID, recv, cs, wi.InFlight, wi.Processed, wi.Failed,
 				wi.LastSeen.Sub(wi.StartedAt).Round(time.Second))
 		}
 	}
