@@ -93,7 +93,7 @@ func (b *Broker) Fetch(ctx context.Context, receiver, consumer string, max int, 
 			}
 			if maxAttempts > 0 && e.count >= maxAttempts {
 				s.remove(e.ref)
-				c.deadLetter(receiver, e, fmt.Sprintf("lease expired after %d deliveries", e.count), now)
+				c.deadLetter(receiver, e, fmt.Sprintf("gave up after %d deliveries (max attempts %d): lease expired or retried", e.count, maxAttempts), now)
 				continue
 			}
 			if d, ok := c.lease(receiver, s, e, consumer, now); ok {
@@ -154,11 +154,6 @@ func (b *Broker) read(ctx context.Context, name string, get func(string) *stream
 		s := get(name)
 		now := c.now()
 		if n := take(s, now); n > 0 || block <= 0 {
-			if n > 0 {
-				// Other blocked readers must learn of the new leases, which
-				// may come due before what they wait for.
-				s.wake()
-			}
 			c.tidy(name)
 			c.mu.Unlock()
 			return nil
@@ -167,6 +162,9 @@ func (b *Broker) read(ctx context.Context, name string, get func(string) *stream
 			blockTimer = time.NewTimer(block)
 			defer blockTimer.Stop()
 		}
+		// The reader learns of every lease taken while it waits: the entry
+		// was added after it began to wait, which woke it, and it looks
+		// again under the lock before it waits once more.
 		ch := s.watch()
 		due, hasDue := s.nextDue(now, lease)
 		c.mu.Unlock()
@@ -245,6 +243,9 @@ func (b *Broker) Retry(ctx context.Context, receiver, consumer, ref string, dela
 	if err := needName("consumer", consumer); err != nil {
 		return err
 	}
+	if err := needName("ref", ref); err != nil {
+		return err
+	}
 	if delay < 0 {
 		return fmt.Errorf("membroker: delay is negative: %v", delay)
 	}
@@ -270,6 +271,9 @@ func (b *Broker) Retry(ctx context.Context, receiver, consumer, ref string, dela
 // already).
 func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Delivery, reason string) error {
 	if err := needName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := needName("Delivery.Ref", d.Ref); err != nil {
 		return err
 	}
 	if err := b.lock(ctx); err != nil {

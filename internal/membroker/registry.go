@@ -50,6 +50,9 @@ func (b *Broker) Release(ctx context.Context, receiver, owner string) error {
 	if err := needName("receiver", receiver); err != nil {
 		return err
 	}
+	if err := needName("owner", owner); err != nil {
+		return err
+	}
 	if err := b.lock(ctx); err != nil {
 		return err
 	}

@@ -251,13 +251,17 @@ func testClose(t *testing.T, b broker.Broker) {
 		_, err := b.ReadReplies(ctx, s, "c", 10, blockLong, longLease)
 		read <- err
 	}()
+	// Give the calls time to block. The test holds whether they did or not
+	// (a call that starts after Close fails at once), but it is only worth
+	// something when they did.
+	<-time.After(100 * time.Millisecond)
 	if err := b.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if res := await(t, "Fetch blocked during Close", fetched); !errors.Is(res.err, broker.ErrClosed) {
+	if res := await(t, "Fetch blocked during Close to return (Close must wake blocked calls)", fetched); !errors.Is(res.err, broker.ErrClosed) {
 		t.Fatalf("Fetch blocked during Close: got %v, want ErrClosed", res.err)
 	}
-	if err := await(t, "ReadReplies blocked during Close", read); !errors.Is(err, broker.ErrClosed) {
+	if err := await(t, "ReadReplies blocked during Close to return (Close must wake blocked calls)", read); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("ReadReplies blocked during Close: got %v, want ErrClosed", err)
 	}
 	if _, err := b.Send(ctx, newEnv(r, "x")); !errors.Is(err, broker.ErrClosed) {

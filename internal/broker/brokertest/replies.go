@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -248,7 +249,7 @@ func testReplyRacesTimeout(t *testing.T, b broker.Broker) {
 	for w := range repliers {
 		wg.Go(func() {
 			for i := w; i < n; i += repliers {
-				env := timedEnv(s, r, fmt.Sprint(i), time.Duration(1+i%3)*time.Millisecond)
+				env := timedEnv(s, r, fmt.Sprint(i), time.Duration(1+i%2)*time.Millisecond)
 				deadline, err := b.Send(ctx, env)
 				if err != nil {
 					fail(err)
@@ -256,9 +257,10 @@ func testReplyRacesTimeout(t *testing.T, b broker.Broker) {
 				}
 				// Reply close to the deadline, from a little before to
 				// just after it, while the monitor expires timeouts.
-				aim := deadline.Add(-time.Duration(i%5) * 250 * time.Microsecond)
+				aim := deadline.Add(-time.Duration(i%5) * 200 * time.Microsecond)
 				var before time.Time
 				for before.Before(aim) {
+					runtime.Gosched()
 					if before, err = b.Now(ctx); err != nil {
 						fail(err)
 						return
