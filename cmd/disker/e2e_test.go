@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/diskerhq/disker/internal/redistest"
 )
 
 // service is the local HTTP service behind the workers. A worker's --http
@@ -663,4 +665,29 @@ func TestUsage(t *testing.T) {
 			t.Errorf("disker %v: exit %d, stderr %q; want exit %d and one line with %q", c.args, code, errOut, c.code, c.want)
 		}
 	}
+}
+
+// TestGatewayRedisDown stops Redis under a gateway: requests get 503 at
+// once, and 200 again when Redis is back.
+func TestGatewayRedisDown(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	e := newEnv(t)
+	e.redisURL = srv.URL()
+	svc := newService(t)
+	e.startWorker("--receiver", "web", "--http", svc.srv.URL)
+	_, url := e.startGateway("--receiver", "web", "--timeout", "20s")
+	if code, body := get(t, url+"/echo"); code != 200 {
+		t.Fatalf("before the stop: %d %q", code, body)
+	}
+	srv.Kill()
+	code, body := get(t, url+"/echo")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "cannot be reached") {
+		t.Fatalf("with Redis down: %d %q, want 503", code, body)
+	}
+	srv.Restart()
+	waitFor(t, 30*time.Second, "200 again after Redis restarted", func() bool {
+		code, _ := get(t, url+"/echo")
+		return code == 200
+	})
 }

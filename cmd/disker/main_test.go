@@ -66,17 +66,18 @@ func TestMain(m *testing.M) {
 // env is the environment of one test's disker processes: the private Redis
 // and a key prefix of the test's own.
 type env struct {
-	t      *testing.T
-	prefix string
-	extra  []string
+	t        *testing.T
+	prefix   string
+	redisURL string
+	extra    []string
 }
 
 func newEnv(t *testing.T) *env {
-	return &env{t: t, prefix: fmt.Sprintf("e2e%d", prefixes.Add(1))}
+	return &env{t: t, prefix: fmt.Sprintf("e2e%d", prefixes.Add(1)), redisURL: redisURL}
 }
 
 func (e *env) environ() []string {
-	out := []string{"DISKER_REDIS_URL=" + redisURL, "DISKER_KEY_PREFIX=" + e.prefix, "DISKER_LOG_FORMAT=json"}
+	out := []string{"DISKER_REDIS_URL=" + e.redisURL, "DISKER_KEY_PREFIX=" + e.prefix, "DISKER_LOG_FORMAT=json"}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DISKER_") {
 			out = append(out, kv)

@@ -58,8 +58,8 @@ func New() *Metrics {
 		deadLettered: counter("messages_dead_lettered_total", "Messages moved to the dead-letter stream, by receiver.", "receiver"),
 		expired:      counter("messages_expired_total", "Deliveries dropped because their deadline had passed, by receiver.", "receiver"),
 		timedOut:     counter("messages_timed_out_total", "Timeout notices received for this instance's senders, by sender.", "sender"),
-		replied:      counter("replies_total", "Replies the broker accepted from this instance, by original sender.", "sender"),
-		late:         counter("replies_late_total", "Replies dropped because their request was already settled, by original sender.", "sender"),
+		replied:      counter("replies_total", "Replies the broker accepted from this instance, by the receiver that replied.", "receiver"),
+		late:         counter("replies_late_total", "Replies dropped because their request was already settled, by the receiver that replied.", "receiver"),
 		handlerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "handler_duration_seconds",
 			Help:    "How long handlers ran, by receiver and outcome (handled or failed).",
@@ -112,9 +112,9 @@ func (m *Metrics) Observe(e disker.Event) {
 	case disker.EventTimedOut:
 		m.timedOut.WithLabelValues(senderLabel(e.Sender)).Inc()
 	case disker.EventReplied:
-		m.replied.WithLabelValues(senderLabel(e.Sender)).Inc()
+		m.replied.WithLabelValues(e.Receiver).Inc()
 	case disker.EventLate:
-		m.late.WithLabelValues(senderLabel(e.Sender)).Inc()
+		m.late.WithLabelValues(e.Receiver).Inc()
 	case disker.EventUnavailable:
 		m.available.Store(false)
 		m.brokerUp.Set(0)
