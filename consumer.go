@@ -12,11 +12,8 @@ import (
 	"github.com/diskerhq/disker/pool"
 )
 
-// ackBatch is the most refs one Ack call carries.
-const ackBatch = 256
-
 // consumer serves one receiver: a fetch loop, the handler tasks on an
-// executor, a lease keeper, and an acker that batches acknowledgements.
+// executor, a lease keeper, and an acker.
 type consumer struct {
 	d    *Disker
 	name string
@@ -31,8 +28,7 @@ type consumer struct {
 	loopDone    chan struct{}
 	keeperStop  chan struct{}
 	keeperDone  chan struct{}
-	acks        chan string
-	ackDone     chan struct{}
+	acks        *acker
 	freed       chan struct{} // a slot was freed (capacity 1)
 	stopOnce    sync.Once
 	stopErr     error
@@ -72,12 +68,13 @@ func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*cons
 		loopDone:   make(chan struct{}),
 		keeperStop: make(chan struct{}),
 		keeperDone: make(chan struct{}),
-		acks:       make(chan string, 4*ackBatch),
-		ackDone:    make(chan struct{}),
 		freed:      make(chan struct{}, 1),
 		inflight:   make(map[string]*task),
 		lockTTL:    max(3*d.cfg.HeartbeatInterval, 6*d.cfg.ReceiverBlockTimeout),
 	}
+	c.acks = newAcker(d, "receiver", receiver, func(ctx context.Context, refs ...string) error {
+		return d.b.Ack(ctx, receiver, refs...)
+	})
 	c.fetchCtx, c.stopFetch = context.WithCancel(d.bgCtx)
 	c.hardCtx, c.hardCancel = context.WithCancelCause(context.Background())
 	return c, nil
@@ -86,7 +83,6 @@ func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*cons
 func (c *consumer) start() {
 	go c.fetchLoop()
 	go c.keepLeases()
-	go c.ackLoop()
 }
 
 // stop stops fetching, waits for the in-flight handlers until ctx ends, then
@@ -108,8 +104,7 @@ func (c *consumer) stop(ctx context.Context) error {
 		c.hardCancel(errStopped)
 		close(c.keeperStop)
 		<-c.keeperDone
-		close(c.acks)
-		<-c.ackDone
+		c.acks.close()
 		if c.lockHeld.Load() {
 			rctx, cancel := context.WithTimeout(c.d.opCtx, 5*time.Second)
 			if err := c.d.b.Release(rctx, c.name, c.d.id); err != nil {
@@ -228,7 +223,7 @@ func (c *consumer) drop(dl *broker.Delivery) {
 	if c.d.onEvent != nil {
 		c.d.emit(Event{Kind: EventExpired, Receiver: c.name, Sender: dl.Env.Sender, MessageID: dl.Env.ID, Attempt: dl.Attempt})
 	}
-	c.acks <- dl.Ref
+	c.acks.add(dl.Ref)
 }
 
 // finish ends a task's bookkeeping.
@@ -314,7 +309,7 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duratio
 	if d.onEvent != nil {
 		d.emit(Event{Kind: EventHandled, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Duration: took})
 	}
-	c.acks <- t.dl.Ref
+	c.acks.add(t.dl.Ref)
 }
 
 func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, deadline time.Time) {
@@ -413,48 +408,6 @@ func (c *consumer) keepLeases() {
 			if t != nil {
 				t.cancel(broker.ErrLeaseLost)
 			}
-		}
-	}
-}
-
-// ackLoop acknowledges settled deliveries in batches until c.acks is closed
-// and drained.
-func (c *consumer) ackLoop() {
-	defer close(c.ackDone)
-	d := c.d
-	batch := make([]string, 0, ackBatch)
-	for ref := range c.acks {
-		batch = append(batch[:0], ref)
-	more:
-		for len(batch) < ackBatch {
-			select {
-			case r, ok := <-c.acks:
-				if !ok {
-					break more
-				}
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
-		var bo backoff
-		for {
-			err := d.b.Ack(d.opCtx, c.name, batch...)
-			if err == nil {
-				d.health.ok()
-				break
-			}
-			if d.opCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
-				break // shutting down: the messages will be delivered again
-			}
-			d.health.fail("ack", err)
-			// Unacknowledged messages are delivered again after their lease:
-			// keep trying while that is still worth it.
-			if bo.attempts >= 8 {
-				d.log.Warn("disker: cannot acknowledge; the messages will be delivered again", "receiver", c.name, "count", len(batch), "error", err)
-				break
-			}
-			bo.wait(d.opCtx.Done())
 		}
 	}
 }

@@ -143,10 +143,13 @@ func (d *Disker) startReader(sender string) *replyReader {
 
 // readReplies reads sender's reply stream until ctx ends, hands each entry
 // to its handler (or to the waiting Request for the inbox), and acknowledges
-// the entries after their handlers return.
+// each entry after its handler returned.
 func (d *Disker) readReplies(ctx context.Context, sender string) {
+	acks := newAcker(d, "sender", sender, func(ctx context.Context, refs ...string) error {
+		return d.b.AckReplies(ctx, sender, refs...)
+	})
+	defer acks.close()
 	var bo backoff
-	refs := make([]string, 0, replyBatch)
 	for ctx.Err() == nil {
 		rs, err := d.b.ReadReplies(ctx, sender, d.id, replyBatch, d.cfg.ReceiverBlockTimeout, replyLease)
 		if err != nil {
@@ -161,18 +164,9 @@ func (d *Disker) readReplies(ctx context.Context, sender string) {
 		}
 		bo.reset()
 		d.health.ok()
-		if len(rs) == 0 {
-			continue
-		}
-		refs = refs[:0]
 		for i := range rs {
 			d.dispatchReply(ctx, sender, &rs[i])
-			refs = append(refs, rs[i].Ref)
-		}
-		// Acknowledge even when ctx ended: the handlers ran.
-		if err := d.b.AckReplies(d.opCtx, sender, refs...); err != nil {
-			d.health.fail("ack replies", err)
-			d.log.Warn("disker: cannot acknowledge replies; they will be read again", "sender", sender, "count", len(refs), "error", err)
+			acks.add(rs[i].Ref) // even when ctx ended: the handler ran
 		}
 	}
 }

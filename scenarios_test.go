@@ -197,7 +197,12 @@ func TestThousandMessagesWithReplies(t *testing.T) {
 	for _, senders := range []int{1, n} {
 		t.Run(fmt.Sprintf("senders=%d", senders), func(t *testing.T) {
 			eachBackend(t, func(t *testing.T, e *env) {
-				worker, client := e.open(), e.open()
+				// The default intervals: each sender's reply stream has a
+				// reader, and each sender is watched for timeouts.
+				defaults := func(c *disker.Config) {
+					c.ReceiverBlockTimeout, c.TimeoutMonitorFrequency, c.HeartbeatInterval = 0, 0, 0
+				}
+				worker, client := e.open(defaults), e.open(defaults)
 				if err := worker.Handle("echo", disker.HandlerFunc(echo), disker.WithConcurrency(32)); err != nil {
 					t.Fatal(err)
 				}

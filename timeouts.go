@@ -12,6 +12,10 @@ import (
 // expireBatch is how many timeouts one ExpireTimeouts call settles at most.
 const expireBatch = 512
 
+// expireParallelism is how many ExpireTimeouts calls a monitor pass makes at
+// a time.
+const expireParallelism = 16
+
 // monitor settles the expired timeouts of the senders this instance watches:
 // those it registered handlers for (pinned) and those it sent timed messages
 // as, until their last deadline has passed and been settled.
@@ -89,29 +93,45 @@ func (d *Disker) runMonitor(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			for _, s := range d.monitor.due(now, margin) {
-				if !d.expire(ctx, s) {
-					break
-				}
+			senders := d.monitor.due(now, margin)
+			if len(senders) == 1 {
+				d.expire(ctx, senders[0])
+				continue
 			}
+			// Many senders: a few calls at a time, which the broker client
+			// pipelines. The next tick waits for this pass.
+			var wg sync.WaitGroup
+			next := make(chan string)
+			for range min(len(senders), expireParallelism) {
+				wg.Go(func() {
+					for s := range next {
+						d.expire(ctx, s)
+					}
+				})
+			}
+			for _, s := range senders {
+				next <- s
+			}
+			close(next)
+			wg.Wait()
 		}
 	}
 }
 
-// expire settles sender's expired timeouts. It returns false when the
-// broker failed (the rest waits for the next pass).
-func (d *Disker) expire(ctx context.Context, sender string) bool {
+// expire settles sender's expired timeouts. When the broker fails, the rest
+// waits for the next pass.
+func (d *Disker) expire(ctx context.Context, sender string) {
 	for {
 		n, err := d.b.ExpireTimeouts(ctx, sender, expireBatch)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
 				d.health.fail("expire timeouts", err)
 			}
-			return false
+			return
 		}
 		d.health.ok()
 		if n < expireBatch {
-			return true
+			return
 		}
 	}
 }

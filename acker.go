@@ -1,0 +1,79 @@
+package disker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// ackBatch is the most refs one acknowledgement call carries.
+const ackBatch = 256
+
+// acker acknowledges entries in batches on its own goroutine, so that the
+// loops that settle entries never wait for the round trip: what queued up
+// while one call was on the wire goes in the next.
+type acker struct {
+	d    *Disker
+	kind string // "receiver" or "sender", for logs
+	name string
+	ack  func(ctx context.Context, refs ...string) error
+	refs chan string
+	done chan struct{}
+}
+
+func newAcker(d *Disker, kind, name string, ack func(ctx context.Context, refs ...string) error) *acker {
+	a := &acker{d: d, kind: kind, name: name, ack: ack, refs: make(chan string, 4*ackBatch), done: make(chan struct{})}
+	go a.run()
+	return a
+}
+
+// add queues ref for acknowledgement. It waits when the queue is full.
+func (a *acker) add(ref string) { a.refs <- ref }
+
+// close acknowledges what is queued and stops. Call it once, after the last
+// add.
+func (a *acker) close() {
+	close(a.refs)
+	<-a.done
+}
+
+func (a *acker) run() {
+	defer close(a.done)
+	d := a.d
+	batch := make([]string, 0, ackBatch)
+	for ref := range a.refs {
+		batch = append(batch[:0], ref)
+	more:
+		for len(batch) < ackBatch {
+			select {
+			case r, ok := <-a.refs:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		var bo backoff
+		for {
+			err := a.ack(d.opCtx, batch...)
+			if err == nil {
+				d.health.ok()
+				break
+			}
+			if d.opCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+				break // shutting down: the entries will be delivered again
+			}
+			d.health.fail("ack", err)
+			// Unacknowledged entries are delivered again after their lease:
+			// keep trying while that is still worth it.
+			if bo.attempts >= 8 {
+				d.log.Warn("disker: cannot acknowledge; the entries will be delivered again", a.kind, a.name, "count", len(batch), "error", err)
+				break
+			}
+			bo.wait(d.opCtx.Done())
+		}
+	}
+}
