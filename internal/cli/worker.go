@@ -143,8 +143,9 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 			return usagef("invalid --http %q: want a URL such as http://127.0.0.1:8000", o.httpURL)
 		}
 		maxMsg = max(maxMsg, int(o.maxBody)+headRoom)
-		h = newHTTPHandler(base, o.concurrency, int64(o.maxBody))
-		mode = "http"
+		hh := newHTTPHandler(base, o.concurrency, int64(o.maxBody))
+		defer hh.client.CloseIdleConnections()
+		h, mode = hh, "http"
 	}
 
 	m := metrics.New()

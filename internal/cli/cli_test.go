@@ -1,0 +1,246 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/diskerhq/disker"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestSplitArgs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want []string
+		err  bool
+	}{
+		{"tr a-z A-Z", []string{"tr", "a-z", "A-Z"}, false},
+		{"  cat  ", []string{"cat"}, false},
+		{`grep -e 'a b' "c d" e\ f`, []string{"grep", "-e", "a b", "c d", "e f"}, false},
+		{`echo "say \"hi\" \$HOME \\ \n"`, []string{"echo", `say "hi" $HOME \ \n`}, false},
+		{`echo '$HOME' * ;`, []string{"echo", "$HOME", "*", ";"}, false},
+		{`a''b ""`, []string{"ab", ""}, false},
+		{"", nil, false},
+		{"'open", nil, true},
+		{`"open`, nil, true},
+		{`trailing\`, nil, true},
+	}
+	for _, tt := range tests {
+		got, err := splitArgs(tt.in)
+		if (err != nil) != tt.err || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("splitArgs(%q) = %q, %v; want %q, error %v", tt.in, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]int64{"0": 0, "1048576": 1 << 20, "512KiB": 512 << 10, "1MiB": 1 << 20,
+		"2M": 2 << 20, "3k": 3 << 10, "1 GiB": 1 << 30, "10B": 10} {
+		var s byteSize
+		if err := s.Set(in); err != nil || int64(s) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, s, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "-1", "1.5MiB", "1TiB", "99999999999G"} {
+		var s byteSize
+		if err := s.Set(in); err == nil {
+			t.Errorf("Set(%q) accepted", in)
+		}
+	}
+	s := byteSize(512 << 10)
+	if s.String() != "512KiB" {
+		t.Errorf("String() = %q", s.String())
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"web", "a.b:c-d_e", strings.Repeat("x", 200)} {
+		if err := checkName("receiver", ok); err != nil {
+			t.Errorf("checkName(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a b", "_inbox", "x{y}", "a*", strings.Repeat("x", 201)} {
+		err := checkName("receiver", bad)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--receiver") {
+			t.Errorf("checkName(%q) = %v, want a usage error naming --receiver", bad, err)
+		}
+	}
+}
+
+func TestExecHandler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	msg := &disker.Message{ID: "id-1", Receiver: "r", Sender: "s", Attempt: 2, Content: []byte("hello")}
+	run := func(argv []string, timeout time.Duration, max int) ([]byte, error) {
+		h := &execHandler{argv: argv, timeout: timeout, maxReply: max}
+		return h.Handle(ctx, msg)
+	}
+	if out, err := run([]string{"tr", "a-z", "A-Z"}, 0, 100); err != nil || string(out) != "HELLO" {
+		t.Fatalf("tr: %q, %v", out, err)
+	}
+	out, err := run([]string{"sh", "-c", `echo "$DISKER_MESSAGE_ID $DISKER_RECEIVER $DISKER_SENDER $DISKER_ATTEMPT"`}, 0, 100)
+	if err != nil || string(out) != "id-1 r s 2\n" {
+		t.Fatalf("environment: %q, %v", out, err)
+	}
+	if out, err := run([]string{"true"}, 0, 100); err != nil || out == nil || len(out) != 0 {
+		t.Fatalf("empty stdout: %q (nil: %v), %v; want an empty, non-nil reply", out, out == nil, err)
+	}
+	_, err = run([]string{"sh", "-c", "echo partial; echo 'it broke' >&2; exit 3"}, 0, 100)
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "it broke") {
+		t.Fatalf("failing command: %v; want the exit status and stderr", err)
+	}
+	// A shell that starts a child: the whole group dies at the timeout.
+	_, err = run([]string{"sh", "-c", "sleep 30 & wait"}, 100*time.Millisecond, 100)
+	if err == nil || !strings.Contains(err.Error(), "--exec-timeout") {
+		t.Fatalf("slow command: %v; want the --exec-timeout error", err)
+	}
+	_, err = run([]string{"cat"}, 0, 3)
+	if err == nil || !strings.Contains(err.Error(), "over 3 bytes") {
+		t.Fatalf("large reply: %v", err)
+	}
+	if _, err := run([]string{"/no/such/command"}, 0, 100); err == nil {
+		t.Fatal("a missing command succeeded")
+	}
+}
+
+// syncBuffer collects a command's output while tests read it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// logField waits for a JSON log line with msg and returns its field.
+func logField(t *testing.T, b *syncBuffer, msg, field string) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		sc := bufio.NewScanner(strings.NewReader(b.String()))
+		for sc.Scan() {
+			var rec map[string]any
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == msg {
+				s, _ := rec[field].(string)
+				return s
+			}
+		}
+		<-time.After(10 * time.Millisecond)
+	}
+	t.Fatalf("no log line %q in:\n%s", msg, b.String())
+	return ""
+}
+
+// TestHTTPTierInProcess runs a worker and a gateway in this process, on the
+// in-memory broker, so that the race detector sees their code.
+func TestHTTPTierInProcess(t *testing.T) {
+	t.Parallel()
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Path", r.URL.Path)
+		w.WriteHeader(http.StatusAccepted)
+		w.Write(b)
+	}))
+	defer svc.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wOut, gOut syncBuffer
+	codes := make(chan int, 2)
+	broker := "mem://cli-http-tier"
+	go func() {
+		codes <- Run(ctx, []string{"worker", "--receiver", "web", "--http", svc.URL + "/base", "--redis-url", broker,
+			"--log-format", "json", "--concurrency", "4"}, strings.NewReader(""), io.Discard, &wOut)
+	}()
+	logField(t, &wOut, "worker started", "receiver")
+	go func() {
+		codes <- Run(ctx, []string{"gateway", "--listen", "127.0.0.1:0", "--receiver", "web", "--redis-url", broker,
+			"--log-format", "json", "--timeout", "10s", "--admin", "127.0.0.1:0"}, strings.NewReader(""), io.Discard, &gOut)
+	}()
+	url := "http://" + logField(t, &gOut, "gateway started", "listen")
+
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			body := strings.Repeat("x", i*100)
+			resp, err := http.Post(url+"/p?i=1", "text/plain", strings.NewReader(body))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			got, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusAccepted || string(got) != body || resp.Header.Get("X-Path") != "/base/p" {
+				t.Errorf("request %d: %d %q %v", i, resp.StatusCode, got, resp.Header)
+			}
+		})
+	}
+	wg.Wait()
+	http.DefaultClient.CloseIdleConnections()
+	cancel()
+	for range 2 {
+		if code := <-codes; code != ExitOK {
+			t.Errorf("exit code %d after the context ended\nworker:\n%s\ngateway:\n%s", code, wOut.String(), gOut.String())
+		}
+	}
+}
+
+func TestDemoInProcess(t *testing.T) {
+	t.Parallel()
+	var out, errOut syncBuffer
+	code := Run(context.Background(), []string{"demo", "--messages", "60", "--rate", "0", "--workers", "2"}, strings.NewReader(""), &out, &errOut)
+	if code != ExitOK || !strings.Contains(out.String(), "Summary") {
+		t.Fatalf("demo: %d\n%s\n%s", code, out.String(), errOut.String())
+	}
+	out = syncBuffer{}
+	code = Run(context.Background(), []string{"demo", "pool", "--job", "20ms", "--callers", "4", "--size", "2"}, strings.NewReader(""), &out, &errOut)
+	if code != ExitOK || !strings.Contains(out.String(), "The callers share them") {
+		t.Fatalf("demo pool: %d\n%s\n%s", code, out.String(), errOut.String())
+	}
+}
+
+// TestEnvFallback cannot run in parallel: it sets environment variables.
+func TestEnvFallback(t *testing.T) {
+	t.Setenv("DISKER_LOG_LEVEL", "loud")
+	var out, errOut bytes.Buffer
+	if code := Run(context.Background(), []string{"version"}, nil, &out, &errOut); code != ExitUsage ||
+		!strings.Contains(errOut.String(), "invalid --log-level \"loud\"") {
+		t.Fatalf("bad DISKER_LOG_LEVEL: %d %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := Run(context.Background(), []string{"version", "--log-level", "warn"}, nil, &out, &errOut); code != ExitOK {
+		t.Fatalf("a flag did not win over its environment variable: %d %q", code, errOut.String())
+	}
+	if got := envName("shutdown-timeout"); got != "DISKER_SHUTDOWN_TIMEOUT" {
+		t.Fatalf("envName = %q", got)
+	}
+}
