@@ -1,0 +1,167 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// ants starts its package-level default pool in init; its two
+		// housekeeping goroutines live as long as the process.
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
+		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+	)
+}
+
+// tiny runs every workload of every suite once at the smallest sizes. It
+// proves that each implementation completes its workload and that every cell
+// of every table holds a figure; it asserts nothing about speed.
+var tiny = Options{Runs: 2, Tiny: true, Quick: true}
+
+func checkTables(t *testing.T, tables []Table, wantTables int) {
+	t.Helper()
+	if len(tables) != wantTables {
+		t.Fatalf("got %d tables, want %d", len(tables), wantTables)
+	}
+	for _, tb := range tables {
+		if len(tb.Rows) == 0 {
+			t.Fatalf("table %q has no rows", tb.Title)
+		}
+		for _, r := range tb.Rows {
+			if len(r) != len(tb.Header) {
+				t.Fatalf("table %q: row %v has %d cells, header has %d", tb.Title, r, len(r), len(tb.Header))
+			}
+			for _, c := range r {
+				if c == "" || strings.Contains(c, "n/a") || strings.Contains(c, "NaN") || strings.Contains(c, "Inf") {
+					t.Fatalf("table %q: row %v has a missing figure", tb.Title, r)
+				}
+			}
+		}
+		md := tb.Markdown()
+		if !strings.HasPrefix(md, "### "+tb.Title) || strings.Count(md, "\n|") != len(tb.Rows)+2 {
+			t.Fatalf("table %q renders badly:\n%s", tb.Title, md)
+		}
+	}
+}
+
+func TestExecutorSuite(t *testing.T) {
+	tables, err := ExecutorSuite(context.Background(), tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTables(t, tables, 4)
+	for _, tb := range tables {
+		if len(tb.Rows) != len(executors()) {
+			t.Fatalf("table %q: %d rows, want one per executor (%d)", tb.Title, len(tb.Rows), len(executors()))
+		}
+	}
+}
+
+func TestCheckoutSuite(t *testing.T) {
+	tables, err := CheckoutSuite(context.Background(), tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTables(t, tables, 1)
+	if got, want := len(tables[0].Rows), 2*3*len(checkoutImpls()); got != want {
+		t.Fatalf("checkout table: %d rows, want %d", got, want)
+	}
+}
+
+func TestDiskerSuite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tables, err := DiskerSuite(ctx, tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTables(t, tables, 3)
+}
+
+// TestExecutorsRunEveryTask checks that each executor runs each task exactly
+// once and has finished them all when it returns.
+func TestExecutorsRunEveryTask(t *testing.T) {
+	for _, e := range executors() {
+		for _, c := range []int{1, 4, 1000} {
+			var n int64
+			var mu = make(chan struct{}, 1)
+			task := func() {
+				mu <- struct{}{}
+				n++
+				<-mu
+			}
+			if err := e.run(3000, c, task); err != nil {
+				t.Fatalf("%s c=%d: %v", e.name, c, err)
+			}
+			mu <- struct{}{}
+			got := n
+			<-mu
+			if got != 3000 {
+				t.Fatalf("%s c=%d: ran %d tasks, want 3000", e.name, c, got)
+			}
+		}
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	ds := make([]time.Duration, 100)
+	for i := range ds {
+		ds[i] = time.Duration(100-i) * time.Microsecond
+	}
+	p50, p99 := percentiles(ds)
+	if p50 != 50 || p99 != 99 {
+		t.Fatalf("percentiles of 1..100µs = %v, %v; want 50, 99", p50, p99)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	for _, tc := range []struct {
+		in            []float64
+		med, min, max float64
+	}{
+		{[]float64{3, 1, 2}, 2, 1, 3},
+		{[]float64{4, 1, 3, 2}, 2.5, 1, 4},
+		{[]float64{7}, 7, 7, 7},
+	} {
+		s := summarize(tc.in)
+		if s.med != tc.med || s.min != tc.min || s.max != tc.max {
+			t.Fatalf("summarize(%v) = %+v, want med %v min %v max %v", tc.in, s, tc.med, tc.min, tc.max)
+		}
+	}
+}
+
+func TestRunAlternatingRotates(t *testing.T) {
+	var order []string
+	mk := func(name string) impl {
+		return impl{name: name, run: func(context.Context) (sample, error) {
+			order = append(order, name)
+			return sample{elapsed: time.Millisecond, ops: 1}, nil
+		}}
+	}
+	res, err := runAlternating(context.Background(), Options{Runs: 3, Progress: io.Discard}, "w", []impl{mk("a"), mk("b"), mk("c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(order, ""), "abcbcacab"; got != want {
+		t.Fatalf("run order %q, want %q", got, want)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if len(res[name]) != 3 {
+			t.Fatalf("%s has %d samples, want 3", name, len(res[name]))
+		}
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for in, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -4500: "-4,500"} {
+		if got := thousands(in); got != want {
+			t.Fatalf("thousands(%d) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,118 @@
+// Command bench runs Disker and its peers side by side on the same workloads
+// and prints markdown tables.
+//
+//	cd bench && go run ./cmd/bench -suite all -runs 5 -out ../BENCHMARKS.tables.md
+//
+// The disker suite starts its own redis-server (it must be on PATH).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/diskerhq/disker/bench"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	suite := flag.String("suite", "all", "which suite to run: executor, checkout, disker or all")
+	runs := flag.Int("runs", 5, "runs of each implementation per workload; the tables show the median")
+	quick := flag.Bool("quick", false, "small sizes, for a smoke test")
+	out := flag.String("out", "", "also write the markdown to this file")
+	quiet := flag.Bool("q", false, "no progress lines on stderr")
+	flag.Parse()
+	if *runs < 1 {
+		return fmt.Errorf("-runs must be >= 1, got %d", *runs)
+	}
+	suites := map[string]func(context.Context, bench.Options) ([]bench.Table, error){
+		"executor": bench.ExecutorSuite,
+		"checkout": bench.CheckoutSuite,
+		"disker":   bench.DiskerSuite,
+	}
+	var names []string
+	switch *suite {
+	case "all":
+		names = []string{"executor", "checkout", "disker"}
+	case "executor", "checkout", "disker":
+		names = []string{*suite}
+	default:
+		return fmt.Errorf("unknown -suite %q (want executor, checkout, disker or all)", *suite)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	o := bench.Options{Runs: *runs, Quick: *quick}
+	if !*quiet {
+		o.Progress = os.Stderr
+	}
+
+	var b strings.Builder
+	start := time.Now()
+	fmt.Fprintf(&b, "## Results\n\n")
+	fmt.Fprintf(&b, "Command: `cd bench && go run ./cmd/bench %s`  \n", strings.Join(os.Args[1:], " "))
+	fmt.Fprintf(&b, "Machine: %s  \n", machine())
+	fmt.Fprintf(&b, "Date: %s  \n", start.UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "Runs: %d per implementation per workload, round robin; medians with (min–max).\n\n", *runs)
+	fmt.Print(b.String())
+	for _, name := range names {
+		fmt.Fprintf(os.Stderr, "suite %s\n", name)
+		tables, err := suites[name](ctx, o)
+		if err != nil {
+			return fmt.Errorf("suite %s: %w", name, err)
+		}
+		for _, t := range tables {
+			md := t.Markdown()
+			fmt.Print(md)
+			b.WriteString(md)
+		}
+	}
+	tail := fmt.Sprintf("Total time: %s.\n", time.Since(start).Round(time.Second))
+	fmt.Print(tail)
+	b.WriteString(tail)
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// machine describes the host: CPUs, Go version, redis-server version.
+func machine() string {
+	redis := "redis-server not found"
+	if v, err := exec.Command("redis-server", "--version").Output(); err == nil {
+		redis = strings.TrimSpace(string(v))
+		if i := strings.Index(redis, " sha="); i > 0 {
+			redis = redis[:i]
+		}
+	}
+	cpu := ""
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		data, _ := io.ReadAll(f)
+		f.Close()
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				if _, v, ok := strings.Cut(l, ":"); ok {
+					cpu = strings.TrimSpace(v) + ", "
+				}
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s%d CPUs (GOMAXPROCS %d), %s %s/%s, %s", cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0),
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, redis)
+}

@@ -1,0 +1,128 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+)
+
+// DiskerSuite runs the Redis workloads against one private redis-server per
+// workload (persistence off), emptied with FLUSHALL before every run:
+// fire-and-forget (8 producers, 32 handlers, 100,000 no-op messages) and
+// request/reply with a 5 s timeout from 1 and from 32 requesters (fewer
+// messages with Quick or Tiny).
+func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
+	nFF, nRR1, nRR32 := 100_000, 10_000, 50_000
+	switch {
+	case o.Tiny:
+		nFF, nRR1, nRR32 = 400, 50, 320
+	case o.Quick:
+		nFF, nRR1, nRR32 = 10_000, 1_000, 5_000
+	}
+
+	ff, err := runRedisWorkload(ctx, o, "fire-and-forget", ffImpls(nFF))
+	if err != nil {
+		return nil, err
+	}
+	rr1, err := runRedisWorkload(ctx, o, "request/reply r=1", rrImpls(nRR1, 1))
+	if err != nil {
+		return nil, err
+	}
+	rr32, err := runRedisWorkload(ctx, o, "request/reply r=32", rrImpls(nRR32, 32))
+	if err != nil {
+		return nil, err
+	}
+
+	ffT := Table{
+		Title: fmt.Sprintf("Disker over Redis: fire-and-forget, %d producers, %d handlers, %s no-op messages",
+			ffProducers, ffHandlers, thousands(int64(nFF))),
+		Notes: []string{"Timed from the first send until the last message was handled. " +
+			"\"× Disker time\" is the peer's time over Disker's (above 1 means Disker is faster). " +
+			"The bare list queue (LPUSH/BRPOP) delivers at most once and keeps no state; asynq runs with " +
+			"TaskCheckInterval 10 ms (default 1 s) so that its idle poll at the start is not counted."},
+		Header: []string{"implementation", "msgs/s, median (min–max)", "wall s", "× Disker time"},
+	}
+	ref := series(ff[nameDisker], opsPerSec).med
+	for _, im := range ffImpls(nFF) {
+		tp := series(ff[im.name], opsPerSec)
+		ffT.Rows = append(ffT.Rows, []string{im.name, fmtStat(tp),
+			fmt.Sprintf("%.2f", series(ff[im.name], wallMS).med/1e3), fmtRatio(ref, tp.med)})
+	}
+
+	rrT := Table{
+		Title: "Disker over Redis: request/reply with a 5 s timeout, 32 handlers",
+		Notes: []string{fmt.Sprintf("%s round trips per run with 1 requester, %s with 32 requesters. "+
+			"Latency is per round trip (send to reply received); p50 and p99 are the medians over the runs "+
+			"of each run's percentile. \"× Disker time\" is the peer's time over Disker's (above 1 means "+
+			"Disker is faster). The bare request/reply pushes \"replyKey|content\" to a request list; a "+
+			"worker BRPOPs it and LPUSHes the reply to the unique reply key, which the requester BRPOPs "+
+			"with the timeout.", thousands(int64(nRR1)), thousands(int64(nRR32)))},
+		Header: []string{"requesters", "implementation", "round trips/s, median (min–max)", "× Disker time", "p50 µs", "p99 µs"},
+	}
+	for _, w := range []struct {
+		r   int
+		res map[string][]sample
+		ims []redisImpl
+	}{{1, rr1, rrImpls(nRR1, 1)}, {32, rr32, rrImpls(nRR32, 32)}} {
+		ref := series(w.res[nameDisker], opsPerSec).med
+		for _, im := range w.ims {
+			ss := w.res[im.name]
+			tp := series(ss, opsPerSec)
+			rrT.Rows = append(rrT.Rows, []string{fmt.Sprint(w.r), im.name, fmtStat(tp), fmtRatio(ref, tp.med),
+				fmtNum(series(ss, p50).med), fmtNum(series(ss, p99).med)})
+		}
+	}
+
+	return []Table{ffT, rrT, targetsTable(ff, rr1, rr32)}, nil
+}
+
+// runRedisWorkload starts a fresh redis-server for the workload and runs its
+// implementations round robin, with FLUSHALL before every run.
+func runRedisWorkload(ctx context.Context, o Options, workload string, ims []redisImpl) (map[string][]sample, error) {
+	srv, err := startRedis()
+	if err != nil {
+		return nil, err
+	}
+	defer srv.close()
+	var impls []impl
+	for _, im := range ims {
+		impls = append(impls, impl{name: im.name, run: func(ctx context.Context) (sample, error) {
+			if err := srv.flushAll(); err != nil {
+				return sample{}, err
+			}
+			return im.run(ctx, srv)
+		}})
+	}
+	return runAlternating(ctx, o, workload, impls)
+}
+
+// targetsTable checks the targets for Disker over Redis.
+func targetsTable(ff, rr1, rr32 map[string][]sample) Table {
+	t := Table{
+		Title:  "Targets for Disker over Redis",
+		Notes:  []string{"Medians of the runs above. \"Margin\" is Disker's figure over the target's (above 1 means met)."},
+		Header: []string{"target", "Disker", "target value", "margin", "met"},
+	}
+	row := func(name, unit string, got, want float64, higherIsBetter bool) {
+		margin := got / want
+		if !higherIsBetter {
+			margin = want / got
+		}
+		met := "yes"
+		if math.IsNaN(margin) || margin < 1 {
+			met = "**no**"
+		}
+		t.Rows = append(t.Rows, []string{name, fmtNum(got) + " " + unit, fmtNum(want) + " " + unit,
+			fmt.Sprintf("%.2f", margin), met})
+	}
+	tp := func(res map[string][]sample, name string) float64 { return series(res[name], opsPerSec).med }
+	lat := func(res map[string][]sample, name string) float64 { return series(res[name], p50).med }
+
+	row("fire-and-forget ≥ 10× asynq", "msgs/s", tp(ff, nameDisker), 10*tp(ff, "asynq"), true)
+	row("fire-and-forget above bare list, go-redis", "msgs/s", tp(ff, nameDisker), tp(ff, "bare list, go-redis"), true)
+	row("fire-and-forget above bare list, rueidis", "msgs/s", tp(ff, nameDisker), tp(ff, "bare list, rueidis"), true)
+	row("request/reply, 32 requesters ≥ bare rueidis", "rt/s", tp(rr32, nameDisker), tp(rr32, "bare lists, rueidis"), true)
+	floor := math.Min(lat(rr1, "bare lists, go-redis"), lat(rr1, "bare lists, rueidis"))
+	row("request/reply, 1 requester: p50 ≤ 1.5× the bare floor (the lower bare p50)", "µs", lat(rr1, nameDisker), 1.5*floor, false)
+	return t
+}

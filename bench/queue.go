@@ -1,0 +1,241 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// The fire-and-forget workload: ffProducers goroutines send n no-op messages
+// between them to one queue served by ffHandlers concurrent handlers. The
+// timed region starts when the producers start and ends when the last message
+// has been handled; clients, servers and handlers are set up before it and
+// shut down after it.
+
+const (
+	ffProducers = 8
+	ffHandlers  = 32
+	nameDisker  = "disker"
+)
+
+// payload is the content of every message: 16 bytes.
+var payload = []byte("0123456789abcdef")
+
+// stopWord tells a bare consumer to exit. It is pushed once per consumer
+// after every message has been handled.
+const stopWord = "stop"
+
+// countdown closes done when n events have been counted.
+type countdown struct {
+	n    int64
+	c    atomic.Int64
+	done chan struct{}
+}
+
+func newCountdown(n int) *countdown { return &countdown{n: int64(n), done: make(chan struct{})} }
+
+func (c *countdown) add() {
+	if c.c.Add(1) == c.n {
+		close(c.done)
+	}
+}
+
+// wait waits until every event was counted, the context ends, or errc
+// reports an error.
+func (c *countdown) wait(ctx context.Context, errc <-chan error) error {
+	select {
+	case <-c.done:
+		return nil
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("bench: %d of %d handled: %w", c.c.Load(), c.n, ctx.Err())
+	}
+}
+
+// produce runs ffProducers goroutines that call send n times between them.
+// It returns at once; errors go to errc.
+func produce(ctx context.Context, n int, errc chan<- error, send func(context.Context) error) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Add(ffProducers)
+	for p := range ffProducers {
+		k := n / ffProducers
+		if p < n%ffProducers {
+			k++
+		}
+		go func() {
+			defer wg.Done()
+			for range k {
+				if err := send(ctx); err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	return &wg
+}
+
+// redisImpl is one contender in a Redis workload: run performs one complete
+// run against the server at addr.
+type redisImpl struct {
+	name string
+	run  func(ctx context.Context, s *redisServer) (sample, error)
+}
+
+func ffImpls(n int) []redisImpl {
+	return []redisImpl{
+		{name: nameDisker, run: func(ctx context.Context, s *redisServer) (sample, error) { return ffDisker(ctx, s, n) }},
+		{name: "asynq", run: func(ctx context.Context, s *redisServer) (sample, error) { return ffAsynq(ctx, s, n) }},
+		{name: "bare list, go-redis", run: func(ctx context.Context, s *redisServer) (sample, error) { return ffGoRedis(ctx, s, n) }},
+		{name: "bare list, rueidis", run: func(ctx context.Context, s *redisServer) (sample, error) { return ffRueidis(ctx, s, n) }},
+	}
+}
+
+// timedRun times from start until cd has counted everything.
+func timedRun(ctx context.Context, n int, cd *countdown, errc chan error, start func(context.Context) *sync.WaitGroup) (sample, error) {
+	ctx, cancel := context.WithTimeout(ctx, runLimit)
+	defer cancel()
+	t0 := time.Now()
+	wg := start(ctx)
+	err := cd.wait(ctx, errc)
+	elapsed := time.Since(t0)
+	cancel()
+	wg.Wait()
+	return sample{elapsed: elapsed, ops: n}, err
+}
+
+// runLimit bounds one run of a Redis workload, so that a stuck run fails
+// instead of hanging the whole benchmark.
+const runLimit = 3 * time.Minute
+
+func ffAsynq(ctx context.Context, s *redisServer, n int) (sample, error) {
+	opt := asynq.RedisClientOpt{Addr: s.addr}
+	cd := newCountdown(n)
+	srv := asynq.NewServer(opt, asynq.Config{
+		Concurrency: ffHandlers,
+		LogLevel:    asynq.WarnLevel,
+		// asynq polls an empty queue every TaskCheckInterval (default 1 s).
+		// A short interval keeps its idle wait at the start out of the
+		// measurement, to its advantage.
+		TaskCheckInterval: 10 * time.Millisecond,
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
+		cd.add()
+		return nil
+	})
+	if err := srv.Start(mux); err != nil {
+		return sample{}, err
+	}
+	defer srv.Shutdown()
+	client := asynq.NewClient(opt)
+	defer client.Close()
+	errc := make(chan error, 1)
+	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+		return produce(ctx, n, errc, func(ctx context.Context) error {
+			_, err := client.EnqueueContext(ctx, asynq.NewTask("noop", payload))
+			return err
+		})
+	})
+}
+
+func ffGoRedis(ctx context.Context, s *redisServer, n int) (sample, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr, PoolSize: 2 * (ffProducers + ffHandlers)})
+	defer rdb.Close()
+	cd := newCountdown(n)
+	errc := make(chan error, 1)
+	var consumers sync.WaitGroup
+	consumers.Add(ffHandlers)
+	for range ffHandlers {
+		go func() {
+			defer consumers.Done()
+			for {
+				r, err := rdb.BRPop(ctx, 0, "q").Result()
+				if err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+					return
+				}
+				if r[1] == stopWord {
+					return
+				}
+				cd.add()
+			}
+		}()
+	}
+	smp, err := timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+		return produce(ctx, n, errc, func(ctx context.Context) error {
+			return rdb.LPush(ctx, "q", payload).Err()
+		})
+	})
+	for range ffHandlers {
+		if err := rdb.LPush(ctx, "q", stopWord).Err(); err != nil {
+			return smp, err
+		}
+	}
+	consumers.Wait()
+	return smp, err
+}
+
+func ffRueidis(ctx context.Context, s *redisServer, n int) (sample, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr}, DisableCache: true})
+	if err != nil {
+		return sample{}, err
+	}
+	defer c.Close()
+	cd := newCountdown(n)
+	errc := make(chan error, 1)
+	var consumers sync.WaitGroup
+	consumers.Add(ffHandlers)
+	for range ffHandlers {
+		go func() {
+			defer consumers.Done()
+			for {
+				r, err := c.Do(ctx, c.B().Brpop().Key("q").Timeout(0).Build()).AsStrSlice()
+				if err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+					return
+				}
+				if len(r) != 2 {
+					select {
+					case errc <- errors.New("bench: BRPOP: unexpected reply"):
+					default:
+					}
+					return
+				}
+				if r[1] == stopWord {
+					return
+				}
+				cd.add()
+			}
+		}()
+	}
+	smp, err := timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+		return produce(ctx, n, errc, func(ctx context.Context) error {
+			return c.Do(ctx, c.B().Lpush().Key("q").Element(string(payload)).Build()).Error()
+		})
+	})
+	for range ffHandlers {
+		if err := c.Do(ctx, c.B().Lpush().Key("q").Element(stopWord).Build()).Error(); err != nil {
+			return smp, err
+		}
+	}
+	consumers.Wait()
+	return smp, err
+}
