@@ -30,7 +30,7 @@ const DefaultMaxMessageSize = 1 << 20
 // Options configures a Broker.
 type Options struct {
 	// MaxMessageSize is the largest content, in bytes, that a message or a
-	// reply may carry; Send and Reply reject larger ones. 0 means
+	// reply may carry; Send and Reply reject larger ones. 0 (or less) means
 	// DefaultMaxMessageSize.
 	MaxMessageSize int
 	// Now is the broker's clock: every deadline, lease and expiry is decided
@@ -51,7 +51,8 @@ type Broker struct {
 
 var _ broker.Broker = (*Broker)(nil)
 
-// New returns a private in-memory broker. Its state is dropped with it.
+// New returns a private in-memory broker: its state is reachable through it
+// alone, and goes when it does.
 func New(opts Options) *Broker {
 	return newHandle(newCore(opts))
 }
@@ -108,7 +109,10 @@ func (b *Broker) check(ctx context.Context) error {
 	if b.closed.Load() {
 		return broker.ErrClosed
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("membroker: %w", err)
+	}
+	return nil
 }
 
 // lock takes the state's mutex for an operation, failing if b is closed or
@@ -217,7 +221,7 @@ func (b *Broker) wait(ctx context.Context, ch <-chan struct{}, due time.Duration
 	case <-block.C:
 		return false, nil
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return false, fmt.Errorf("membroker: %w", ctx.Err())
 	case <-b.done:
 		return false, broker.ErrClosed
 	}

@@ -87,7 +87,7 @@ func (b *Broker) Fetch(ctx context.Context, receiver, consumer string, max int, 
 	c := b.c
 	out := []broker.Delivery{}
 	take := func(s *stream, now time.Time) int {
-		for _, e := range s.expired(now, lease) {
+		for e := range s.expired(now, lease) {
 			if len(out) == max {
 				return len(out)
 			}

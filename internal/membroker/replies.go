@@ -175,7 +175,7 @@ func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max i
 	}
 	out := []broker.Reply{}
 	take := func(s *stream, now time.Time) int {
-		for _, e := range s.expired(now, lease) {
+		for e := range s.expired(now, lease) {
 			if len(out) == max {
 				return len(out)
 			}

@@ -2,6 +2,7 @@ package membroker
 
 import (
 	"container/list"
+	"iter"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -94,17 +95,18 @@ func (s *stream) deliver(e *entry, consumer string, now time.Time) {
 	e.delivered = now
 }
 
-// expired returns the pending entries idle for at least lease at now, in
-// ref order.
-func (s *stream) expired(now time.Time, lease time.Duration) []*entry {
-	var out []*entry
-	for el := s.pending.Front(); el != nil; el = el.Next() {
-		e := el.Value.(*entry)
-		if now.Sub(e.delivered) >= lease {
-			out = append(out, e)
+// expired yields the pending entries idle for at least lease at now, in ref
+// order. The loop body may remove the entry it is given.
+func (s *stream) expired(now time.Time, lease time.Duration) iter.Seq[*entry] {
+	return func(yield func(*entry) bool) {
+		for el := s.pending.Front(); el != nil; {
+			e := el.Value.(*entry)
+			el = el.Next()
+			if now.Sub(e.delivered) >= lease && !yield(e) {
+				return
+			}
 		}
 	}
-	return out
 }
 
 // nextDue returns how long after now the first pending entry becomes
