@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -186,6 +187,7 @@ func (p *Pool[W]) errorf(format string, args ...any) error {
 //
 // The caller must end the lease with Release or Retire.
 func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
+	yields := 0
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -208,6 +210,14 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 		} else if err = ctx.Err(); err != nil {
 			p.mu.Unlock()
 			return Lease[W]{}, err
+		} else if yields < checkoutYields && p.queue.n == 0 {
+			// Every worker is busy but nobody waits yet: let the
+			// goroutines that hold workers run before parking, which
+			// keeps short leases from forming a convoy of waiters.
+			p.mu.Unlock()
+			yields++
+			runtime.Gosched()
+			continue
 		} else if e, err = p.wait(ctx); err != nil {
 			return Lease[W]{}, err
 		}
@@ -219,6 +229,10 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 		}
 	}
 }
+
+// checkoutYields is how many times Checkout yields the processor, when every
+// worker is busy and nobody waits, before it queues and parks.
+const checkoutYields = 2
 
 // TryCheckout leases an idle worker if there is one and never waits for a
 // worker: it returns an error wrapping ErrNoWorker when none is idle (and
@@ -296,7 +310,7 @@ func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
 	p.live++
 	p.building++
 	p.mu.Unlock()
-	start := time.Now()
+	start := p.now()
 	w, err := p.construct(ctx)
 	p.mu.Lock()
 	p.building--
@@ -334,7 +348,7 @@ func (p *Pool[W]) wait(ctx context.Context) (*poolEntry[W], error) {
 	w := p.waiters.Get().(*poolWaiter[W])
 	p.queue.push(w)
 	p.mu.Unlock()
-	start := time.Now()
+	start := p.now()
 	var e *poolEntry[W]
 	if done := ctx.Done(); done == nil {
 		e = <-w.ch
@@ -370,8 +384,9 @@ func (p *Pool[W]) wait(ctx context.Context) (*poolEntry[W], error) {
 	return e, nil
 }
 
-func (p *Pool[W]) noteWait(start time.Time) {
-	p.waitNanos.Add(int64(time.Since(start)))
+// noteWait counts a checkout that waited since start (from p.now).
+func (p *Pool[W]) noteWait(start int64) {
+	p.waitNanos.Add(p.now() - start)
 	p.waits.Add(1)
 }
 
