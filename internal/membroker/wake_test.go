@@ -3,6 +3,7 @@ package membroker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -146,8 +147,10 @@ func TestFetchBlockEnds(t *testing.T) {
 func TestShared(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	a, b := Shared("TestShared"), Shared("TestShared")
-	other := Shared("TestShared-other")
+	// Shared brokers outlive tests: the name must be new to each run.
+	name := fmt.Sprint("TestShared-", time.Now().UnixNano())
+	a, b := Shared(name), Shared(name)
+	other := Shared(name + "-other")
 	defer b.Close()
 	defer other.Close()
 
@@ -179,7 +182,7 @@ func TestShared(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c := Shared("TestShared")
+	c := Shared(name)
 	defer c.Close()
 	if st, err := c.Stats(ctx, "r"); err != nil || st.Pending != 1 {
 		t.Fatalf("Stats on a new handle: got %+v, %v; want the pending message", st, err)
