@@ -510,8 +510,10 @@ func TestRedisRestart(t *testing.T) {
 	waitFor(t, 2*time.Minute, "every accepted message handled", func() bool {
 		return handled.missing(accepted) == 0
 	})
-	t.Logf("%d accepted, %d sends failed during the restart", len(accepted), failures)
-	if _, ok := events.Load(disker.EventAvailable); failures > 0 && !ok {
-		t.Logf("sends failed but the worker saw no outage")
+	_, outage := events.Load(disker.EventUnavailable)
+	_, back := events.Load(disker.EventAvailable)
+	t.Logf("%d accepted, %d sends failed during the restart; the worker saw the outage: %v, its end: %v", len(accepted), failures, outage, back)
+	if outage != back {
+		t.Fatalf("the worker saw the outage (%v) but not its end (%v), or the other way round", outage, back)
 	}
 }

@@ -24,11 +24,10 @@ type health struct {
 // fail records a failed broker call. Errors other than unavailability are
 // logged as they come.
 func (h *health) fail(op string, err error) {
-	if errors.Is(err, context.Canceled) || errors.Is(err, broker.ErrClosed) {
-		return
-	}
-	if !errors.Is(err, broker.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
-		h.d.log.Warn("disker: broker call failed", "op", op, "error", err)
+	if !errors.Is(err, broker.ErrUnavailable) {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, broker.ErrClosed) {
+			h.d.log.Warn("disker: broker call failed", "op", op, "error", err)
+		}
 		return
 	}
 	if h.down.Load() {

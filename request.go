@@ -25,6 +25,12 @@ const cancelGrace = 30 * time.Second
 // (for instance, the message was dead-lettered after its last attempt), and
 // ctx's error when ctx was cancelled before a deadline. Without a deadline
 // in ctx the message has no timeout: Request waits until ctx is cancelled.
+//
+// The private reply address is "_inbox." followed by the instance's id. Its
+// reply stream is read only while the instance lives; the empty stream (and
+// its consumer group) stays in Redis after the instance stops, one per
+// instance id that ever made a Request. Give instances a stable
+// Config.InstanceID to reuse it.
 func (d *Disker) Request(ctx context.Context, receiver string, content []byte, opts ...SendOption) (*Message, error) {
 	msg := Message{Receiver: receiver, Content: content}
 	if len(opts) > 0 {
