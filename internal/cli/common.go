@@ -156,7 +156,7 @@ type adminFlags struct {
 }
 
 func (f *adminFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.admin, "admin", "", "serve /metrics and /healthz on this address (e.g. :9090); empty: no admin server")
+	fs.StringVar(&f.admin, "admin", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9090); empty: none")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long to let in-flight work finish")
 }
 

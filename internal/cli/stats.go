@@ -140,8 +140,14 @@ func takeSnapshot(ctx context.Context, d *disker.Disker, only []string, prev *st
 	if err != nil {
 		return nil, err
 	}
-	// This command's own instance is not a worker.
-	workers := slices.DeleteFunc(all, func(w disker.WorkerInfo) bool { return w.ID == d.ID() })
+	// This command's own instance is not a worker; with --receiver, only
+	// the workers of those receivers count.
+	workers := slices.DeleteFunc(all, func(w disker.WorkerInfo) bool {
+		if w.ID == d.ID() {
+			return true
+		}
+		return len(only) > 0 && !slices.ContainsFunc(only, func(r string) bool { return slices.Contains(w.Receivers, r) })
+	})
 	snap := &statsSnapshot{At: time.Now(), Workers: workers, Receivers: []receiverRow{}}
 	before := map[string]int64{}
 	if prev != nil {
