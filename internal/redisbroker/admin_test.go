@@ -271,3 +271,15 @@ func TestClose(t *testing.T) {
 		t.Fatalf("Now after Close = %v; want ErrClosed", err)
 	}
 }
+
+func TestPipelineMultiplex(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ maxConns, procs, want int }{
+		{1, 8, -1}, {2, 8, 1}, {3, 8, 1}, {10, 8, 2}, {10, 2, 1}, {10, 1, -1}, {4, 3, 1},
+	}
+	for _, tc := range tests {
+		if got := pipelineMultiplex(tc.maxConns, tc.procs); got != tc.want {
+			t.Errorf("pipelineMultiplex(%d, %d) = %d, want %d", tc.maxConns, tc.procs, got, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -109,30 +110,37 @@ type entry struct {
 	fields  map[string]string
 }
 
-// fetch runs the fetch script on stream, then, when it found nothing and
-// block > 0, one blocking XREADGROUP on a dedicated connection. It returns
-// the entries and how many were dead-lettered on the way.
+// fetch returns up to max entries of stream for consumer. At most every
+// reclaimEvery per stream (and at once after this broker's Retry, or when
+// the group is missing) it runs the fetch script, which reclaims expired
+// leases and due retries, dead-letters entries past maxAttempts and reads
+// new entries; in between it reads new entries with one pipelined
+// XREADGROUP. When that finds nothing and block > 0, it waits in one
+// blocking XREADGROUP on a dedicated connection.
 func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]entry, error) {
-	prune := "0"
-	if b.dueForPrune(stream) {
-		prune = msString(b.pruneIdle)
-	}
-	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, dlq, delayed},
-		[]string{consumer, strconv.Itoa(max), msString(lease), strconv.Itoa(max0(maxAttempts)), prune}).ToArray()
-	if err != nil {
-		return nil, b.fail(ctx, op, err)
-	}
-	entries := make([]entry, 0, len(res)-1)
-	for _, r := range res[1:] {
-		e, err := scriptEntry(r)
-		if err != nil {
-			return nil, fmt.Errorf("redisbroker: %s: %w", op, err)
+	var entries []entry
+	if b.reclaimDue(stream) {
+		var dead int64
+		var err error
+		entries, dead, err = b.reclaim(ctx, op, stream, dlq, delayed, consumer, max, lease, maxAttempts)
+		if err != nil || len(entries) > 0 || dead > 0 || block <= 0 {
+			return entries, err
 		}
-		entries = append(entries, e)
-	}
-	dead, _ := res[0].AsInt64()
-	if len(entries) > 0 || dead > 0 || block <= 0 {
-		return entries, nil
+	} else {
+		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
+			Streams().Key(stream).Id(">").Build()).AsXRead()
+		switch {
+		case isNoGroup(err):
+			b.forceReclaim(stream)
+			return b.fetch(ctx, op, stream, dlq, delayed, consumer, max, block, lease, maxAttempts)
+		case rueidis.IsRedisNil(err):
+		case err != nil:
+			return nil, b.fail(ctx, op, err)
+		}
+		entries = appendRead(entries, read[stream])
+		if len(entries) > 0 || block <= 0 {
+			return entries, nil
+		}
 	}
 	// rueidis cannot cancel a command whose context has a deadline (it only
 	// sets the connection's deadline), so the blocking read gets a context
@@ -144,27 +152,72 @@ func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, con
 	defer context.AfterFunc(b.closing, cancel)()
 	read, err := b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 		Block(ms(block)).Streams().Key(stream).Id(">").Build()).AsXRead()
-	if rueidis.IsRedisNil(err) {
+	switch {
+	case isNoGroup(err):
+		// The stream was deleted meanwhile: the next fetch creates the
+		// group again.
+		b.forceReclaim(stream)
 		return entries, nil
-	}
-	if err != nil {
-		if isNoGroup(err) {
-			// The stream was deleted while we were between the two calls:
-			// the next fetch creates the group again.
-			return entries, nil
-		}
+	case rueidis.IsRedisNil(err):
+		return entries, nil
+	case err != nil:
 		return nil, b.fail(ctx, op, err)
 	}
-	for _, e := range read[stream] {
+	return appendRead(entries, read[stream]), nil
+}
+
+// reclaim runs the fetch script.
+func (b *Broker) reclaim(ctx context.Context, op string, stream, dlq, delayed, consumer string, max int, lease time.Duration, maxAttempts int) ([]entry, int64, error) {
+	prune := "0"
+	if b.dueForPrune(stream) {
+		prune = msString(b.pruneIdle)
+	}
+	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, dlq, delayed},
+		[]string{consumer, strconv.Itoa(max), msString(lease), strconv.Itoa(max0(maxAttempts)), prune}).ToArray()
+	if err != nil {
+		b.forceReclaim(stream)
+		return nil, 0, b.fail(ctx, op, err)
+	}
+	entries := make([]entry, 0, len(res)-1)
+	for _, r := range res[1:] {
+		e, err := scriptEntry(r)
+		if err != nil {
+			return nil, 0, fmt.Errorf("redisbroker: %s: %w", op, err)
+		}
+		entries = append(entries, e)
+	}
+	dead, _ := res[0].AsInt64()
+	return entries, dead, nil
+}
+
+func appendRead(entries []entry, read []rueidis.XRangeEntry) []entry {
+	for _, e := range read {
 		if e.FieldValues == nil {
 			continue // deleted after it was added
 		}
 		entries = append(entries, entry{id: e.ID, attempt: 1, fields: e.FieldValues})
 	}
-	return entries, nil
+	return entries
 }
 
 func max0(n int) int { return max(n, 0) }
+
+// reclaimDue reports whether the fetch script should run for stream now,
+// and if so counts it as run.
+func (b *Broker) reclaimDue(stream string) bool {
+	now := time.Now().UnixNano()
+	v, _ := b.reclaimed.LoadOrStore(stream, new(atomic.Int64))
+	next := v.(*atomic.Int64)
+	due := next.Load()
+	return now >= due && next.CompareAndSwap(due, now+int64(b.reclaimEvery))
+}
+
+// forceReclaim makes the next fetch of stream run the fetch script.
+func (b *Broker) forceReclaim(stream string) {
+	if v, ok := b.reclaimed.Load(stream); ok {
+		v.(*atomic.Int64).Store(0)
+	}
+}
 
 func (b *Broker) dueForPrune(stream string) bool {
 	now := time.Now()
@@ -390,6 +443,7 @@ func (b *Broker) Retry(ctx context.Context, receiver, consumer, ref string, dela
 	if n == 0 {
 		return broker.ErrLeaseLost
 	}
+	b.forceReclaim(b.keys.queue(receiver))
 	return nil
 }
 

@@ -246,6 +246,7 @@ func TestExtendResetsLease(t *testing.T) {
 func TestRetry(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
+	b.reclaimEvery = 0 // every Fetch reclaims: this tests the scripts' arithmetic
 	ctx := ctxT(t)
 	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
 		t.Fatal(err)
@@ -282,6 +283,7 @@ func TestRetry(t *testing.T) {
 func TestRetryLongerThanLease(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
+	b.reclaimEvery = 0 // every Fetch reclaims: this tests the scripts' arithmetic
 	raw := rawClient(t, srv)
 	ctx := ctxT(t)
 	if _, err := b.Send(ctx, env("m1", "r")); err != nil {

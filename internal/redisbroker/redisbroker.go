@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,9 +49,11 @@ type Config struct {
 	// are honoured.
 	URL string
 	// MaxConnectionPoolSize bounds the connections that carry ordinary
-	// commands, which rueidis pipelines automatically; it is rounded down
-	// to a power of two, at most 256. 0 means DefaultMaxConnectionPoolSize.
-	// Blocking reads never use these connections.
+	// commands, which rueidis pipelines automatically. The broker uses the
+	// largest power of two that is at most this, at most GOMAXPROCS and at
+	// most 4: with pipelining, more connections only make smaller batches.
+	// 0 means DefaultMaxConnectionPoolSize. Blocking reads never use these
+	// connections.
 	MaxConnectionPoolSize int
 	// MaxBlockingConnections bounds the dedicated connections of blocking
 	// reads (Fetch and ReadReplies with block > 0). More concurrent blocking
@@ -75,6 +78,14 @@ type Config struct {
 	TLSConfig *tls.Config
 }
 
+// reclaimEvery is how often, at most, one broker runs the fetch script
+// (reclaim of expired leases and due retries) for one stream; fetches in
+// between only read new entries. A lease that expired, or a retry that came
+// due, is redelivered up to this much later (plus the block time of a
+// fetch that is waiting in Redis). A Retry through this broker makes its
+// next fetch of that queue reclaim at once.
+const reclaimEvery = 100 * time.Millisecond
+
 // pruneIdle is how long a consumer of a group must have held nothing and
 // been idle before a fetch deletes it; pruneEvery is how often one broker
 // checks a stream for such consumers.
@@ -91,9 +102,11 @@ type Broker struct {
 	maxSize int
 	cluster bool
 
-	pruneIdle  time.Duration
-	pruneEvery time.Duration
-	pruned     sync.Map // stream key -> time.Time of the last prune
+	reclaimEvery time.Duration
+	reclaimed    sync.Map // stream key -> *atomic.Int64: unix ns when the next reclaim is due
+	pruneIdle    time.Duration
+	pruneEvery   time.Duration
+	pruned       sync.Map // stream key -> time.Time of the last prune
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -123,19 +136,18 @@ func New(cfg Config) (*Broker, error) {
 	opt.DisableCache = true
 	opt.DisableRetry = true // fail fast; callers back off and try again
 	opt.AlwaysPipelining = true
-	opt.PipelineMultiplex = bits.Len(uint(min(cfg.MaxConnectionPoolSize, 256))) - 1
-	if opt.PipelineMultiplex == 0 {
-		opt.PipelineMultiplex = -1 // rueidis reads 0 as "its default"; -1 is one connection
-	}
+	opt.PipelineMultiplex = pipelineMultiplex(cfg.MaxConnectionPoolSize, runtime.GOMAXPROCS(0))
 	opt.BlockingPoolSize = cfg.MaxBlockingConnections
+
 	opt.Dialer.Timeout = cfg.DialTimeout
 	opt.ConnWriteTimeout = cfg.IOTimeout
 	b := &Broker{
-		keys:       keys{prefix: cfg.KeyPrefix},
-		addr:       strings.Join(opt.InitAddress, ","),
-		maxSize:    cfg.MaxMessageSize,
-		pruneIdle:  pruneIdle,
-		pruneEvery: pruneEvery,
+		keys:         keys{prefix: cfg.KeyPrefix},
+		addr:         strings.Join(opt.InitAddress, ","),
+		maxSize:      cfg.MaxMessageSize,
+		reclaimEvery: reclaimEvery,
+		pruneIdle:    pruneIdle,
+		pruneEvery:   pruneEvery,
 	}
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
@@ -145,6 +157,21 @@ func New(cfg Config) (*Broker, error) {
 	b.closing, b.stopClosing = context.WithCancel(context.Background())
 	b.cluster = client.Mode() == rueidis.ClientModeCluster
 	return b, nil
+}
+
+// pipelineMultiplex returns rueidis's PipelineMultiplex (log2 of the number
+// of pipelined connections) for at most maxConns connections: the largest
+// power of two <= maxConns, and no more than rueidis would choose for procs
+// CPUs (one per CPU, at most 4), since with automatic pipelining more
+// connections than CPUs only make smaller batches. rueidis reads 0 as "its
+// default", so one connection is -1.
+func pipelineMultiplex(maxConns, procs int) int {
+	n := min(maxConns, procs, 4)
+	m := bits.Len(uint(max(n, 1))) - 1
+	if m == 0 {
+		return -1
+	}
+	return m
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -1,0 +1,173 @@
+package redisbroker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// BenchmarkFireAndForget moves b.N messages through one receiver: 32
+// senders, 4 consumers that fetch up to 64 at a time and ack each batch in
+// one call.
+func BenchmarkFireAndForget(b *testing.B) {
+	br := newBroker(b)
+	ctx := context.Background()
+	content := make([]byte, 100)
+	var received atomic.Int64
+	done := make(chan struct{})
+	var consumers sync.WaitGroup
+	for c := range 4 {
+		consumers.Add(1)
+		go func() {
+			defer consumers.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				ds, err := br.Fetch(ctx, "bench", fmt.Sprint("c", c), 64, 50*time.Millisecond, time.Minute, 0)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if len(ds) == 0 {
+					continue
+				}
+				refs := make([]string, len(ds))
+				for i, d := range ds {
+					refs[i] = d.Ref
+				}
+				if err := br.Ack(ctx, "bench", refs...); err != nil {
+					b.Error(err)
+					return
+				}
+				if received.Add(int64(len(ds))) >= int64(b.N) {
+					select {
+					case <-done:
+					default:
+						close(done)
+					}
+				}
+			}
+		}()
+	}
+	b.ResetTimer()
+	start := time.Now()
+	var next atomic.Int64
+	var senders sync.WaitGroup
+	for range 32 {
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				if _, err := br.Send(ctx, &broker.Envelope{ID: fmt.Sprint(i), Receiver: "bench", Content: content, FireAndForget: true}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	senders.Wait()
+	<-done
+	consumers.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// BenchmarkRequestReply runs b.N timed requests from 32 requesters; 4
+// workers fetch, reply (timed) and ack; one reader routes replies back.
+func BenchmarkRequestReply(b *testing.B) {
+	br := newBroker(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var waiting sync.Map // request id -> chan struct{}
+	var wg sync.WaitGroup
+	for c := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				ds, err := br.Fetch(ctx, "svc", fmt.Sprint("w", c), 64, 50*time.Millisecond, time.Minute, 0)
+				if err != nil {
+					return
+				}
+				refs := make([]string, len(ds))
+				var rw sync.WaitGroup
+				for i, d := range ds {
+					refs[i] = d.Ref
+					rw.Add(1)
+					go func() {
+						defer rw.Done()
+						rep := &broker.Envelope{ID: "r" + d.Env.ID, Receiver: d.Env.Sender, InReplyTo: d.Env.ID, Content: d.Env.Content}
+						if err := br.Reply(ctx, rep, true); err != nil && ctx.Err() == nil {
+							b.Error(err)
+						}
+					}()
+				}
+				rw.Wait()
+				if len(refs) > 0 {
+					_ = br.Ack(ctx, "svc", refs...)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			rs, err := br.ReadReplies(ctx, "client", "reader", 256, 50*time.Millisecond, time.Minute)
+			if err != nil {
+				return
+			}
+			refs := make([]string, len(rs))
+			for i, r := range rs {
+				refs[i] = r.Ref
+				if ch, ok := waiting.LoadAndDelete(r.RequestID); ok {
+					close(ch.(chan struct{}))
+				}
+			}
+			if len(refs) > 0 {
+				_ = br.AckReplies(ctx, "client", refs...)
+			}
+		}
+	}()
+	content := make([]byte, 100)
+	b.ResetTimer()
+	start := time.Now()
+	var next atomic.Int64
+	var requesters sync.WaitGroup
+	for range 32 {
+		requesters.Add(1)
+		go func() {
+			defer requesters.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				id := fmt.Sprint("q", i)
+				ch := make(chan struct{})
+				waiting.Store(id, ch)
+				if _, err := br.Send(ctx, &broker.Envelope{ID: id, Sender: "client", Receiver: "svc", Content: content, Timeout: time.Minute}); err != nil {
+					b.Error(err)
+					return
+				}
+				<-ch
+			}
+		}()
+	}
+	requesters.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "reqs/s")
+	b.StopTimer()
+	cancel()
+	wg.Wait()
+}
