@@ -180,10 +180,14 @@ func (p *Pool[W]) errorf(format string, args ...any) error {
 // Checkout leases a worker, waiting until one is free. It takes an idle
 // worker if there is one, else makes a worker (with ctx) if the pool may
 // grow, else waits behind earlier callers, first come first served. It gives
-// up with ctx.Err() (unwrapped) when ctx ends first, and fails at once with
-// an error wrapping ErrDegraded when it would have to wait or make a worker
-// while the pool is degraded, or ErrClosed after Close. An error from the
-// constructor is returned wrapped.
+// up with ctx.Err() (unwrapped) when ctx ends first. (Before it queues, a
+// caller that finds every worker busy yields the processor twice, so that
+// workers held for a moment come back without anyone parking; callers are
+// ordered from the moment they queue.)
+//
+// It fails at once with an error wrapping ErrDegraded when it would have to
+// wait or make a worker while the pool is degraded, and with ErrClosed after
+// Close. An error from the constructor is returned wrapped.
 //
 // The caller must end the lease with Release or Retire.
 func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
@@ -210,10 +214,13 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 		} else if err = ctx.Err(); err != nil {
 			p.mu.Unlock()
 			return Lease[W]{}, err
-		} else if yields < checkoutYields && p.queue.n == 0 {
-			// Every worker is busy but nobody waits yet: let the
-			// goroutines that hold workers run before parking, which
-			// keeps short leases from forming a convoy of waiters.
+		} else if yields < checkoutYields {
+			// Every worker is busy: let the goroutines that hold one run
+			// before queueing. Short leases then come back to the idle
+			// set instead of forming a convoy in which every checkout
+			// parks. Queued callers lose nothing: a released worker
+			// goes to the first of them, and an idle one exists only
+			// when none waits.
 			p.mu.Unlock()
 			yields++
 			runtime.Gosched()
@@ -231,7 +238,7 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 }
 
 // checkoutYields is how many times Checkout yields the processor, when every
-// worker is busy and nobody waits, before it queues and parks.
+// worker is busy, before it queues and parks.
 const checkoutYields = 2
 
 // TryCheckout leases an idle worker if there is one and never waits for a

@@ -10,8 +10,9 @@ import (
 // BenchmarkCheckout measures a checkout+release round trip of a Pool against
 // the floor of a buffered channel holding the same number of workers
 // (receive a worker, send it back), at 1, 8 and 64 goroutines over 4 and 64
-// workers. ns/op is per round trip. "pool-ctx" uses a context that can be
-// cancelled, as most callers have, so waiting callers select on it.
+// workers. ns/op is per round trip. "pool-ctx" and "chan-ctx" use a context
+// that can be cancelled, as most callers have, so that a caller that must
+// wait selects on it. waits/op is the share of checkouts that had to queue.
 func BenchmarkCheckout(b *testing.B) {
 	for _, workers := range []int{4, 64} {
 		for _, goroutines := range []int{1, 8, 64} {
@@ -25,6 +26,22 @@ func BenchmarkCheckout(b *testing.B) {
 				runSplit(b, goroutines, func() {
 					w := <-ch
 					ch <- w
+				})
+			})
+			b.Run(name+"/chan-ctx", func(b *testing.B) {
+				ch := make(chan int, workers)
+				for i := range workers {
+					ch <- i
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				b.ReportAllocs()
+				runSplit(b, goroutines, func() {
+					select {
+					case w := <-ch:
+						ch <- w
+					case <-ctx.Done():
+					}
 				})
 			})
 			for _, impl := range []string{"pool", "pool-ctx"} {
@@ -53,6 +70,8 @@ func BenchmarkCheckout(b *testing.B) {
 						}
 						l.Release()
 					})
+					s := p.Stats()
+					b.ReportMetric(float64(s.Waits)/float64(s.Checkouts), "waits/op")
 				})
 			}
 		}

@@ -170,7 +170,7 @@ func (p *Pool[W]) failedLocked(err error) {
 	}
 	// Make sure a background builder keeps trying, so the pool recovers by
 	// itself.
-	if p.builders == 0 && p.live < p.size+p.maxOverflow {
+	if !p.closed && p.builders == 0 && p.live < p.size+p.maxOverflow {
 		p.startBuilderLocked()
 	}
 }
