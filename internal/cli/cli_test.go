@@ -118,6 +118,11 @@ func TestExecHandler(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "over 3 bytes") {
 		t.Fatalf("large reply: %v", err)
 	}
+	// A command that does not read its stdin still succeeds.
+	big := &disker.Message{ID: "id-2", Content: bytes.Repeat([]byte("x"), 4<<20)}
+	if out, err := (&execHandler{argv: []string{"echo", "hi"}, maxReply: 100}).Handle(ctx, big); err != nil || string(out) != "hi\n" {
+		t.Fatalf("command that ignores stdin: %q, %v", out, err)
+	}
 	if _, err := run([]string{"/no/such/command"}, 0, 100); err == nil {
 		t.Fatal("a missing command succeeded")
 	}
