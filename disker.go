@@ -193,6 +193,7 @@ type Disker struct {
 
 	mu          sync.Mutex
 	consumers   map[string]*consumer
+	unhandling  sync.WaitGroup // Unhandle calls in progress
 	senders     map[string]*senderHandlers
 	inboxReader *replyReader
 
@@ -294,6 +295,7 @@ func (d *Disker) Close(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	d.unhandling.Wait()
 
 	d.bgCancel() // the monitor, the heartbeat, the reply readers
 	d.wg.Wait()

@@ -214,10 +214,14 @@ func (d *Disker) Unhandle(ctx context.Context, receiver string) error {
 	}
 	c, ok := d.consumers[receiver]
 	delete(d.consumers, receiver)
+	if ok {
+		d.unhandling.Add(1) // Close waits for it
+	}
 	d.mu.Unlock()
 	if !ok {
 		return ErrNotHandled
 	}
+	defer d.unhandling.Done()
 	return c.stop(ctx)
 }
 

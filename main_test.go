@@ -53,7 +53,6 @@ type env struct {
 	t     *testing.T
 	redis bool
 	url   string
-	srv   *redistest.Server // set when the test runs its own server
 	base  disker.Config
 }
 

@@ -3,7 +3,6 @@ package disker
 import (
 	"context"
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -33,11 +32,8 @@ const cancelGrace = 30 * time.Second
 // Config.InstanceID to reuse it.
 func (d *Disker) Request(ctx context.Context, receiver string, content []byte, opts ...SendOption) (*Message, error) {
 	msg := Message{Receiver: receiver, Content: content}
-	if len(opts) > 0 {
-		for _, o := range opts {
-			o(&msg)
-		}
-		msg.Headers = maps.Clone(msg.Headers)
+	for _, o := range opts {
+		o(&msg)
 	}
 	if msg.FireAndForget {
 		return nil, invalid("Message.FireAndForget", "a request waits for its reply: it cannot be fire-and-forget")
