@@ -119,28 +119,29 @@ type entry struct {
 // blocking XREADGROUP on a dedicated connection.
 func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]entry, error) {
 	var entries []entry
-	if b.reclaimDue(stream) {
-		var dead int64
-		var err error
-		entries, dead, err = b.reclaim(ctx, op, stream, dlq, delayed, consumer, max, lease, maxAttempts)
-		if err != nil || len(entries) > 0 || dead > 0 || block <= 0 {
-			return entries, err
-		}
-	} else {
+	script := b.reclaimDue(stream)
+	if !script {
 		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 			Streams().Key(stream).Id(">").Build()).AsXRead()
 		switch {
 		case isNoGroup(err):
-			b.forceReclaim(stream)
-			return b.fetch(ctx, op, stream, dlq, delayed, consumer, max, block, lease, maxAttempts)
+			script = true // the script creates the group
 		case rueidis.IsRedisNil(err):
 		case err != nil:
 			return nil, b.fail(ctx, op, err)
 		}
 		entries = appendRead(entries, read[stream])
-		if len(entries) > 0 || block <= 0 {
-			return entries, nil
+	}
+	if script {
+		var dead int64
+		var err error
+		entries, dead, err = b.reclaim(ctx, op, stream, dlq, delayed, consumer, max, lease, maxAttempts)
+		if err != nil || dead > 0 {
+			return entries, err
 		}
+	}
+	if len(entries) > 0 || block <= 0 {
+		return entries, nil
 	}
 	// rueidis cannot cancel a command whose context has a deadline (it only
 	// sets the connection's deadline), so the blocking read gets a context

@@ -15,8 +15,11 @@ import "github.com/redis/rueidis"
 //	              bad ("1" when m does not decode, else "0"), d (when the message had it)
 
 // luaNow sets now (a number) and nowStr (its decimal string) to Redis time
-// in unix milliseconds.
+// in unix milliseconds. Redis 7 replicates scripts by their effects; on 6.2
+// replicate_commands asks for that, so that reading TIME before writing is
+// allowed.
 const luaNow = `
+if redis.replicate_commands then redis.replicate_commands() end
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
 local nowStr = string.format('%.0f', now)
