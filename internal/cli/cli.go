@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -35,10 +36,14 @@ const (
 // EnvPrefix starts the environment variable that a flag falls back to.
 const EnvPrefix = "DISKER_"
 
+// repeatWindow is how soon after the first signal a second one counts as the
+// same delivery rather than a request to exit at once.
+const repeatWindow = 250 * time.Millisecond
+
 // Main runs the command with the process's arguments and standard streams
 // and returns its exit code. The first SIGINT or SIGTERM cancels the
 // command's context (long-running commands then stop gracefully); a second
-// one exits at once with code 1.
+// one (more than 250ms later) exits at once with code 1.
 func Main() int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -54,11 +59,20 @@ func Main() int {
 			return
 		}
 		cancel()
-		select {
-		case s := <-sigs:
-			fmt.Fprintf(os.Stderr, "disker: second signal (%v): exiting now; unfinished messages will be redelivered after their lease\n", s)
-			os.Exit(ExitRuntime)
-		case <-done:
+		first := time.Now()
+		for {
+			select {
+			case s := <-sigs:
+				if time.Since(first) < repeatWindow {
+					// The same stop request delivered twice (timeout(1)
+					// signals the process and its group): not a second one.
+					continue
+				}
+				fmt.Fprintf(os.Stderr, "disker: second signal (%v): exiting now; unfinished messages will be redelivered after their lease\n", s)
+				os.Exit(ExitRuntime)
+			case <-done:
+				return
+			}
 		}
 	}()
 	return Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)

@@ -161,7 +161,10 @@ type gateway struct {
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	code := g.serve(w, r)
-	g.m.ObserveHTTP(code, time.Since(start))
+	took := time.Since(start)
+	g.m.ObserveHTTP(code, took)
+	g.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", code,
+		"took", took.Round(time.Microsecond), "remote", r.RemoteAddr)
 }
 
 // serve answers r and returns the status code it sent.
