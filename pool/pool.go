@@ -180,7 +180,7 @@ func (p *Pool[W]) errorf(format string, args ...any) error {
 // Checkout leases a worker, waiting until one is free. It takes an idle
 // worker if there is one, else makes a worker (with ctx) if the pool may
 // grow, else waits behind earlier callers, first come first served. It gives
-// up with ctx.Err() (unwrapped) when ctx ends first. (Before it queues, a
+// up with ctx.Err() (unwrapped) when ctx has ended or ends first. (Before it queues, a
 // caller that finds every worker busy yields the processor twice, so that
 // workers held for a moment come back without anyone parking; callers are
 // ordered from the moment they queue.)
@@ -191,6 +191,9 @@ func (p *Pool[W]) errorf(format string, args ...any) error {
 //
 // The caller must end the lease with Release or Retire.
 func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
+	if err := ctx.Err(); err != nil {
+		return Lease[W]{}, err
+	}
 	yields := 0
 	for {
 		p.mu.Lock()
@@ -323,13 +326,18 @@ func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
 	p.building--
 	if err != nil {
 		p.live--
-		p.failedLocked(err)
+		degraded := p.failedLocked(err)
 		p.refillLocked(true)
 		p.drainCheckLocked()
 		p.mu.Unlock()
+		if degraded {
+			p.logDegraded(err)
+		}
 		return Lease[W]{}, p.errorf("new worker: %w", err)
 	}
-	p.succeededLocked()
+	if p.succeededLocked() {
+		defer p.logRecovered()
+	}
 	p.created++
 	e := &poolEntry[W]{p: p, w: w, used: true}
 	if p.closed {
@@ -671,15 +679,19 @@ func (p *Pool[W]) Close(ctx context.Context) error {
 	p.mu.Unlock()
 	select {
 	case <-p.drained:
-		p.wg.Wait()
-		return errors.Join(errs...)
-	case <-ctx.Done():
-		p.mu.Lock()
-		busy, starting := p.leased, p.building+p.builders
-		p.mu.Unlock()
-		errs = append(errs, p.errorf("close: %d workers still leased, %d being made: %w", busy, starting, ctx.Err()))
-		return errors.Join(errs...)
+	default:
+		select {
+		case <-p.drained:
+		case <-ctx.Done():
+			p.mu.Lock()
+			busy, starting := p.leased, p.building+p.builders
+			p.mu.Unlock()
+			errs = append(errs, p.errorf("close: %d workers still leased, %d being made: %w", busy, starting, ctx.Err()))
+			return errors.Join(errs...)
+		}
 	}
+	p.wg.Wait()
+	return errors.Join(errs...)
 }
 
 // drainCheckLocked closes p.drained once the pool is closed and empty.

@@ -11,41 +11,42 @@ import (
 	"time"
 )
 
-// checkInvariants fails t if the pool's bookkeeping is inconsistent. maxLive
-// is the most workers (alive, being made or being closed) allowed at once.
-func (p *Pool[W]) checkInvariants(t testing.TB, maxLive int) {
-	t.Helper()
+// invariantError returns what is wrong with the pool's bookkeeping, or nil.
+// maxLive is the most workers (alive, being made or being closed) allowed at
+// once.
+func (p *Pool[W]) invariantError(maxLive int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if sum := p.idle.n + p.leased + p.building + p.builders + p.closing; p.live != sum {
-		t.Fatalf("live = %d, but idle %d + leased %d + building %d + builders %d + closing %d = %d",
+		return fmt.Errorf("live = %d, but idle %d + leased %d + building %d + builders %d + closing %d = %d",
 			p.live, p.idle.n, p.leased, p.building, p.builders, p.closing, sum)
 	}
 	if p.live > maxLive {
-		t.Fatalf("%d live workers, more than the %d allowed", p.live, maxLive)
+		return fmt.Errorf("%d live workers, more than the %d allowed", p.live, maxLive)
 	}
 	if p.idle.n > 0 && p.queue.n > 0 {
-		t.Fatalf("%d idle workers while %d callers wait: a worker was not handed to the first waiter", p.idle.n, p.queue.n)
+		return fmt.Errorf("%d idle workers while %d callers wait: a worker was not handed to the first waiter", p.idle.n, p.queue.n)
 	}
 	n := 0
 	for w, prev := p.queue.head, (*poolWaiter[W])(nil); w != nil; prev, w = w, w.next {
 		if w.prev != prev || !w.queued {
-			t.Fatal("the wait queue is corrupt")
+			return errors.New("the wait queue is corrupt")
 		}
 		n++
 	}
 	if n != p.queue.n {
-		t.Fatalf("wait queue holds %d waiters, its count says %d", n, p.queue.n)
+		return fmt.Errorf("wait queue holds %d waiters, its count says %d", n, p.queue.n)
 	}
 	for i := range p.idle.n {
 		if e := p.idle.buf[p.idle.index(i)]; e.lease.Load() != 0 {
-			t.Fatalf("idle worker %d is leased", i)
+			return fmt.Errorf("idle worker %d is leased", i)
 		}
 	}
 	if p.leased < 0 || p.building < 0 || p.builders < 0 || p.closing < 0 || p.shrink < 0 {
-		t.Fatalf("negative count: leased %d building %d builders %d closing %d shrink %d",
+		return fmt.Errorf("negative count: leased %d building %d builders %d closing %d shrink %d",
 			p.leased, p.building, p.builders, p.closing, p.shrink)
 	}
+	return nil
 }
 
 // TestPoolStress runs 64 goroutines that check out, release, retire, cancel
@@ -120,10 +121,12 @@ func stress(t *testing.T, strategy Strategy, resize bool) {
 		maxLive = maxResize + maxOverflow
 	}
 	check := func() {
-		p.checkInvariants(t, maxLive)
+		if err := p.invariantError(maxLive); err != nil {
+			t.Error(err)
+		}
 		made, closed := f.counts()
 		if made-closed > maxLive {
-			t.Fatalf("%d workers alive, more than %d", made-closed, maxLive)
+			t.Errorf("%d workers alive, more than %d", made-closed, maxLive)
 		}
 	}
 	okErr := func(err error) bool {
@@ -242,4 +245,26 @@ func stress(t *testing.T, strategy Strategy, resize bool) {
 		t.Fatalf("after Close: made %d, closed %d, stats %+v", made, closed, s)
 	}
 	t.Log(fmt.Sprintf("made %d workers; stats %+v", made, s))
+}
+
+// TestPoolStressChecksCanFail makes sure the stress test's invariant check
+// notices broken bookkeeping.
+func TestPoolStressChecksCanFail(t *testing.T) {
+	f := &factory{}
+	p := newTestPool(t, f, Config[*testWorker]{Size: 2, Eager: true})
+	if err := p.invariantError(2); err != nil {
+		t.Fatalf("a sound pool: %v", err)
+	}
+	if err := p.invariantError(1); err == nil {
+		t.Fatal("2 live workers passed a limit of 1")
+	}
+	p.mu.Lock()
+	p.leased++
+	p.mu.Unlock()
+	if err := p.invariantError(2); err == nil {
+		t.Fatal("a miscount passed")
+	}
+	p.mu.Lock()
+	p.leased--
+	p.mu.Unlock()
 }

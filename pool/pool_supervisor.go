@@ -103,12 +103,18 @@ func (p *Pool[W]) builder() {
 			continue // closed meanwhile: the loop gives the slot up
 		}
 		if err != nil {
-			p.failedLocked(err)
+			degraded := p.failedLocked(err)
 			p.restarts++
-			p.log.Warn("pool: background construction failed", "err", err, "failures", p.streak)
+			failures := p.streak
+			p.mu.Unlock()
+			p.log.Warn("pool: background construction failed", "err", err, "failures", failures)
+			if degraded {
+				p.logDegraded(err)
+			}
+			p.mu.Lock()
 			continue
 		}
-		p.succeededLocked()
+		recovered := p.succeededLocked()
 		p.created++
 		p.builders--
 		if p.closed || p.surplusLocked() {
@@ -117,9 +123,12 @@ func (p *Pool[W]) builder() {
 			if err := p.finishClose(w, false); err != nil {
 				p.log.Warn("pool: closing a surplus worker failed", "err", err)
 			}
-			return
+		} else {
+			p.deliverLocked(&poolEntry[W]{p: p, w: w})
 		}
-		p.deliverLocked(&poolEntry[W]{p: p, w: w})
+		if recovered {
+			p.logRecovered()
+		}
 		return
 	}
 }
@@ -140,8 +149,10 @@ func (p *Pool[W]) backoffLocked() time.Duration {
 }
 
 // failedLocked records a failed construction and degrades the pool when
-// the constructor has failed more than MaxRestarts times within Period.
-func (p *Pool[W]) failedLocked(err error) {
+// the constructor has failed more than MaxRestarts times within Period. It
+// reports whether the pool has just become degraded (to be logged once p.mu
+// is released, with logDegraded).
+func (p *Pool[W]) failedLocked(err error) (degraded bool) {
 	p.failures++
 	p.streak++
 	p.lastErr = err
@@ -154,15 +165,13 @@ func (p *Pool[W]) failedLocked(err error) {
 		if p.degraded != nil {
 			p.degraded = &degradedError{prefix: p.prefix, failures: p.failCount, period: p.period, last: err}
 		}
-		return
+		return false
 	}
 	wasDegraded := p.degraded != nil
 	p.degraded = &degradedError{prefix: p.prefix, failures: p.failCount, period: p.period, last: err}
 	if wasDegraded {
-		return
+		return false
 	}
-	p.log.Error("pool: degraded: the constructor keeps failing; checkouts fail fast until it succeeds",
-		"err", err, "failures", p.failCount, "period", p.period)
 	// Callers waiting for a worker would wait for one that cannot be made.
 	for w := p.queue.pop(); w != nil; w = p.queue.pop() {
 		w.err = p.degraded
@@ -173,17 +182,31 @@ func (p *Pool[W]) failedLocked(err error) {
 	if !p.closed && p.builders == 0 && p.live < p.size+p.maxOverflow {
 		p.startBuilderLocked()
 	}
+	return true
+}
+
+// logDegraded logs that the pool has become degraded by err. Call it
+// without p.mu: the Logger's handler is the user's code.
+func (p *Pool[W]) logDegraded(err error) {
+	p.log.Error("pool: degraded: the constructor keeps failing; checkouts fail fast until it succeeds",
+		"err", err, "period", p.period)
 }
 
 // succeededLocked records a successful construction, which ends the
-// degraded state.
-func (p *Pool[W]) succeededLocked() {
+// degraded state. It reports whether the pool has just recovered (to be
+// logged once p.mu is released, with logRecovered).
+func (p *Pool[W]) succeededLocked() (recovered bool) {
 	p.streak = 0
 	p.lastErr = nil
-	if p.degraded != nil {
-		p.degraded = nil
-		p.log.Info("pool: recovered: the constructor succeeded again")
-	}
+	recovered = p.degraded != nil
+	p.degraded = nil
+	return recovered
+}
+
+// logRecovered logs that the pool is no longer degraded. Call it without
+// p.mu.
+func (p *Pool[W]) logRecovered() {
+	p.log.Info("pool: recovered: the constructor succeeded again")
 }
 
 // armReaperLocked schedules the reaper for when the idle worker that has
