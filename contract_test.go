@@ -57,7 +57,7 @@ func TestReplyRacesTimeout(t *testing.T) {
 		for p := range 32 {
 			wg.Go(func() {
 				for i := p; i < n; i += 32 {
-					timeout := time.Millisecond + time.Duration(rand.N(4000))*time.Microsecond
+					timeout := time.Millisecond + time.Duration(rand.N(9000))*time.Microsecond
 					select {
 					case inFlight <- struct{}{}:
 					case <-ctx.Done():
@@ -437,6 +437,61 @@ func TestLeaseExtendedForLongJob(t *testing.T) {
 		})
 		if n := calls.Load(); n != 1 {
 			t.Fatalf("the handler ran %d times, want 1", n)
+		}
+	})
+}
+
+// TestRequestRacesTimeout races Requests against their deadlines: a Request
+// that returned a reply is exactly one whose reply the broker accepted, and
+// one that timed out is one whose reply was refused (ErrLate) or never
+// made.
+func TestRequestRacesTimeout(t *testing.T) {
+	const n = 2000
+	eachBackend(t, func(t *testing.T, e *env) {
+		worker, client := e.open(), e.open()
+		if err := worker.Handle("race", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			time.Sleep(time.Duration(rand.N(2000)) * time.Microsecond) // ignores ctx
+			return []byte("r"), nil
+		}), disker.WithConcurrency(32)); err != nil {
+			t.Fatal(err)
+		}
+		var replies, timeouts atomic.Int64
+		var wg sync.WaitGroup
+		for p := range 32 {
+			wg.Go(func() {
+				for i := p; i < n; i += 32 {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond+time.Duration(rand.N(15000))*time.Microsecond)
+					r, err := client.Request(ctx, "race", nil)
+					cancel()
+					switch {
+					case err == nil && string(r.Content) == "r":
+						replies.Add(1)
+					case errors.Is(err, disker.ErrTimeout):
+						timeouts.Add(1)
+					default:
+						t.Errorf("Request = %v, %v", r, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		// A Request whose deadline passed before it was sent did not send.
+		sent := client.LocalStats().Sent
+		waitFor(t, time.Minute, "the worker to settle every message", func() bool {
+			s := worker.LocalStats().Receivers["race"]
+			return s.Processed+s.Expired == sent
+		})
+		ws := worker.LocalStats()
+		t.Logf("%d replies, %d timeouts (worker: %d accepted, %d late, %d expired)", replies.Load(), timeouts.Load(), ws.Replied, ws.Late, ws.Receivers["race"].Expired)
+		if replies.Load() == 0 || timeouts.Load() == 0 {
+			t.Fatalf("replies %d, timeouts %d: the race needs both outcomes", replies.Load(), timeouts.Load())
+		}
+		if replies.Load() != ws.Replied {
+			t.Fatalf("Request returned %d replies, the broker accepted %d", replies.Load(), ws.Replied)
 		}
 	})
 }
