@@ -179,11 +179,11 @@ func (p *Pool[W]) errorf(format string, args ...any) error {
 
 // Checkout leases a worker, waiting until one is free. It takes an idle
 // worker if there is one, else makes a worker (with ctx) if the pool may
-// grow, else waits behind earlier callers, first come first served. It gives
-// up with ctx.Err() (unwrapped) when ctx has ended or ends first. (Before it queues, a
-// caller that finds every worker busy yields the processor twice, so that
-// workers held for a moment come back without anyone parking; callers are
-// ordered from the moment they queue.)
+// grow and nobody waits, else waits behind earlier callers, first come first
+// served. It gives up with ctx.Err() (unwrapped) when ctx has ended or ends
+// first. (Before it queues, a caller that finds every worker busy yields the
+// processor twice, so that workers held for a moment come back without
+// anyone parking; callers are ordered from the moment they queue.)
 //
 // It fails at once with an error wrapping ErrDegraded when it would have to
 // wait or make a worker while the pool is degraded, and with ErrClosed after
@@ -212,7 +212,7 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 			err = p.degraded
 			p.mu.Unlock()
 			return Lease[W]{}, err
-		} else if p.live < p.size+p.maxOverflow {
+		} else if p.live < p.size+p.maxOverflow && p.queue.n == 0 {
 			return p.build(ctx)
 		} else if err = ctx.Err(); err != nil {
 			p.mu.Unlock()
@@ -362,6 +362,7 @@ func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
 func (p *Pool[W]) wait(ctx context.Context) (*poolEntry[W], error) {
 	w := p.waiters.Get().(*poolWaiter[W])
 	p.queue.push(w)
+	p.growForWaitersLocked()
 	p.mu.Unlock()
 	start := p.now()
 	var e *poolEntry[W]
@@ -413,7 +414,7 @@ func (p *Pool[W]) release(l Lease[W], check bool) error {
 	if e == nil || !e.lease.CompareAndSwap(l.id, 0) {
 		return p.errReleased
 	}
-	if check && p.checkIn {
+	if check && p.checkIn && p.ctx.Err() == nil {
 		if err := p.check(p.ctx, e.w); err != nil {
 			p.log.Warn("pool: worker failed its health check on release; retiring it", "err", err)
 			return p.retireOwned(e)

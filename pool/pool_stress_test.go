@@ -244,7 +244,7 @@ func stress(t *testing.T, strategy Strategy, resize bool) {
 	if made != closed || s.Busy != 0 || s.Idle != 0 || s.Starting != 0 || s.Closing != 0 {
 		t.Fatalf("after Close: made %d, closed %d, stats %+v", made, closed, s)
 	}
-	t.Log(fmt.Sprintf("made %d workers; stats %+v", made, s))
+	t.Logf("made %d workers; stats %+v", made, s)
 }
 
 // TestPoolStressChecksCanFail makes sure the stress test's invariant check

@@ -35,8 +35,7 @@ type factory struct {
 	mu      sync.Mutex
 	made    []*testWorker
 	closed  int
-	fail    error // New fails with it when non-nil
-	inNew   chan struct{}
+	fail    error         // New fails with it when non-nil
 	blockCh chan struct{} // when non-nil, New waits on it (or ctx)
 }
 
