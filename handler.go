@@ -146,7 +146,10 @@ func WithLease(d time.Duration) HandleOption {
 
 // WithExclusive makes the receiver served by one instance at a time: the
 // instances that register it take turns holding a lock in the broker, and
-// the others wait to take over when the holder stops or dies.
+// the others wait to take over. When the holder stops, another takes over
+// within Config.ReceiverBlockTimeout; when it dies, once its lock expires:
+// after 3 × Config.HeartbeatInterval or 6 × Config.ReceiverBlockTimeout,
+// whichever is longer. The holder renews the lock every third of that.
 func WithExclusive() HandleOption {
 	return func(o *handleOptions) { o.exclusive = true }
 }
