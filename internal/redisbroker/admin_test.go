@@ -283,3 +283,24 @@ func TestPipelineMultiplex(t *testing.T) {
 		}
 	}
 }
+
+func TestTLSURL(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.WithTLS())
+	b, err := New(Config{URL: s.URL(), TLSConfig: s.TLSConfig(), KeyPrefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatalf("New over TLS: %v", err)
+	}
+	defer b.Close()
+	ctx := ctxT(t)
+	if _, err := b.Send(ctx, env("m", "r")); err != nil {
+		t.Fatal(err)
+	}
+	if ds := fetch1(t, b, "r", "c", time.Minute, 0); len(ds) != 1 {
+		t.Fatalf("Fetch over TLS = %+v", ds)
+	}
+	// Without the CA, the server's certificate is not trusted.
+	if _, err := New(Config{URL: s.URL()}); !errors.Is(err, broker.ErrUnavailable) || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("New over TLS without the CA = %v; want an unavailable error about the certificate", err)
+	}
+}

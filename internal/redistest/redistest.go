@@ -20,6 +20,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -43,6 +44,7 @@ type Option func(*options)
 
 type options struct {
 	aof bool
+	tls bool
 }
 
 // WithAOF turns on the append-only file with appendfsync always, so that
@@ -52,12 +54,21 @@ func WithAOF() Option {
 	return func(o *options) { o.aof = true }
 }
 
+// WithTLS makes the server speak TLS only, with a certificate for
+// 127.0.0.1 signed by a CA made for it: [Server.URL] is then rediss://, and
+// [Server.TLSConfig] trusts that CA.
+func WithTLS() Option {
+	return func(o *options) { o.tls = true }
+}
+
 // Server is a running (or killed) private redis-server.
 type Server struct {
 	opts    options
 	dir     string
 	ownsDir bool
 	port    int
+
+	tlsConfig *tls.Config // nil without WithTLS
 
 	mu   sync.Mutex
 	proc *process // nil when not running
@@ -107,6 +118,13 @@ func start(dir string, ownsDir bool, opts []Option) (*Server, error) {
 	for _, o := range opts {
 		o(&s.opts)
 	}
+	if s.opts.tls {
+		cfg, err := makeCerts(dir)
+		if err != nil {
+			return nil, err
+		}
+		s.tlsConfig = cfg
+	}
 	// A free port can be taken by someone else between our probe and the
 	// server's bind: try a few.
 	var err error
@@ -140,6 +158,12 @@ func (s *Server) launch() error {
 		"--save", "",
 		"--logfile", "redis.log",
 		"--maxclients", "4000",
+	}
+	if s.opts.tls {
+		args[1] = "0" // no plain port
+		args = append(args, "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", "server.crt", "--tls-key-file", "server.key",
+			"--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no")
 	}
 	if s.opts.aof {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
@@ -177,7 +201,7 @@ func (s *Server) waitReady(p *process) error {
 	defer tick.Stop()
 	var last error
 	for time.Now().Before(deadline) {
-		if last = ping(s.Addr()); last == nil {
+		if last = ping(s.Addr(), s.tlsConfig); last == nil {
 			return nil
 		}
 		select {
@@ -189,8 +213,15 @@ func (s *Server) waitReady(p *process) error {
 	return fmt.Errorf("redistest: redis-server at %s did not answer PING within %v: %v; log: %s", s.Addr(), StartTimeout, last, s.logTail())
 }
 
-func ping(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+func ping(addr string, tlsConfig *tls.Config) error {
+	var conn net.Conn
+	var err error
+	d := &net.Dialer{Timeout: time.Second}
+	if tlsConfig != nil {
+		conn, err = tls.DialWithDialer(d, "tcp", addr, tlsConfig)
+	} else {
+		conn, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return err
 	}
@@ -226,9 +257,22 @@ func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 }
 
-// URL returns the server's address as a redis:// URL on database 0.
+// URL returns the server's address as a redis:// URL on database 0
+// (rediss:// with [WithTLS]).
 func (s *Server) URL() string {
+	if s.tlsConfig != nil {
+		return "rediss://" + s.Addr() + "/0"
+	}
 	return "redis://" + s.Addr() + "/0"
+}
+
+// TLSConfig returns a client configuration that trusts the server's
+// certificate, or nil for a server without [WithTLS].
+func (s *Server) TLSConfig() *tls.Config {
+	if s.tlsConfig == nil {
+		return nil
+	}
+	return s.tlsConfig.Clone()
 }
 
 // Dir returns the server's working directory (log, AOF files).

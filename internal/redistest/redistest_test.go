@@ -64,7 +64,7 @@ func TestStartAnswersAndStops(t *testing.T) {
 	if s.Running() {
 		t.Fatal("Running() after Stop")
 	}
-	if err := ping(s.Addr()); err == nil {
+	if err := ping(s.Addr(), nil); err == nil {
 		t.Fatal("server still answers after Stop")
 	}
 }
@@ -79,7 +79,7 @@ func TestRestartWithAOFKeepsData(t *testing.T) {
 	if s.Running() {
 		t.Fatal("Running() after Kill")
 	}
-	if err := ping(s.Addr()); err == nil {
+	if err := ping(s.Addr(), nil); err == nil {
 		t.Fatal("server answers after Kill")
 	}
 	addr := s.Addr()
@@ -141,5 +141,22 @@ func TestPrefixUnique(t *testing.T) {
 	}
 	if strings.ContainsAny(a, "{}*?[]\\/ ") {
 		t.Fatalf("Prefix %q has special characters", a)
+	}
+}
+
+func TestTLS(t *testing.T) {
+	t.Parallel()
+	s := Start(t, WithTLS())
+	if !strings.HasPrefix(s.URL(), "rediss://127.0.0.1:") {
+		t.Fatalf("URL() = %q, want rediss://", s.URL())
+	}
+	if err := ping(s.Addr(), nil); err == nil {
+		t.Fatal("a TLS server answered plain PING")
+	}
+	if err := ping(s.Addr(), s.TLSConfig()); err != nil {
+		t.Fatalf("PING over TLS: %v", err)
+	}
+	if Start(t).TLSConfig() != nil {
+		t.Fatal("TLSConfig() of a plain server is not nil")
 	}
 }
