@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/membroker"
+	"github.com/diskerhq/disker/internal/redisbroker"
 )
 
 // TestReplyRacesTimeout races 10,000 replies against their own timeouts:
@@ -492,6 +495,66 @@ func TestRequestRacesTimeout(t *testing.T) {
 		}
 		if replies.Load() != ws.Replied {
 			t.Fatalf("Request returned %d replies, the broker accepted %d", replies.Load(), ws.Replied)
+		}
+	})
+}
+
+// TestLeaseLostCancelsHandler steals a delivery from a running handler
+// (another consumer claims it once its lease looks expired): the handler's
+// context ends with ErrLeaseLost, and the worker leaves the message to the
+// new holder instead of acknowledging it.
+func TestLeaseLostCancelsHandler(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		var b broker.Broker
+		if e.redis {
+			rb, err := redisbroker.New(redisbroker.Config{URL: e.url, KeyPrefix: e.base.KeyPrefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = rb
+		} else {
+			b = membroker.Shared(strings.TrimPrefix(e.url, "mem://"))
+		}
+		defer b.Close()
+		d := e.open()
+		started := make(chan struct{})
+		cause := make(chan error, 1)
+		if err := d.Handle("stolen", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			close(started)
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return []byte("ignored"), nil // success after the loss is discarded too
+		}), disker.WithLease(300*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, 20*time.Second)
+		id, err := d.Send(ctx, disker.Message{Receiver: "stolen"}, disker.WithFireAndForget())
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv(t, started, 10*time.Second, "the handler to start")
+		// A thief with a 1ms lease sees the delivery as expired.
+		var stolen []broker.Delivery
+		waitFor(t, 10*time.Second, "the theft", func() bool {
+			stolen, err = b.Fetch(ctx, "stolen", "thief", 1, 0, time.Millisecond, 0)
+			return err == nil && len(stolen) == 1
+		})
+		if stolen[0].Env.ID != id || stolen[0].Attempt != 2 {
+			t.Fatalf("stole %s attempt %d, want %s attempt 2", stolen[0].Env.ID, stolen[0].Attempt, id)
+		}
+		if err := recv(t, cause, 10*time.Second, "the handler's context to end"); !errors.Is(err, disker.ErrLeaseLost) {
+			t.Fatalf("cause = %v, want ErrLeaseLost", err)
+		}
+		// The worker did not acknowledge: the thief still holds it.
+		waitFor(t, 10*time.Second, "the worker to let go", func() bool { return d.LocalStats().Receivers["stolen"].InFlight == 0 })
+		if lost, err := b.Extend(ctx, "stolen", "thief", []string{stolen[0].Ref}, time.Minute); err != nil || len(lost) != 0 {
+			t.Fatalf("thief's Extend = %v, %v; want the lease still held", lost, err)
+		}
+		if s := d.LocalStats().Receivers["stolen"]; s.Processed != 0 || s.Failed != 0 {
+			t.Fatalf("LocalStats = %+v, want nothing settled", s)
+		}
+		if err := b.Ack(ctx, "stolen", stolen[0].Ref); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -30,6 +30,10 @@ var (
 	// ErrUnavailable wraps errors from a broker that cannot be reached (Redis
 	// down or unreachable).
 	ErrUnavailable = broker.ErrUnavailable
+	// ErrLeaseLost is the cause (context.Cause) of a handler's context
+	// ending because the delivery's lease was lost: another worker may have
+	// the message now. What the handler does after that is discarded.
+	ErrLeaseLost = broker.ErrLeaseLost
 	// ErrNotHandled is returned by Unhandle, RemoveTimeoutHandler and
 	// RemoveReplyHandler when nothing is registered for the name.
 	ErrNotHandled = errors.New("disker: no handler registered")
