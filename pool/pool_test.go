@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -930,5 +931,145 @@ func TestPoolCheckoutNoAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("Checkout+Release allocates %v times, want 0", allocs)
+	}
+}
+
+func TestPoolCloseHookError(t *testing.T) {
+	f := &factory{}
+	closeErr := errors.New("socket already closed")
+	p, err := New(Config[*testWorker]{
+		Name: "db", Size: 1, New: f.new,
+		Close: func(w *testWorker) error { f.close(w); return closeErr },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustCheckout(t, p)
+	if err := l.Retire(); !errors.Is(err, closeErr) || !strings.HasPrefix(err.Error(), `pool "db": close worker: `) {
+		t.Fatalf("Retire: %v, want the Close hook's error", err)
+	}
+	eventually(t, "the replacement", func() bool { return p.Stats().Idle == 1 })
+	if err := p.Close(context.Background()); !errors.Is(err, closeErr) {
+		t.Fatalf("Close: %v, want the Close hook's error", err)
+	}
+	f.checkAllClosedOnce(t)
+}
+
+func TestPoolCheckoutEndedContext(t *testing.T) {
+	f := &factory{}
+	p := newTestPool(t, f, Config[*testWorker]{Size: 1, Eager: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.Checkout(ctx); err != context.Canceled {
+		t.Fatalf("Checkout with an ended ctx and an idle worker: %v, want context.Canceled", err)
+	}
+	if err := p.Do(ctx, func(context.Context, *testWorker) error { return nil }); err != context.Canceled {
+		t.Fatalf("Do with an ended ctx: %v, want context.Canceled", err)
+	}
+	if s := p.Stats(); s.Idle != 1 || s.Checkouts != 0 {
+		t.Fatalf("stats: %+v", s)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes, for log output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestPoolLogsDegradedAndRecovered(t *testing.T) {
+	var logs syncBuffer
+	down := errors.New("backend down")
+	f := &factory{fail: down}
+	p := newTestPool(t, f, Config[*testWorker]{
+		Name: "db", Size: 1, MaxRestarts: 1, Period: time.Hour,
+		RestartBackoff: time.Millisecond, MaxRestartBackoff: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if _, err := p.Checkout(context.Background()); !errors.Is(err, down) {
+		t.Fatalf("Checkout: %v", err)
+	}
+	eventually(t, "the pool to degrade", func() bool { return p.Stats().Degraded })
+	_, err := p.Checkout(context.Background())
+	if want := `pool "db": degraded: workers cannot be made: the constructor failed 2 times within 1h0m0s; last error: backend down`; err == nil || err.Error() != want {
+		t.Fatalf("Checkout: %v\nwant: %s", err, want)
+	}
+	f.setFail(nil)
+	eventually(t, "the pool to recover", func() bool { return !p.Stats().Degraded })
+	eventually(t, "the recovery to be logged", func() bool { return strings.Contains(logs.String(), "recovered") })
+	out := logs.String()
+	for _, want := range []string{"pool=db", "degraded", "backend down", "background construction failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestPoolCloseUnderLoad closes the pool while goroutines use it: they all
+// end with ErrClosed, nothing panics, and every worker is closed once.
+func TestPoolCloseUnderLoad(t *testing.T) {
+	f := &factory{}
+	p, err := New(Config[*testWorker]{Size: 2, MaxOverflow: 2, New: f.new, Close: f.close})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				var err error
+				if (g+i)%2 == 0 {
+					err = p.Do(t.Context(), func(_ context.Context, w *testWorker) error {
+						defer w.use(t)()
+						runtime.Gosched()
+						return nil
+					})
+				} else {
+					var l Lease[*testWorker]
+					if l, err = p.Checkout(context.Background()); err == nil {
+						done := l.Worker().use(t)
+						runtime.Gosched()
+						done()
+						if i%5 == 0 {
+							err = l.Retire()
+						} else {
+							err = l.Release()
+						}
+					}
+				}
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("goroutine %d: %v", g, err)
+					return
+				}
+			}
+		}()
+	}
+	eventually(t, "some load", func() bool { return p.Stats().Checkouts > 500 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	wg.Wait()
+	f.checkAllClosedOnce(t)
+	if made, closed := f.counts(); made != closed {
+		t.Fatalf("made %d, closed %d", made, closed)
 	}
 }
