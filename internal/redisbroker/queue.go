@@ -258,8 +258,10 @@ func scriptEntry(m rueidis.RedisMessage) (entry, error) {
 
 // Fetch leases up to max messages of receiver to consumer. See
 // broker.Broker. maxAttempts 0 means no limit. A message retried with a
-// delay, or whose lease expired, is reclaimed by the first Fetch after that
-// moment; a Fetch blocked in Redis notices it when its block time ends.
+// delay, or whose lease expired, is reclaimed by a Fetch at most
+// reclaimEvery (100ms) after that moment, or right after a Retry through
+// this broker; a Fetch blocked in Redis notices it when its block time
+// ends.
 func (b *Broker) Fetch(ctx context.Context, receiver, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]broker.Delivery, error) {
 	if err := b.check(); err != nil {
 		return nil, err
