@@ -18,6 +18,9 @@ import (
 	"github.com/diskerhq/disker/internal/metrics"
 )
 
+// maxHeaderBytes bounds the request line and headers the gateway accepts.
+const maxHeaderBytes = 32 << 10
+
 type gatewayOptions struct {
 	conn     connFlags
 	adm      adminFlags
@@ -39,6 +42,7 @@ status, headers and body.
 
   504 Gateway Timeout        no reply within --timeout
   413 Content Too Large      a request body over --max-body
+  431                        request line and headers over 32 KiB
   503 Service Unavailable    Redis cannot be reached, or the gateway is stopping
   502 Bad Gateway            the message failed on every attempt and was
                              dead-lettered, or the reply is not an HTTP response
@@ -109,6 +113,9 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 		Handler:           g,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
+		// Headers fit in the room a message keeps beside the body; larger
+		// ones get 431.
+		MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 	}
 	served := make(chan error, 1)

@@ -186,10 +186,13 @@ func (r *Request) HTTPRequest(base *url.URL) (*http.Request, error) {
 }
 
 func encode(head any, body []byte) ([]byte, error) {
-	h, err := json.Marshal(head)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // keep <, > and & as they are: the head stays compact
+	if err := enc.Encode(head); err != nil {
 		return nil, fmt.Errorf("httpmsg: encode head: %w", err)
 	}
+	h := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(h) > MaxHeadSize {
 		return nil, fmt.Errorf("httpmsg: head of %d bytes is over the limit of %d", len(h), MaxHeadSize)
 	}
