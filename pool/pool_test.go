@@ -1073,3 +1073,64 @@ func TestPoolCloseUnderLoad(t *testing.T) {
 		t.Fatalf("made %d, closed %d", made, closed)
 	}
 }
+
+// TestPoolSlowConstructor covers a constructor that ignores its context:
+// the caller gives up when its ctx ends and the worker it made is kept; a
+// worker made after Close is closed.
+func TestPoolSlowConstructor(t *testing.T) {
+	f := &factory{}
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	p, err := New(Config[*testWorker]{
+		Size: 2,
+		New: func(ctx context.Context) (*testWorker, error) {
+			entered <- struct{}{}
+			<-proceed
+			return f.new(context.Background())
+		},
+		Close: f.close,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.Checkout(ctx)
+		errc <- err
+	}()
+	<-entered
+	cancel()
+	proceed <- struct{}{}
+	if err := <-errc; err != context.Canceled {
+		t.Fatalf("Checkout: %v, want context.Canceled", err)
+	}
+	if s := p.Stats(); s.Idle != 1 || s.Created != 1 {
+		t.Fatalf("the worker made for a caller that gave up was not kept: %+v", s)
+	}
+
+	// Close while a caller makes a worker.
+	held := mustCheckout(t, p) // the idle one
+	go func() {
+		_, err := p.Checkout(context.Background())
+		errc <- err
+	}()
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(context.Background()) }()
+	eventually(t, "Close to start", func() bool {
+		_, err := p.TryCheckout(context.Background())
+		return errors.Is(err, ErrClosed)
+	})
+	proceed <- struct{}{}
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Checkout during Close: %v, want ErrClosed", err)
+	}
+	mustRelease(t, held)
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	f.checkAllClosedOnce(t)
+	if made, closed := f.counts(); made != 2 || closed != 2 {
+		t.Fatalf("made %d, closed %d", made, closed)
+	}
+}
