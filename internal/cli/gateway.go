@@ -116,7 +116,7 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 		// Headers fit in the room a message keeps beside the body; larger
 		// ones get 431.
 		MaxHeaderBytes: maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+		ErrorLog:       slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
