@@ -445,7 +445,12 @@ func (a *app) demoSummary(o *demoOptions, workers []*demoWorker, c *demoCounts, 
 		c.sent.Load(), o.messages, elapsed.Seconds(), handled, float64(handled)/max(elapsed.Seconds(), 1e-3))
 	fmt.Fprintf(w, "  replies          %d of %d requests (latency p50 %v, p99 %v)\n", c.replies.Load(), c.requests.Load(), pct(0.50), pct(0.99))
 	fmt.Fprintf(w, "  fire-and-forget  %d of %d handled, no reply expected\n", sumFired(workers), c.fired.Load())
-	fmt.Fprintf(w, "  timeouts         %d of %d slow messages timed out after %v; the workers stopped them\n", c.timeouts.Load(), c.slow.Load(), o.timeout)
+	var gaveUp int64
+	for _, wk := range workers {
+		gaveUp += wk.gaveUp.Load()
+	}
+	fmt.Fprintf(w, "  timeouts         %d of %d slow messages timed out after %v; the workers stopped %d at the deadline\n",
+		c.timeouts.Load(), c.slow.Load(), o.timeout, gaveUp)
 	fmt.Fprintf(w, "  errors           %d\n", c.errors.Load())
 	fmt.Fprintf(w, "  per worker       %s\n", strings.Join(per, ", "))
 	if o.redis == "" {
