@@ -143,6 +143,9 @@ func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, con
 	if len(entries) > 0 || block <= 0 {
 		return entries, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, b.fail(ctx, op, err)
+	}
 	// rueidis cannot cancel a command whose context has a deadline (it only
 	// sets the connection's deadline), so the blocking read gets a context
 	// without one, cancelled when ctx ends or the broker closes; the
@@ -178,6 +181,9 @@ func (b *Broker) reclaim(ctx context.Context, op string, stream, dlq, delayed, c
 	if err != nil {
 		b.forceReclaim(stream)
 		return nil, 0, b.fail(ctx, op, err)
+	}
+	if len(res) == 0 {
+		return nil, 0, fmt.Errorf("redisbroker: %s: the fetch script answered nothing", op)
 	}
 	entries := make([]entry, 0, len(res)-1)
 	for _, r := range res[1:] {
