@@ -14,16 +14,17 @@ const ackBatch = 256
 // loops that settle entries never wait for the round trip: what queued up
 // while one call was on the wire goes in the next.
 type acker struct {
-	d    *Disker
-	kind string // "receiver" or "sender", for logs
-	name string
-	ack  func(ctx context.Context, refs ...string) error
-	refs chan string
-	done chan struct{}
+	d     *Disker
+	kind  string // "receiver" or "sender", for logs
+	name  string
+	ack   func(ctx context.Context, refs ...string) error
+	refs  chan string
+	abort chan struct{} // closed to give up retrying failed calls
+	done  chan struct{}
 }
 
 func newAcker(d *Disker, kind, name string, ack func(ctx context.Context, refs ...string) error) *acker {
-	a := &acker{d: d, kind: kind, name: name, ack: ack, refs: make(chan string, 4*ackBatch), done: make(chan struct{})}
+	a := &acker{d: d, kind: kind, name: name, ack: ack, refs: make(chan string, 4*ackBatch), abort: make(chan struct{}), done: make(chan struct{})}
 	go a.run()
 	return a
 }
@@ -32,10 +33,15 @@ func newAcker(d *Disker, kind, name string, ack func(ctx context.Context, refs .
 func (a *acker) add(ref string) { a.refs <- ref }
 
 // close acknowledges what is queued and stops. Call it once, after the last
-// add.
-func (a *acker) close() {
+// add. When ctx ends first, failed calls are no longer retried.
+func (a *acker) close(ctx context.Context) {
 	close(a.refs)
-	<-a.done
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		close(a.abort)
+		<-a.done
+	}
 }
 
 func (a *acker) run() {
@@ -69,11 +75,10 @@ func (a *acker) run() {
 			d.health.fail("ack", err)
 			// Unacknowledged entries are delivered again after their lease:
 			// keep trying while that is still worth it.
-			if bo.attempts >= 8 {
+			if bo.attempts >= 8 || !bo.wait(a.abort) {
 				d.log.Warn("disker: cannot acknowledge; the entries will be delivered again", a.kind, a.name, "count", len(batch), "error", err)
 				break
 			}
-			bo.wait(d.opCtx.Done())
 		}
 	}
 }

@@ -104,7 +104,7 @@ func (c *consumer) stop(ctx context.Context) error {
 		c.hardCancel(errStopped)
 		close(c.keeperStop)
 		<-c.keeperDone
-		c.acks.close()
+		c.acks.close(ctx)
 		if c.lockHeld.Load() {
 			rctx, cancel := context.WithTimeout(c.d.opCtx, 5*time.Second)
 			if err := c.d.b.Release(rctx, c.name, c.d.id); err != nil {

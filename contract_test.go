@@ -400,12 +400,12 @@ func TestLeaseExtendedForLongJob(t *testing.T) {
 			calls.Add(1)
 			close(started)
 			select {
-			case <-time.After(600 * time.Millisecond): // 10 leases
+			case <-time.After(2 * time.Second): // 5 leases
 				return []byte("done"), nil
 			case <-ctx.Done():
 				return nil, fmt.Errorf("ctx ended: %w", context.Cause(ctx))
 			}
-		}), disker.WithLease(60*time.Millisecond)); err != nil {
+		}), disker.WithLease(400*time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
 		type result struct {
@@ -424,7 +424,7 @@ func TestLeaseExtendedForLongJob(t *testing.T) {
 		if err := other.Handle("long", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
 			calls.Add(1)
 			return nil, errors.New("the lease lapsed: redelivered")
-		}), disker.WithLease(60*time.Millisecond)); err != nil {
+		}), disker.WithLease(400*time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
 		res := recv(t, done, 15*time.Second, "the reply")

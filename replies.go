@@ -148,7 +148,7 @@ func (d *Disker) readReplies(ctx context.Context, sender string) {
 	acks := newAcker(d, "sender", sender, func(ctx context.Context, refs ...string) error {
 		return d.b.AckReplies(ctx, sender, refs...)
 	})
-	defer acks.close()
+	defer acks.close(ctx) // ctx has ended by then: one try per batch
 	var bo backoff
 	for ctx.Err() == nil {
 		rs, err := d.b.ReadReplies(ctx, sender, d.id, replyBatch, d.cfg.ReceiverBlockTimeout, replyLease)
