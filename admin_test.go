@@ -232,8 +232,11 @@ func TestExclusiveReceiver(t *testing.T) {
 		var mu sync.Mutex
 		by := map[string]string{} // message id -> instance
 		instances := make([]*disker.Disker, 2)
+		// The lock lives 3s and is renewed every second: a slow machine
+		// does not let it lapse.
+		slow := func(c *disker.Config) { c.HeartbeatInterval = time.Second }
 		for i := range instances {
-			d, err := disker.New(e.config())
+			d, err := disker.New(e.config(slow))
 			if err != nil {
 				t.Fatal(err)
 			}

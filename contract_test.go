@@ -178,7 +178,7 @@ func TestCloseDuringLoadLosesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := first.Handle("load", h, disker.WithConcurrency(16), disker.WithLease(300*time.Millisecond)); err != nil {
+		if err := first.Handle("load", h, disker.WithConcurrency(16), disker.WithLease(time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		var (
@@ -218,7 +218,7 @@ func TestCloseDuringLoadLosesNothing(t *testing.T) {
 		}
 		abandoned := handled.len()
 		second := e.open()
-		if err := second.Handle("load", h, disker.WithConcurrency(16), disker.WithLease(300*time.Millisecond)); err != nil {
+		if err := second.Handle("load", h, disker.WithConcurrency(16), disker.WithLease(time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		wg.Wait()

@@ -17,7 +17,7 @@ import (
 // as a worker process (runChild) instead of the tests.
 const childEnv = "DISKER_TEST_CHILD"
 
-const childLease = 300 * time.Millisecond
+const childLease = time.Second
 
 // runChild serves the receiver named by DISKER_TEST_RECEIVER on the broker
 // at DISKER_TEST_URL (key prefix DISKER_TEST_PREFIX) with a handler that
