@@ -706,3 +706,27 @@ func TestGatewayRedisDown(t *testing.T) {
 		return code == 200
 	})
 }
+
+// TestGatewayBadGateway: a service that is down, and a receiver served by
+// something that does not answer in HTTP, both give 502 with the reason.
+func TestGatewayBadGateway(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.startWorker("--receiver", "down", "--http", "http://127.0.0.1:1", "--max-attempts", "2")
+	_, downURL := e.startGateway("--receiver", "down", "--timeout", "30s")
+	code, body := get(t, downURL+"/x")
+	if code != http.StatusBadGateway || !strings.Contains(body, "connection refused") {
+		t.Fatalf("service down: %d %q, want 502 with the reason", code, body)
+	}
+	out, _, _ := e.run("", "dlq", "list", "--receiver", "down", "--json")
+	if !strings.Contains(out, `\"url\":\"/x\"`) {
+		t.Fatalf("the failed request is not in the dead letters:\n%s", out)
+	}
+
+	e.startWorker("--receiver", "plain", "--exec", "cat")
+	_, plainURL := e.startGateway("--receiver", "plain", "--timeout", "30s")
+	code, body = get(t, plainURL+"/x")
+	if code != http.StatusBadGateway || !strings.Contains(body, "not an HTTP response") {
+		t.Fatalf("non-HTTP reply: %d %q, want 502", code, body)
+	}
+}
