@@ -30,8 +30,9 @@ import (
 // and the constructor's last error, until a background construction
 // succeeds again.
 //
-// A Pool is safe for concurrent use. Every method returns [ErrClosed] (never
-// panics) after [Pool.Close].
+// A Pool is safe for concurrent use. After [Pool.Close], Checkout,
+// TryCheckout, Do and Resize return [ErrClosed]; Stats keeps working, Close
+// may be called again, and nothing panics.
 type Pool[W any] struct {
 	prefix   string // "pool" or `pool "name"`, the start of every error
 	newFn    func(context.Context) (W, error)
@@ -595,10 +596,11 @@ type PoolStats struct {
 	// Waiting is the number of callers queued in Checkout.
 	Waiting int
 	// Checkouts counts the leases handed out; Waits counts those whose
-	// caller had to wait for a worker (or for one to be made).
+	// caller had to queue for a worker or make one.
 	Checkouts, Waits uint64
-	// WaitTime is the total time callers waited, and AvgWait is WaitTime
-	// divided by Checkouts.
+	// WaitTime is the total time those callers spent queued or making a
+	// worker, and AvgWait is WaitTime divided by Checkouts (the average
+	// over all checkouts, most of which wait for nothing).
 	WaitTime, AvgWait time.Duration
 	// Created counts the workers made; Retired those retired (by Retire, a
 	// failed transaction or a failed health check); Failures the failed
