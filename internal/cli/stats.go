@@ -31,6 +31,7 @@ func (a *app) statsCommand() *cobra.Command {
 		Short: "Show queues, dead letters, rates and live workers",
 		Long: long(`Show, for every receiver (or those named with --receiver):
 
+  LENGTH     messages in the receiver's stream (queued + pending)
   QUEUED     messages waiting for a worker
   PENDING    messages delivered and not yet acknowledged: in flight, or
              waiting for a retry or for redelivery after a crash
@@ -193,9 +194,9 @@ func printStats(w io.Writer, s *statsSnapshot, recent bool) {
 		if recent {
 			rateHead = "RATE/S"
 		}
-		fmt.Fprintf(tw, "RECEIVER\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\t%s\tWORKERS\n", rateHead)
+		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\t%s\tWORKERS\n", rateHead)
 		for _, r := range s.Receivers {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.1f\t%d\n", r.Receiver, r.Queued, r.Pending, r.InFlight, r.DeadLetters, r.Rate, r.Workers)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\n", r.Receiver, r.Length, r.Queued, r.Pending, r.InFlight, r.DeadLetters, r.Rate, r.Workers)
 		}
 	}
 	fmt.Fprintln(tw)
