@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"syscall"
@@ -44,7 +45,8 @@ func runChild() int {
 		return 2
 	}
 	fmt.Println("ready")
-	time.Sleep(time.Minute) // the parent kills us long before
+	// Run until killed; if the parent goes away instead, stdin closes.
+	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 3
 }
 
@@ -58,6 +60,11 @@ func TestKilledWorkerMessageRedelivered(t *testing.T) {
 	cmd.Env = append(os.Environ(), childEnv+"=worker",
 		"DISKER_TEST_URL="+e.url, "DISKER_TEST_PREFIX="+e.base.KeyPrefix, "DISKER_TEST_RECEIVER=jobs")
 	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe() // kept open: the child runs while it is
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
