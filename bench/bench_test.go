@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 // of every table holds a figure; it asserts nothing about speed.
 var tiny = Options{Runs: 2, Tiny: true, Quick: true}
 
+// tinyStats is tiny with the command statistics on, as -cmdstats sets them.
+var tinyStats = Options{Runs: 1, Tiny: true, Quick: true, CommandStats: true}
+
 func checkTables(t *testing.T, tables []Table, wantTables int) {
 	t.Helper()
 	if len(tables) != wantTables {
@@ -82,6 +85,27 @@ func TestDiskerSuite(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkTables(t, tables, 3)
+}
+
+// TestDiskerSuiteCommandStats checks that -cmdstats reports the commands of
+// every Redis run, with the ones each implementation must issue.
+func TestDiskerSuiteCommandStats(t *testing.T) {
+	var out strings.Builder
+	o := tinyStats
+	o.Progress = &out
+	if _, err := DiskerSuite(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Count(out.String(), "redis commands per op:")
+	if want := len(ffImpls(1)) + 2*len(rrImpls(1, 1)); lines != want {
+		t.Fatalf("%d command statistics lines, want %d:\n%s", lines, want, out.String())
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, "fire-and-forget / bare list, go-redis:") &&
+			(!strings.Contains(l, "lpush 1.") || !strings.Contains(l, "brpop 1.")) {
+			t.Fatalf("the bare list queue should issue one LPUSH and one BRPOP per message: %s", l)
+		}
+	}
 }
 
 // TestExecutorsRunEveryTask checks that each executor runs each task exactly

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"syscall"
+	"time"
 )
 
 // DiskerSuite runs the Redis workloads against one private redis-server per
@@ -40,13 +42,14 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			"\"× Disker time\" is the peer's time over Disker's (above 1 means Disker is faster). " +
 			"The bare list queue (LPUSH/BRPOP) delivers at most once and keeps no state; asynq runs with " +
 			"TaskCheckInterval 10 ms (default 1 s) so that its idle poll at the start is not counted."},
-		Header: []string{"implementation", "msgs/s, median (min–max)", "wall s", "× Disker time"},
+		Header: []string{"implementation", "msgs/s, median (min–max)", "wall s", "× Disker time", "redis CPU µs/msg", "Go CPU µs/msg"},
 	}
 	ref := series(ff[nameDisker], opsPerSec).med
 	for _, im := range ffImpls(nFF) {
 		tp := series(ff[im.name], opsPerSec)
 		ffT.Rows = append(ffT.Rows, []string{im.name, fmtStat(tp),
-			fmt.Sprintf("%.2f", series(ff[im.name], wallMS).med/1e3), fmtRatio(ref, tp.med)})
+			fmt.Sprintf("%.2f", series(ff[im.name], wallMS).med/1e3), fmtRatio(ref, tp.med),
+			fmtNum(series(ff[im.name], redisCPUPerOp).med), fmtNum(series(ff[im.name], procCPUPerOp).med)})
 	}
 
 	rrT := Table{
@@ -57,7 +60,8 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			"Disker is faster). The bare request/reply pushes \"replyKey|content\" to a request list; a "+
 			"worker BRPOPs it and LPUSHes the reply to the unique reply key, which the requester BRPOPs "+
 			"with the timeout.", thousands(int64(nRR1)), thousands(int64(nRR32)))},
-		Header: []string{"requesters", "implementation", "round trips/s, median (min–max)", "× Disker time", "p50 µs", "p99 µs"},
+		Header: []string{"requesters", "implementation", "round trips/s, median (min–max)", "× Disker time", "p50 µs", "p99 µs",
+			"redis CPU µs/rt", "Go CPU µs/rt"},
 	}
 	for _, w := range []struct {
 		r   int
@@ -69,7 +73,8 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			ss := w.res[im.name]
 			tp := series(ss, opsPerSec)
 			rrT.Rows = append(rrT.Rows, []string{fmt.Sprint(w.r), im.name, fmtStat(tp), fmtRatio(ref, tp.med),
-				fmtNum(series(ss, p50).med), fmtNum(series(ss, p99).med)})
+				fmtNum(series(ss, p50).med), fmtNum(series(ss, p99).med),
+				fmtNum(series(ss, redisCPUPerOp).med), fmtNum(series(ss, procCPUPerOp).med)})
 		}
 	}
 
@@ -90,7 +95,27 @@ func runRedisWorkload(ctx context.Context, o Options, workload string, ims []red
 			if err := srv.flushAll(); err != nil {
 				return sample{}, err
 			}
-			return im.run(ctx, srv)
+			if _, err := srv.do("CONFIG RESETSTAT", "+OK"); err != nil {
+				return sample{}, err
+			}
+			r0, err := srv.cpu()
+			if err != nil {
+				return sample{}, err
+			}
+			p0 := processCPU()
+			s, err := im.run(ctx, srv)
+			if err != nil {
+				return s, err
+			}
+			p1 := processCPU()
+			r1, err := srv.cpu()
+			s.redisCPU, s.procCPU = r1-r0, p1-p0
+			if err == nil && o.CommandStats {
+				var stats string
+				stats, err = srv.commandStats(s.ops)
+				o.progressf("  %s / %s: redis commands per op: %s", workload, im.name, stats)
+			}
+			return s, err
 		}})
 	}
 	return runAlternating(ctx, o, workload, impls)
@@ -100,7 +125,7 @@ func runRedisWorkload(ctx context.Context, o Options, workload string, ims []red
 func targetsTable(ff, rr1, rr32 map[string][]sample) Table {
 	t := Table{
 		Title:  "Targets for Disker over Redis",
-		Notes:  []string{"Medians of the runs above. \"Margin\" is Disker's figure over the target's (above 1 means met)."},
+		Notes:  []string{"Medians of the runs above. \"Margin\" is Disker's figure over the target's, or the target's over Disker's for a latency (at least 1 means met)."},
 		Header: []string{"target", "Disker", "target value", "margin", "met"},
 	}
 	row := func(name, unit string, got, want float64, higherIsBetter bool) {
@@ -113,7 +138,7 @@ func targetsTable(ff, rr1, rr32 map[string][]sample) Table {
 			met = "**no**"
 		}
 		t.Rows = append(t.Rows, []string{name, fmtNum(got) + " " + unit, fmtNum(want) + " " + unit,
-			fmt.Sprintf("%.2f", margin), met})
+			fmt.Sprintf("%.2f (%+.1f%%)", margin, 100*(margin-1)), met})
 	}
 	tp := func(res map[string][]sample, name string) float64 { return series(res[name], opsPerSec).med }
 	lat := func(res map[string][]sample, name string) float64 { return series(res[name], p50).med }
@@ -125,4 +150,13 @@ func targetsTable(ff, rr1, rr32 map[string][]sample) Table {
 	floor := math.Min(lat(rr1, "bare lists, go-redis"), lat(rr1, "bare lists, rueidis"))
 	row("request/reply, 1 requester: p50 ≤ 1.5× the bare floor (the lower bare p50)", "µs", lat(rr1, nameDisker), 1.5*floor, false)
 	return t
+}
+
+// processCPU returns the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -37,6 +37,10 @@ type Options struct {
 	// Progress receives one line per finished run, for the impatient; nil
 	// means no progress output.
 	Progress io.Writer
+	// CommandStats adds to each progress line of a Redis workload the Redis
+	// commands the run issued per operation (from INFO commandstats, which
+	// counts commands run by scripts too), to see where a run spends.
+	CommandStats bool
 }
 
 func (o Options) progressf(format string, args ...any) {
@@ -90,6 +94,9 @@ type sample struct {
 	peakG   int     // peak goroutines above the count before the run
 	p50     float64 // latency percentiles in microseconds, for request/reply
 	p99     float64
+	// CPU time spent during the run by redis-server and by this process
+	// (both sides of the workload), for the Redis workloads.
+	redisCPU, procCPU time.Duration
 }
 
 // impl is one contender in a workload. run performs one complete run and
@@ -157,6 +164,10 @@ func bytesPerOp(s sample) float64 { return float64(s.bytes) / float64(s.ops) }
 func peakG(s sample) float64      { return float64(s.peakG) }
 func p50(s sample) float64        { return s.p50 }
 func p99(s sample) float64        { return s.p99 }
+func redisCPUPerOp(s sample) float64 {
+	return float64(s.redisCPU) / 1e3 / float64(s.ops)
+}
+func procCPUPerOp(s sample) float64 { return float64(s.procCPU) / 1e3 / float64(s.ops) }
 
 // fmtNum formats x with a precision that suits its size and thousands
 // separators for large values.

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,25 +43,99 @@ func (s *redisServer) close() { s.stop() }
 
 // flushAll empties the server between runs.
 func (s *redisServer) flushAll() error {
+	_, err := s.do("FLUSHALL", "+OK")
+	return err
+}
+
+// cpu returns the CPU time (user and system) redis-server has used.
+func (s *redisServer) cpu() (time.Duration, error) {
+	info, err := s.do("INFO cpu", "$")
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, l := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench: INFO cpu: %s: %w", k, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * 1e9), nil
+}
+
+// commandStats renders the calls of each command since the last CONFIG
+// RESETSTAT, per op, most frequent first, leaving out the rare ones.
+func (s *redisServer) commandStats(ops int) (string, error) {
+	info, err := s.do("INFO commandstats", "$")
+	if err != nil {
+		return "", err
+	}
+	type stat struct {
+		cmd   string
+		calls int
+	}
+	var stats []stat
+	for _, l := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, err := strconv.Atoi(calls)
+		if err != nil {
+			return "", fmt.Errorf("bench: INFO commandstats: %q: %w", l, err)
+		}
+		stats = append(stats, stat{strings.TrimPrefix(name, "cmdstat_"), n})
+	}
+	sort.Slice(stats, func(i, j int) bool { return stats[i].calls > stats[j].calls })
+	var b strings.Builder
+	for _, st := range stats {
+		if per := float64(st.calls) / float64(ops); per >= 0.005 {
+			fmt.Fprintf(&b, "%s %.2f  ", st.cmd, per)
+		}
+	}
+	return strings.TrimSpace(b.String()), nil
+}
+
+// do sends an inline command on a fresh connection. The reply's first line
+// must start with want; a bulk reply ("$n") is returned whole.
+func (s *redisServer) do(cmd, want string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", s.addr)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer c.Close()
 	dl, _ := ctx.Deadline()
 	_ = c.SetDeadline(dl)
-	if _, err := c.Write([]byte("FLUSHALL\r\n")); err != nil {
-		return err
+	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
+		return "", err
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
 	if err != nil {
-		return err
+		return "", err
 	}
-	if got := strings.TrimSpace(line); got != "+OK" {
-		return errors.New("bench: FLUSHALL answered " + got)
+	line = strings.TrimSpace(line)
+	if !strings.HasPrefix(line, want) {
+		return "", errors.New("bench: " + cmd + " answered " + line)
 	}
-	return nil
+	if !strings.HasPrefix(line, "$") {
+		return line, nil
+	}
+	n, err := strconv.Atoi(line[1:])
+	if err != nil || n < 0 {
+		return "", errors.New("bench: " + cmd + " answered " + line)
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return "", err
+	}
+	return string(body[:n]), nil
 }

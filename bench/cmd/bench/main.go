@@ -34,6 +34,7 @@ func run() error {
 	quick := flag.Bool("quick", false, "small sizes, for a smoke test")
 	out := flag.String("out", "", "also write the markdown to this file")
 	quiet := flag.Bool("q", false, "no progress lines on stderr")
+	cmdStats := flag.Bool("cmdstats", false, "show the Redis commands per operation of each Redis run in the progress lines")
 	flag.Parse()
 	if *runs < 1 {
 		return fmt.Errorf("-runs must be >= 1, got %d", *runs)
@@ -55,7 +56,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	o := bench.Options{Runs: *runs, Quick: *quick}
+	o := bench.Options{Runs: *runs, Quick: *quick, CommandStats: *cmdStats}
 	if !*quiet {
 		o.Progress = os.Stderr
 	}
@@ -65,12 +66,14 @@ func run() error {
 	fmt.Fprintf(&b, "## Results\n\n")
 	fmt.Fprintf(&b, "Command: `cd bench && go run ./cmd/bench %s`  \n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(&b, "Machine: %s  \n", machine())
-	fmt.Fprintf(&b, "Date: %s  \n", start.UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "Date: %s; load average at start: %s  \n", start.UTC().Format("2006-01-02 15:04 MST"), loadavg())
 	fmt.Fprintf(&b, "Runs: %d per implementation per workload, round robin; medians with (min–max).\n\n", *runs)
 	fmt.Print(b.String())
 	for _, name := range names {
 		fmt.Fprintf(os.Stderr, "suite %s\n", name)
+		t0 := time.Now()
 		tables, err := suites[name](ctx, o)
+		fmt.Fprintf(os.Stderr, "suite %s took %s\n", name, time.Since(t0).Round(time.Second))
 		if err != nil {
 			return fmt.Errorf("suite %s: %w", name, err)
 		}
@@ -80,7 +83,7 @@ func run() error {
 			b.WriteString(md)
 		}
 	}
-	tail := fmt.Sprintf("Total time: %s.\n", time.Since(start).Round(time.Second))
+	tail := fmt.Sprintf("Total time: %s; load average at the end: %s.\n", time.Since(start).Round(time.Second), loadavg())
 	fmt.Print(tail)
 	b.WriteString(tail)
 	if *out != "" {
@@ -115,4 +118,18 @@ func machine() string {
 	}
 	return fmt.Sprintf("%s%d CPUs (GOMAXPROCS %d), %s %s/%s, %s", cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0),
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, redis)
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages, which say whether
+// something else competed for the CPUs during the run.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
