@@ -520,3 +520,68 @@ func TestRedisRestart(t *testing.T) {
 		t.Fatalf("the worker saw the outage (%v) but not its end (%v), or the other way round", outage, back)
 	}
 }
+
+// TestRedisDownFailsFastAndResumes stops Redis: calls fail with
+// ErrUnavailable, the outage is reported once, and when Redis is back the
+// worker resumes by itself.
+func TestRedisDownFailsFastAndResumes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithAOF())
+	e := newEnv(t, true, srv.URL())
+	var mu sync.Mutex
+	var kinds []disker.EventKind
+	d := e.open(func(c *disker.Config) {
+		c.OnEvent = func(ev disker.Event) {
+			if ev.Kind == disker.EventUnavailable || ev.Kind == disker.EventAvailable {
+				mu.Lock()
+				kinds = append(kinds, ev.Kind)
+				mu.Unlock()
+			}
+		}
+	})
+	handled := make(chan string, 4)
+	if err := d.Handle("resilient", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		handled <- string(m.Content)
+		return nil, nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxTimeout(t, time.Minute)
+	if _, err := d.Send(ctx, disker.Message{Receiver: "resilient", Content: []byte("before")}, disker.WithFireAndForget()); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, handled, 10*time.Second, "the first message")
+
+	srv.Kill()
+	_, err := d.Send(ctx, disker.Message{Receiver: "resilient", Content: []byte("lost")}, disker.WithFireAndForget())
+	if !errors.Is(err, disker.ErrUnavailable) || !strings.HasPrefix(err.Error(), "disker: ") {
+		t.Fatalf("Send with Redis down = %v, want an error wrapping ErrUnavailable", err)
+	}
+	// The consumer's blocking read fails too, and backs off; let it fail
+	// a few times before Redis comes back.
+	waitFor(t, 10*time.Second, "the outage to be reported", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(kinds) > 0
+	})
+	srv.Restart()
+	waitFor(t, 30*time.Second, "a send to go through", func() bool {
+		_, err := d.Send(ctx, disker.Message{Receiver: "resilient", Content: []byte("after")}, disker.WithFireAndForget())
+		return err == nil
+	})
+	if got := recv(t, handled, 30*time.Second, "the message sent after the restart"); got != "after" {
+		t.Fatalf("handled %q, want after", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// One report per change of state: unavailable, available (connections
+	// broken by the restart may flap once more).
+	if len(kinds) < 2 || len(kinds)%2 != 0 {
+		t.Fatalf("events %v, want unavailable and available in turn", kinds)
+	}
+	for i, k := range kinds {
+		if want := []disker.EventKind{disker.EventUnavailable, disker.EventAvailable}[i%2]; k != want {
+			t.Fatalf("events %v, want unavailable and available in turn", kinds)
+		}
+	}
+}
