@@ -558,3 +558,89 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 		}
 	})
 }
+
+// TestUnhandleDrains stops serving a receiver: Unhandle waits for the
+// handler in flight, and with a grace too short it cancels the handler and
+// leaves the message for redelivery.
+func TestUnhandleDrains(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		ctx := ctxTimeout(t, 30*time.Second)
+		started := make(chan struct{}, 1)
+		release := make(chan struct{})
+		stopped := make(chan error, 1)
+		h := disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			started <- struct{}{}
+			select {
+			case <-release:
+				return nil, nil
+			case <-ctx.Done():
+				stopped <- context.Cause(ctx)
+				return nil, ctx.Err()
+			}
+		})
+		stats := func() disker.ReceiverStats {
+			s, err := d.Stats(ctx, "drain")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+
+		// Graceful: Unhandle returns once the handler has finished.
+		if err := d.Handle("drain", h, disker.WithLease(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Send(ctx, disker.Message{Receiver: "drain"}, disker.WithFireAndForget()); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, started, 10*time.Second, "the handler to start")
+		done := make(chan error, 1)
+		go func() { done <- d.Unhandle(ctx, "drain") }()
+		select {
+		case err := <-done:
+			t.Fatalf("Unhandle returned %v while the handler ran", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(release)
+		if err := recv(t, done, 10*time.Second, "Unhandle"); err != nil {
+			t.Fatalf("Unhandle = %v", err)
+		}
+		if s := stats(); s.Length != 0 || s.Pending != 0 {
+			t.Fatalf("after a drained Unhandle: %+v, want an empty queue", s)
+		}
+
+		// Forced: the grace ends first.
+		release = make(chan struct{})
+		if err := d.Handle("drain", h, disker.WithLease(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		id, err := d.Send(ctx, disker.Message{Receiver: "drain"}, disker.WithFireAndForget())
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv(t, started, 10*time.Second, "the handler to start")
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		err = d.Unhandle(short, "drain")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Unhandle with a short grace = %v, want DeadlineExceeded", err)
+		}
+		if cause := recv(t, stopped, time.Second, "the handler's cause"); cause == nil {
+			t.Fatal("the handler's context ended without a cause")
+		}
+		if s := stats(); s.Length != 1 || s.Pending != 1 {
+			t.Fatalf("after a forced Unhandle: %+v, want the message pending", s)
+		}
+		got := make(chan *disker.Message, 1)
+		if err := d.Handle("drain", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+			got <- m
+			return nil, nil
+		}), disker.WithLease(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if m := recv(t, got, 10*time.Second, "the redelivery"); m.ID != id || m.Attempt != 2 {
+			t.Fatalf("redelivered %s attempt %d, want %s attempt 2", m.ID, m.Attempt, id)
+		}
+	})
+}
