@@ -38,11 +38,13 @@ type ExecutorConfig struct {
 	// "NAME": closed`). "" leaves them unnamed.
 	Name string
 	// MaxWorkers is the most tasks that run at the same time, each on a
-	// worker goroutine of its own. 0 means runtime.GOMAXPROCS(0).
+	// worker goroutine of its own. 0 means runtime.GOMAXPROCS(0). At most
+	// 524,287.
 	MaxWorkers int
 	// QueueSize is how many accepted tasks may wait for a free worker on top
 	// of the MaxWorkers that run. 0 means no queue: a task is accepted only
-	// when a worker is free for it. The queue's memory is allocated by
+	// when a worker is free for it. MaxWorkers+QueueSize is at most
+	// 33,554,431; the queue's memory (16 bytes a place) is allocated by
 	// NewExecutor.
 	QueueSize int
 	// IdleTimeout is how long a worker goroutine waits for a task before it
@@ -87,7 +89,9 @@ type ExecutorStats struct {
 // At most MaxWorkers tasks run at once, and at most QueueSize more wait for a
 // worker. A worker goroutine is started when a task needs one and none is
 // free, and exits after IdleTimeout without work. Tasks start roughly, not
-// strictly, in the order they were accepted.
+// strictly, in the order they were accepted. When Submit waits for room and
+// nothing waits in the queue, a worker that finishes a task takes the waiting
+// task directly.
 //
 // A task that panics does not take the executor down: the panic is recovered,
 // counted, and either passed to PanicHandler (tasks of Submit and TrySubmit)
@@ -100,11 +104,13 @@ type ExecutorStats struct {
 // is blocked submitting to its own full executor), the new task runs inline on
 // the submitting task's goroutine instead: the submitting task is suspended
 // meanwhile, so no more than MaxWorkers tasks run, and the executor cannot
-// deadlock on itself. The check recognises any Executor's task goroutine, so
-// a task of another Executor that submits to a saturated executor also runs
-// the task inline. A task that waits for the result of another task of the
-// same executor (a [Future] or a [Group]) can still deadlock it if every
-// worker waits so; give such work a second executor.
+// deadlock on itself. The check (a walk of the caller's stack, made only in
+// that situation) recognises the task goroutines of every Executor, not only
+// this one's: a task of executor A that submits to a saturated executor B
+// also runs its task inline, on A's worker, beyond B's MaxWorkers. A task that
+// waits for the result of another task of the same executor (a [Future] or a
+// [Group]) can still deadlock it if every worker waits so; give such work a
+// second executor.
 //
 // An Executor's methods are safe for concurrent use. Close it to stop its
 // workers.
@@ -117,6 +123,7 @@ type Executor struct {
 	tasks        chan runnable // accepted tasks not yet taken by a worker; never full
 	wakeups      chan struct{} // a token wakes one parked worker; never full
 	wake         chan struct{} // a permit for one waiting Submit to try again
+	handoff      chan runnable // unbuffered: a waiting Submit offers its task to a worker that finishes one
 	closing      chan struct{} // closed by Close
 	done         chan struct{} // closed when closed and every accepted task finished
 	errClosed    error
@@ -210,6 +217,7 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 		tasks:        make(chan runnable, limit),
 		wakeups:      make(chan struct{}, cfg.MaxWorkers),
 		wake:         make(chan struct{}, 1),
+		handoff:      make(chan runnable),
 		closing:      make(chan struct{}),
 		done:         make(chan struct{}),
 		errClosed:    ErrClosed,
@@ -354,6 +362,10 @@ func (e *Executor) submitSlow(ctx context.Context, t runnable) error {
 			return nil
 		}
 		select {
+		case e.handoff <- t:
+			// A worker that finished a task took t in its place.
+			e.leave()
+			return nil
 		case <-e.wake:
 		case <-e.closing:
 		case <-ctx.Done():
@@ -419,7 +431,26 @@ func execute(e *Executor, t runnable) {
 	t.run(e)
 }
 
-// finish records the end of an accepted task.
+// next records the end of an accepted task. If a Submit waits for room and no
+// accepted task waits in the queue, it takes the waiting Submit's task, which
+// inherits the finished task's place, and returns it: the handoff spares the
+// worker a park and the submitter the wake-up of a worker. Else it makes room
+// and returns nil.
+func (e *Executor) next() runnable {
+	if e.waiters.Load() > 0 && len(e.tasks) == 0 {
+		select {
+		case t := <-e.handoff:
+			e.completed.Add(1)
+			e.submitted.Add(1)
+			return t
+		default:
+		}
+	}
+	e.finish()
+	return nil
+}
+
+// finish records the end of an accepted task and makes room.
 func (e *Executor) finish() {
 	e.completed.Add(1)
 	s := e.state.Add(^uint64(0)) // inflight - 1
@@ -458,8 +489,10 @@ func (e *Executor) work() {
 		// Active: take tasks while there are any.
 		select {
 		case t := <-e.tasks:
-			execute(e, t)
-			e.finish()
+			for t != nil {
+				execute(e, t)
+				t = e.next()
+			}
 			spins = 0
 			continue
 		default:
@@ -480,8 +513,10 @@ func (e *Executor) work() {
 			idle.Reset(e.idle)
 			select {
 			case t := <-e.tasks:
-				execute(e, t)
-				e.finish()
+				for t != nil {
+					execute(e, t)
+					t = e.next()
+				}
 			case <-idle.C:
 			case <-e.done:
 				e.state.Add(minus(activeOne + totalOne))
