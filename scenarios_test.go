@@ -245,3 +245,31 @@ func TestThousandMessagesWithReplies(t *testing.T) {
 		})
 	}
 }
+
+// TestTimeoutNoticeReachesOtherInstance: the instance that sent a timed
+// message stops before the deadline; another instance of the same sender
+// settles the timeout and its handler gets the notice.
+func TestTimeoutNoticeReachesOtherInstance(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		other := e.open()
+		timeouts := make(chan string, 1)
+		if err := other.OnTimeout("shared", disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) { timeouts <- m.ID })); err != nil {
+			t.Fatal(err)
+		}
+		sender, err := disker.New(e.config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, 20*time.Second)
+		id, err := sender.Send(ctx, disker.Message{Sender: "shared", Receiver: "nobody"}, disker.WithTimeout(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sender.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := recv(t, timeouts, 10*time.Second, "the timeout notice"); got != id {
+			t.Fatalf("notice for %s, want %s", got, id)
+		}
+	})
+}
