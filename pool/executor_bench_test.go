@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,5 +66,80 @@ func BenchmarkExecutorSubmit(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkExecutorTrySubmit measures TrySubmit with room to spare.
+func BenchmarkExecutorTrySubmit(b *testing.B) {
+	e, err := NewExecutor(ExecutorConfig{MaxWorkers: 4, QueueSize: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		for e.TrySubmit(sumTask) != nil {
+			runtime.Gosched() // full: let the workers catch up
+		}
+	}
+	if err := e.Close(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkGo measures a future per task: Go, then Wait.
+func BenchmarkGo(b *testing.B) {
+	ctx := context.Background()
+	e, err := NewExecutor(ExecutorConfig{MaxWorkers: 4, QueueSize: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fn := func() (int, error) { sumTask(); return 1, nil }
+	futures := make([]*Future[int], 0, 1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		f, err := Go(ctx, e, fn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		futures = append(futures, f)
+		if len(futures) == cap(futures) || i == b.N-1 {
+			for _, f := range futures {
+				if _, err := f.Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			futures = futures[:0]
+		}
+	}
+	if err := e.Close(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkGroup measures groups of 100 tasks.
+func BenchmarkGroup(b *testing.B) {
+	ctx := context.Background()
+	e, err := NewExecutor(ExecutorConfig{MaxWorkers: 4, QueueSize: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fn := func(context.Context) (int, error) { sumTask(); return 1, nil }
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := b.N; n > 0; n -= 100 {
+		g, _ := NewGroup[int](ctx, e)
+		for range min(n, 100) {
+			if err := g.Go(fn); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := g.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := e.Close(ctx); err != nil {
+		b.Fatal(err)
 	}
 }

@@ -182,6 +182,9 @@ func TestExecutorSubmitWaitsForAFreeWorker(t *testing.T) {
 	go func() {
 		submitted <- e.Submit(context.Background(), func() { close(ran) })
 	}()
+	// The Submit waits: it is not run inline on its own goroutine, though
+	// as many callers wait as there are workers.
+	waitFor(t, "Submit to wait", func() bool { return e.waiters.Load() == 1 })
 	select {
 	case err := <-submitted:
 		t.Fatalf("Submit returned %v while every worker was busy", err)
@@ -194,8 +197,11 @@ func TestExecutorSubmitWaitsForAFreeWorker(t *testing.T) {
 		t.Fatalf("Submit: %v", err)
 	}
 	<-ran
-	if st := e.Stats(); st.Rejected != 1 {
-		t.Errorf("Stats().Rejected = %d, want 1", st.Rejected)
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats(); st.Submitted != 3 || st.Completed != 3 || st.Rejected != 1 {
+		t.Errorf("Stats = %+v, want Submitted 3, Completed 3, Rejected 1", st)
 	}
 }
 
