@@ -13,9 +13,6 @@ import (
 // ended.
 const cancelGrace = 30 * time.Second
 
-// sendTimeout bounds the send of a Request.
-const sendTimeout = 10 * time.Second
-
 // Request sends content to receiver and waits for the reply, which it
 // returns. The message is sent from this instance's private reply address
 // with ctx's deadline as its timeout (WithTimeout may shorten it), so the
@@ -78,13 +75,10 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 		d.waitMu.Unlock()
 	}()
 
-	// The send runs to its end even if ctx ends meanwhile: an interrupted
-	// send would leave it unknown whether the message was queued, and so
-	// whether a reply may still be accepted.
-	sctx, cancelSend := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
-	_, err := d.send(sctx, &msg, id)
-	cancelSend()
-	if err != nil {
+	// The send runs to its end even if ctx ends meanwhile (the broker bounds
+	// its I/O): an interrupted send would leave it unknown whether the
+	// message was queued, and so whether a reply may still be accepted.
+	if _, err := d.send(context.WithoutCancel(ctx), &msg, id); err != nil {
 		return nil, err
 	}
 	select {
