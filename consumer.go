@@ -59,6 +59,10 @@ func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*cons
 		MaxWorkers:  o.concurrency,
 		QueueSize:   o.concurrency,
 		IdleTimeout: 30 * time.Second,
+		// Handler panics are recovered in call; this catches Disker's own.
+		PanicHandler: func(p *pool.PanicError) {
+			d.log.Error("disker: panic while settling a delivery", "receiver", receiver, "error", p)
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("disker: receiver %s: %w", receiver, err)
