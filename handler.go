@@ -234,7 +234,10 @@ func (d *Disker) Unhandle(ctx context.Context, receiver string) error {
 // handlers for sender) and watches sender's timeouts.
 //
 // Register the ReplyHandler of the sender as well: an instance that reads
-// the stream and has no handler for an entry drops it.
+// the stream and has no handler for an entry drops it. The handlers of one
+// sender run one at a time, in the order of its stream, and each entry is
+// acknowledged once its handler returned; ctx ends on Close, which waits
+// for the handler running.
 func (d *Disker) OnTimeout(sender string, h TimeoutHandler) error {
 	if err := checkName("sender", sender); err != nil {
 		return err
