@@ -71,9 +71,8 @@ func (t Table) Markdown() string {
 	b.WriteString("| " + strings.Join(t.Header, " | ") + " |\n")
 	seps := make([]string, len(t.Header))
 	for i := range seps {
-		if i == 0 {
-			seps[i] = "---"
-		} else {
+		seps[i] = "---"
+		if numericColumn(t.Rows, i) {
 			seps[i] = "---:"
 		}
 	}
@@ -83,6 +82,18 @@ func (t Table) Markdown() string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// numericColumn reports whether every cell of column i starts with a
+// figure, so that the column is aligned right.
+func numericColumn(rows [][]string, i int) bool {
+	for _, r := range rows {
+		c := strings.TrimPrefix(r[i], "-")
+		if c == "" || c[0] < '0' || c[0] > '9' {
+			return false
+		}
+	}
+	return len(rows) > 0
 }
 
 // sample is what one run of one implementation measured.
