@@ -356,9 +356,7 @@ func (e *Executor) submitSlow(ctx context.Context, t runnable) error {
 		// executor: run t on the caller rather than wait forever.
 		if uint64(n) >= e.maxWorkers && insideTask() {
 			e.leave()
-			e.submitted.Add(1)
-			execute(e, t)
-			e.completed.Add(1)
+			e.runInline(t)
 			return nil
 		}
 		select {
@@ -374,6 +372,14 @@ func (e *Executor) submitSlow(ctx context.Context, t runnable) error {
 		}
 		n = e.waiters.Load()
 	}
+}
+
+// runInline runs t on the calling task's goroutine. It counts as a task
+// submitted and completed, even if t calls runtime.Goexit.
+func (e *Executor) runInline(t runnable) {
+	e.submitted.Add(1)
+	defer e.completed.Add(1)
+	execute(e, t)
 }
 
 // leave ends a wait for room. If there is room left and another Submit

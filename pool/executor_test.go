@@ -744,3 +744,31 @@ func TestExecutorSubmitDoesNotAllocate(t *testing.T) {
 		t.Errorf("Submit allocates %.3f times per task, want 0", allocs)
 	}
 }
+
+func TestExecutorSelfSubmitGoexitInline(t *testing.T) {
+	t.Parallel()
+	// A task run inline that calls runtime.Goexit ends the submitting task's
+	// goroutine too (Goexit ends a goroutine); the counts stay right and a
+	// new worker takes over.
+	e := newTestExecutor(t, ExecutorConfig{MaxWorkers: 1})
+	reached := make(chan struct{})
+	if err := e.Submit(context.Background(), func() {
+		defer close(reached)
+		e.Submit(context.Background(), runtime.Goexit)
+		t.Error("the submitting task went on after an inline Goexit")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	<-reached
+	ran := make(chan struct{})
+	if err := e.Submit(context.Background(), func() { close(ran) }); err != nil {
+		t.Fatal(err)
+	}
+	<-ran
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats(); st.Submitted != 3 || st.Completed != 3 || st.Workers != 0 {
+		t.Errorf("Stats after Close = %+v, want Submitted 3, Completed 3, Workers 0", st)
+	}
+}
