@@ -327,12 +327,17 @@ func (e *Executor) admit(t runnable) admitResult {
 			continue
 		}
 		e.submitted.Add(1)
+		if start {
+			// Count the worker before t is published: once t is in the
+			// queue, another worker may run it and let Close drain and
+			// wait for the workers.
+			e.workers.Add(1)
+		}
 		e.tasks <- t // never blocks: cap(e.tasks) == e.limit
 		switch {
 		case wake:
 			e.wakeups <- struct{}{} // never blocks: a token per parked worker at most
 		case start:
-			e.workers.Add(1)
 			go e.work()
 		}
 		return admitted
