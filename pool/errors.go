@@ -11,7 +11,8 @@ var (
 	// ErrClosed is returned by every call on a pool or executor after Close.
 	ErrClosed = errors.New("pool: closed")
 	// ErrFull is returned by TrySubmit when the executor has no free worker
-	// and no room in its queue, and by Submit when the bounded queue is full.
+	// and no room in its queue. (Submit waits for room instead, until its
+	// context ends.)
 	ErrFull = errors.New("pool: full")
 	// ErrNoWorker is returned by TryCheckout when no worker is idle and no
 	// overflow worker may be made.
