@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/diskerhq/disker"
 )
 
 // Disker over Redis: one instance sends (the dispatcher), another serves the
 // receiver (the worker), as two processes would; both live in this process.
+
+// closeGrace bounds how long closing a Disker instance may take.
+const closeGrace = 30 * time.Second
 
 func newDiskerPair(s *redisServer) (dispatcher, worker *disker.Disker, err error) {
 	dispatcher, err = disker.New(disker.Config{RedisURL: s.url()})
@@ -18,16 +22,21 @@ func newDiskerPair(s *redisServer) (dispatcher, worker *disker.Disker, err error
 	}
 	worker, err = disker.New(disker.Config{RedisURL: s.url()})
 	if err != nil {
-		dispatcher.Close(context.Background())
+		_ = closeDiskers(dispatcher)
 		return nil, nil, err
 	}
 	return dispatcher, worker, nil
 }
 
+// closeDiskers closes the instances, giving each at most closeGrace to
+// drain, so that a stuck Close fails the run instead of hanging it.
 func closeDiskers(ds ...*disker.Disker) error {
 	var first error
 	for _, d := range ds {
-		if err := d.Close(context.Background()); err != nil && first == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), closeGrace)
+		err := d.Close(ctx)
+		cancel()
+		if err != nil && first == nil {
 			first = err
 		}
 	}
