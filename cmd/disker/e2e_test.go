@@ -549,11 +549,14 @@ func TestWorkerGracefulStop(t *testing.T) {
 	marks := t.TempDir()
 	e.extra = []string{"MARKS=" + marks}
 	// The command marks that it started, then waits for the test's go-ahead.
-	script := `touch "$MARKS/$DISKER_MESSAGE_ID"; while [ ! -e "$MARKS/go" ]; do sleep 0.02; done; tr a-z A-Z`
+	// It writes its pid into the mark.
+	script := `echo $$ > "$MARKS/$DISKER_MESSAGE_ID"; while [ ! -e "$MARKS/go" ]; do sleep 0.02; done; tr a-z A-Z`
 	started := func() bool {
 		entries, _ := os.ReadDir(marks)
 		return len(entries) > 0
 	}
+	// Whatever happens, no command waits for ever after the test.
+	t.Cleanup(func() { os.WriteFile(filepath.Join(marks, "go"), nil, 0o600) })
 
 	w := e.startWorker("--receiver", "slow", "--shell", "--exec", script, "--shutdown-timeout", "60s")
 	send := e.start("send", "--to", "slow", "--wait", "--timeout", "60s", "finish me")
@@ -603,6 +606,34 @@ resignal:
 	if code := w2.exitCode(10 * time.Second); code != 1 {
 		t.Fatalf("exit code %d after a second signal, want 1", code)
 	}
+	// The command it was running does not outlive it.
+	var pid int
+	for _, f := range must(os.ReadDir(marks)) {
+		b, err := os.ReadFile(filepath.Join(marks, f.Name()))
+		if err == nil && len(bytes.TrimSpace(b)) > 0 {
+			pid = must(strconv.Atoi(string(bytes.TrimSpace(b))))
+		}
+	}
+	if pid == 0 {
+		t.Fatal("the command did not record its pid")
+	}
+	waitFor(t, 10*time.Second, "the command to die with its worker", func() bool {
+		return !alive(pid)
+	})
+}
+
+// alive reports whether process pid runs (a zombie does not count).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses: "pid (comm) S ...".
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
 func must[T any](v T, err error) T {
