@@ -197,6 +197,9 @@ type Disker struct {
 	senders     map[string]*senderHandlers
 	inboxReader *replyReader
 
+	ib       inbox
+	requests sync.WaitGroup // Requests in progress
+
 	waitMu  sync.Mutex
 	waiters map[string]chan broker.Reply
 
@@ -257,9 +260,10 @@ func (d *Disker) ID() string { return d.id }
 // Close stops the instance: it stops fetching, waits for in-flight handlers
 // until ctx ends, then cancels their contexts and waits for them to return,
 // leaving what did not finish to be delivered again (to another instance,
-// after its lease). It then stops the background loops, leaves the registry
-// of workers and closes the broker connection. Requests still waiting return
-// ErrClosed.
+// after its lease). Requests still waiting return ErrClosed. It then stops
+// the background loops, deletes the state of the instance's inbox (see
+// Request), leaves the registry of workers and closes the broker
+// connection.
 //
 // Close is idempotent: later calls wait for the first to finish and return
 // nil. It returns ctx's error when handlers did not finish in time.
@@ -296,10 +300,12 @@ func (d *Disker) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	d.unhandling.Wait()
+	d.requests.Wait() // they return ErrClosed, or end their last broker call
 
 	d.bgCancel() // the monitor, the heartbeat, the reply readers
 	d.wg.Wait()
 	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	d.deleteInbox(dctx)
 	if err := d.b.Deregister(dctx, d.id); err != nil {
 		d.log.Warn("disker: cannot leave the registry of workers; the entry expires by itself", "error", err)
 	}

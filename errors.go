@@ -13,7 +13,8 @@ import (
 var (
 	// ErrLate is returned by Reply when the request it answers has already
 	// been settled: it timed out, was cancelled by its sender, or was
-	// answered. The reply was dropped.
+	// answered; or when it came from Request and the requesting instance
+	// has gone with its inbox. The reply was dropped.
 	ErrLate = broker.ErrLate
 	// ErrTimeout is returned by Request when no reply came before the
 	// context's deadline. Such an error also matches the context's error

@@ -20,19 +20,45 @@ const childEnv = "DISKER_TEST_CHILD"
 
 const childLease = time.Second
 
-// runChild serves the receiver named by DISKER_TEST_RECEIVER on the broker
-// at DISKER_TEST_URL (key prefix DISKER_TEST_PREFIX) with a handler that
-// prints "started ID ATTEMPT" and then blocks for good. It is killed by the
-// test.
+// childRequestTimeout is the timeout of the requester child's Request.
+const childRequestTimeout = 8 * time.Second
+
+// runChild runs as the process childEnv names, on the broker at
+// DISKER_TEST_URL (key prefix DISKER_TEST_PREFIX), until it is killed by
+// the test.
+//
+// A "worker" serves the receiver named by DISKER_TEST_RECEIVER with a
+// handler that prints "started ID ATTEMPT" and then blocks for good. A
+// "requester" (instance id DISKER_TEST_INSTANCE, heartbeats every 100ms)
+// prints "ready" and makes one Request to that receiver with a timeout of
+// childRequestTimeout.
 func runChild() int {
-	d, err := disker.New(disker.Config{
+	cfg := disker.Config{
 		RedisURL:  os.Getenv("DISKER_TEST_URL"),
 		KeyPrefix: os.Getenv("DISKER_TEST_PREFIX"),
 		Logger:    testLogger(),
-	})
+	}
+	requester := os.Getenv(childEnv) == "requester"
+	if requester {
+		cfg.InstanceID = os.Getenv("DISKER_TEST_INSTANCE")
+		cfg.HeartbeatInterval = 100 * time.Millisecond
+		cfg.TimeoutMonitorFrequency = 20 * time.Millisecond
+		cfg.ReceiverBlockTimeout = 100 * time.Millisecond
+	}
+	d, err := disker.New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
+	}
+	if requester {
+		fmt.Println("ready")
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), childRequestTimeout)
+			defer cancel()
+			_, _ = d.Request(ctx, os.Getenv("DISKER_TEST_RECEIVER"), []byte("question"))
+		}()
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 3
 	}
 	block := make(chan struct{})
 	err = d.Handle(os.Getenv("DISKER_TEST_RECEIVER"), disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
@@ -56,38 +82,8 @@ func runChild() int {
 func TestKilledWorkerMessageRedelivered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true, redisURL)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=worker",
-		"DISKER_TEST_URL="+e.url, "DISKER_TEST_PREFIX="+e.base.KeyPrefix, "DISKER_TEST_RECEIVER=jobs")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe() // kept open: the child runs while it is
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 4)
-	go func() {
-		defer close(lines)
-		s := bufio.NewScanner(out)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-	}()
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	if l := recv(t, lines, 30*time.Second, "the child to be ready"); l != "ready" {
+	c := startChild(t, e, "worker", "jobs", "")
+	if l := recv(t, c.lines, 30*time.Second, "the child to be ready"); l != "ready" {
 		t.Fatalf("child said %q, want ready", l)
 	}
 
@@ -96,19 +92,10 @@ func TestKilledWorkerMessageRedelivered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := recv(t, lines, 30*time.Second, "the child to start the job"); l != "started "+id+" 1" {
+	if l := recv(t, c.lines, 30*time.Second, "the child to start the job"); l != "started "+id+" 1" {
 		t.Fatalf("child said %q, want %q", l, "started "+id+" 1")
 	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	killed = true
-	err = cmd.Wait()
-	for range lines { // the pipe closes with the process
-	}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("child ended with %v, want killed by SIGKILL", err)
-	}
+	c.kill(t)
 
 	got := make(chan *disker.Message, 2)
 	if err := d.Handle("jobs", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
@@ -124,5 +111,113 @@ func TestKilledWorkerMessageRedelivered(t *testing.T) {
 	waitFor(t, 10*time.Second, "the queue to be empty", func() bool {
 		s, err := d.Stats(context.Background(), "jobs")
 		return err == nil && s.Length == 0 && s.Pending == 0
+	})
+}
+
+// child is a test binary started as a child process (runChild).
+type child struct {
+	cmd    *exec.Cmd
+	lines  chan string // its stdout, line by line; closed when it ends
+	killed bool
+}
+
+// startChild starts the test binary as a child of kind ("worker" or
+// "requester") on e's Redis, for receiver; instance is the requester's
+// instance id. The child is killed when the test ends, if it was not.
+func startChild(t *testing.T, e *env, kind, receiver, instance string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+kind,
+		"DISKER_TEST_URL="+e.url, "DISKER_TEST_PREFIX="+e.base.KeyPrefix,
+		"DISKER_TEST_RECEIVER="+receiver, "DISKER_TEST_INSTANCE="+instance)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe() // kept open: the child runs while it is
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close() })
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, lines: make(chan string, 4)}
+	go func() {
+		defer close(c.lines)
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			c.lines <- s.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		if !c.killed {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return c
+}
+
+// kill kills the child with SIGKILL and waits for it to end.
+func (c *child) kill(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	c.killed = true
+	err := c.cmd.Wait()
+	for range c.lines { // the pipe closes with the process
+	}
+	if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child ended with %v, want killed by SIGKILL", err)
+	}
+}
+
+// TestKilledRequesterInboxExpires kills a process (SIGKILL) while its
+// Request waits for a reply: the state of its inbox in Redis (reply stream,
+// pending timeout) stays while it lives, and expires once its heartbeats
+// have stopped, a little after the Request's deadline.
+func TestKilledRequesterInboxExpires(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true, redisURL)
+	const instance = "killed-requester"
+	c := startChild(t, e, "requester", "questions", instance)
+	if l := recv(t, c.lines, 30*time.Second, "the child to be ready"); l != "ready" {
+		t.Fatalf("child said %q, want ready", l)
+	}
+
+	d := e.open()
+	got := make(chan *disker.Message, 1)
+	if err := d.Handle("questions", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		got <- m
+		<-ctx.Done() // its deadline: the reply is late and dropped
+		return []byte("too late"), nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	m := recv(t, got, 30*time.Second, "the child's request")
+	inbox := "_inbox." + instance
+	if m.Sender != inbox {
+		t.Fatalf("request from %q, want %q", m.Sender, inbox)
+	}
+	rc := rawRedis(t, e)
+	pattern := e.base.KeyPrefix + ":{" + inbox + "}:*"
+	keys := scanKeys(t, rc, pattern)
+	want := map[string]bool{}
+	for _, suffix := range []string{"r", "t", "tm"} {
+		want[e.base.KeyPrefix+":{"+inbox+"}:"+suffix] = true
+	}
+	for _, k := range keys {
+		delete(want, k)
+	}
+	if len(want) != 0 {
+		t.Fatalf("while the requester lives, its inbox keys are %v; missing %v", keys, want)
+	}
+
+	c.kill(t)
+	waitFor(t, time.Minute, "the inbox keys of the killed requester to expire", func() bool {
+		return len(scanKeys(t, rc, pattern)) == 0
 	})
 }

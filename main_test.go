@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 
 	"github.com/diskerhq/disker"
@@ -154,4 +155,32 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 
 func echo(ctx context.Context, m *disker.Message) ([]byte, error) {
 	return append([]byte("echo:"), m.Content...), nil
+}
+
+// rawRedis returns a plain client of e's Redis, for looking at keys.
+func rawRedis(t testing.TB, e *env) rueidis.Client {
+	t.Helper()
+	rc, err := rueidis.NewClient(rueidis.MustParseURL(e.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+// scanKeys returns the keys that match pattern, by SCAN.
+func scanKeys(t testing.TB, rc rueidis.Client, pattern string) []string {
+	t.Helper()
+	var keys []string
+	var cursor uint64
+	for {
+		entry, err := rc.Do(context.Background(), rc.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, entry.Elements...)
+		if cursor = entry.Cursor; cursor == 0 {
+			return keys
+		}
+	}
 }

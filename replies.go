@@ -69,7 +69,17 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 		ErrorCode: code,
 		ErrorText: text,
 	}
-	err := d.b.Reply(ctx, &env, msg.Timeout > 0)
+	// A reply to a Request without a deadline goes to the requester's
+	// inbox only while it exists: one that comes after the requester
+	// stopped must not re-create it.
+	mode := broker.ReplyUntimed
+	switch {
+	case msg.Timeout > 0:
+		mode = broker.ReplyTimed
+	case isInbox(msg.Sender):
+		mode = broker.ReplyIfOpen
+	}
+	err := d.b.Reply(ctx, &env, mode)
 	switch {
 	case err == nil:
 		d.health.ok()

@@ -2,6 +2,7 @@ package disker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,11 +26,14 @@ const cancelGrace = 30 * time.Second
 // ctx's error when ctx was cancelled before a deadline. Without a deadline
 // in ctx the message has no timeout: Request waits until ctx is cancelled.
 //
-// The private reply address is "_inbox." followed by the instance's id. Its
-// reply stream is read only while the instance lives; the empty stream (and
-// its consumer group) stays in Redis after the instance stops, one per
-// instance id that ever made a Request. Give instances a stable
-// Config.InstanceID to reuse it.
+// The private reply address, the inbox, is "_inbox." followed by the
+// instance's id. Its state in the broker (reply stream, pending timeouts)
+// lives as long as the instance: it carries an expiry that the heartbeat
+// renews (Config.HeartbeatInterval; it always covers the deadlines of the
+// Requests in flight), Close deletes it once the Requests have returned,
+// and the broker deletes it by itself some heartbeat intervals after an
+// instance crashed. A reply that comes after the inbox has gone is dropped
+// (the replier gets ErrLate) and re-creates nothing.
 func (d *Disker) Request(ctx context.Context, receiver string, content []byte, opts ...SendOption) (*Message, error) {
 	msg := Message{Receiver: receiver, Content: content}
 	for _, o := range opts {
@@ -54,15 +58,20 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 	}
 	id := newID()
 	msg.Timeout = 0
-	if dl, ok := ctx.Deadline(); ok {
+	dl, hasDeadline := ctx.Deadline()
+	if hasDeadline {
 		msg.Timeout = max(time.Until(dl), time.Millisecond)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, d.requestEnded(id, err)
 	}
-	if err := d.ensureInbox(); err != nil {
+	if err := d.ensureInbox(ctx, dl); err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrClosed) {
+			return nil, d.requestEnded(id, ctx.Err())
+		}
 		return nil, err
 	}
+	defer d.requests.Done()
 	msg.Sender = d.inbox
 
 	ch := make(chan broker.Reply, 1)
@@ -148,18 +157,4 @@ func (d *Disker) deliverOutcome(r *broker.Reply) {
 	case ch <- *r:
 	default: // a duplicate (redelivered entry): the first one counts
 	}
-}
-
-// ensureInbox starts reading this instance's private reply address.
-func (d *Disker) ensureInbox() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed.Load() {
-		return ErrClosed
-	}
-	if d.inboxReader == nil {
-		d.inboxReader = d.startReader(d.inbox)
-		d.monitor.pin(d.inbox)
-	}
-	return nil
 }

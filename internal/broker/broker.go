@@ -19,7 +19,8 @@ import (
 // Errors a broker returns. Callers check them with errors.Is.
 var (
 	// ErrLate is returned by Reply when the request has already been settled
-	// (timed out, cancelled, or replied to): the reply was dropped.
+	// (timed out, cancelled, or replied to), or when its sender's reply
+	// address is gone (see ReplyIfOpen): the reply was dropped.
 	ErrLate = errors.New("disker: reply is late: the request already timed out or was answered")
 	// ErrLeaseLost is returned when the caller no longer holds the lease of a
 	// delivery (it expired and another consumer may have it).
@@ -80,6 +81,29 @@ const (
 	KindReply ReplyKind = 1
 	// KindTimeout is a timeout notice; Env is the original message.
 	KindTimeout ReplyKind = 2
+)
+
+// ReplyMode tells Reply how to decide whether a reply is accepted.
+type ReplyMode int
+
+// The modes of Reply.
+const (
+	// ReplyUntimed is for a request without a timeout from a durable sender
+	// (one whose state ExpireSender does not manage): the reply is always
+	// appended, creating the sender's reply stream if need be, and waits
+	// there for the sender's next reader.
+	ReplyUntimed ReplyMode = iota
+	// ReplyTimed is for a request with a timeout: one atomic step accepts
+	// the reply only if the request is still pending and its deadline has
+	// not passed (broker time), settling it; otherwise ErrLate.
+	ReplyTimed
+	// ReplyIfOpen is for a request without a timeout from a sender whose
+	// state ExpireSender bounds (a private reply address that lives as long
+	// as its owner): the reply is appended only while the sender's reply
+	// address is open, that is, ExpireSender opened it and it has neither
+	// expired nor been deleted since; otherwise ErrLate. So a reply that
+	// comes after its sender has gone re-creates nothing.
+	ReplyIfOpen
 )
 
 // Reply is an entry of a sender's reply stream.
@@ -172,11 +196,10 @@ type Broker interface {
 	DeadLetter(ctx context.Context, receiver string, d Delivery, reason string) error
 
 	// Reply delivers reply (reply.Receiver is the original sender,
-	// reply.InReplyTo the request id) to the sender's reply stream. When
-	// timed is true the request carries a timeout, and one atomic step
-	// settles it: the reply is accepted only if the request is still pending
-	// and its deadline has not passed (broker time); otherwise ErrLate.
-	Reply(ctx context.Context, reply *Envelope, timed bool) error
+	// reply.InReplyTo the request id) to the sender's reply stream, if mode
+	// accepts it (see ReplyMode); otherwise it writes nothing and returns
+	// ErrLate.
+	Reply(ctx context.Context, reply *Envelope, mode ReplyMode) error
 
 	// ExpireTimeouts settles up to max pending timeouts of sender whose
 	// deadline has passed, appending a timeout notice for each to the
@@ -188,6 +211,27 @@ type Broker interface {
 	// already settled (a reply or timeout notice is, or will be, in the
 	// reply stream).
 	Cancel(ctx context.Context, sender, id string) (bool, error)
+
+	// ExpireSender bounds the life of sender's state: its reply stream
+	// (with the entries not yet acknowledged) and its pending timeouts
+	// (with their messages) are deleted ttl from now, broker time, unless
+	// ExpireSender is called again before; a later call replaces the
+	// expiry. State that sender's timed Sends add meanwhile expires with
+	// the rest. With ttl > 0 it also opens sender's reply address: the
+	// reply stream exists from then on (so that ReplyIfOpen replies are
+	// accepted) until it expires. ttl 0 deletes the state now and closes
+	// the address.
+	//
+	// It is for private reply addresses that live as long as their owner,
+	// which calls it again while alive (disker's inbox: at each
+	// heartbeat, and with 0 on Close). Once the state is gone, a
+	// ReplyTimed or ReplyIfOpen reply to sender returns ErrLate and writes
+	// nothing, ExpireTimeouts and Cancel find nothing pending, and
+	// ReadReplies finds nothing; a ReplyUntimed reply would re-create the
+	// reply stream for good, so replies to such a sender must not use it.
+	// Dead letters of sender (reply-stream entries that were not replies,
+	// written by a foreign writer) are not part of it.
+	ExpireSender(ctx context.Context, sender string, ttl time.Duration) error
 
 	// ReadReplies reads up to max entries of sender's reply stream for
 	// consumer (instances of one sender share the stream as competing

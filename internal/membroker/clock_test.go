@@ -83,12 +83,12 @@ func TestTimeoutAtDeadline(t *testing.T) {
 	if n := of(b.ExpireTimeouts(ctx, "s", 10)).must(t); n != 0 {
 		t.Fatalf("ExpireTimeouts just before the deadline: settled %d", n)
 	}
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r1", Receiver: "s", InReplyTo: "m1"}, true); err != nil {
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r1", Receiver: "s", InReplyTo: "m1"}, broker.ReplyTimed); err != nil {
 		t.Fatalf("Reply just before the deadline: %v", err)
 	}
 
 	clk.Set(deadline)
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r2", Receiver: "s", InReplyTo: "m2"}, true); !errors.Is(err, broker.ErrLate) {
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r2", Receiver: "s", InReplyTo: "m2"}, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("Reply at the deadline: got %v, want ErrLate", err)
 	}
 	if n := of(b.ExpireTimeouts(ctx, "s", 10)).must(t); n != 1 {

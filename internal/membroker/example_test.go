@@ -26,7 +26,11 @@ func Example() {
 	d := ds[0]
 	fmt.Printf("worker got %s, attempt %d\n", d.Env.Content, d.Attempt)
 	reply := &broker.Envelope{ID: "r1", Sender: "resize", Receiver: d.Env.Sender, InReplyTo: d.Env.ID, Content: []byte("cat-small.png")}
-	if err := b.Reply(ctx, reply, d.Env.Timeout > 0); err != nil {
+	mode := broker.ReplyUntimed
+	if d.Env.Timeout > 0 {
+		mode = broker.ReplyTimed
+	}
+	if err := b.Reply(ctx, reply, mode); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -116,12 +116,16 @@ func (b *Broker) check(ctx context.Context) error {
 }
 
 // lock takes the state's mutex for an operation, failing if b is closed or
-// ctx is done. The caller must unlock when it gets nil.
+// ctx is done, and drops the senders whose state expired. The caller must
+// unlock when it gets nil.
 func (b *Broker) lock(ctx context.Context) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
 	b.c.mu.Lock()
+	if len(b.c.senders) > 0 {
+		b.c.expireSenders(b.c.now())
+	}
 	return nil
 }
 
@@ -138,6 +142,11 @@ type core struct {
 	timeouts map[string]*timeoutSet // sender -> its pending timeouts
 	locks    map[string]lockEntry   // receiver -> its exclusive lock
 	workers  map[string]workerEntry // worker id -> its registration
+	// senders holds when the state of each sender under ExpireSender
+	// expires; nextExpiry is at or before the earliest of them (zero when
+	// there is none). An expired sender is dropped by the next lock.
+	senders    map[string]time.Time
+	nextExpiry time.Time
 }
 
 func newCore(opts Options) *core {
@@ -150,6 +159,7 @@ func newCore(opts Options) *core {
 		timeouts: make(map[string]*timeoutSet),
 		locks:    make(map[string]lockEntry),
 		workers:  make(map[string]workerEntry),
+		senders:  make(map[string]time.Time),
 	}
 	if c.now == nil {
 		c.now = time.Now

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -74,10 +75,12 @@ func (h *timeoutHeap) Pop() any {
 }
 
 // Reply appends reply to the reply stream of its receiver (the original
-// sender). When timed, it settles the request in the same step: the reply is
-// accepted only while the request's timeout is pending and broker-now is
-// before its deadline; otherwise it is dropped with broker.ErrLate.
-func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, timed bool) error {
+// sender), as mode says. ReplyTimed settles the request in the same step:
+// the reply is accepted only while the request's timeout is pending and
+// broker-now is before its deadline. ReplyIfOpen accepts it only while the
+// sender's address is open (ExpireSender). A refused reply is dropped with
+// broker.ErrLate.
+func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.ReplyMode) error {
 	if reply == nil {
 		return errors.New("membroker: reply is nil")
 	}
@@ -86,6 +89,9 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, timed bool) 
 	}
 	if err := needName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
 		return err
+	}
+	if mode != broker.ReplyUntimed && mode != broker.ReplyTimed && mode != broker.ReplyIfOpen {
+		return fmt.Errorf("membroker: reply mode %d is not a broker.ReplyMode", mode)
 	}
 	if err := b.checkSize(reply); err != nil {
 		return err
@@ -97,7 +103,8 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, timed bool) 
 	defer b.c.mu.Unlock()
 	c := b.c
 	sender := reply.Receiver
-	if timed {
+	switch mode {
+	case broker.ReplyTimed:
 		t := c.timeouts[sender]
 		var to *timeout
 		if t != nil {
@@ -108,9 +115,71 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, timed bool) 
 		}
 		t.remove(to)
 		c.tidy(sender)
+	case broker.ReplyIfOpen:
+		if _, open := c.senders[sender]; !open {
+			return broker.ErrLate
+		}
 	}
 	c.replyStream(sender).add(&entry{ref: c.nextRef(), raw: raw, kind: broker.KindReply, requestID: reply.InReplyTo})
 	return nil
+}
+
+// ExpireSender makes sender's reply stream and pending timeouts expire ttl
+// from now (broker clock), and opens sender's address for ReplyIfOpen
+// until then; ttl 0 deletes them now and closes the address. Expired state
+// is deleted by the next call through any handle.
+func (b *Broker) ExpireSender(ctx context.Context, sender string, ttl time.Duration) error {
+	if err := needName("sender", sender); err != nil {
+		return err
+	}
+	if ttl < 0 {
+		return fmt.Errorf("membroker: ttl must be >= 0, got %v", ttl)
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.c.mu.Unlock()
+	c := b.c
+	if ttl == 0 {
+		c.dropSender(sender)
+		return nil
+	}
+	at := c.now().Add(ttl)
+	c.senders[sender] = at
+	if c.nextExpiry.IsZero() || at.Before(c.nextExpiry) {
+		c.nextExpiry = at
+	}
+	return nil
+}
+
+// expireSenders deletes the state of the senders whose expiry is not after
+// now. Callers hold mu.
+func (c *core) expireSenders(now time.Time) {
+	if now.Before(c.nextExpiry) {
+		return
+	}
+	c.nextExpiry = time.Time{}
+	for s, at := range c.senders {
+		if !now.Before(at) {
+			c.dropSender(s)
+			continue
+		}
+		if c.nextExpiry.IsZero() || at.Before(c.nextExpiry) {
+			c.nextExpiry = at
+		}
+	}
+}
+
+// dropSender deletes sender's reply stream and pending timeouts and closes
+// its address. Readers blocked on the stream wake and find a new, empty
+// one. Callers hold mu.
+func (c *core) dropSender(sender string) {
+	delete(c.senders, sender)
+	delete(c.timeouts, sender)
+	if s := c.replies[sender]; s != nil {
+		delete(c.replies, sender)
+		s.wake()
+	}
 }
 
 // ExpireTimeouts settles up to max pending timeouts of sender whose deadline

@@ -115,7 +115,7 @@ func TestReceiversFromStreams(t *testing.T) {
 		}
 	}
 	// Replies and dead letters: only the dead letters make a receiver.
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m"}, false); err != nil {
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m"}, broker.ReplyUntimed); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.Send(ctx, env("m", "dead")); err != nil {

@@ -108,7 +108,7 @@ func BenchmarkRequestReply(b *testing.B) {
 					go func() {
 						defer rw.Done()
 						rep := &broker.Envelope{ID: "r" + d.Env.ID, Receiver: d.Env.Sender, InReplyTo: d.Env.ID, Content: d.Env.Content}
-						if err := br.Reply(ctx, rep, true); err != nil && ctx.Err() == nil {
+						if err := br.Reply(ctx, rep, broker.ReplyTimed); err != nil && ctx.Err() == nil {
 							b.Error(err)
 						}
 					}()

@@ -32,12 +32,12 @@ func Example() {
 	ds, _ := b.Fetch(ctx, "orders", "worker-1", 10, time.Second, 30*time.Second, 5)
 	d := ds[0]
 	fmt.Printf("worker got %s: %s (attempt %d)\n", d.Env.ID, d.Env.Content, d.Attempt)
-	err = b.Reply(ctx, &broker.Envelope{ID: "r1", Receiver: d.Env.Sender, InReplyTo: d.Env.ID, Content: []byte("order 42")}, true)
+	err = b.Reply(ctx, &broker.Envelope{ID: "r1", Receiver: d.Env.Sender, InReplyTo: d.Env.ID, Content: []byte("order 42")}, broker.ReplyTimed)
 	fmt.Println("reply:", err)
 	_ = b.Ack(ctx, "orders", d.Ref)
 
 	// A second reply to the same request is late: it was settled.
-	err = b.Reply(ctx, &broker.Envelope{ID: "r2", Receiver: "web", InReplyTo: "m1"}, true)
+	err = b.Reply(ctx, &broker.Envelope{ID: "r2", Receiver: "web", InReplyTo: "m1"}, broker.ReplyTimed)
 	fmt.Println("second reply:", err)
 
 	rs, _ := b.ReadReplies(ctx, "web", "web-1", 10, time.Second, 30*time.Second)

@@ -38,7 +38,7 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 		return time.Time{}, nil
 	}
 	res, err := scriptSendTimed.Exec(ctx, b.client,
-		[]string{q, b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)},
+		[]string{q, b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender), b.keys.replies(env.Sender)},
 		[]string{data, env.ID, msString(env.Timeout)}).ToString()
 	if err != nil {
 		return time.Time{}, b.fail(ctx, "send", err)

@@ -3,6 +3,7 @@ package redisbroker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -24,10 +25,12 @@ const (
 const ErrorCodeUndecodable = "undecodable_reply"
 
 // Reply appends reply to the reply stream of reply.Receiver (the original
-// sender). When timed, one script accepts it only if the request
-// reply.InReplyTo is still pending and its deadline is after Redis time;
-// otherwise it returns broker.ErrLate and writes nothing.
-func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, timed bool) error {
+// sender), as mode says: ReplyTimed runs one script that accepts it only if
+// the request reply.InReplyTo is still pending and its deadline is after
+// Redis time; ReplyIfOpen one that accepts it only if the reply stream
+// exists; ReplyUntimed is a plain XADD. A refused reply is
+// broker.ErrLate, and nothing is written.
+func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.ReplyMode) error {
 	if err := b.check(); err != nil {
 		return err
 	}
@@ -45,19 +48,49 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, timed bool) 
 	}
 	sender := reply.Receiver
 	data := rueidis.BinaryString(wire.Encode(reply))
-	if !timed {
-		err := b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(sender)).Id("*").FieldValue().
-			FieldValue("k", kindReply).FieldValue("i", reply.InReplyTo).FieldValue("m", data).Build()).Error()
-		return b.failIf(ctx, "reply", err)
+	var n int64
+	var err error
+	switch mode {
+	case broker.ReplyUntimed:
+		return b.failIf(ctx, "reply", b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(sender)).Id("*").FieldValue().
+			FieldValue("k", kindReply).FieldValue("i", reply.InReplyTo).FieldValue("m", data).Build()).Error())
+	case broker.ReplyTimed:
+		n, err = scriptReplyTimed.Exec(ctx, b.client,
+			[]string{b.keys.timeouts(sender), b.keys.timedMessages(sender), b.keys.replies(sender)},
+			[]string{reply.InReplyTo, data}).AsInt64()
+	case broker.ReplyIfOpen:
+		n, err = scriptReplyIfOpen.Exec(ctx, b.client,
+			[]string{b.keys.replies(sender)}, []string{reply.InReplyTo, data}).AsInt64()
+	default:
+		return fmt.Errorf("redisbroker: reply mode %d is not a broker.ReplyMode", mode)
 	}
-	n, err := scriptReplyTimed.Exec(ctx, b.client,
-		[]string{b.keys.timeouts(sender), b.keys.timedMessages(sender), b.keys.replies(sender)},
-		[]string{reply.InReplyTo, data}).AsInt64()
 	if err != nil {
 		return b.fail(ctx, "reply", err)
 	}
 	if n == 0 {
 		return broker.ErrLate
+	}
+	return nil
+}
+
+// ExpireSender sets sender's reply stream and pending timeouts to expire
+// ttl from now (PEXPIRE), creating the reply stream if missing, or deletes
+// them for ttl 0, in one script.
+func (b *Broker) ExpireSender(ctx context.Context, sender string, ttl time.Duration) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := needName("sender", sender); err != nil {
+		return err
+	}
+	if ttl < 0 {
+		return fmt.Errorf("redisbroker: ttl must be >= 0, got %v", ttl)
+	}
+	err := scriptExpireSender.Exec(ctx, b.client,
+		[]string{b.keys.replies(sender), b.keys.replyDelayed(sender), b.keys.timeouts(sender), b.keys.timedMessages(sender)},
+		[]string{msString(ttl)}).Error()
+	if err != nil {
+		return b.fail(ctx, "expire sender", err)
 	}
 	return nil
 }

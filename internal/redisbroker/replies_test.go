@@ -27,7 +27,7 @@ func TestReplyUntimed(t *testing.T) {
 	b := newBroker(t)
 	ctx := ctxT(t)
 	rep := &broker.Envelope{ID: "r1", Receiver: "web", InReplyTo: "m1", Content: []byte("ok")}
-	if err := b.Reply(ctx, rep, false); err != nil {
+	if err := b.Reply(ctx, rep, broker.ReplyUntimed); err != nil {
 		t.Fatal(err)
 	}
 	rs := readAll(t, b, "web", "c")
@@ -56,10 +56,10 @@ func TestReplyTimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := &broker.Envelope{ID: "r1", Receiver: "web", InReplyTo: "m1", Content: []byte("ok")}
-	if err := b.Reply(ctx, rep, true); err != nil {
+	if err := b.Reply(ctx, rep, broker.ReplyTimed); err != nil {
 		t.Fatalf("timed Reply: %v", err)
 	}
-	if err := b.Reply(ctx, rep, true); !errors.Is(err, broker.ErrLate) {
+	if err := b.Reply(ctx, rep, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("second timed Reply = %v; want ErrLate", err)
 	}
 	if ok, err := b.Cancel(ctx, "web", "m1"); err != nil || ok {
@@ -72,7 +72,7 @@ func TestReplyTimed(t *testing.T) {
 	if len(rs) != 1 || rs[0].Kind != broker.KindReply || rs[0].Env.ID != "r1" {
 		t.Fatalf("ReadReplies = %+v", rs)
 	}
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r2", Receiver: "web", InReplyTo: "never-sent"}, true); !errors.Is(err, broker.ErrLate) {
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r2", Receiver: "web", InReplyTo: "never-sent"}, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("timed Reply to an unknown request = %v; want ErrLate", err)
 	}
 }
@@ -92,7 +92,7 @@ func TestTimeoutNotice(t *testing.T) {
 		now, err := b.Now(ctx)
 		return err == nil && !now.Before(deadline)
 	})
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r1", Receiver: "web", InReplyTo: "m1"}, true); !errors.Is(err, broker.ErrLate) {
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r1", Receiver: "web", InReplyTo: "m1"}, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("Reply after the deadline = %v; want ErrLate", err)
 	}
 	if n, err := b.ExpireTimeouts(ctx, "web", 10); err != nil || n != 1 {
@@ -146,7 +146,7 @@ func TestCancel(t *testing.T) {
 	if ok, _ := b.Cancel(ctx, "web", "m1"); ok {
 		t.Fatal("second Cancel = true")
 	}
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, true); !errors.Is(err, broker.ErrLate) {
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("Reply after Cancel = %v; want ErrLate", err)
 	}
 }
@@ -155,7 +155,7 @@ func TestReplyReclaimAfterLease(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	ctx := ctxT(t)
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, false); err != nil {
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, broker.ReplyUntimed); err != nil {
 		t.Fatal(err)
 	}
 	lease := 30 * time.Millisecond
@@ -182,7 +182,7 @@ func TestReadRepliesBlocks(t *testing.T) {
 		rs, _ := b.ReadReplies(ctx, "web", "c", 10, 20*time.Second, time.Minute)
 		got <- rs
 	}()
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, false); err != nil {
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, broker.ReplyUntimed); err != nil {
 		t.Fatal(err)
 	}
 	if rs := <-got; len(rs) != 1 || rs[0].RequestID != "m1" {
@@ -269,7 +269,7 @@ func TestReplyRacesExpire(t *testing.T) {
 				// Let the deadline come closer.
 				_, _ = b.Now(ctx)
 			}
-			err := b.Reply(ctx, &broker.Envelope{ID: "r" + id, Receiver: sender, InReplyTo: id}, true)
+			err := b.Reply(ctx, &broker.Envelope{ID: "r" + id, Receiver: sender, InReplyTo: id}, broker.ReplyTimed)
 			switch {
 			case err == nil:
 				accepted[i].Store(true)
@@ -326,5 +326,66 @@ func TestReplyRacesExpire(t *testing.T) {
 	t.Logf("%d replies, %d timeout notices", replies, notices)
 	if n, _ := do(t, raw, "EXISTS", b.keys.timedMessages(sender)).AsInt64(); n != 0 {
 		t.Fatal("the timed messages hash outlived its entries")
+	}
+}
+
+// TestExpireSenderKeys looks at the keys: ExpireSender puts an expiry on
+// every key of the sender (and send_timed on the ones it creates later),
+// the keys vanish when it passes, and ttl 0 deletes them.
+func TestExpireSenderKeys(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	rc := rawClient(t, srv)
+	const s = "_inbox.x"
+	stateOf := func(s string) {
+		t.Helper()
+		if err := b.ExpireSender(ctx, s, time.Minute); err != nil {
+			t.Fatalf("ExpireSender: %v", err)
+		}
+		req := env("m-"+s, "orders")
+		req.Sender = s
+		req.Timeout = time.Hour
+		if _, err := b.Send(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: s, InReplyTo: "m0"}, broker.ReplyIfOpen); err != nil {
+			t.Fatalf("ReplyIfOpen: %v", err)
+		}
+	}
+	senderKeys := func(s string) []string {
+		return []string{b.keys.replies(s), b.keys.timeouts(s), b.keys.timedMessages(s)}
+	}
+
+	stateOf(s)
+	for _, k := range senderKeys(s) {
+		ttl, err := do(t, rc, "PTTL", k).AsInt64()
+		if err != nil || ttl <= 0 || ttl > time.Minute.Milliseconds() {
+			t.Fatalf("PTTL %s = %d, %v; want an expiry of at most a minute", k, ttl, err)
+		}
+	}
+	if err := b.ExpireSender(ctx, s, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range senderKeys(s) {
+		if n, _ := do(t, rc, "EXISTS", k).AsInt64(); n != 0 {
+			t.Fatalf("%s exists after ExpireSender 0", k)
+		}
+	}
+
+	const s2 = "_inbox.y"
+	stateOf(s2)
+	if err := b.ExpireSender(ctx, s2, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the keys of "+s2+" to expire", func() bool {
+		n, err := do(t, rc, append([]string{"EXISTS"}, senderKeys(s2)...)...).AsInt64()
+		return err == nil && n == 0
+	})
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: s2, InReplyTo: "m0"}, broker.ReplyIfOpen); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("ReplyIfOpen after expiry: got %v, want ErrLate", err)
+	}
+	if n, _ := do(t, rc, "EXISTS", b.keys.replies(s2)).AsInt64(); n != 0 {
+		t.Fatal("a refused reply re-created the reply stream")
 	}
 }

@@ -60,7 +60,7 @@ func TestRedisRestart(t *testing.T) {
 			return err
 		},
 		"Reply": func() error {
-			return b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, true)
+			return b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, broker.ReplyTimed)
 		},
 		"Stats": func() error { _, err := b.Stats(ctx, "orders"); return err },
 		"Now":   func() error { _, err := b.Now(ctx); return err },
@@ -82,7 +82,7 @@ func TestRedisRestart(t *testing.T) {
 	if want := (broker.ReceiverStats{Receiver: "orders", Queued: 1, Pending: 2, Length: 3}); st != want {
 		t.Fatalf("Stats after restart = %+v, want %+v", st, want)
 	}
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, true); err != nil {
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, broker.ReplyTimed); err != nil {
 		t.Fatalf("timed Reply after restart: %v", err)
 	}
 	if ds, err := b.Fetch(ctx, "empty", "A", 1, 10*time.Millisecond, time.Hour, 0); err != nil || len(ds) != 0 {
@@ -223,7 +223,7 @@ func TestNoKeysLeftBehind(t *testing.T) {
 	if len(ds) != 7 {
 		t.Fatalf("Fetch = %d deliveries", len(ds))
 	}
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r0", Receiver: "web", InReplyTo: "m0"}, true); err != nil {
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r0", Receiver: "web", InReplyTo: "m0"}, broker.ReplyTimed); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Retry(ctx, "orders", "A", ds[4].Ref, 0, lease); err != nil {

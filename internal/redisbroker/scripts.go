@@ -227,18 +227,65 @@ var scriptSendTimed = rueidis.NewLuaScript(`-- send_timed
 -- KEYS[1] -> the receiver's queue stream P:{R}:q
 -- KEYS[2] -> the sender's pending timeouts P:{S}:t (zset: id -> deadline ms)
 -- KEYS[3] -> the sender's timed messages P:{S}:tm (hash: id -> envelope)
+-- KEYS[4] -> the sender's reply stream P:{S}:r (only its expiry is read)
 -- ARGV[1] -> encoded envelope
 -- ARGV[2] -> message id
 -- ARGV[3] -> timeout in ms
 -- The only script that touches two names' keys (R and S): on Redis Cluster
--- both must hash to one slot.
+-- both must hash to one slot. When the reply stream has an expiry (set by
+-- expire_sender), t and tm take it too: they may have just been created.
 -- Returns the deadline, unix ms.
 ` + luaNow + `
 local deadline = string.format('%.0f', now + tonumber(ARGV[3]))
 redis.call('XADD', KEYS[1], '*', 'm', ARGV[1], 'd', deadline)
 redis.call('ZADD', KEYS[2], deadline, ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
+local ttl = redis.call('PTTL', KEYS[4])
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[2], ttl)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
 return deadline
+`)
+
+// scriptReplyIfOpen appends a reply only while the sender's address is open.
+var scriptReplyIfOpen = rueidis.NewLuaScript(`-- reply_if_open
+-- KEYS[1] -> the sender's reply stream P:{S}:r
+-- ARGV[1] -> request id
+-- ARGV[2] -> encoded reply envelope
+-- Appends the reply only if the stream exists (XADD keeps its expiry), so a
+-- reply to a sender whose state expired or was deleted re-creates nothing.
+-- Returns 1 when appended, 0 when the stream is gone.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+redis.call('XADD', KEYS[1], '*', 'k', 'rep', 'i', ARGV[1], 'm', ARGV[2])
+return 1
+`)
+
+// scriptExpireSender bounds the life of a sender's state.
+var scriptExpireSender = rueidis.NewLuaScript(`-- expire_sender
+-- KEYS[1] -> the sender's reply stream P:{S}:r
+-- KEYS[2] -> its delayed zset P:{S}:rdelay
+-- KEYS[3] -> the sender's pending timeouts P:{S}:t
+-- KEYS[4] -> the sender's timed messages P:{S}:tm
+-- ARGV[1] -> ttl in ms; "0" deletes the keys now
+-- With a ttl, creates the reply stream with its group "g" if missing (the
+-- sender's address is open) and sets every existing key to expire ttl from
+-- now. send_timed gives t and tm the reply stream's expiry when it creates
+-- them.
+-- Returns 1.
+if ARGV[1] == '0' then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  return 1
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('XGROUP', 'CREATE', KEYS[1], 'g', '0', 'MKSTREAM')
+end
+for _, k in ipairs(KEYS) do
+  redis.call('PEXPIRE', k, ARGV[1])
+end
+return 1
 `)
 
 // scriptReplyTimed settles a timed request with its reply.

@@ -193,10 +193,10 @@ func testNothingLeftBehind(t *testing.T, b broker.Broker) {
 	if len(ds) != 6 {
 		t.Fatalf("Fetch: got %d, want 6", len(ds))
 	}
-	if err := reply(t, b, replyTo(replied, "ok"), true); err != nil {
+	if err := reply(t, b, replyTo(replied, "ok"), broker.ReplyTimed); err != nil {
 		t.Fatalf("Reply: %v", err)
 	}
-	if err := reply(t, b, replyTo(plain, "ok"), false); err != nil {
+	if err := reply(t, b, replyTo(plain, "ok"), broker.ReplyUntimed); err != nil {
 		t.Fatalf("Reply: %v", err)
 	}
 	if !cancelTimeout(t, b, s, cancelled.ID) {

@@ -20,9 +20,9 @@ func timedEnv(sender, receiver, content string, timeout time.Duration) *broker.E
 	return env
 }
 
-func reply(t *testing.T, b broker.Broker, r *broker.Envelope, timed bool) error {
+func reply(t *testing.T, b broker.Broker, r *broker.Envelope, mode broker.ReplyMode) error {
 	t.Helper()
-	err := b.Reply(ctxT(t), r, timed)
+	err := b.Reply(ctxT(t), r, mode)
 	if err != nil && !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("Reply to %s: %v", r.InReplyTo, err)
 	}
@@ -76,10 +76,10 @@ func testTimedReplyAccepted(t *testing.T, b broker.Broker) {
 	}
 
 	rep := replyTo(env, "pong")
-	if err := reply(t, b, rep, true); err != nil {
+	if err := reply(t, b, rep, broker.ReplyTimed); err != nil {
 		t.Fatalf("Reply before the deadline: %v", err)
 	}
-	if err := reply(t, b, replyTo(env, "again"), true); !errors.Is(err, broker.ErrLate) {
+	if err := reply(t, b, replyTo(env, "again"), broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("second Reply: got %v, want ErrLate", err)
 	}
 	if n := expire(t, b, s, 100); n != 0 {
@@ -112,7 +112,7 @@ func testLateReply(t *testing.T, b broker.Broker) {
 	}
 	waitBrokerTime(t, b, deadline)
 
-	if err := reply(t, b, replyTo(env, "too late"), true); !errors.Is(err, broker.ErrLate) {
+	if err := reply(t, b, replyTo(env, "too late"), broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("Reply after the deadline: got %v, want ErrLate", err)
 	}
 	if n := expire(t, b, s, 100); n != 1 {
@@ -208,7 +208,7 @@ func testCancel(t *testing.T, b broker.Broker) {
 	if cancelTimeout(t, b, s, env.ID) {
 		t.Fatalf("second Cancel: got true")
 	}
-	if err := reply(t, b, replyTo(env, "pong"), true); !errors.Is(err, broker.ErrLate) {
+	if err := reply(t, b, replyTo(env, "pong"), broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("Reply after Cancel: got %v, want ErrLate", err)
 	}
 	waitBrokerTime(t, b, deadline)
@@ -266,7 +266,7 @@ func testReplyRacesTimeout(t *testing.T, b broker.Broker) {
 						return
 					}
 				}
-				err = b.Reply(ctx, replyTo(env, "pong"), true)
+				err = b.Reply(ctx, replyTo(env, "pong"), broker.ReplyTimed)
 				if err != nil && !errors.Is(err, broker.ErrLate) {
 					fail(err)
 					return
@@ -376,7 +376,7 @@ func testReplyStreamConsumers(t *testing.T, b broker.Broker) {
 	const n = 6
 	for i := range n {
 		rep := &broker.Envelope{ID: name("reply"), Sender: name("recv"), Receiver: s, InReplyTo: name("req"), Content: []byte(fmt.Sprint(i))}
-		if err := reply(t, b, rep, false); err != nil {
+		if err := reply(t, b, rep, broker.ReplyUntimed); err != nil {
 			t.Fatalf("untimed Reply: %v", err)
 		}
 	}
@@ -427,7 +427,7 @@ func testReadRepliesWoken(t *testing.T, b broker.Broker) {
 		ch <- result{rs, err}
 	}()
 	rep := &broker.Envelope{ID: name("reply"), Receiver: s, InReplyTo: name("req"), Content: []byte("hi")}
-	if err := reply(t, b, rep, false); err != nil {
+	if err := reply(t, b, rep, broker.ReplyUntimed); err != nil {
 		t.Fatalf("Reply: %v", err)
 	}
 	res := await(t, "the blocked ReadReplies", ch)

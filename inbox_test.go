@@ -1,0 +1,95 @@
+package disker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker"
+)
+
+// TestInboxDeletedOnClose shows an instance that made Requests leaves no
+// key of its inbox in Redis after Close, and that a reply which comes
+// later, to a Request that gave up, is dropped (ErrLate) without
+// re-creating it.
+func TestInboxDeletedOnClose(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true, redisURL)
+	late := make(chan disker.Event, 1)
+	worker := e.open(func(c *disker.Config) {
+		c.OnEvent = func(ev disker.Event) {
+			if ev.Kind == disker.EventLate {
+				late <- ev
+			}
+		}
+	})
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	if err := worker.Handle("echo", disker.HandlerFunc(echo)); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Handle("slow", disker.HandlerFunc(func(ctx context.Context, _ *disker.Message) ([]byte, error) {
+		started <- struct{}{}
+		select {
+		case <-release:
+			return []byte("an answer nobody waits for"), nil
+		case <-ctx.Done(): // the test failed before it released the handler
+			return nil, ctx.Err()
+		}
+	})); err != nil {
+		t.Fatal(err)
+	}
+
+	client, err := disker.New(e.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := client.Request(ctxTimeout(t, 10*time.Second), "echo", []byte("timed")); err != nil || string(m.Content) != "echo:timed" {
+		t.Fatalf("timed Request: got %v, %v", m, err)
+	}
+	type result struct {
+		m   *disker.Message
+		err error
+	}
+	untimed := make(chan result, 1)
+	go func() {
+		m, err := client.Request(context.Background(), "echo", []byte("untimed"))
+		untimed <- result{m, err}
+	}()
+	if r := recv(t, untimed, 30*time.Second, "the untimed Request"); r.err != nil || string(r.m.Content) != "echo:untimed" {
+		t.Fatalf("untimed Request: got %v, %v", r.m, r.err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	abandoned := make(chan error, 1)
+	go func() {
+		_, err := client.Request(ctx, "slow", []byte("no deadline"))
+		abandoned <- err
+	}()
+	recv(t, started, 30*time.Second, "the slow handler to start")
+	cancel()
+	if err := recv(t, abandoned, 30*time.Second, "the abandoned Request"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned Request: got %v, want context.Canceled", err)
+	}
+
+	rc := rawRedis(t, e)
+	pattern := e.base.KeyPrefix + ":{_inbox.*"
+	if keys := scanKeys(t, rc, pattern); len(keys) == 0 {
+		t.Fatal("no inbox keys before Close: the scan is wrong")
+	}
+	if err := client.Close(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if keys := scanKeys(t, rc, pattern); len(keys) != 0 {
+		t.Fatalf("inbox keys left after Close: %v", keys)
+	}
+
+	close(release)
+	ev := recv(t, late, 30*time.Second, "the late reply to the closed inbox")
+	if ev.Receiver != "slow" || !errors.Is(ev.Err, disker.ErrLate) {
+		t.Fatalf("late event %+v, want one of receiver slow with ErrLate", ev)
+	}
+	if keys := scanKeys(t, rc, pattern); len(keys) != 0 {
+		t.Fatalf("the late reply re-created inbox keys: %v", keys)
+	}
+}
