@@ -190,7 +190,7 @@ func TestUndecodableEntryIsDeadLettered(t *testing.T) {
 			defer b.Close()
 			inj = b
 		} else {
-			b := membroker.Shared(strings.TrimPrefix(e.url, "mem://"))
+			b := membroker.Shared(strings.TrimPrefix(e.url, "mem://"), membroker.Options{})
 			defer b.Close()
 			inj = b
 		}

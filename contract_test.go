@@ -513,7 +513,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 			}
 			b = rb
 		} else {
-			b = membroker.Shared(strings.TrimPrefix(e.url, "mem://"))
+			b = membroker.Shared(strings.TrimPrefix(e.url, "mem://"), membroker.Options{})
 		}
 		defer b.Close()
 		d := e.open()

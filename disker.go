@@ -150,7 +150,7 @@ func openBroker(cfg Config) (broker.Broker, error) {
 		return nil, err
 	}
 	if kind == "mem" {
-		return membroker.Shared(name), nil
+		return membroker.Shared(name, membroker.Options{MaxMessageSize: cfg.MaxMessageSize}), nil
 	}
 	b, err := redisbroker.New(redisbroker.Config{
 		URL:                   cfg.RedisURL,

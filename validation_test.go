@@ -1,6 +1,7 @@
 package disker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -276,5 +277,29 @@ func TestEvents(t *testing.T) {
 				t.Fatalf("no %v event in %v", k, seen)
 			}
 		}
+	})
+}
+
+// TestMaxMessageSizeAboveDefault sends, and replies with, 2 MiB with
+// Config.MaxMessageSize 4 MiB: both brokers take the instance's limit,
+// not their default of 1 MiB.
+func TestMaxMessageSizeAboveDefault(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		big := func(c *disker.Config) { c.MaxMessageSize = 4 << 20 }
+		worker, client := e.open(big), e.open(big)
+		if err := worker.Handle("echo", disker.HandlerFunc(echo)); err != nil {
+			t.Fatal(err)
+		}
+		content := bytes.Repeat([]byte("x"), 2<<20)
+		m, err := client.Request(ctxTimeout(t, 30*time.Second), "echo", content)
+		if err != nil {
+			t.Fatalf("Request of 2 MiB: %v", err)
+		}
+		if want := append([]byte("echo:"), content...); !bytes.Equal(m.Content, want) {
+			t.Fatalf("reply of %d bytes, want the %d bytes of echo:content", len(m.Content), len(want))
+		}
+		over := make([]byte, 4<<20+1)
+		_, err = client.Send(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "echo", Content: over}, disker.WithFireAndForget())
+		wantValidation(t, err, "Message.Content")
 	})
 }

@@ -47,8 +47,8 @@ func Example() {
 
 func ExampleShared() {
 	ctx := context.Background()
-	dispatcher := membroker.Shared("example")
-	worker := membroker.Shared("example")
+	dispatcher := membroker.Shared("example", membroker.Options{})
+	worker := membroker.Shared("example", membroker.Options{})
 	defer worker.Close()
 
 	_, _ = dispatcher.Send(ctx, &broker.Envelope{ID: "m1", Receiver: "jobs", Content: []byte("hello")})

@@ -31,11 +31,13 @@ const DefaultMaxMessageSize = 1 << 20
 type Options struct {
 	// MaxMessageSize is the largest content, in bytes, that a message or a
 	// reply may carry; Send and Reply reject larger ones. 0 (or less) means
-	// DefaultMaxMessageSize.
+	// DefaultMaxMessageSize. For a shared broker it is the limit of the
+	// handle that Shared returns: handles of one broker may differ.
 	MaxMessageSize int
 	// Now is the broker's clock: every deadline, lease and expiry is decided
 	// by it. nil means time.Now. Blocked calls wait in real time for
-	// durations computed from it.
+	// durations computed from it. A shared broker always runs on time.Now:
+	// Shared panics when Now is set.
 	Now func() time.Time
 }
 
@@ -44,6 +46,7 @@ type Options struct {
 // shared by name, and its Close only closes the handle.
 type Broker struct {
 	c         *core
+	maxSize   int // the limit on content of this handle's Send and Reply
 	closed    atomic.Bool
 	done      chan struct{}
 	closeOnce sync.Once
@@ -54,7 +57,7 @@ var _ broker.Broker = (*Broker)(nil)
 // New returns a private in-memory broker: its state is reachable through it
 // alone, and goes when it does.
 func New(opts Options) *Broker {
-	return newHandle(newCore(opts))
+	return newHandle(newCore(opts), opts)
 }
 
 var shared = struct {
@@ -63,14 +66,20 @@ var shared = struct {
 }{cores: make(map[string]*core)}
 
 // Shared returns a handle on the process-wide broker called name, creating
-// it with default Options on first use. Every handle of one name sees the
-// same queues, replies and registry, as clients of one Redis server do.
+// it on first use. Every handle of one name sees the same queues, replies
+// and registry, as clients of one Redis server do. opts.MaxMessageSize is
+// the limit of this handle's Send and Reply, as each Redis client has its
+// own; opts.Now must be nil (a shared broker runs on time.Now), else Shared
+// panics.
 //
 // A shared broker lives as long as the process (it is never discarded, so a
 // stopped instance's messages wait for the next one, as they would in
 // Redis). Close on a handle only closes that handle: calls through it return
 // broker.ErrClosed and its blocked calls wake, while other handles carry on.
-func Shared(name string) *Broker {
+func Shared(name string, opts Options) *Broker {
+	if opts.Now != nil {
+		panic("membroker: Shared: Options.Now must be nil: a shared broker runs on time.Now")
+	}
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	c, ok := shared.cores[name]
@@ -78,11 +87,15 @@ func Shared(name string) *Broker {
 		c = newCore(Options{})
 		shared.cores[name] = c
 	}
-	return newHandle(c)
+	return newHandle(c, opts)
 }
 
-func newHandle(c *core) *Broker {
-	return &Broker{c: c, done: make(chan struct{})}
+func newHandle(c *core, opts Options) *Broker {
+	b := &Broker{c: c, maxSize: opts.MaxMessageSize, done: make(chan struct{})}
+	if b.maxSize <= 0 {
+		b.maxSize = DefaultMaxMessageSize
+	}
+	return b
 }
 
 // Close closes b: blocked calls return broker.ErrClosed, and so do later
@@ -131,8 +144,7 @@ func (b *Broker) lock(ctx context.Context) error {
 
 // core is the state of one broker, shared by its handles.
 type core struct {
-	now     func() time.Time
-	maxSize int
+	now func() time.Time
 
 	mu       sync.Mutex
 	seq      uint64
@@ -152,7 +164,6 @@ type core struct {
 func newCore(opts Options) *core {
 	c := &core{
 		now:      opts.Now,
-		maxSize:  opts.MaxMessageSize,
 		queues:   make(map[string]*stream),
 		replies:  make(map[string]*stream),
 		dead:     make(map[string]*deadList),
@@ -163,9 +174,6 @@ func newCore(opts Options) *core {
 	}
 	if c.now == nil {
 		c.now = time.Now
-	}
-	if c.maxSize <= 0 {
-		c.maxSize = DefaultMaxMessageSize
 	}
 	return c
 }

@@ -2,6 +2,7 @@ package membroker
 
 import (
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -23,7 +24,7 @@ func TestConformance(t *testing.T) {
 
 func TestConformanceShared(t *testing.T) {
 	brokertest.Run(t, func(t *testing.T) broker.Broker {
-		return Shared("conformance")
+		return Shared("conformance", Options{})
 	})
 }
 
@@ -39,4 +40,51 @@ func checkEmpty(t *testing.T, b *Broker) {
 		t.Errorf("left behind: %d queues, %d reply streams, %d timeout sets, %d dead-letter lists, %d expiring senders",
 			len(c.queues), len(c.replies), len(c.timeouts), len(c.dead), len(c.senders))
 	}
+}
+
+// TestSharedMaxMessageSize shows each handle of a shared broker keeps its
+// own limit on content, as each Redis client does, and that a shared
+// broker refuses a clock of its own.
+func TestSharedMaxMessageSize(t *testing.T) {
+	name := "max-size-" + t.Name()
+	big := Shared(name, Options{MaxMessageSize: 4 << 20})
+	small := Shared(name, Options{})
+	defer big.Close()
+	defer small.Close()
+	ctx := t.Context()
+	env := &broker.Envelope{ID: "m1", Sender: "s", Receiver: "r", Content: make([]byte, 2<<20)}
+	if _, err := small.Send(ctx, env); err == nil {
+		t.Fatal("Send of 2 MiB through a handle with the default limit: got nil, want an error")
+	}
+	if _, err := big.Send(ctx, env); err != nil {
+		t.Fatalf("Send of 2 MiB through a handle with a 4 MiB limit: %v", err)
+	}
+	ds, err := small.Fetch(ctx, "r", "c", 10, 0, time.Minute, 0)
+	if err != nil || len(ds) != 1 || len(ds[0].Env.Content) != 2<<20 {
+		t.Fatalf("Fetch through the other handle: got %d deliveries, %v; want the 2 MiB message", len(ds), err)
+	}
+	rep := &broker.Envelope{ID: "r1", Receiver: "s", InReplyTo: "m1", Content: env.Content}
+	if err := small.Reply(ctx, rep, broker.ReplyUntimed); err == nil {
+		t.Fatal("Reply of 2 MiB through a handle with the default limit: got nil, want an error")
+	}
+	if err := big.Reply(ctx, rep, broker.ReplyUntimed); err != nil {
+		t.Fatalf("Reply of 2 MiB through a handle with a 4 MiB limit: %v", err)
+	}
+	if err := big.Ack(ctx, "r", ds[0].Ref); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := big.ReadReplies(ctx, "s", "c", 10, 0, time.Minute)
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("ReadReplies: got %d, %v", len(rs), err)
+	}
+	if err := big.AckReplies(ctx, "s", rs[0].Ref); err != nil {
+		t.Fatal(err)
+	}
+
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Shared with Options.Now: no panic")
+		}
+	}()
+	Shared(name, Options{Now: time.Now})
 }

@@ -54,8 +54,8 @@ func (b *Broker) validateSend(env *broker.Envelope) error {
 }
 
 func (b *Broker) checkSize(env *broker.Envelope) error {
-	if len(env.Content) > b.c.maxSize {
-		return fmt.Errorf("membroker: Envelope.Content is %d bytes, over the limit of %d (MaxMessageSize)", len(env.Content), b.c.maxSize)
+	if len(env.Content) > b.maxSize {
+		return fmt.Errorf("membroker: Envelope.Content is %d bytes, over the limit of %d (MaxMessageSize)", len(env.Content), b.maxSize)
 	}
 	return nil
 }

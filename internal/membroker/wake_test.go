@@ -149,8 +149,8 @@ func TestShared(t *testing.T) {
 	ctx := context.Background()
 	// Shared brokers outlive tests: the name must be new to each run.
 	name := fmt.Sprint("TestShared-", time.Now().UnixNano())
-	a, b := Shared(name), Shared(name)
-	other := Shared(name + "-other")
+	a, b := Shared(name, Options{}), Shared(name, Options{})
+	other := Shared(name+"-other", Options{})
 	defer b.Close()
 	defer other.Close()
 
@@ -182,7 +182,7 @@ func TestShared(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c := Shared(name)
+	c := Shared(name, Options{})
 	defer c.Close()
 	if st, err := c.Stats(ctx, "r"); err != nil || st.Pending != 1 {
 		t.Fatalf("Stats on a new handle: got %+v, %v; want the pending message", st, err)
