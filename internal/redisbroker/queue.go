@@ -114,13 +114,15 @@ type entry struct {
 // reclaimEvery per stream (and at once after this broker's Retry, or when
 // the group is missing) it runs the fetch script, which reclaims expired
 // leases and due retries, dead-letters entries past maxAttempts and reads
-// new entries; in between it reads new entries with one pipelined
-// XREADGROUP. When that finds nothing and block > 0, it waits in one
-// blocking XREADGROUP on a dedicated connection.
+// new entries. Otherwise, and when the script found nothing, it reads new
+// entries with one XREADGROUP: for block > 0 a blocking one on a dedicated
+// connection (it answers at once when entries are waiting, so a read
+// without BLOCK before it would only add a round trip), else a pipelined
+// one.
 func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]entry, error) {
 	var entries []entry
 	script := b.reclaimDue(stream)
-	if !script {
+	if !script && block <= 0 {
 		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 			Streams().Key(stream).Id(">").Build()).AsXRead()
 		switch {
