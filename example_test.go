@@ -100,3 +100,13 @@ func ExampleDisker_OnTimeout() {
 	fmt.Printf("%s to %s timed out\n", m.Content, m.Receiver)
 	// Output: march to invoices timed out
 }
+
+func ExampleValidateName() {
+	for _, name := range []string{"resize.images", "resize images", "_inbox.x"} {
+		fmt.Println(disker.ValidateName(name))
+	}
+	// Output:
+	// <nil>
+	// disker: invalid name: "resize images" has a character outside [A-Za-z0-9._:-] at byte 6
+	// disker: invalid name: "_inbox.x" must not start with '_' (reserved for Disker's own names)
+}

@@ -41,6 +41,16 @@ func nameByte(c byte) bool {
 		c == '.' || c == '_' || c == ':' || c == '-'
 }
 
+// ValidateName checks a receiver or sender name by the rule every call of
+// Disker applies: a name is 1..MaxNameLength bytes of letters, digits and
+// '.', '_', ':', '-' (that is, [A-Za-z0-9._:-]), and does not start with
+// '_', which is reserved for Disker's own names (such as the private reply
+// address of Request). It returns nil for a valid name, and otherwise a
+// *ValidationError with Field "name" whose Reason quotes the name and says
+// what is wrong with it.
+func ValidateName(name string) error { return checkName("name", name) }
+
+// checkName is ValidateName for the named field.
 func checkName(field, name string) error {
 	if r := validName(name); r != "" {
 		return invalid(field, "%q %s", name, r)

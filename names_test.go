@@ -1,6 +1,8 @@
 package disker
 
 import (
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +41,14 @@ func TestValidName(t *testing.T) {
 	} {
 		if got := validName(name) == ""; got != ok {
 			t.Errorf("validName(%q) valid = %v, want %v (%s)", name, got, ok, validName(name))
+		}
+		err := ValidateName(name)
+		var ve *ValidationError
+		switch {
+		case ok && err != nil:
+			t.Errorf("ValidateName(%q) = %v, want nil", name, err)
+		case !ok && (!errors.As(err, &ve) || ve.Field != "name" || ve.Reason != strconv.Quote(name)+" "+validName(name)):
+			t.Errorf("ValidateName(%q) = %#v, want a *ValidationError of field name with the reason", name, err)
 		}
 	}
 }

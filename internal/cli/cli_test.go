@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -81,8 +82,17 @@ func TestCheckName(t *testing.T) {
 	for _, bad := range []string{"", "a b", "_inbox", "x{y}", "a*", strings.Repeat("x", 201)} {
 		err := checkName("receiver", bad)
 		var ue usageError
-		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--receiver") {
-			t.Errorf("checkName(%q) = %v, want a usage error naming --receiver", bad, err)
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--receiver") || bad != "" && !strings.Contains(err.Error(), strconv.Quote(bad)) {
+			t.Errorf("checkName(%q) = %v, want a usage error naming --receiver and quoting the name", bad, err)
+		}
+	}
+	for name, want := range map[string]string{
+		"":         "--receiver is required",
+		"my queue": `invalid --receiver "my queue": has a character outside [A-Za-z0-9._:-] at byte 2`,
+		"_inbox.x": `invalid --receiver "_inbox.x": must not start with '_' (reserved for Disker's own names)`,
+	} {
+		if err := checkName("receiver", name); err == nil || err.Error() != want {
+			t.Errorf("checkName(%q) = %v, want %q", name, err, want)
 		}
 	}
 }

@@ -70,24 +70,18 @@ func redact(raw string) string {
 	return u.Redacted()
 }
 
-// checkName reports a receiver or sender name that Disker would refuse, as a
-// usage error naming the flag. The rule is disker's: 1..200 bytes of
-// [A-Za-z0-9._:-], not starting with '_'.
+// checkName reports a receiver or sender name that Disker would refuse
+// (disker.ValidateName has the rule), as a usage error naming the flag and
+// the name: `invalid --receiver "my queue": has a character outside ...`.
 func checkName(flag, name string) error {
 	if name == "" {
 		return usagef("--%s is required", flag)
 	}
-	if len(name) > disker.MaxNameLength {
-		return usagef("invalid --%s: longer than %d bytes", flag, disker.MaxNameLength)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
-			return usagef("invalid --%s %q: only letters, digits and . _ : - are allowed", flag, name)
-		}
-	}
-	if name[0] == '_' {
-		return usagef("invalid --%s %q: names starting with '_' are reserved", flag, name)
+	var ve *disker.ValidationError
+	if err := disker.ValidateName(name); errors.As(err, &ve) {
+		// The reason starts with the quoted name, which the message
+		// already gives.
+		return usagef("invalid --%s %q: %s", flag, name, strings.TrimPrefix(ve.Reason, strconv.Quote(name)+" "))
 	}
 	return nil
 }
