@@ -160,17 +160,6 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 return bury(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 `)
 
-// scriptAck acknowledges and deletes entries.
-var scriptAck = rueidis.NewLuaScript(`-- ack
--- KEYS[1] -> the stream: P:{R}:q or P:{S}:r
--- KEYS[2] -> the delayed zset P:{R}:delay (or P:{S}:rdelay)
--- ARGV    -> entry ids
--- Returns how many entries were deleted.
-redis.call('XACK', KEYS[1], 'g', unpack(ARGV))
-redis.call('ZREM', KEYS[2], unpack(ARGV))
-return redis.call('XDEL', KEYS[1], unpack(ARGV))
-`)
-
 // scriptExtend renews the leases a consumer holds.
 var scriptExtend = rueidis.NewLuaScript(`-- extend
 -- KEYS[1] -> the queue stream P:{R}:q
