@@ -3,6 +3,7 @@ package disker
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
 )
@@ -10,9 +11,16 @@ import (
 // ackBatch is the most refs one acknowledgement call carries.
 const ackBatch = 256
 
+// ackDelay is how long the acker gathers refs after the first one before
+// it sends them: a few round trips' worth, so that a lone requester's
+// acknowledgements take a fraction of a call each instead of a call each
+// (a delayed acknowledgement only delays the deletion of a settled entry).
+const ackDelay = 2 * time.Millisecond
+
 // acker acknowledges entries in batches on its own goroutine, so that the
 // loops that settle entries never wait for the round trip: what queued up
-// while one call was on the wire goes in the next.
+// within ackDelay of the first ref, or while one call was on the wire, goes
+// in one call.
 type acker struct {
 	d     *Disker
 	kind  string // "receiver" or "sender", for logs
@@ -48,20 +56,24 @@ func (a *acker) run() {
 	defer close(a.done)
 	d := a.d
 	batch := make([]string, 0, ackBatch)
+	gather := time.NewTimer(ackDelay)
+	gather.Stop()
 	for ref := range a.refs {
 		batch = append(batch[:0], ref)
+		gather.Reset(ackDelay)
 	more:
 		for len(batch) < ackBatch {
 			select {
 			case r, ok := <-a.refs:
 				if !ok {
-					break more
+					break more // closing: send what is here at once
 				}
 				batch = append(batch, r)
-			default:
+			case <-gather.C:
 				break more
 			}
 		}
+		gather.Stop()
 		var bo backoff
 		for {
 			err := a.ack(d.opCtx, batch...)
