@@ -160,10 +160,11 @@ func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, con
 		Block(ms(block)).Streams().Key(stream).Id(">").Build()).AsXRead()
 	switch {
 	case isNoGroup(err):
-		// The stream was deleted meanwhile: the next fetch creates the
-		// group again.
-		b.forceReclaim(stream)
-		return entries, nil
+		// The group is missing: Redis lost its data (a restart without
+		// persistence) or the stream was deleted. The fetch script creates
+		// it again and reads what is there, such as messages sent since.
+		entries, _, err = b.reclaim(ctx, op, stream, dlq, delayed, consumer, max, lease, maxAttempts)
+		return entries, err
 	case rueidis.IsRedisNil(err):
 		return entries, nil
 	case err != nil:
