@@ -12,8 +12,23 @@ import (
 // runDiskerExecutor runs the tasks on a pool.Executor with MaxWorkers c and
 // no queue (the default): Submit waits for a free worker; Close drains.
 func runDiskerExecutor(n, c int, task func()) error {
+	return runDiskerExecutorQueue(n, c, 0, task)
+}
+
+// diskerQueueSize is the bounded queue of the second Disker row: pond and
+// gammazero/workerpool queue without bound by default, so the submitter
+// never waits for a worker; a bounded queue is Disker's way to the same.
+const diskerQueueSize = 1024
+
+// runDiskerExecutorQueued runs the tasks on a pool.Executor with MaxWorkers
+// c and a queue of diskerQueueSize: Submit waits only when the queue is full.
+func runDiskerExecutorQueued(n, c int, task func()) error {
+	return runDiskerExecutorQueue(n, c, diskerQueueSize, task)
+}
+
+func runDiskerExecutorQueue(n, c, queue int, task func()) error {
 	ctx := context.Background()
-	e, err := pool.NewExecutor(pool.ExecutorConfig{MaxWorkers: c})
+	e, err := pool.NewExecutor(pool.ExecutorConfig{MaxWorkers: c, QueueSize: queue})
 	if err != nil {
 		return err
 	}

@@ -63,6 +63,7 @@ type executor struct {
 func executors() []executor {
 	return []executor{
 		{name: "disker pool.Executor", run: runDiskerExecutor},
+		{name: "disker pool.Executor, queue 1024", run: runDiskerExecutorQueued},
 		{name: "goroutine per task", run: runGoroutines, unbounded: true},
 		{name: "errgroup SetLimit", run: runErrgroup},
 		{name: "ants v2", run: runAnts},
