@@ -13,6 +13,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -274,4 +275,24 @@ type Broker interface {
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.
 	Close() error
+}
+
+// CheckSend returns an error when env cannot be sent: nil, no receiver or
+// id, a negative timeout, or a timeout without a sender to notify. Brokers
+// call it first in Send and add their own checks (size, placement). The
+// error names the field; callers add their package prefix.
+func CheckSend(env *Envelope) error {
+	switch {
+	case env == nil:
+		return errors.New("envelope is nil")
+	case env.Receiver == "":
+		return errors.New("Envelope.Receiver is empty")
+	case env.ID == "":
+		return errors.New("Envelope.ID is empty")
+	case env.Timeout < 0:
+		return fmt.Errorf("Envelope.Timeout is negative: %v", env.Timeout)
+	case env.Timeout > 0 && env.Sender == "":
+		return errors.New("Envelope.Sender is empty, but a message with a Timeout needs a reply address")
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package membroker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -35,20 +34,8 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 }
 
 func (b *Broker) validateSend(env *broker.Envelope) error {
-	if env == nil {
-		return errors.New("membroker: envelope is nil")
-	}
-	if err := needName("Envelope.Receiver", env.Receiver); err != nil {
-		return err
-	}
-	if err := needName("Envelope.ID", env.ID); err != nil {
-		return err
-	}
-	if env.Timeout < 0 {
-		return fmt.Errorf("membroker: Envelope.Timeout is negative: %v", env.Timeout)
-	}
-	if env.Timeout > 0 && env.Sender == "" {
-		return errors.New("membroker: Envelope.Sender is empty, but a message with a Timeout needs a reply address")
+	if err := broker.CheckSend(env); err != nil {
+		return fmt.Errorf("membroker: %w", err)
 	}
 	return b.checkSize(env)
 }

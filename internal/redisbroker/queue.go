@@ -51,25 +51,11 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 }
 
 func (b *Broker) validateSend(env *broker.Envelope) error {
-	if env == nil {
-		return errors.New("redisbroker: envelope is nil")
+	if err := broker.CheckSend(env); err != nil {
+		return fmt.Errorf("redisbroker: %w", err)
 	}
-	if err := needName("Envelope.Receiver", env.Receiver); err != nil {
-		return err
-	}
-	if err := needName("Envelope.ID", env.ID); err != nil {
-		return err
-	}
-	if env.Timeout < 0 {
-		return fmt.Errorf("redisbroker: Envelope.Timeout is negative: %v", env.Timeout)
-	}
-	if env.Timeout > 0 {
-		if env.Sender == "" {
-			return errors.New("redisbroker: Envelope.Sender is empty, but a message with a Timeout needs a reply address")
-		}
-		if b.cluster && env.Sender != env.Receiver {
-			return fmt.Errorf("redisbroker: a message with a Timeout from %q to %q: on Redis Cluster the sender's and the receiver's keys must share a slot, which differing names do not guarantee", env.Sender, env.Receiver)
-		}
+	if env.Timeout > 0 && b.cluster && env.Sender != env.Receiver {
+		return fmt.Errorf("redisbroker: a message with a Timeout from %q to %q: on Redis Cluster the sender's and the receiver's keys must share a slot, which differing names do not guarantee", env.Sender, env.Receiver)
 	}
 	return b.checkSize(env)
 }
