@@ -296,3 +296,12 @@ func CheckSend(env *Envelope) error {
 	}
 	return nil
 }
+
+// CheckSize returns an error when env's content is over max bytes (the
+// broker's MaxMessageSize). Callers add their package prefix.
+func CheckSize(env *Envelope, max int) error {
+	if len(env.Content) > max {
+		return fmt.Errorf("Envelope.Content is %d bytes, over the limit of %d (MaxMessageSize)", len(env.Content), max)
+	}
+	return nil
+}

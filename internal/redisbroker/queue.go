@@ -61,8 +61,8 @@ func (b *Broker) validateSend(env *broker.Envelope) error {
 }
 
 func (b *Broker) checkSize(env *broker.Envelope) error {
-	if len(env.Content) > b.maxSize {
-		return fmt.Errorf("redisbroker: Envelope.Content is %d bytes, over the limit of %d (MaxMessageSize)", len(env.Content), b.maxSize)
+	if err := broker.CheckSize(env, b.maxSize); err != nil {
+		return fmt.Errorf("redisbroker: %w", err)
 	}
 	return nil
 }
