@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker/internal/keyslot"
 )
 
 // ClusterTimeout bounds how long a cluster start waits for the cluster to
@@ -305,7 +307,7 @@ func (c *Cluster) probe(deadline time.Time) error {
 	keys := make([]string, len(c.nodes))
 	for n, left := 0, len(keys); left > 0; n++ {
 		k := "redistest:probe:{" + strconv.Itoa(n) + "}"
-		if i := nodeOfSlot(keySlot(k), len(keys)); keys[i] == "" {
+		if i := nodeOfSlot(int(keyslot.Of(k)), len(keys)); keys[i] == "" {
 			keys[i] = k
 			left--
 		}
@@ -323,28 +325,6 @@ func (c *Cluster) probe(deadline time.Time) error {
 		}
 	}
 	return nil
-}
-
-// keySlot returns the hash slot of key: CRC16 (XMODEM) of its hash tag, or
-// of the whole key if it has none, modulo 16384.
-func keySlot(key string) int {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
-			key = key[open+1 : open+1+n]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % clusterSlots
 }
 
 // Addrs returns the host:port of each master, in slot order: the first
@@ -451,3 +431,12 @@ func (rc *respConn) do(args ...string) (string, error) {
 	}
 	return "", fmt.Errorf("unexpected reply %q", line)
 }
+
+// NodeOf returns the index in [Cluster.Addrs] of the master that serves
+// slot.
+func (c *Cluster) NodeOf(slot uint16) int { return nodeOfSlot(int(slot), len(c.nodes)) }
+
+// StopNode kills master i with SIGKILL, as a crash would: commands for its
+// slots fail from then on. The other masters keep serving theirs until
+// their node timeout (Redis's default, 15 s) declares the cluster down.
+func (c *Cluster) StopNode(i int) { c.nodes[i].Kill() }

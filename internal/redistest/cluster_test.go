@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker/internal/keyslot"
 )
 
 func TestCluster(t *testing.T) {
@@ -54,8 +56,8 @@ func TestCluster(t *testing.T) {
 	for r := 'a'; r <= 'z'; r++ {
 		k := "{" + string(r) + "}:x"
 		keys = append(keys, k)
-		if got := do(t, addrs[0], "CLUSTER", "KEYSLOT", k); got != ":"+strconv.Itoa(keySlot(k)) {
-			t.Fatalf("CLUSTER KEYSLOT %s = %s, keySlot = %d", k, got, keySlot(k))
+		if got := do(t, addrs[0], "CLUSTER", "KEYSLOT", k); got != ":"+strconv.Itoa(int(keyslot.Of(k))) {
+			t.Fatalf("CLUSTER KEYSLOT %s = %s, keySlot = %d", k, got, keyslot.Of(k))
 		}
 	}
 	for _, k := range keys {
@@ -72,7 +74,7 @@ func TestCluster(t *testing.T) {
 	// each one directly.
 	want := make([]int, len(addrs))
 	for _, k := range keys {
-		want[nodeOfSlot(keySlot(k), len(addrs))]++
+		want[nodeOfSlot(int(keyslot.Of(k)), len(addrs))]++
 	}
 	var sizes []string
 	holding := 0
@@ -106,7 +108,7 @@ func TestCluster(t *testing.T) {
 	}
 	// Two slots in one script: the cluster refuses it. (rueidis refuses to
 	// build such a command with keys, so the keys go as plain arguments.)
-	if keySlot("{a}:x") == keySlot("{b}:x") {
+	if keyslot.Of("{a}:x") == keyslot.Of("{b}:x") {
 		t.Fatal("{a} and {b} share a slot")
 	}
 	err = client.Do(ctx, client.B().Arbitrary("EVAL").Args(script, "2", "{a}:x", "{b}:x", "w").Build()).Error()
