@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/keyslot"
 	"github.com/diskerhq/disker/internal/wire"
 )
 
@@ -20,7 +21,8 @@ import (
 const maxBatch = 1000
 
 // Send queues env: one XADD, or for a message with a timeout one script
-// that also records the pending timeout under env.Sender.
+// that also records the pending timeout under env.Sender (two steps on
+// Redis Cluster when the names' slots differ: see sendTimedSplit).
 func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, error) {
 	if err := b.check(); err != nil {
 		return time.Time{}, err
@@ -37,12 +39,52 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 		}
 		return time.Time{}, nil
 	}
+	if b.cluster && keyslot.Of(q) != keyslot.Of(b.keys.timeouts(env.Sender)) {
+		return b.sendTimedSplit(ctx, env, data)
+	}
 	res, err := scriptSendTimed.Exec(ctx, b.client,
 		[]string{q, b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender), b.keys.replies(env.Sender)},
 		[]string{data, env.ID, msString(env.Timeout)}).ToString()
 	if err != nil {
 		return time.Time{}, b.fail(ctx, "send", err)
 	}
+	return parseDeadline(res)
+}
+
+// sendTimedSplit sends a timed message on Redis Cluster when the sender's
+// and the receiver's keys live in different slots, where no script may touch
+// both: first one script in the sender's slot records the pending timeout
+// (so that a reply can never find the request missing), then an XADD in the
+// receiver's slot queues the message with that deadline. If the XADD fails,
+// the pending timeout is cancelled again; should that fail too, or should
+// the process die between the two steps, the sender gets a timeout notice
+// at the deadline for a message that was never queued (and whose Send
+// returned no id): the sender still sees exactly one outcome.
+func (b *Broker) sendTimedSplit(ctx context.Context, env *broker.Envelope, data string) (time.Time, error) {
+	t, tm := b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)
+	res, err := scriptPendTimed.Exec(ctx, b.client, []string{t, tm, b.keys.replies(env.Sender)},
+		[]string{data, env.ID, msString(env.Timeout)}).ToString()
+	if err != nil {
+		return time.Time{}, b.fail(ctx, "send", err)
+	}
+	deadline, err := parseDeadline(res)
+	if err != nil {
+		return time.Time{}, err
+	}
+	err = b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.queue(env.Receiver)).Id("*").FieldValue().
+		FieldValue("m", data).FieldValue("d", res).Build()).Error()
+	if err == nil {
+		return deadline, nil
+	}
+	// Undo the pending timeout, even if ctx has ended (bounded by the
+	// client's I/O timeout).
+	if cerr := scriptCancel.Exec(context.WithoutCancel(ctx), b.client, []string{t, tm}, []string{env.ID}).Error(); cerr != nil {
+		err = fmt.Errorf("%w (and the pending timeout could not be withdrawn: the sender gets a timeout notice for it: %v)", err, cerr)
+	}
+	return time.Time{}, b.fail(ctx, "send", err)
+}
+
+func parseDeadline(res string) (time.Time, error) {
 	deadline, ok := unixMS(res)
 	if !ok {
 		return time.Time{}, fmt.Errorf("redisbroker: send: script answered %q", res)
@@ -53,9 +95,6 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 func (b *Broker) validateSend(env *broker.Envelope) error {
 	if err := broker.CheckSend(env); err != nil {
 		return fmt.Errorf("redisbroker: %w", err)
-	}
-	if env.Timeout > 0 && b.cluster && env.Sender != env.Receiver {
-		return fmt.Errorf("redisbroker: a message with a Timeout from %q to %q: on Redis Cluster the sender's and the receiver's keys must share a slot, which differing names do not guarantee", env.Sender, env.Receiver)
 	}
 	return b.checkSize(env)
 }

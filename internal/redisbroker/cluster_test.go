@@ -1,0 +1,148 @@
+package redisbroker
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/broker/brokertest"
+	"github.com/diskerhq/disker/internal/keyslot"
+	"github.com/diskerhq/disker/internal/redistest"
+)
+
+// TestClusterConformance runs the conformance suite on a private Redis
+// Cluster of three masters: every script stays in one slot, and timed sends
+// between names of different slots take the two-step path.
+func TestClusterConformance(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	brokertest.Run(t, func(t *testing.T) broker.Broker {
+		b := clusterBroker(t, c)
+		if !b.cluster {
+			t.Fatalf("the broker on %s does not see a cluster", c.URL())
+		}
+		return b
+	})
+}
+
+func clusterBroker(t testing.TB, c *redistest.Cluster) *Broker {
+	t.Helper()
+	b, err := New(Config{URL: c.URL(), KeyPrefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// TestClusterSlotMatchesRedis checks slot against CLUSTER KEYSLOT.
+func TestClusterSlotMatchesRedis(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	rc, err := rueidis.NewClient(rueidis.MustParseURL(c.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	k := keys{prefix: "disker"}
+	for i := range 300 {
+		name := fmt.Sprintf("name-%d.x:%d", i, i*7919)
+		for _, key := range []string{k.queue(name), k.timeouts(name), name, "{}" + name, "a{" + name + "}b{c}"} {
+			want, err := do(t, rc, "CLUSTER", "KEYSLOT", key).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := keyslot.Of(key); int64(got) != want {
+				t.Fatalf("keyslot.Of(%q) = %d, CLUSTER KEYSLOT says %d", key, got, want)
+			}
+		}
+	}
+}
+
+// TestClusterTimedSendAcrossSlots sends a timed message between two names
+// whose slots differ: the reply is accepted while the request is pending,
+// and a second request times out with its notice. Then the sender's keys
+// hold nothing pending.
+func TestClusterTimedSendAcrossSlots(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	b := clusterBroker(t, c)
+	ctx := ctxT(t)
+	sender, receiver := namesApart(b, func(a, b uint16) bool { return a != b })
+	send := func(timeout time.Duration) (broker.Envelope, time.Time) {
+		env := broker.Envelope{ID: fmt.Sprintf("m%d", timeout), Sender: sender, Receiver: receiver, Content: []byte("q"), Timeout: timeout}
+		dl, err := b.Send(ctx, &env)
+		if err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+		return env, dl
+	}
+	env, dl := send(time.Minute)
+	ds, err := b.Fetch(ctx, receiver, "c", 10, time.Second, time.Minute, 0)
+	if err != nil || len(ds) != 1 || ds[0].Env.ID != env.ID || !ds[0].Deadline.Equal(dl) {
+		t.Fatalf("Fetch = %+v, %v; want %s with deadline %v", ds, err, env.ID, dl)
+	}
+	rep := broker.Envelope{ID: "rep1", Sender: receiver, Receiver: sender, InReplyTo: env.ID, Content: []byte("a")}
+	if err := b.Reply(ctx, &rep, broker.ReplyTimed); err != nil {
+		t.Fatalf("Reply: %v", err)
+	}
+	if err := b.Reply(ctx, &rep, broker.ReplyTimed); err != broker.ErrLate {
+		t.Fatalf("second Reply = %v, want ErrLate", err)
+	}
+	if err := b.Ack(ctx, receiver, ds[0].Ref); err != nil {
+		t.Fatal(err)
+	}
+	late, _ := send(50 * time.Millisecond)
+	eventually(t, "the timeout notice", func() bool {
+		n, err := b.ExpireTimeouts(ctx, sender, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+	rs, err := b.ReadReplies(ctx, sender, "c", 10, time.Second, time.Minute)
+	if err != nil || len(rs) != 2 || rs[0].Kind != broker.KindReply || rs[0].RequestID != env.ID ||
+		rs[1].Kind != broker.KindTimeout || rs[1].RequestID != late.ID {
+		t.Fatalf("ReadReplies = %+v, %v; want the reply to %s, then the notice of %s", rs, err, env.ID, late.ID)
+	}
+	if ok, err := b.Cancel(ctx, sender, late.ID); err != nil || ok {
+		t.Fatalf("Cancel after the notice = %v, %v; want nothing pending", ok, err)
+	}
+}
+
+// namesApart returns a sender and a receiver name whose slots are apart as
+// apart says.
+func namesApart(b *Broker, apart func(senderSlot, receiverSlot uint16) bool) (sender, receiver string) {
+	sender = "s"
+	for i := 0; ; i++ {
+		receiver = fmt.Sprintf("r%d", i)
+		if apart(keyslot.Of(b.keys.queue(sender)), keyslot.Of(b.keys.queue(receiver))) {
+			return sender, receiver
+		}
+	}
+}
+
+// TestClusterTimedSendUndoneWhenQueueFails stops the node that holds the
+// receiver's queue: the timed send fails, and its pending timeout, on
+// another node, is withdrawn (no timeout notice comes for it).
+func TestClusterTimedSendUndoneWhenQueueFails(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	b := clusterBroker(t, c)
+	ctx := ctxT(t)
+	sender, receiver := namesApart(b, func(a, b uint16) bool { return c.NodeOf(a) != c.NodeOf(b) })
+	c.StopNode(c.NodeOf(keyslot.Of(b.keys.queue(receiver))))
+	env := broker.Envelope{ID: "m1", Sender: sender, Receiver: receiver, Timeout: 50 * time.Millisecond}
+	if _, err := b.Send(ctx, &env); err == nil {
+		t.Fatal("Send succeeded with the receiver's node down")
+	}
+	if ok, err := b.Cancel(ctx, sender, env.ID); err != nil || ok {
+		t.Fatalf("Cancel = %v, %v; want the failed send's pending timeout already withdrawn", ok, err)
+	}
+	if n, err := b.ExpireTimeouts(ctx, sender, 10); err != nil || n != 0 {
+		t.Fatalf("ExpireTimeouts = %d, %v; want nothing", n, err)
+	}
+}
