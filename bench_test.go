@@ -11,16 +11,16 @@ import (
 	"github.com/diskerhq/disker"
 )
 
-// benchBackends are the brokers the benchmarks run against: the private
-// redis-server of the package, and the embedded broker. Intervals are the
-// defaults.
+// benchBackends are the brokers the benchmarks run against: the embedded
+// broker, the private redis-server and the private Redis Cluster of the
+// package. Intervals are the defaults.
 func benchBackends(b *testing.B, f func(b *testing.B, cfg disker.Config)) {
 	for _, be := range backends {
 		b.Run(be.name, func(b *testing.B) {
 			name := "bench" + strconv.FormatInt(benchRuns.Add(1), 10)
 			cfg := disker.Config{RedisURL: "mem://" + name, Logger: testLogger()}
 			if be.redis {
-				cfg.RedisURL, cfg.KeyPrefix = redisURL, name
+				cfg.RedisURL, cfg.KeyPrefix = be.redisURL(), name
 			}
 			f(b, cfg)
 		})

@@ -19,9 +19,10 @@ import (
 	"github.com/diskerhq/disker/internal/redistest"
 )
 
-// redisURL is the private redis-server shared by the package's tests; each
-// test keeps apart by its key prefix.
-var redisURL string
+// redisURL is the private redis-server shared by the package's tests, and
+// clusterURL the private Redis Cluster (three masters); each test keeps
+// apart by its key prefix.
+var redisURL, clusterURL string
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
@@ -29,10 +30,16 @@ func TestMain(m *testing.M) {
 	}
 	srv, stop := redistest.MustStart()
 	redisURL = srv.URL()
+	cluster, stopCluster := redistest.MustStartCluster(3)
+	clusterURL = cluster.URL()
 	code := m.Run()
+	stopCluster()
 	stop()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		// A rueidis cluster client closes the connections its first
+		// topology refresh replaced five seconds later, on a goroutine of
+		// its own: not ours.
+		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2")); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}
@@ -44,9 +51,12 @@ func TestMain(m *testing.M) {
 type backend struct {
 	name  string
 	redis bool
+	url   *string // of Redis
 }
 
-var backends = []backend{{"mem", false}, {"redis", true}}
+// backends are the embedded broker, a Redis server, and a Redis Cluster
+// (where a name's keys and its peer's usually live on different nodes).
+var backends = []backend{{"mem", false, nil}, {"redis", true, &redisURL}, {"cluster", true, &clusterURL}}
 
 // env makes instances that share one broker (a unique mem:// name, or the
 // test's key prefix on the private Redis).
@@ -65,9 +75,17 @@ func eachBackend(t *testing.T, f func(t *testing.T, e *env)) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			f(t, newEnv(t, b.redis, redisURL))
+			f(t, newEnv(t, b.redis, b.redisURL()))
 		})
 	}
+}
+
+// redisURL returns the backend's Redis URL, or "" for the embedded broker.
+func (b backend) redisURL() string {
+	if b.url == nil {
+		return ""
+	}
+	return *b.url
 }
 
 func newEnv(t *testing.T, redis bool, url string) *env {
@@ -168,19 +186,22 @@ func rawRedis(t testing.TB, e *env) rueidis.Client {
 	return rc
 }
 
-// scanKeys returns the keys that match pattern, by SCAN.
+// scanKeys returns the keys that match pattern, by SCAN on every node.
 func scanKeys(t testing.TB, rc rueidis.Client, pattern string) []string {
 	t.Helper()
 	var keys []string
-	var cursor uint64
-	for {
-		entry, err := rc.Do(context.Background(), rc.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
-		if err != nil {
-			t.Fatal(err)
-		}
-		keys = append(keys, entry.Elements...)
-		if cursor = entry.Cursor; cursor == 0 {
-			return keys
+	for _, node := range rc.Nodes() {
+		var cursor uint64
+		for {
+			entry, err := node.Do(context.Background(), node.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, entry.Elements...)
+			if cursor = entry.Cursor; cursor == 0 {
+				break
+			}
 		}
 	}
+	return keys
 }
