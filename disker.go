@@ -33,9 +33,11 @@ const (
 // embedded in-memory broker with every default.
 type Config struct {
 	// RedisURL selects the broker: "redis://[user:pass@]host:port/db", or
-	// "rediss://..." for TLS. "" or "mem://" or "mem://NAME" selects the
-	// embedded in-memory broker: instances in one process with the same NAME
-	// share it ("" and "mem://" mean NAME "default").
+	// "rediss://..." for TLS. For Redis Cluster, give any nodes, the rest as
+	// addr parameters: "redis://host1:6379?addr=host2:6379&addr=host3:6379";
+	// the client finds the others. "" or "mem://" or "mem://NAME" selects
+	// the embedded in-memory broker: instances in one process with the same
+	// NAME share it ("" and "mem://" mean NAME "default").
 	RedisURL string
 	// MaxConnectionPoolSize is how many connections to Redis carry the
 	// commands; default 10. Blocking reads use connections of their own, so
