@@ -23,7 +23,7 @@ func TestOf(t *testing.T) {
 	if Of("foo{}{hash_tag}") == Of("hash_tag") {
 		t.Errorf("an empty first tag must hash the whole key")
 	}
-	if Of("a{b") != Of("a{b") || Of("a{b") == Of("b") {
+	if Of("a{b") == Of("b") {
 		t.Errorf("a '{' without '}' must hash the whole key")
 	}
 }
