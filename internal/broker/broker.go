@@ -173,6 +173,15 @@ type Broker interface {
 	// the zero time.
 	Send(ctx context.Context, env *Envelope) (deadline time.Time, err error)
 
+	// SendBatch sends each of envs as Send would, each in its own atomic
+	// step, in as few round trips as the broker can; the batch as a whole
+	// is not atomic. It returns the deadline of each (zero for untimed
+	// ones). When some could not be sent it returns a *BatchError whose
+	// Errs[i] is envs[i]'s error (nil for those sent). An envelope that
+	// fails the checks of Send fails the whole call before anything is
+	// sent, with a plain error naming its index.
+	SendBatch(ctx context.Context, envs []*Envelope) (deadlines []time.Time, err error)
+
 	// Fetch leases up to max messages of receiver to consumer for lease: first
 	// messages whose lease expired (or whose retry delay passed), then new
 	// ones. It blocks up to block when there is nothing; block 0 does not
@@ -275,6 +284,41 @@ type Broker interface {
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.
 	Close() error
+}
+
+// BatchError is SendBatch's error when some envelopes were not sent.
+type BatchError struct {
+	// Errs[i] is the error of the batch's envelope i, nil if it was sent.
+	Errs []error
+}
+
+// Error says how many failed, and the first failure.
+func (e *BatchError) Error() string {
+	n, first := 0, -1
+	for i, err := range e.Errs {
+		if err != nil {
+			n++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if n == 0 {
+		return "batch: nothing failed"
+	}
+	return fmt.Sprintf("%d of %d messages not sent; message %d: %v", n, len(e.Errs), first, e.Errs[first])
+}
+
+// Unwrap returns the errors of the envelopes that failed, so that
+// errors.Is and errors.As look at each of them.
+func (e *BatchError) Unwrap() []error {
+	var errs []error
+	for _, err := range e.Errs {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // CheckSend returns an error when env cannot be sent: nil, no receiver or

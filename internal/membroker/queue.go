@@ -15,29 +15,60 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 	if err := b.check(ctx); err != nil {
 		return time.Time{}, err
 	}
-	if err := b.validateSend(env); err != nil {
-		return time.Time{}, err
+	if err := b.checkEnv(env); err != nil {
+		return time.Time{}, fmt.Errorf("membroker: %w", err)
 	}
 	raw := encode(env)
 	if err := b.lock(ctx); err != nil {
 		return time.Time{}, err
 	}
 	defer b.c.mu.Unlock()
-	c := b.c
+	return b.c.put(env, raw), nil
+}
+
+// SendBatch sends envs in order, in one step: in one process nothing can
+// fail half way, so it returns either an error and sends nothing, or the
+// deadlines of all.
+func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time.Time, error) {
+	if err := b.check(ctx); err != nil {
+		return nil, err
+	}
+	raws := make([][]byte, len(envs))
+	for i, env := range envs {
+		if err := b.checkEnv(env); err != nil {
+			return nil, fmt.Errorf("membroker: batch message %d: %w", i, err)
+		}
+		raws[i] = encode(env)
+	}
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.c.mu.Unlock()
+	deadlines := make([]time.Time, len(envs))
+	for i, env := range envs {
+		deadlines[i] = b.c.put(env, raws[i])
+	}
+	return deadlines, nil
+}
+
+// put queues env, encoded as raw, with its pending timeout if it has one,
+// and returns its deadline. Call with c.mu held.
+func (c *core) put(env *broker.Envelope, raw []byte) time.Time {
 	var deadline time.Time
 	if env.Timeout > 0 {
 		deadline = c.now().Add(env.Timeout)
 		c.pendingTimeouts(env.Sender).put(env.ID, deadline, raw)
 	}
 	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: deadline})
-	return deadline, nil
+	return deadline
 }
 
-func (b *Broker) validateSend(env *broker.Envelope) error {
+// checkEnv returns why env cannot be sent, without a package prefix.
+func (b *Broker) checkEnv(env *broker.Envelope) error {
 	if err := broker.CheckSend(env); err != nil {
-		return fmt.Errorf("membroker: %w", err)
+		return err
 	}
-	return b.checkSize(env)
+	return broker.CheckSize(env, b.maxSize)
 }
 
 func (b *Broker) checkSize(env *broker.Envelope) error {

@@ -27,28 +27,127 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 	if err := b.check(); err != nil {
 		return time.Time{}, err
 	}
-	if err := b.validateSend(env); err != nil {
-		return time.Time{}, err
+	if err := b.checkEnv(env); err != nil {
+		return time.Time{}, fmt.Errorf("redisbroker: %w", err)
 	}
 	data := rueidis.BinaryString(wire.Encode(env))
-	q := b.keys.queue(env.Receiver)
-	if env.Timeout <= 0 {
-		err := b.client.Do(ctx, b.client.B().Xadd().Key(q).Id("*").FieldValue().FieldValue("m", data).Build()).Error()
-		if err != nil {
+	switch b.sendKind(env) {
+	case sendPlain:
+		if err := b.client.Do(ctx, b.xadd(env, data)).Error(); err != nil {
 			return time.Time{}, b.fail(ctx, "send", err)
 		}
 		return time.Time{}, nil
-	}
-	if b.cluster && keyslot.Of(q) != keyslot.Of(b.keys.timeouts(env.Sender)) {
+	case sendSplit:
 		return b.sendTimedSplit(ctx, env, data)
 	}
-	res, err := scriptSendTimed.Exec(ctx, b.client,
-		[]string{q, b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender), b.keys.replies(env.Sender)},
-		[]string{data, env.ID, msString(env.Timeout)}).ToString()
+	res, err := scriptSendTimed.Exec(ctx, b.client, b.sendTimedKeys(env), sendTimedArgs(env, data)).ToString()
 	if err != nil {
 		return time.Time{}, b.fail(ctx, "send", err)
 	}
 	return parseDeadline(res)
+}
+
+// How a message is sent.
+const (
+	sendPlain = iota // no timeout: one XADD
+	sendTimed        // script send_timed
+	sendSplit        // on a Cluster, across slots: sendTimedSplit
+)
+
+func (b *Broker) sendKind(env *broker.Envelope) int {
+	switch {
+	case env.Timeout <= 0:
+		return sendPlain
+	case b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
+		return sendSplit
+	}
+	return sendTimed
+}
+
+func (b *Broker) xadd(env *broker.Envelope, data string) rueidis.Completed {
+	return b.client.B().Xadd().Key(b.keys.queue(env.Receiver)).Id("*").FieldValue().FieldValue("m", data).Build()
+}
+
+func (b *Broker) sendTimedKeys(env *broker.Envelope) []string {
+	return []string{b.keys.queue(env.Receiver), b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender), b.keys.replies(env.Sender)}
+}
+
+func sendTimedArgs(env *broker.Envelope, data string) []string {
+	return []string{data, env.ID, msString(env.Timeout)}
+}
+
+// SendBatch sends envs in order, each as Send would, in runs of messages
+// sent the same way: a run of untimed ones is one pipeline of XADDs, a run
+// of timed ones one pipeline of send_timed scripts (at most maxBatch
+// commands a round trip), and a timed message that needs sendTimedSplit
+// goes on its own. So a batch of one kind costs one round trip per
+// maxBatch messages, and messages to one receiver queue in batch order.
+func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time.Time, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	for i, env := range envs {
+		if err := b.checkEnv(env); err != nil {
+			return nil, fmt.Errorf("redisbroker: batch message %d: %w", i, err)
+		}
+	}
+	deadlines := make([]time.Time, len(envs))
+	errs := make([]error, len(envs))
+	failed := false
+	for start := 0; start < len(envs); {
+		kind := b.sendKind(envs[start])
+		end := start + 1
+		for kind != sendSplit && end < len(envs) && end-start < maxBatch && b.sendKind(envs[end]) == kind {
+			end++
+		}
+		if b.sendRun(ctx, kind, envs[start:end], deadlines[start:end], errs[start:end]) {
+			failed = true
+		}
+		start = end
+	}
+	if failed {
+		return deadlines, &broker.BatchError{Errs: errs}
+	}
+	return deadlines, nil
+}
+
+// sendRun sends envs, all of kind, filling in deadlines and errs. It
+// reports whether any failed.
+func (b *Broker) sendRun(ctx context.Context, kind int, envs []*broker.Envelope, deadlines []time.Time, errs []error) bool {
+	failed := false
+	switch kind {
+	case sendSplit:
+		data := rueidis.BinaryString(wire.Encode(envs[0]))
+		deadlines[0], errs[0] = b.sendTimedSplit(ctx, envs[0], data)
+		return errs[0] != nil
+	case sendPlain:
+		cmds := make(rueidis.Commands, len(envs))
+		for i, env := range envs {
+			cmds[i] = b.xadd(env, rueidis.BinaryString(wire.Encode(env)))
+		}
+		for i, r := range b.client.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
+				errs[i], failed = b.fail(ctx, "send", err), true
+			}
+		}
+	case sendTimed:
+		execs := make([]rueidis.LuaExec, len(envs))
+		for i, env := range envs {
+			execs[i] = rueidis.LuaExec{Keys: b.sendTimedKeys(env), Args: sendTimedArgs(env, rueidis.BinaryString(wire.Encode(env)))}
+		}
+		for i, r := range scriptSendTimed.ExecMulti(ctx, b.client, execs...) {
+			res, err := r.ToString()
+			if err == nil {
+				deadlines[i], err = parseDeadline(res)
+			} else {
+				err = b.fail(ctx, "send", err)
+			}
+			if err != nil {
+				errs[i], failed = err, true
+			}
+		}
+	}
+	return failed
 }
 
 // sendTimedSplit sends a timed message on Redis Cluster when the sender's
@@ -92,11 +191,12 @@ func parseDeadline(res string) (time.Time, error) {
 	return deadline, nil
 }
 
-func (b *Broker) validateSend(env *broker.Envelope) error {
+// checkEnv returns why env cannot be sent, without a package prefix.
+func (b *Broker) checkEnv(env *broker.Envelope) error {
 	if err := broker.CheckSend(env); err != nil {
-		return fmt.Errorf("redisbroker: %w", err)
+		return err
 	}
-	return b.checkSize(env)
+	return broker.CheckSize(env, b.maxSize)
 }
 
 func (b *Broker) checkSize(env *broker.Envelope) error {

@@ -3,6 +3,7 @@ package redisbroker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -522,5 +523,41 @@ func TestConcurrentAckManyRefs(t *testing.T) {
 	}
 	if st, _ := b.Stats(ctx, "r"); st.Length != 0 {
 		t.Fatalf("Stats after Ack = %+v", st)
+	}
+}
+
+// TestSendBatchPartialFailure makes one receiver's queue key a string, so
+// that Redis refuses its XADD (WRONGTYPE) and its send_timed: the batch
+// reports those two messages in a *BatchError and sends the others, in
+// order, in one pipeline per run.
+func TestSendBatchPartialFailure(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	rc := rawClient(t, srv)
+	if err := do(t, rc, "SET", b.keys.queue("broken"), "not a stream").Error(); err != nil {
+		t.Fatal(err)
+	}
+	timed := env("m4", "broken")
+	timed.Timeout = time.Minute
+	envs := []*broker.Envelope{env("m1", "fine"), env("m2", "broken"), env("m3", "fine"), timed}
+	deadlines, err := b.SendBatch(ctx, envs)
+	var be *broker.BatchError
+	if !errors.As(err, &be) || len(be.Errs) != 4 || be.Errs[0] != nil || be.Errs[2] != nil ||
+		!strings.Contains(fmt.Sprint(be.Errs[1]), "WRONGTYPE") || !strings.Contains(fmt.Sprint(be.Errs[3]), "WRONGTYPE") {
+		t.Fatalf("SendBatch = %v; want a *BatchError with WRONGTYPE for messages 1 and 3 only", err)
+	}
+	if len(deadlines) != 4 || !deadlines[3].IsZero() {
+		t.Fatalf("deadlines = %v; want 4, the failed timed one zero", deadlines)
+	}
+	if !strings.Contains(err.Error(), "2 of 4 messages not sent; message 1") {
+		t.Fatalf("error text %q does not say what failed", err)
+	}
+	ds := fetch1(t, b, "fine", "c", time.Minute, 0)
+	if len(ds) != 2 || ds[0].Env.ID != "m1" || ds[1].Env.ID != "m3" {
+		t.Fatalf("Fetch fine = %+v; want m1 then m3", ds)
+	}
+	if ok, err := b.Cancel(ctx, timed.Sender, timed.ID); err != nil || ok {
+		t.Fatalf("Cancel of the failed timed message = %v, %v; want nothing pending (the script wrote nothing)", ok, err)
 	}
 }

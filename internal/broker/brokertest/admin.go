@@ -267,6 +267,9 @@ func testClose(t *testing.T, b broker.Broker) {
 	if _, err := b.Send(ctx, newEnv(r, "x")); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Send after Close: got %v, want ErrClosed", err)
 	}
+	if _, err := b.SendBatch(ctx, []*broker.Envelope{newEnv(r, "x")}); !errors.Is(err, broker.ErrClosed) {
+		t.Fatalf("SendBatch after Close: got %v, want ErrClosed", err)
+	}
 	if _, err := b.Now(ctx); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Now after Close: got %v, want ErrClosed", err)
 	}

@@ -50,6 +50,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Now", testNow},
 		{"SendFetchAck", testSendFetchAck},
 		{"SendValidation", testSendValidation},
+		{"SendBatch", testSendBatch},
 		{"FetchOrderAndMax", testFetchOrderAndMax},
 		{"FetchEmpty", testFetchEmpty},
 		{"FetchWokenBySend", testFetchWokenBySend},

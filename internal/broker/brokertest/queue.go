@@ -86,6 +86,66 @@ func testSendValidation(t *testing.T, b broker.Broker) {
 	}
 }
 
+// testSendBatch sends a batch that mixes untimed and timed messages and
+// two receivers: each is queued in batch order, the timed ones with their
+// pending timeouts; an invalid envelope fails the whole batch, unsent.
+func testSendBatch(t *testing.T, b broker.Broker) {
+	ctx := ctxT(t)
+	r1, r2 := name("recv"), name("recv")
+	timed := func(env *broker.Envelope) *broker.Envelope {
+		env.Timeout = time.Minute
+		return env
+	}
+	envs := []*broker.Envelope{newEnv(r1, "a"), timed(newEnv(r1, "b")), newEnv(r2, "c"), newEnv(r1, "d"), timed(newEnv(r2, "e")), timed(newEnv(r1, "f"))}
+	before, err := b.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = before.Truncate(time.Millisecond) // brokers may keep deadlines in ms
+	deadlines, err := b.SendBatch(ctx, envs)
+	if err != nil || len(deadlines) != len(envs) {
+		t.Fatalf("SendBatch: got %d deadlines, %v; want %d, nil", len(deadlines), err, len(envs))
+	}
+	for i, env := range envs {
+		if got := !deadlines[i].IsZero(); got != (env.Timeout > 0) || got && deadlines[i].Before(before.Add(env.Timeout)) {
+			t.Fatalf("SendBatch: deadline %d is %v; want zero for an untimed message, else at least %v", i, deadlines[i], before.Add(env.Timeout))
+		}
+	}
+	for _, w := range []struct {
+		r    string
+		want []int
+	}{{r1, []int{0, 1, 3, 5}}, {r2, []int{2, 4}}} {
+		ds := fetch(t, b, w.r, "c", 10, 0, longLease, 10)
+		if len(ds) != len(w.want) {
+			t.Fatalf("Fetch %s after SendBatch: got %d messages, want %d", w.r, len(ds), len(w.want))
+		}
+		for j, i := range w.want {
+			checkEnv(t, fmt.Sprint("batch message ", i), ds[j].Env, envs[i])
+			if !ds[j].Deadline.Equal(deadlines[i]) {
+				t.Fatalf("batch message %d: delivered with deadline %v, SendBatch said %v", i, ds[j].Deadline, deadlines[i])
+			}
+			ack(t, b, w.r, ds[j].Ref)
+		}
+	}
+	for _, i := range []int{1, 4, 5} {
+		if ok, err := b.Cancel(ctx, envs[i].Sender, envs[i].ID); err != nil || !ok {
+			t.Fatalf("Cancel of batch message %d: got %v, %v; want its pending timeout recorded", i, ok, err)
+		}
+	}
+
+	if ds, err := b.SendBatch(ctx, nil); err != nil || len(ds) != 0 {
+		t.Fatalf("SendBatch of nothing: got %v, %v; want no deadlines, nil", ds, err)
+	}
+	bad := []*broker.Envelope{newEnv(r1, "x"), newEnv(r1, "y"), newEnv("", "z")}
+	if _, err := b.SendBatch(ctx, bad); err == nil || !strings.Contains(err.Error(), "batch message 2") {
+		t.Fatalf("SendBatch with an empty receiver at index 2: got %v, want an error naming message 2", err)
+	}
+	if _, err := b.SendBatch(ctx, []*broker.Envelope{newEnv(r1, "x"), nil}); err == nil {
+		t.Fatalf("SendBatch with a nil envelope: got no error")
+	}
+	checkStats(t, b, r1, 0, 0, 0)
+}
+
 func testFetchOrderAndMax(t *testing.T, b broker.Broker) {
 	r := name("recv")
 	var envs []*broker.Envelope
