@@ -40,6 +40,11 @@ var (
 	ErrNotHandled = errors.New("disker: no handler registered")
 )
 
+// BatchError is SendBatch's error when some messages were not sent: Errs[i]
+// is why msgs[i] was not sent, nil for those sent. errors.Is and errors.As
+// look at each failure (for instance errors.Is(err, ErrUnavailable)).
+type BatchError = broker.BatchError
+
 // PanicError is a panic recovered from a handler, turned into an error. It
 // keeps the panic value and the stack. A handler that panics is treated as
 // one that returned this error: the message is retried, then dead-lettered

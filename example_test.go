@@ -110,3 +110,32 @@ func ExampleValidateName() {
 	// disker: invalid name: "resize images" has a character outside [A-Za-z0-9._:-] at byte 6
 	// disker: invalid name: "_inbox.x" must not start with '_' (reserved for Disker's own names)
 }
+
+// SendBatch moves many messages in one round trip; here, three jobs for a
+// worker that handles them one at a time, in order.
+func ExampleDisker_SendBatch() {
+	ctx := context.Background()
+	d, err := disker.New(disker.Config{RedisURL: "mem://example-batch"})
+	if err != nil {
+		panic(err)
+	}
+	defer d.Close(ctx)
+	done := make(chan string, 3)
+	err = d.Handle("thumbnails", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		done <- string(m.Content)
+		return nil, nil
+	}), disker.WithConcurrency(1))
+	if err != nil {
+		panic(err)
+	}
+	var jobs []disker.Message
+	for _, img := range []string{"a.png", "b.png", "c.png"} {
+		jobs = append(jobs, disker.Message{Receiver: "thumbnails", Content: []byte(img)})
+	}
+	ids, err := d.SendBatch(ctx, jobs, disker.WithFireAndForget())
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(ids), <-done, <-done, <-done)
+	// Output: 3 a.png b.png c.png
+}
