@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
 )
 
 // MaxNameLength is the longest receiver or sender name, in bytes.
@@ -13,7 +15,7 @@ const MaxNameLength = 200
 // inboxPrefix starts the name of an instance's private reply address, the
 // sender of its Requests. Users cannot pick such a name: '_' is not allowed
 // at the start of a user's name.
-const inboxPrefix = "_inbox."
+const inboxPrefix = broker.InboxPrefix
 
 // validName reports why name is not a valid receiver or sender name, or ""
 // when it is. A name is 1..MaxNameLength bytes of [A-Za-z0-9._:-] and does

@@ -32,6 +32,13 @@ var (
 	ErrClosed = errors.New("disker: broker closed")
 )
 
+// InboxPrefix starts the names of private reply addresses: senders that
+// only the process sending from them reads (disker's Request uses
+// "_inbox." and the instance id), whose state the process bounds with
+// ExpireSender. Since only the caller of Send observes such a sender's
+// outcomes, a broker may take shortcuts for it (see Send).
+const InboxPrefix = "_inbox."
+
 // Envelope is a message as a broker stores and moves it.
 type Envelope struct {
 	// ID is the message id, unique across all messages; set by the client.
@@ -170,7 +177,9 @@ type Broker interface {
 	// Send queues env for env.Receiver in one atomic step. If env.Timeout > 0
 	// it also records, in the same step, a pending timeout under env.Sender
 	// with deadline broker-now+Timeout, and returns that deadline; otherwise
-	// the zero time.
+	// the zero time. For a sender named with InboxPrefix, broker-now may be
+	// the broker's clock as this client estimates it (within a round trip),
+	// and the timeout notice may carry only the message id.
 	Send(ctx context.Context, env *Envelope) (deadline time.Time, err error)
 
 	// SendBatch sends each of envs as Send would, each in its own atomic

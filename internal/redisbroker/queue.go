@@ -22,7 +22,8 @@ const maxBatch = 1000
 
 // Send queues env: one XADD, or for a message with a timeout one script
 // that also records the pending timeout under env.Sender (two steps on
-// Redis Cluster when the names' slots differ: see sendTimedSplit).
+// Redis Cluster when the names' slots differ: see sendTimedSplit; one
+// transaction from an open inbox: see inboxCmds).
 func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, error) {
 	if err := b.check(); err != nil {
 		return time.Time{}, err
@@ -39,6 +40,16 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 		return time.Time{}, nil
 	case sendSplit:
 		return b.sendTimedSplit(ctx, env, data)
+	case sendInbox:
+		now, err := b.estimateNow(ctx)
+		if err != nil {
+			return time.Time{}, err
+		}
+		deadline, cmds := b.inboxCmds(env, data, now)
+		if err := b.execOK(b.client.DoMulti(ctx, cmds...)); err != nil {
+			return time.Time{}, b.fail(ctx, "send", err)
+		}
+		return deadline, nil
 	}
 	res, err := scriptSendTimed.Exec(ctx, b.client, b.sendTimedKeys(env), sendTimedArgs(env, data)).ToString()
 	if err != nil {
@@ -52,6 +63,7 @@ const (
 	sendPlain = iota // no timeout: one XADD
 	sendTimed        // script send_timed
 	sendSplit        // on a Cluster, across slots: sendTimedSplit
+	sendInbox        // from an open inbox, not on a Cluster: inboxCmds
 )
 
 func (b *Broker) sendKind(env *broker.Envelope) int {
@@ -60,8 +72,62 @@ func (b *Broker) sendKind(env *broker.Envelope) int {
 		return sendPlain
 	case b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
 		return sendSplit
+	case !b.cluster && b.inboxTTL(env.Sender) > 0:
+		return sendInbox
 	}
 	return sendTimed
+}
+
+// inboxTTL returns how long the state of sender, an inbox opened through
+// this broker, lives at least; 0 for any other sender.
+func (b *Broker) inboxTTL(sender string) time.Duration {
+	v, ok := b.inboxes.Load(sender)
+	if !ok {
+		return 0
+	}
+	return max(time.Until(v.(time.Time)), 0)
+}
+
+// inboxCmds returns the deadline of env, a timed message from an open
+// inbox, and the transaction that sends it: MULTI, ZADD of its pending
+// timeout, PEXPIRE giving the timeouts the inbox's expiry (they may have
+// just been created), XADD to the queue, EXEC. It costs Redis about half
+// of send_timed. The deadline comes from now, Redis time as this client
+// estimates it (within a round trip of TIME): only this process waits on
+// an inbox, and the outcome is still decided in Redis by Redis time. No
+// copy of the message is kept for the timeout notice, which carries the
+// id alone: Request needs no more.
+func (b *Broker) inboxCmds(env *broker.Envelope, data string, now time.Time) (time.Time, rueidis.Commands) {
+	deadline := now.Add(env.Timeout).Truncate(time.Millisecond)
+	ms := strconv.FormatInt(deadline.UnixMilli(), 10)
+	t := b.keys.timeouts(env.Sender)
+	return deadline, rueidis.Commands{
+		b.client.B().Multi().Build(),
+		b.client.B().Zadd().Key(t).ScoreMember().ScoreMember(float64(deadline.UnixMilli()), env.ID).Build(),
+		b.client.B().Pexpire().Key(t).Milliseconds(max(b.inboxTTL(env.Sender).Milliseconds(), 1)).Build(),
+		b.client.B().Xadd().Key(b.keys.queue(env.Receiver)).Id("*").FieldValue().FieldValue("m", data).FieldValue("d", ms).Build(),
+		b.client.B().Exec().Build(),
+	}
+}
+
+// execOK returns the first error among the replies of a transaction
+// (MULTI ... EXEC), including those of the commands EXEC ran.
+func (b *Broker) execOK(res []rueidis.RedisResult) error {
+	for _, r := range res {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	done, err := res[len(res)-1].ToArray()
+	if err != nil {
+		return err
+	}
+	for _, r := range done {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (b *Broker) xadd(env *broker.Envelope, data string) rueidis.Completed {
@@ -128,6 +194,27 @@ func (b *Broker) sendRun(ctx context.Context, kind int, envs []*broker.Envelope,
 		for i, r := range b.client.DoMulti(ctx, cmds...) {
 			if err := r.Error(); err != nil {
 				errs[i], failed = b.fail(ctx, "send", err), true
+			}
+		}
+	case sendInbox:
+		now, err := b.estimateNow(ctx)
+		if err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+			return true
+		}
+		const n = 5 // commands per message
+		cmds := make(rueidis.Commands, 0, n*len(envs))
+		for i, env := range envs {
+			var c rueidis.Commands
+			deadlines[i], c = b.inboxCmds(env, rueidis.BinaryString(wire.Encode(env)), now)
+			cmds = append(cmds, c...)
+		}
+		res := b.client.DoMulti(ctx, cmds...)
+		for i := range envs {
+			if err := b.execOK(res[n*i : n*i+n]); err != nil {
+				deadlines[i], errs[i], failed = time.Time{}, b.fail(ctx, "send", err), true
 			}
 		}
 	case sendTimed:
@@ -547,19 +634,8 @@ func (b *Broker) ack(ctx context.Context, op, stream, delayed string, refs []str
 			b.client.B().Zrem().Key(delayed).Member(chunk...).Build(),
 			b.client.B().Xdel().Key(stream).Id(chunk...).Build(),
 			b.client.B().Exec().Build())
-		for _, r := range res {
-			if err := r.Error(); err != nil {
-				return b.fail(ctx, op, err)
-			}
-		}
-		done, err := res[len(res)-1].ToArray()
-		if err != nil {
+		if err := b.execOK(res); err != nil {
 			return b.fail(ctx, op, err)
-		}
-		for _, r := range done {
-			if err := r.Error(); err != nil {
-				return b.fail(ctx, op, err)
-			}
 		}
 	}
 	return nil

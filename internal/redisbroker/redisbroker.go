@@ -108,6 +108,14 @@ type Broker struct {
 	pruneEvery   time.Duration
 	pruned       sync.Map // stream key -> time.Time of the last prune
 
+	// offset is Redis time minus local time, in ns, as the last Now
+	// measured it (synced says whether one did): the clock of sendInbox.
+	offset atomic.Int64
+	synced atomic.Bool
+	// inboxes maps an inbox sender to the local time until which its
+	// ExpireSender through this broker keeps its state.
+	inboxes sync.Map
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	// closing ends at Close, to wake blocked reads: rueidis does not end
@@ -259,10 +267,12 @@ func (b *Broker) Now(ctx context.Context) (time.Time, error) {
 	if err := b.check(); err != nil {
 		return time.Time{}, err
 	}
+	sent := time.Now()
 	v, err := b.client.Do(ctx, b.client.B().Time().Build()).AsStrSlice()
 	if err != nil {
 		return time.Time{}, b.fail(ctx, "now", err)
 	}
+	got := time.Now()
 	if len(v) != 2 {
 		return time.Time{}, fmt.Errorf("redisbroker: now: TIME answered %q", v)
 	}
@@ -271,7 +281,20 @@ func (b *Broker) Now(ctx context.Context) (time.Time, error) {
 	if err1 != nil || err2 != nil {
 		return time.Time{}, fmt.Errorf("redisbroker: now: TIME answered %q", v)
 	}
-	return time.Unix(sec, usec*1000), nil
+	now := time.Unix(sec, usec*1000)
+	// Redis read its clock about half way through the round trip.
+	b.offset.Store(int64(now.Sub(sent.Add(got.Sub(sent) / 2))))
+	b.synced.Store(true)
+	return now, nil
+}
+
+// estimateNow returns Redis time as the last Now measured the offset of
+// the local clock, calling Now if none did.
+func (b *Broker) estimateNow(ctx context.Context) (time.Time, error) {
+	if !b.synced.Load() {
+		return b.Now(ctx)
+	}
+	return time.Now().Add(time.Duration(b.offset.Load())), nil
 }
 
 func (b *Broker) check() error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -86,11 +87,18 @@ func (b *Broker) ExpireSender(ctx context.Context, sender string, ttl time.Durat
 	if ttl < 0 {
 		return fmt.Errorf("redisbroker: ttl must be >= 0, got %v", ttl)
 	}
+	// The state lives at least until then (measured before Redis sets it);
+	// sendInbox needs that bound.
+	until := time.Now().Add(ttl)
+	b.inboxes.Delete(sender)
 	err := scriptExpireSender.Exec(ctx, b.client,
 		[]string{b.keys.replies(sender), b.keys.replyDelayed(sender), b.keys.timeouts(sender), b.keys.timedMessages(sender)},
 		[]string{msString(ttl)}).Error()
 	if err != nil {
 		return b.fail(ctx, "expire sender", err)
+	}
+	if ttl > 0 && strings.HasPrefix(sender, broker.InboxPrefix) {
+		b.inboxes.Store(sender, until)
 	}
 	return nil
 }

@@ -330,8 +330,9 @@ func TestReplyRacesExpire(t *testing.T) {
 }
 
 // TestExpireSenderKeys looks at the keys: ExpireSender puts an expiry on
-// every key of the sender (and send_timed on the ones it creates later),
-// the keys vanish when it passes, and ttl 0 deletes them.
+// every key of the sender (and a timed send from the inbox on the one it
+// creates later; it keeps no copy of the message), the keys vanish when it
+// passes, and ttl 0 deletes them.
 func TestExpireSenderKeys(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
@@ -358,11 +359,14 @@ func TestExpireSenderKeys(t *testing.T) {
 	}
 
 	stateOf(s)
-	for _, k := range senderKeys(s) {
+	for _, k := range senderKeys(s)[:2] {
 		ttl, err := do(t, rc, "PTTL", k).AsInt64()
 		if err != nil || ttl <= 0 || ttl > time.Minute.Milliseconds() {
 			t.Fatalf("PTTL %s = %d, %v; want an expiry of at most a minute", k, ttl, err)
 		}
+	}
+	if n, _ := do(t, rc, "EXISTS", b.keys.timedMessages(s)).AsInt64(); n != 0 {
+		t.Fatal("a timed send from an inbox kept a copy of the message")
 	}
 	if err := b.ExpireSender(ctx, s, 0); err != nil {
 		t.Fatal(err)
@@ -387,5 +391,82 @@ func TestExpireSenderKeys(t *testing.T) {
 	}
 	if n, _ := do(t, rc, "EXISTS", b.keys.replies(s2)).AsInt64(); n != 0 {
 		t.Fatal("a refused reply re-created the reply stream")
+	}
+}
+
+// TestInboxSend sends timed messages from an open inbox (one transaction,
+// the deadline from the client's estimate of Redis time): the deadline is
+// Redis time plus the timeout, within the round trips around it; the reply
+// is decided as for any timed message; a timeout notice carries the id.
+// A timed send from an inbox this broker did not open takes send_timed.
+func TestInboxSend(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	rc := rawClient(t, srv)
+	const inbox = "_inbox.send"
+	if err := b.ExpireSender(ctx, inbox, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before, err := b.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(id string, timeout time.Duration) time.Time {
+		t.Helper()
+		req := env(id, "inbox-orders")
+		req.Sender, req.Timeout = inbox, timeout
+		if b.sendKind(req) != sendInbox {
+			t.Fatalf("a timed send from an open inbox does not take the inbox path")
+		}
+		dl, err := b.Send(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dl
+	}
+	dl := send("m1", time.Hour)
+	after, err := b.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lo, hi := before.Add(time.Hour).Add(-5*time.Millisecond), after.Add(time.Hour).Add(5*time.Millisecond); dl.Before(lo) || dl.After(hi) {
+		t.Fatalf("deadline %v, want within [%v, %v]", dl, lo, hi)
+	}
+	ds := fetch1(t, b, "inbox-orders", "c", time.Minute, 0)
+	if len(ds) != 1 || ds[0].Env.ID != "m1" || !ds[0].Deadline.Equal(dl) {
+		t.Fatalf("Fetch = %+v; want m1 with deadline %v", ds, dl)
+	}
+	reply := &broker.Envelope{ID: "r1", Receiver: inbox, InReplyTo: "m1", Content: []byte("ok")}
+	if err := b.Reply(ctx, reply, broker.ReplyTimed); err != nil {
+		t.Fatalf("Reply: %v", err)
+	}
+	if err := b.Reply(ctx, reply, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("second Reply: %v, want ErrLate", err)
+	}
+	send("m2", 20*time.Millisecond)
+	eventually(t, "the notice of m2", func() bool {
+		n, err := b.ExpireTimeouts(ctx, inbox, 10)
+		return err == nil && n == 1
+	})
+	rs, err := b.ReadReplies(ctx, inbox, "c", 10, time.Second, time.Minute)
+	if err != nil || len(rs) != 2 || rs[0].RequestID != "m1" || rs[0].Kind != broker.KindReply ||
+		rs[1].RequestID != "m2" || rs[1].Kind != broker.KindTimeout || rs[1].Env.ID != "m2" {
+		t.Fatalf("ReadReplies = %+v, %v; want the reply to m1, then the notice of m2", rs, err)
+	}
+
+	// Not opened through this broker: send_timed, which keeps the copy.
+	other := newBroker(t)
+	other.keys = b.keys
+	req := env("m3", "inbox-orders")
+	req.Sender, req.Timeout = inbox, time.Hour
+	if other.sendKind(req) != sendTimed {
+		t.Fatalf("a timed send from an inbox this broker did not open takes the inbox path")
+	}
+	if _, err := other.Send(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := do(t, rc, "HEXISTS", b.keys.timedMessages(inbox), "m3").AsInt64(); n != 1 {
+		t.Fatal("send_timed kept no copy of m3")
 	}
 }
