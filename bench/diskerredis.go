@@ -43,7 +43,20 @@ func closeDiskers(ds ...*disker.Disker) error {
 	return first
 }
 
-func ffDisker(ctx context.Context, s *redisServer, n int) (smp sample, err error) {
+func ffDisker(ctx context.Context, s *redisServer, n int) (sample, error) {
+	return ffDiskerWith(ctx, s, n, 1)
+}
+
+// ffDiskerBatch is ffDisker with producers that send ffBatch messages per
+// SendBatch call.
+func ffDiskerBatch(ctx context.Context, s *redisServer, n int) (sample, error) {
+	return ffDiskerWith(ctx, s, n, ffBatch)
+}
+
+// ffDiskerWith runs the fire-and-forget workload with producers that send
+// batch messages per call (Send for 1, SendBatch above). n must be a
+// multiple of batch.
+func ffDiskerWith(ctx context.Context, s *redisServer, n, batch int) (smp sample, err error) {
 	dispatcher, worker, err := newDiskerPair(s)
 	if err != nil {
 		return sample{}, err
@@ -63,6 +76,16 @@ func ffDisker(ctx context.Context, s *redisServer, n int) (smp sample, err error
 	}
 	errc := make(chan error, 1)
 	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+		if batch > 1 {
+			msgs := make([]disker.Message, batch)
+			for i := range msgs {
+				msgs[i] = disker.Message{Receiver: "bench-ff", Content: payload, FireAndForget: true}
+			}
+			return produce(ctx, n/batch, errc, func(ctx context.Context) error {
+				_, err := dispatcher.SendBatch(ctx, msgs)
+				return err
+			})
+		}
 		return produce(ctx, n, errc, func(ctx context.Context) error {
 			_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-ff", Content: payload}, disker.WithFireAndForget())
 			return err

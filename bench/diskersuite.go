@@ -41,7 +41,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 		Notes: []string{"Timed from the first send until the last message was handled. " +
 			"\"× Disker time\" is the peer's time over Disker's (above 1 means Disker is faster). " +
 			"The bare list queue (LPUSH/BRPOP) delivers at most once and keeps no state; asynq runs with " +
-			"TaskCheckInterval 10 ms (default 1 s) so that its idle poll at the start is not counted."},
+			"TaskCheckInterval 10 ms (default 1 s) so that its idle poll at the start is not counted.",
+			"The last two rows are not the targets' workload: their producers send 100 messages per call " +
+				"(Disker's SendBatch; one LPUSH of 100 elements, popped one at a time by BRPOP). asynq has no batch enqueue."},
 		Header: []string{"implementation", "msgs/s, median (min–max)", "wall s", "× Disker time", "redis CPU µs/msg", "Go CPU µs/msg"},
 	}
 	ref := series(ff[nameDisker], opsPerSec).med

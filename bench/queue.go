@@ -23,6 +23,9 @@ const (
 	ffProducers = 8
 	ffHandlers  = 32
 	nameDisker  = "disker"
+	// ffBatch is how many messages a producer sends per call in the
+	// batched rows (Disker's SendBatch, one LPUSH of many elements).
+	ffBatch = 100
 )
 
 // payload is the content of every message: 16 bytes.
@@ -99,8 +102,17 @@ func ffImpls(n int) []redisImpl {
 		{name: "asynq", run: func(ctx context.Context, s *redisServer) (sample, error) { return ffAsynq(ctx, s, n) }},
 		{name: "bare list, go-redis", run: func(ctx context.Context, s *redisServer) (sample, error) { return ffGoRedis(ctx, s, n) }},
 		{name: "bare list, rueidis", run: func(ctx context.Context, s *redisServer) (sample, error) { return ffRueidis(ctx, s, n) }},
+		{name: nameDiskerBatch, run: func(ctx context.Context, s *redisServer) (sample, error) { return ffDiskerBatch(ctx, s, n) }},
+		{name: nameBareBatch, run: func(ctx context.Context, s *redisServer) (sample, error) { return ffRueidisBatch(ctx, s, n) }},
 	}
 }
+
+// Names of the batched fire-and-forget rows: not the targets' workload (the
+// producers send 100 messages per call), shown for what batching gives.
+const (
+	nameDiskerBatch = "disker, SendBatch of 100"
+	nameBareBatch   = "bare list, rueidis, LPUSH of 100"
+)
 
 // timedRun times from start until cd has counted everything.
 func timedRun(ctx context.Context, n int, cd *countdown, errc chan error, start func(context.Context) *sync.WaitGroup) (sample, error) {
@@ -191,6 +203,18 @@ func ffGoRedis(ctx context.Context, s *redisServer, n int) (sample, error) {
 }
 
 func ffRueidis(ctx context.Context, s *redisServer, n int) (sample, error) {
+	return ffRueidisWith(ctx, s, n, 1)
+}
+
+// ffRueidisBatch is ffRueidis with producers that push ffBatch elements per
+// LPUSH; the consumers still pop one at a time.
+func ffRueidisBatch(ctx context.Context, s *redisServer, n int) (sample, error) {
+	return ffRueidisWith(ctx, s, n, ffBatch)
+}
+
+// ffRueidisWith runs the bare list queue with producers that push batch
+// elements per LPUSH. n must be a multiple of batch.
+func ffRueidisWith(ctx context.Context, s *redisServer, n, batch int) (sample, error) {
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr}, DisableCache: true})
 	if err != nil {
 		return sample{}, err
@@ -227,8 +251,12 @@ func ffRueidis(ctx context.Context, s *redisServer, n int) (sample, error) {
 		}()
 	}
 	smp, err := timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
-		return produce(ctx, n, errc, func(ctx context.Context) error {
-			return c.Do(ctx, c.B().Lpush().Key("q").Element(string(payload)).Build()).Error()
+		elems := make([]string, batch)
+		for i := range elems {
+			elems[i] = string(payload)
+		}
+		return produce(ctx, n/batch, errc, func(ctx context.Context) error {
+			return c.Do(ctx, c.B().Lpush().Key("q").Element(elems...).Build()).Error()
 		})
 	})
 	for range ffHandlers {
