@@ -761,3 +761,32 @@ func TestGatewayBadGateway(t *testing.T) {
 		t.Fatalf("non-HTTP reply: %d %q, want 502", code, body)
 	}
 }
+
+// TestSendFileInBatches sends 250 lines without --wait (three SendBatch
+// calls of at most 100 lines) to a receiver nobody serves: stats counts
+// all 250 queued.
+func TestSendFileInBatches(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var lines strings.Builder
+	for i := range 250 {
+		fmt.Fprintf(&lines, "{\"content\": \"job %d\"}\n", i)
+	}
+	jsonl := filepath.Join(t.TempDir(), "jobs.jsonl")
+	if err := os.WriteFile(jsonl, []byte(lines.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := e.run("", "send", "--to", "bulk", "--concurrency", "2", "--file", jsonl)
+	if code != 0 || !strings.Contains(errOut, "sent 250 of 250 messages to bulk") {
+		t.Fatalf("send --file: exit %d, stderr %q", code, errOut)
+	}
+	out, errOut, code := e.run("", "stats", "--json", "--receiver", "bulk")
+	var snap struct {
+		Receivers []struct {
+			Queued int64 `json:"queued"`
+		} `json:"receivers"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &snap) != nil || len(snap.Receivers) != 1 || snap.Receivers[0].Queued != 250 {
+		t.Fatalf("stats --json after the batches: %d %s %s; want 250 queued", code, out, errOut)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,7 +77,7 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
 	fs.BoolVar(&o.fireAndForget, "fire-and-forget", false, "expect no reply")
 	fs.BoolVar(&o.wait, "wait", false, "wait for the reply and print it")
 	fs.StringVar(&o.file, "file", "", "send every line of this JSON Lines file (- for stdin) as a message")
-	fs.IntVar(&o.concurrency, "concurrency", 8, "with --file, how many messages to have in flight at once")
+	fs.IntVar(&o.concurrency, "concurrency", 8, "with --file, how many requests (with --wait) or batches of 100 messages (without) to have in flight at once")
 	fs.StringArrayVar(&o.headers, "header", nil, "message header KEY=VALUE (repeatable)")
 	fs.Var(&o.maxMsgSize, "max-message-size", "largest content accepted")
 	o.conn.register(fs)
@@ -313,6 +314,11 @@ func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing) ([]byte
 }
 
 func (a *app) sendAsync(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing) (string, error) {
+	return d.Send(ctx, asyncMessage(o, m))
+}
+
+// asyncMessage is the message of m sent without waiting for a reply.
+func asyncMessage(o *sendOptions, m outgoing) disker.Message {
 	msg := disker.Message{
 		Receiver: m.to,
 		Sender:   o.from,
@@ -323,7 +329,42 @@ func (a *app) sendAsync(ctx context.Context, d *disker.Disker, o *sendOptions, m
 	if o.from == "" {
 		msg.FireAndForget = true
 	}
-	return d.Send(ctx, msg)
+	return msg
+}
+
+// sendBatchSize is how many lines of a --file without --wait go in one
+// SendBatch.
+const sendBatchSize = 100
+
+// sendAsyncBatch sends ms with one SendBatch and returns the id or the
+// error of each. If the batch is refused as a whole (a message fails
+// validation), it sends them one by one, so that each line gets its own
+// answer.
+func (a *app) sendAsyncBatch(ctx context.Context, d *disker.Disker, o *sendOptions, ms []outgoing) ([]string, []error) {
+	msgs := make([]disker.Message, len(ms))
+	for i, m := range ms {
+		msgs[i] = asyncMessage(o, m)
+	}
+	errs := make([]error, len(ms))
+	ids, err := d.SendBatch(ctx, msgs)
+	var be *disker.BatchError
+	var ve *disker.ValidationError
+	switch {
+	case err == nil:
+	case errors.As(err, &be):
+		copy(errs, be.Errs)
+	case errors.As(err, &ve):
+		ids = make([]string, len(ms))
+		for i := range msgs {
+			ids[i], errs[i] = d.Send(ctx, msgs[i])
+		}
+	default:
+		ids = make([]string, len(ms))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return ids, errs
 }
 
 // sendMany sends msgs with up to o.concurrency in flight, a progress bar on
@@ -345,46 +386,56 @@ func (a *app) sendMany(ctx context.Context, d *disker.Disker, o *sendOptions, ms
 		ReplyBase64 string `json:"reply_base64,omitempty"`
 		Error       string `json:"error,omitempty"`
 	}
-	work := make(chan outgoing)
+	// Without --wait, each worker sends sendBatchSize lines at a time.
+	size := 1
+	if !o.wait {
+		size = sendBatchSize
+	}
+	work := make(chan []outgoing)
 	var wg sync.WaitGroup
-	for range min(o.concurrency, len(msgs)) {
+	for range min(o.concurrency, (len(msgs)+size-1)/size) {
 		wg.Go(func() {
-			for m := range work {
-				res := result{Line: m.line}
-				var err error
+			for batch := range work {
+				ids, errs := make([]string, len(batch)), make([]error, len(batch))
+				var replies [][]byte
 				if o.wait {
-					var reply []byte
-					if reply, err = a.request(ctx, d, m); err == nil {
-						if utf8.Valid(reply) {
-							s := string(reply)
-							res.Reply = &s
-						} else {
-							res.ReplyBase64 = base64.StdEncoding.EncodeToString(reply)
-						}
+					replies = make([][]byte, len(batch))
+					for i, m := range batch {
+						replies[i], errs[i] = a.request(ctx, d, m)
 					}
 				} else {
-					res.ID, err = a.sendAsync(ctx, d, o, m)
+					ids, errs = a.sendAsyncBatch(ctx, d, o, batch)
 				}
 				mu.Lock()
-				if err != nil {
-					res.Error = oneLine(err.Error())
-					failed++
-					if first == nil {
-						first = fmt.Errorf("line %d: %w", m.line, err)
+				for i, m := range batch {
+					res := result{Line: m.line, ID: ids[i]}
+					if err := errs[i]; err != nil {
+						res.Error = oneLine(err.Error())
+						failed++
+						if first == nil {
+							first = fmt.Errorf("line %d: %w", m.line, err)
+						}
+					} else if o.wait {
+						if utf8.Valid(replies[i]) {
+							s := string(replies[i])
+							res.Reply = &s
+						} else {
+							res.ReplyBase64 = base64.StdEncoding.EncodeToString(replies[i])
+						}
+					}
+					if o.wait {
+						_ = enc.Encode(res)
 					}
 				}
-				if o.wait {
-					_ = enc.Encode(res)
-				}
 				mu.Unlock()
-				bar.add(1)
+				bar.add(len(batch))
 			}
 		})
 	}
 loop:
-	for _, m := range msgs {
+	for batch := range slices.Chunk(msgs, size) {
 		select {
-		case work <- m:
+		case work <- batch:
 		case <-ctx.Done():
 			break loop
 		}
