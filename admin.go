@@ -71,7 +71,8 @@ type ReceiverLocalStats struct {
 	// Exclusive tells whether it was registered WithExclusive; HoldsLock
 	// whether this instance holds its lock now.
 	Exclusive, HoldsLock bool
-	// InFlight counts messages being handled now.
+	// InFlight counts messages being handled now, and those fetched ahead
+	// that wait for a free handler (WithPrefetch).
 	InFlight int64
 	// Processed counts messages handled successfully.
 	Processed int64

