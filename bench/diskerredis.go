@@ -48,7 +48,8 @@ func ffDisker(ctx context.Context, s *redisServer, n int) (sample, error) {
 }
 
 // ffDiskerBatch is ffDisker with producers that send ffBatch messages per
-// SendBatch call.
+// SendBatch call, and a worker that prefetches up to ffHandlers messages
+// beyond its free handler slots (WithPrefetch), as a bulk load would.
 func ffDiskerBatch(ctx context.Context, s *redisServer, n int) (sample, error) {
 	return ffDiskerWith(ctx, s, n, ffBatch)
 }
@@ -71,7 +72,11 @@ func ffDiskerWith(ctx context.Context, s *redisServer, n, batch int) (smp sample
 		cd.add()
 		return nil, nil
 	})
-	if err := worker.Handle("bench-ff", h, disker.WithConcurrency(ffHandlers)); err != nil {
+	opts := []disker.HandleOption{disker.WithConcurrency(ffHandlers)}
+	if batch > 1 {
+		opts = append(opts, disker.WithPrefetch(ffHandlers))
+	}
+	if err := worker.Handle("bench-ff", h, opts...); err != nil {
 		return sample{}, err
 	}
 	errc := make(chan error, 1)

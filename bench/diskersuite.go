@@ -43,7 +43,8 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			"The bare list queue (LPUSH/BRPOP) delivers at most once and keeps no state; asynq runs with " +
 			"TaskCheckInterval 10 ms (default 1 s) so that its idle poll at the start is not counted.",
 			"The last two rows are not the targets' workload: their producers send 100 messages per call " +
-				"(Disker's SendBatch; one LPUSH of 100 elements, popped one at a time by BRPOP). asynq has no batch enqueue."},
+				"(Disker's SendBatch, with a worker that prefetches 32 messages beyond its 32 handler slots; one LPUSH " +
+				"of 100 elements, popped one at a time by BRPOP). asynq has no batch enqueue."},
 		Header: []string{"implementation", "msgs/s, median (min–max)", "wall s", "× Disker time", "redis CPU µs/msg", "Go CPU µs/msg"},
 	}
 	ref := series(ff[nameDisker], opsPerSec).med

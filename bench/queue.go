@@ -110,7 +110,7 @@ func ffImpls(n int) []redisImpl {
 // Names of the batched fire-and-forget rows: not the targets' workload (the
 // producers send 100 messages per call), shown for what batching gives.
 const (
-	nameDiskerBatch = "disker, SendBatch of 100"
+	nameDiskerBatch = "disker, SendBatch of 100, prefetch 32"
 	nameBareBatch   = "bare list, rueidis, LPUSH of 100"
 )
 
