@@ -691,6 +691,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"worker", "--receiver", "x", "--exec", "cat", "--bogus"}, "", 2, "unknown flag: --bogus"},
 		{[]string{"worker", "--receiver", "bad name", "--exec", "cat"}, "", 2, `invalid --receiver "bad name"`},
 		{[]string{"worker", "--receiver", "x", "--exec", "cat", "--concurrency", "0"}, "", 2, "--concurrency"},
+		{[]string{"worker", "--receiver", "x", "--exec", "cat", "--prefetch", "-1"}, "", 2, "--prefetch"},
 		{[]string{"worker", "--receiver", "x", "--exec", "cat"}, "DISKER_CONCURRENCY=lots", 2, "DISKER_CONCURRENCY"},
 		{[]string{"worker", "--receiver", "x", "--exec", "'unterminated"}, "", 2, "unterminated"},
 		{[]string{"gateway", "--receiver", "web", "--timeout", "0s"}, "", 2, "--timeout"},

@@ -26,6 +26,7 @@ type workerOptions struct {
 	httpURL     string
 	maxBody     byteSize
 	concurrency int
+	prefetch    int
 	maxAttempts int
 	lease       time.Duration
 	exclusive   bool
@@ -85,6 +86,7 @@ exits 0. A second signal exits at once.`),
 	fs.StringVar(&o.httpURL, "http", "", "URL of the local HTTP service to forward each request to")
 	fs.Var(&o.maxBody, "max-body", "with --http, the largest response body passed back; a larger one gets 502")
 	fs.IntVar(&o.concurrency, "concurrency", disker.DefaultConcurrency(), "how many messages to handle at a time")
+	fs.IntVar(&o.prefetch, "prefetch", 0, "messages to fetch ahead of free handler slots, waiting in line here (for many short jobs)")
 	fs.IntVar(&o.maxAttempts, "max-attempts", disker.DefaultMaxAttempts, "deliveries of a message before it is dead-lettered (1: no retry)")
 	fs.DurationVar(&o.lease, "lease", disker.DefaultLease, "how long a message stays with this worker if it stops renewing (crash) before another worker gets it")
 	fs.BoolVar(&o.exclusive, "exclusive", false, "let one worker at a time serve the receiver (the others stand by)")
@@ -108,6 +110,8 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 		return usagef("--exec and --http cannot be used together")
 	case o.concurrency < 1:
 		return usagef("invalid --concurrency %d: must be >= 1", o.concurrency)
+	case o.prefetch < 0:
+		return usagef("invalid --prefetch %d: must be >= 0", o.prefetch)
 	case o.maxAttempts < 1:
 		return usagef("invalid --max-attempts %d: must be >= 1", o.maxAttempts)
 	case o.lease < time.Second:
@@ -167,6 +171,7 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 	m.WatchLocalStats(d.LocalStats)
 	opts := []disker.HandleOption{
 		disker.WithConcurrency(o.concurrency),
+		disker.WithPrefetch(o.prefetch),
 		disker.WithMaxAttempts(o.maxAttempts),
 		disker.WithLease(o.lease),
 	}
