@@ -35,7 +35,9 @@ type Config struct {
 	// RedisURL selects the broker: "redis://[user:pass@]host:port/db", or
 	// "rediss://..." for TLS. For Redis Cluster, give any nodes, the rest as
 	// addr parameters: "redis://host1:6379?addr=host2:6379&addr=host3:6379";
-	// the client finds the others. "" or "mem://" or "mem://NAME" selects
+	// the client finds the others. For Redis Sentinel, give the sentinels
+	// and the master set: "redis://s1:26379?addr=s2:26379&master_set=NAME".
+	// "" or "mem://" or "mem://NAME" selects
 	// the embedded in-memory broker: instances in one process with the same
 	// NAME share it ("" and "mem://" mean NAME "default").
 	RedisURL string
