@@ -181,8 +181,8 @@ func (o *handleOptions) setErr(err error) {
 }
 
 // Handle starts serving receiver with h: this instance fetches the
-// receiver's messages, as many at a time as its concurrency, and runs h on
-// each. Any number of instances may serve the same receiver; each message
+// receiver's messages, as many at a time as its concurrency (plus
+// WithPrefetch's), and runs h on each. Any number of instances may serve the same receiver; each message
 // goes to one of them at a time.
 //
 // It returns a *ValidationError for a bad name, a nil handler or a bad
