@@ -25,9 +25,10 @@ import (
 // would: as processes, against a private redis-server, driven by real HTTP
 // clients.
 var (
-	bin      string // the built disker binary
-	redisURL string // the private redis-server
-	prefixes atomic.Int64
+	bin        string   // the built disker binary
+	buildFlags []string // extra flags of its go build (-race under the race detector)
+	redisURL   string   // the private redis-server
+	prefixes   atomic.Int64
 )
 
 func TestMain(m *testing.M) {
@@ -38,12 +39,16 @@ func TestMain(m *testing.M) {
 	}
 	bin = filepath.Join(dir, "disker")
 	// go test puts its own go command first on PATH.
-	build := exec.Command("go", "build", "-o", bin, ".")
+	build := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", bin, ".")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: go build of the disker command failed:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
+	}
+	if len(buildFlags) > 0 {
+		// The processes inherit it: a data race ends the process at once.
+		os.Setenv("GORACE", "halt_on_error=1")
 	}
 	srv, stop := redistest.MustStart()
 	redisURL = srv.URL()
