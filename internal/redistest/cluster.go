@@ -152,40 +152,14 @@ func freePorts(n int) ([]int, error) {
 }
 
 // launchNode starts s as a cluster node with its bus on busPort and waits
-// for it to answer PING. It stands in for [Server.launch], whose arguments
-// have no room for the cluster settings.
+// for it to answer PING.
 func launchNode(s *Server, busPort int) error {
-	cmd := exec.Command("redis-server",
-		"--port", strconv.Itoa(s.port),
-		"--bind", "127.0.0.1",
-		"--dir", s.dir,
-		"--daemonize", "no",
-		"--protected-mode", "no",
-		"--save", "",
+	return s.run(append(s.baseArgs(),
 		"--appendonly", "no",
-		"--logfile", "redis.log",
-		"--maxclients", "4000",
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", "nodes.conf",
 		"--cluster-port", strconv.Itoa(busPort),
-	)
-	cmd.Dir = s.dir
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("redistest: start redis-server: %w", err)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	if err := s.waitReady(p); err != nil {
-		p.kill()
-		return err
-	}
-	s.mu.Lock()
-	s.proc = p
-	s.mu.Unlock()
-	return nil
+	))
 }
 
 // form joins the running nodes into one cluster and waits until it serves

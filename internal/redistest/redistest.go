@@ -149,16 +149,7 @@ func freePort() (int, error) {
 }
 
 func (s *Server) launch() error {
-	args := []string{
-		"--port", strconv.Itoa(s.port),
-		"--bind", "127.0.0.1",
-		"--dir", s.dir,
-		"--daemonize", "no",
-		"--protected-mode", "no",
-		"--save", "",
-		"--logfile", "redis.log",
-		"--maxclients", "4000",
-	}
+	args := s.baseArgs()
 	if s.opts.tls {
 		args[1] = "0" // no plain port
 		args = append(args, "--tls-port", strconv.Itoa(s.port),
@@ -170,6 +161,28 @@ func (s *Server) launch() error {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
+	return s.run(args)
+}
+
+// baseArgs are the redis-server arguments every server here starts with:
+// its port (first, as "--port" and the number), loopback only, its
+// directory, no snapshots, a log file.
+func (s *Server) baseArgs() []string {
+	return []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--daemonize", "no",
+		"--protected-mode", "no",
+		"--save", "",
+		"--logfile", "redis.log",
+		"--maxclients", "4000",
+	}
+}
+
+// run starts redis-server with args in s's directory, waits for it to
+// answer PING, and makes it s's running process.
+func (s *Server) run(args []string) error {
 	cmd := exec.Command("redis-server", args...)
 	cmd.Dir = s.dir
 	if err := cmd.Start(); err != nil {

@@ -130,55 +130,23 @@ func (s *Sentinel) launch(dir string) error {
 	}
 
 	dataArgs := func(n *Server) []string {
-		return []string{
-			"--port", strconv.Itoa(n.port),
-			"--bind", "127.0.0.1",
-			"--dir", n.dir,
-			"--daemonize", "no",
-			"--protected-mode", "no",
-			"--save", "",
+		return append(n.baseArgs(),
 			"--appendonly", "no",
-			"--logfile", "redis.log",
-			"--maxclients", "4000",
 			// Full syncs go straight from memory to memory, at once:
 			// nothing on disk, and no five-second wait for more replicas.
 			"--repl-diskless-sync", "yes",
 			"--repl-diskless-sync-delay", "0",
 			"--repl-diskless-load", "swapdb",
-		}
+		)
 	}
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup
 	for i, n := range s.nodes {
-		wg.Go(func() { errs[i] = launchArgs(n, dataArgs(n)) })
+		wg.Go(func() { errs[i] = n.run(dataArgs(n)) })
 	}
-	wg.Go(func() { errs[2] = launchArgs(s.sentinel, []string{confPath, "--sentinel"}) })
+	wg.Go(func() { errs[2] = s.sentinel.run([]string{confPath, "--sentinel"}) })
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// launchArgs starts redis-server with args for s and waits for it to
-// answer PING. It stands in for [Server.launch], whose arguments have no
-// room for replication or sentinel settings.
-func launchArgs(s *Server, args []string) error {
-	cmd := exec.Command("redis-server", args...)
-	cmd.Dir = s.dir
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("redistest: start redis-server: %w", err)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	if err := s.waitReady(p); err != nil {
-		p.kill()
-		return err
-	}
-	s.mu.Lock()
-	s.proc = p
-	s.mu.Unlock()
-	return nil
 }
 
 // settle makes node1 a replica of node0 and waits until it has caught up
