@@ -331,10 +331,11 @@ func (e *BatchError) Unwrap() []error {
 }
 
 // CheckSend returns an error when env cannot be sent: nil, no receiver or
-// id, a negative timeout, or a timeout without a sender to notify. Brokers
-// call it first in Send and add their own checks (size, placement). The
-// error names the field; callers add their package prefix.
-func CheckSend(env *Envelope) error {
+// id, a negative timeout, a timeout without a sender to notify, or content
+// over maxSize bytes (the broker's MaxMessageSize). Brokers call it first
+// in Send and SendBatch. The error names the field; callers add their
+// package prefix.
+func CheckSend(env *Envelope, maxSize int) error {
 	switch {
 	case env == nil:
 		return errors.New("envelope is nil")
@@ -347,7 +348,7 @@ func CheckSend(env *Envelope) error {
 	case env.Timeout > 0 && env.Sender == "":
 		return errors.New("Envelope.Sender is empty, but a message with a Timeout needs a reply address")
 	}
-	return nil
+	return CheckSize(env, maxSize)
 }
 
 // CheckSize returns an error when env's content is over max bytes (the

@@ -15,7 +15,7 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 	if err := b.check(ctx); err != nil {
 		return time.Time{}, err
 	}
-	if err := b.checkEnv(env); err != nil {
+	if err := broker.CheckSend(env, b.maxSize); err != nil {
 		return time.Time{}, fmt.Errorf("membroker: %w", err)
 	}
 	raw := encode(env)
@@ -35,7 +35,7 @@ func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time
 	}
 	raws := make([][]byte, len(envs))
 	for i, env := range envs {
-		if err := b.checkEnv(env); err != nil {
+		if err := broker.CheckSend(env, b.maxSize); err != nil {
 			return nil, fmt.Errorf("membroker: batch message %d: %w", i, err)
 		}
 		raws[i] = encode(env)
@@ -61,14 +61,6 @@ func (c *core) put(env *broker.Envelope, raw []byte) time.Time {
 	}
 	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: deadline})
 	return deadline
-}
-
-// checkEnv returns why env cannot be sent, without a package prefix.
-func (b *Broker) checkEnv(env *broker.Envelope) error {
-	if err := broker.CheckSend(env); err != nil {
-		return err
-	}
-	return broker.CheckSize(env, b.maxSize)
 }
 
 func (b *Broker) checkSize(env *broker.Envelope) error {

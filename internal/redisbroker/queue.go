@@ -28,7 +28,7 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 	if err := b.check(); err != nil {
 		return time.Time{}, err
 	}
-	if err := b.checkEnv(env); err != nil {
+	if err := broker.CheckSend(env, b.maxSize); err != nil {
 		return time.Time{}, fmt.Errorf("redisbroker: %w", err)
 	}
 	data := rueidis.BinaryString(wire.Encode(env))
@@ -153,7 +153,7 @@ func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time
 		return nil, err
 	}
 	for i, env := range envs {
-		if err := b.checkEnv(env); err != nil {
+		if err := broker.CheckSend(env, b.maxSize); err != nil {
 			return nil, fmt.Errorf("redisbroker: batch message %d: %w", i, err)
 		}
 	}
@@ -276,14 +276,6 @@ func parseDeadline(res string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("redisbroker: send: script answered %q", res)
 	}
 	return deadline, nil
-}
-
-// checkEnv returns why env cannot be sent, without a package prefix.
-func (b *Broker) checkEnv(env *broker.Envelope) error {
-	if err := broker.CheckSend(env); err != nil {
-		return err
-	}
-	return broker.CheckSize(env, b.maxSize)
 }
 
 func (b *Broker) checkSize(env *broker.Envelope) error {
