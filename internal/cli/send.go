@@ -396,10 +396,11 @@ func (a *app) sendMany(ctx context.Context, d *disker.Disker, o *sendOptions, ms
 	for range min(o.concurrency, (len(msgs)+size-1)/size) {
 		wg.Go(func() {
 			for batch := range work {
-				ids, errs := make([]string, len(batch)), make([]error, len(batch))
+				var ids []string
+				var errs []error
 				var replies [][]byte
 				if o.wait {
-					replies = make([][]byte, len(batch))
+					ids, errs, replies = make([]string, len(batch)), make([]error, len(batch)), make([][]byte, len(batch))
 					for i, m := range batch {
 						replies[i], errs[i] = a.request(ctx, d, m)
 					}
