@@ -22,19 +22,38 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 		nFF, nRR1, nRR32 = 10_000, 1_000, 5_000
 	}
 
-	ff, err := runRedisWorkload(ctx, o, "fire-and-forget", ffImpls(nFF))
-	if err != nil {
-		return nil, err
+	var ff, rr1, rr32 map[string][]sample
+	var err error
+	if o.runsWorkload("ff") {
+		if ff, err = runRedisWorkload(ctx, o, "fire-and-forget", ffImpls(nFF)); err != nil {
+			return nil, err
+		}
 	}
-	rr1, err := runRedisWorkload(ctx, o, "request/reply r=1", rrImpls(nRR1, 1))
-	if err != nil {
-		return nil, err
+	if o.runsWorkload("rr1") {
+		if rr1, err = runRedisWorkload(ctx, o, "request/reply r=1", rrImpls(nRR1, 1)); err != nil {
+			return nil, err
+		}
 	}
-	rr32, err := runRedisWorkload(ctx, o, "request/reply r=32", rrImpls(nRR32, 32))
-	if err != nil {
-		return nil, err
+	if o.runsWorkload("rr32") {
+		if rr32, err = runRedisWorkload(ctx, o, "request/reply r=32", rrImpls(nRR32, 32)); err != nil {
+			return nil, err
+		}
 	}
+	var tables []Table
+	if ff != nil {
+		tables = append(tables, ffTable(ff, nFF))
+	}
+	if rr1 != nil || rr32 != nil {
+		tables = append(tables, rrTable(rr1, rr32, nRR1, nRR32))
+	}
+	if ff != nil && rr1 != nil && rr32 != nil {
+		tables = append(tables, targetsTable(ff, rr1, rr32))
+	}
+	return tables, nil
+}
 
+// ffTable renders the fire-and-forget workload.
+func ffTable(ff map[string][]sample, nFF int) Table {
 	ffT := Table{
 		Title: fmt.Sprintf("Disker over Redis: fire-and-forget, %d producers, %d handlers, %s no-op messages",
 			ffProducers, ffHandlers, thousands(int64(nFF))),
@@ -54,6 +73,11 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			fmt.Sprintf("%.2f", series(ff[im.name], wallMS).med/1e3), fmtRatio(ref, tp.med),
 			fmtNum(series(ff[im.name], redisCPUPerOp).med), fmtNum(series(ff[im.name], procCPUPerOp).med)})
 	}
+	return ffT
+}
+
+// rrTable renders the request/reply workloads that ran (nil results did not).
+func rrTable(rr1, rr32 map[string][]sample, nRR1, nRR32 int) Table {
 
 	rrT := Table{
 		Title: "Disker over Redis: request/reply with a 5 s timeout, 32 handlers",
@@ -71,6 +95,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 		res map[string][]sample
 		ims []redisImpl
 	}{{1, rr1, rrImpls(nRR1, 1)}, {32, rr32, rrImpls(nRR32, 32)}} {
+		if w.res == nil {
+			continue
+		}
 		ref := series(w.res[nameDisker], opsPerSec).med
 		for _, im := range w.ims {
 			ss := w.res[im.name]
@@ -80,8 +107,7 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 				fmtNum(series(ss, redisCPUPerOp).med), fmtNum(series(ss, procCPUPerOp).med)})
 		}
 	}
-
-	return []Table{ffT, rrT, targetsTable(ff, rr1, rr32)}, nil
+	return rrT
 }
 
 // runRedisWorkload starts a fresh redis-server for the workload and runs its

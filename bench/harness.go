@@ -41,6 +41,11 @@ type Options struct {
 	// commands the run issued per operation (from INFO commandstats, which
 	// counts commands run by scripts too), to see where a run spends.
 	CommandStats bool
+	// Workloads, when not empty, limits DiskerSuite to these of its
+	// workloads: "ff" (fire-and-forget), "rr1" and "rr32" (request/reply
+	// from 1 and 32 requesters), to iterate on one. The targets table needs
+	// all three.
+	Workloads []string
 }
 
 func (o Options) progressf(format string, args ...any) {
@@ -286,4 +291,9 @@ func percentiles(ds []time.Duration) (float64, float64) {
 		return float64(ds[i]) / 1e3
 	}
 	return at(0.50), at(0.99)
+}
+
+// runsWorkload reports whether DiskerSuite runs workload w.
+func (o Options) runsWorkload(w string) bool {
+	return len(o.Workloads) == 0 || slices.Contains(o.Workloads, w)
 }

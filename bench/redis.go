@@ -68,7 +68,8 @@ func (s *redisServer) cpu() (time.Duration, error) {
 }
 
 // commandStats renders the calls of each command since the last CONFIG
-// RESETSTAT, per op, most frequent first, leaving out the rare ones.
+// RESETSTAT per op, with the Redis CPU time they took per op in
+// parentheses (INFO's usec), most frequent first, leaving out the rare ones.
 func (s *redisServer) commandStats(ops int) (string, error) {
 	info, err := s.do("INFO commandstats", "$")
 	if err != nil {
@@ -77,6 +78,7 @@ func (s *redisServer) commandStats(ops int) (string, error) {
 	type stat struct {
 		cmd   string
 		calls int
+		usec  float64
 	}
 	var stats []stat
 	for _, l := range strings.Split(info, "\n") {
@@ -84,18 +86,23 @@ func (s *redisServer) commandStats(ops int) (string, error) {
 		if !ok || !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		calls, rest, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		usec, _, _ := strings.Cut(strings.TrimPrefix(rest, "usec="), ",")
 		n, err := strconv.Atoi(calls)
 		if err != nil {
 			return "", fmt.Errorf("bench: INFO commandstats: %q: %w", l, err)
 		}
-		stats = append(stats, stat{strings.TrimPrefix(name, "cmdstat_"), n})
+		u, err := strconv.ParseFloat(usec, 64)
+		if err != nil {
+			return "", fmt.Errorf("bench: INFO commandstats: %q: %w", l, err)
+		}
+		stats = append(stats, stat{strings.TrimPrefix(name, "cmdstat_"), n, u})
 	}
 	sort.Slice(stats, func(i, j int) bool { return stats[i].calls > stats[j].calls })
 	var b strings.Builder
 	for _, st := range stats {
 		if per := float64(st.calls) / float64(ops); per >= 0.005 {
-			fmt.Fprintf(&b, "%s %.2f  ", st.cmd, per)
+			fmt.Fprintf(&b, "%s %.2f (%.1fµs)  ", st.cmd, per, st.usec/float64(ops))
 		}
 	}
 	return strings.TrimSpace(b.String()), nil
