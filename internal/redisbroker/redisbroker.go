@@ -116,6 +116,9 @@ type Broker struct {
 	// ExpireSender through this broker keeps its state.
 	inboxes sync.Map
 
+	// replies batches the timed replies.
+	replies *batcher[timedReply, replyResult]
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	// closing ends at Close, to wake blocked reads: rueidis does not end
@@ -157,6 +160,7 @@ func New(cfg Config) (*Broker, error) {
 		pruneIdle:    pruneIdle,
 		pruneEvery:   pruneEvery,
 	}
+	b.replies = newBatcher(maxBatch/2, b.flushReplies)
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, b.fail(context.Background(), "connect", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -28,9 +29,11 @@ const ErrorCodeUndecodable = "undecodable_reply"
 // Reply appends reply to the reply stream of reply.Receiver (the original
 // sender), as mode says: ReplyTimed runs one script that accepts it only if
 // the request reply.InReplyTo is still pending and its deadline is after
-// Redis time; ReplyIfOpen one that accepts it only if the reply stream
-// exists; ReplyUntimed is a plain XADD. A refused reply is
-// broker.ErrLate, and nothing is written.
+// Redis time (concurrent timed replies share round trips and, per sender,
+// script calls: see batcher); ReplyIfOpen one that accepts it only if the
+// reply stream exists; ReplyUntimed is a plain XADD. A refused reply is
+// broker.ErrLate, and nothing is written. A timed reply whose ctx has not
+// ended when it is merged runs to its end.
 func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.ReplyMode) error {
 	if err := b.check(); err != nil {
 		return err
@@ -56,9 +59,11 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 		return b.failIf(ctx, "reply", b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(sender)).Id("*").FieldValue().
 			FieldValue("k", kindReply).FieldValue("i", reply.InReplyTo).FieldValue("m", data).Build()).Error())
 	case broker.ReplyTimed:
-		n, err = scriptReplyTimed.Exec(ctx, b.client,
-			[]string{b.keys.timeouts(sender), b.keys.timedMessages(sender), b.keys.replies(sender)},
-			[]string{reply.InReplyTo, data}).AsInt64()
+		if err := ctx.Err(); err != nil {
+			return b.fail(ctx, "reply", err)
+		}
+		r := b.replies.do(timedReply{sender: sender, id: reply.InReplyTo, data: data})
+		n, err = r.accepted, r.err
 	case broker.ReplyIfOpen:
 		n, err = scriptReplyIfOpen.Exec(ctx, b.client,
 			[]string{b.keys.replies(sender)}, []string{reply.InReplyTo, data}).AsInt64()
@@ -72,6 +77,62 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 		return broker.ErrLate
 	}
 	return nil
+}
+
+// timedReply is a reply to a timed request, on its way to the batcher.
+type timedReply struct {
+	sender, id, data string
+}
+
+// replyResult is the outcome of a timedReply: accepted is 1, or 0 when late.
+type replyResult struct {
+	accepted int64
+	err      error
+}
+
+// flushReplies settles replies in one round trip: one reply_timed call per
+// sender (in parallel when there are several), each for all of that
+// sender's replies.
+func (b *Broker) flushReplies(replies []timedReply) []replyResult {
+	out := make([]replyResult, len(replies))
+	bySender := make(map[string][]int, 1)
+	var order []string
+	for i, r := range replies {
+		if _, ok := bySender[r.sender]; !ok {
+			order = append(order, r.sender)
+		}
+		bySender[r.sender] = append(bySender[r.sender], i)
+	}
+	settle := func(sender string) {
+		idx := bySender[sender]
+		args := make([]string, 0, 2*len(idx))
+		for _, i := range idx {
+			args = append(args, replies[i].id, replies[i].data)
+		}
+		ctx := context.Background()
+		res, err := scriptReplyTimed.Exec(ctx, b.client,
+			[]string{b.keys.timeouts(sender), b.keys.timedMessages(sender), b.keys.replies(sender)}, args).ToArray()
+		if err == nil && len(res) != len(idx) {
+			err = fmt.Errorf("redisbroker: reply: the script answered %d results for %d replies", len(res), len(idx))
+		}
+		for j, i := range idx {
+			if err != nil {
+				out[i].err = b.fail(ctx, "reply", err)
+				continue
+			}
+			out[i].accepted, out[i].err = res[j].AsInt64()
+		}
+	}
+	if len(order) == 1 {
+		settle(order[0])
+		return out
+	}
+	var wg sync.WaitGroup
+	for _, sender := range order {
+		wg.Go(func() { settle(sender) })
+	}
+	wg.Wait()
+	return out
 }
 
 // ExpireSender sets sender's reply stream and pending timeouts to expire

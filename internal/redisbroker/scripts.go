@@ -302,25 +302,43 @@ end
 return 1
 `)
 
-// scriptReplyTimed settles a timed request with its reply.
+// scriptReplyTimed settles timed requests of one sender with their replies.
 var scriptReplyTimed = rueidis.NewLuaScript(`-- reply_timed
 -- KEYS[1] -> the sender's pending timeouts P:{S}:t
 -- KEYS[2] -> the sender's timed messages P:{S}:tm
 -- KEYS[3] -> the sender's reply stream P:{S}:r
--- ARGV[1] -> request id
--- ARGV[2] -> encoded reply envelope
--- Accepts the reply only if the request is pending and Redis time is before
--- its deadline; the timeout monitor (expire) is the only other remover.
--- Returns 1 when accepted, 0 when late.
+-- ARGV    -> pairs: request id, encoded reply envelope
+-- Accepts each reply only if its request is pending and Redis time is before
+-- its deadline, and only the first of two replies to one request; the
+-- timeout monitor (expire) is the only other remover.
+-- Returns one number per pair: 1 when accepted, 0 when late.
 ` + luaNow + `
-local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not deadline or now >= tonumber(deadline) then
-  return 0
+local ids = {}
+for i = 1, #ARGV, 2 do
+  ids[#ids + 1] = ARGV[i]
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('XADD', KEYS[3], '*', 'k', 'rep', 'i', ARGV[1], 'm', ARGV[2])
-return 1
+local deadlines = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+local out, won, seen = {}, {}, {}
+for i, id in ipairs(ids) do
+  local d = deadlines[i]
+  if d and not seen[id] and now < tonumber(d) then
+    seen[id] = true
+    won[#won + 1] = id
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+if #won > 0 then
+  redis.call('ZREM', KEYS[1], unpack(won))
+  redis.call('HDEL', KEYS[2], unpack(won))
+  for i, id in ipairs(ids) do
+    if out[i] == 1 then
+      redis.call('XADD', KEYS[3], '*', 'k', 'rep', 'i', id, 'm', ARGV[2 * i])
+    end
+  end
+end
+return out
 `)
 
 // scriptExpire turns expired pending timeouts into timeout notices.

@@ -1,0 +1,89 @@
+package redisbroker
+
+import "sync"
+
+// batcher merges concurrent calls of one kind into shared round trips, as a
+// database merges concurrent commits ("group commit"). A call made while
+// none is in flight goes at once, alone, so a lone caller waits for nothing
+// more than its own round trip. Calls made while one is in flight queue up,
+// and the first of them makes the next round trip for all of them (up to
+// max) as soon as the one in flight returns. Under load, n concurrent calls
+// so cost Redis one script invocation or transaction, one write and one
+// read instead of n of each.
+//
+// flush makes one round trip for items and returns one result per item, in
+// order. It runs on the goroutine of one of the callers, one flush at a
+// time, and must return (the client bounds its I/O).
+type batcher[T, R any] struct {
+	max   int
+	flush func(items []T) []R
+
+	mu    sync.Mutex
+	busy  bool // a flush is in flight
+	queue []*batchCall[T, R]
+}
+
+// batchCall is one caller's item, and its result once its flush returned.
+type batchCall[T, R any] struct {
+	item  T
+	res   R
+	done  chan struct{}      // closed when res is set, or when the caller is to lead
+	batch []*batchCall[T, R] // set for the caller that leads the next flush
+}
+
+func newBatcher[T, R any](max int, flush func(items []T) []R) *batcher[T, R] {
+	return &batcher[T, R]{max: max, flush: flush}
+}
+
+// do sends item in the next round trip and returns its result.
+func (b *batcher[T, R]) do(item T) R {
+	c := &batchCall[T, R]{item: item}
+	b.mu.Lock()
+	if b.busy {
+		c.done = make(chan struct{})
+		b.queue = append(b.queue, c)
+		b.mu.Unlock()
+		<-c.done
+		if c.batch == nil {
+			return c.res
+		}
+	} else {
+		b.busy = true
+		b.mu.Unlock()
+		c.batch = []*batchCall[T, R]{c}
+	}
+	b.run(c.batch)
+	return c.res
+}
+
+// run flushes batch, whose first call is the caller's, hands the queue to
+// the first caller in it, and wakes the others of batch.
+func (b *batcher[T, R]) run(batch []*batchCall[T, R]) {
+	items := make([]T, len(batch))
+	for i, c := range batch {
+		items[i] = c.item
+	}
+	res := b.flush(items)
+	for i, c := range batch {
+		c.res = res[i]
+	}
+	b.mu.Lock()
+	var next []*batchCall[T, R]
+	if n := min(len(b.queue), b.max); n > 0 {
+		next = b.queue[:n:n]
+		b.queue = b.queue[n:]
+		if len(b.queue) == 0 {
+			b.queue = nil // let the backing array go
+		}
+	} else {
+		b.busy = false
+	}
+	b.mu.Unlock()
+	if next != nil {
+		next[0].batch = next
+		close(next[0].done) // the next round trip starts before the wake-ups below
+	}
+	for _, c := range batch[1:] {
+		close(c.done)
+	}
+}

@@ -1,0 +1,151 @@
+package redisbroker
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+func TestBatcherLoneCallGoesAlone(t *testing.T) {
+	t.Parallel()
+	var flushes [][]int
+	b := newBatcher(10, func(items []int) []int {
+		flushes = append(flushes, items)
+		out := make([]int, len(items))
+		for i, v := range items {
+			out[i] = 2 * v
+		}
+		return out
+	})
+	for i := range 3 {
+		if got := b.do(i); got != 2*i {
+			t.Fatalf("do(%d) = %d, want %d", i, got, 2*i)
+		}
+	}
+	if fmt.Sprint(flushes) != "[[0] [1] [2]]" {
+		t.Fatalf("sequential calls flushed as %v, want one flush each", flushes)
+	}
+}
+
+// TestBatcherMergesConcurrentCalls holds the first flush until the other
+// callers have queued, then checks that they went together (at most max a
+// flush), one flush at a time, each caller with its own result.
+func TestBatcherMergesConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	const callers, max = 25, 10
+	release := make(chan struct{})
+	var inFlight, flushes atomic.Int32
+	var sizes []int
+	var mu sync.Mutex
+	b := newBatcher(max, func(items []int) []string {
+		if inFlight.Add(1) != 1 {
+			t.Error("two flushes in flight at once")
+		}
+		defer inFlight.Add(-1)
+		if flushes.Add(1) == 1 {
+			<-release
+		}
+		mu.Lock()
+		sizes = append(sizes, len(items))
+		mu.Unlock()
+		if len(items) > max {
+			t.Errorf("a flush of %d items, over max %d", len(items), max)
+		}
+		out := make([]string, len(items))
+		for i, v := range items {
+			out[i] = fmt.Sprint("r", v)
+		}
+		return out
+	})
+	first := make(chan string)
+	go func() { first <- b.do(-1) }()
+	for flushes.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			if got, want := b.do(i), fmt.Sprint("r", i); got != want {
+				t.Errorf("do(%d) = %q, want %q", i, got, want)
+			}
+		})
+	}
+	for {
+		b.mu.Lock()
+		n := len(b.queue)
+		b.mu.Unlock()
+		if n == callers {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if got := <-first; got != "r-1" {
+		t.Fatalf("first do = %q", got)
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if fmt.Sprint(sizes) != "[1 10 10 5]" {
+		t.Fatalf("flush sizes %v, want [1 10 10 5]: the queued callers go max at a time", sizes)
+	}
+	if b.busy || len(b.queue) != 0 {
+		t.Fatalf("batcher not idle after the last flush: busy %v, queue %d", b.busy, len(b.queue))
+	}
+}
+
+// TestFlushReplies settles timed replies of two senders in one round trip:
+// each accepted once, a second reply to one request in the same batch late,
+// a reply to an unknown request late.
+func TestFlushReplies(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	for _, s := range []string{"web", "api"} {
+		for i := range 2 {
+			req := env(fmt.Sprintf("%s-m%d", s, i), "orders")
+			req.Sender, req.Timeout = s, time.Hour
+			if _, err := b.Send(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	items := []timedReply{
+		{sender: "web", id: "web-m0", data: "a"},
+		{sender: "api", id: "api-m0", data: "b"},
+		{sender: "web", id: "web-m1", data: "c"},
+		{sender: "web", id: "web-m0", data: "d"}, // a second reply to web-m0
+		{sender: "api", id: "nope", data: "e"},
+		{sender: "api", id: "api-m1", data: "f"},
+	}
+	got := b.flushReplies(items)
+	want := []int64{1, 1, 1, 0, 0, 1}
+	for i, r := range got {
+		if r.err != nil || r.accepted != want[i] {
+			t.Fatalf("reply %d (%+v): accepted %d, err %v; want %d", i, items[i], r.accepted, r.err, want[i])
+		}
+	}
+	for s, n := range map[string]int{"web": 2, "api": 2} {
+		rs, err := b.ReadReplies(ctx, s, "c", 10, 0, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) != n {
+			t.Fatalf("%s has %d replies, want %d: %+v", s, len(rs), n, rs)
+		}
+		for _, r := range rs {
+			if r.Kind != broker.KindReply {
+				t.Fatalf("%s: %+v", s, r)
+			}
+		}
+	}
+	if n, _ := do(t, rawClient(t, srv), "ZCARD", b.keys.timeouts("web")).AsInt64(); n != 0 {
+		t.Fatalf("%d pending timeouts of web left after its replies", n)
+	}
+}
