@@ -13,10 +13,13 @@ import "sync"
 //
 // flush makes one round trip for items and returns one result per item, in
 // order. It runs on the goroutine of one of the callers, one flush at a
-// time, and must return (the client bounds its I/O).
+// time, and must return (the client bounds its I/O). Should it panic, the
+// other callers of its batch get failed(the panic value) and the batcher
+// carries on; the panic goes on in the caller that ran it.
 type batcher[T, R any] struct {
-	max   int
-	flush func(items []T) []R
+	max    int
+	flush  func(items []T) []R
+	failed func(v any) R
 
 	mu    sync.Mutex
 	busy  bool // a flush is in flight
@@ -31,8 +34,8 @@ type batchCall[T, R any] struct {
 	batch []*batchCall[T, R] // set for the caller that leads the next flush
 }
 
-func newBatcher[T, R any](max int, flush func(items []T) []R) *batcher[T, R] {
-	return &batcher[T, R]{max: max, flush: flush}
+func newBatcher[T, R any](max int, flush func(items []T) []R, failed func(v any) R) *batcher[T, R] {
+	return &batcher[T, R]{max: max, flush: flush, failed: failed}
 }
 
 // do sends item in the next round trip and returns its result.
@@ -63,10 +66,24 @@ func (b *batcher[T, R]) run(batch []*batchCall[T, R]) {
 	for i, c := range batch {
 		items[i] = c.item
 	}
+	defer b.next(batch)
+	defer func() {
+		if v := recover(); v != nil {
+			for _, c := range batch {
+				c.res = b.failed(v)
+			}
+			panic(v)
+		}
+	}()
 	res := b.flush(items)
 	for i, c := range batch {
 		c.res = res[i]
 	}
+}
+
+// next hands the queue to the first caller in it and wakes the others of
+// batch, whose results are set.
+func (b *batcher[T, R]) next(batch []*batchCall[T, R]) {
 	b.mu.Lock()
 	var next []*batchCall[T, R]
 	if n := min(len(b.queue), b.max); n > 0 {

@@ -20,7 +20,7 @@ func TestBatcherLoneCallGoesAlone(t *testing.T) {
 			out[i] = 2 * v
 		}
 		return out
-	})
+	}, func(any) int { return -1 })
 	for i := range 3 {
 		if got := b.do(i); got != 2*i {
 			t.Fatalf("do(%d) = %d, want %d", i, got, 2*i)
@@ -60,7 +60,7 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 			out[i] = fmt.Sprint("r", v)
 		}
 		return out
-	})
+	}, func(v any) string { return fmt.Sprint("failed: ", v) })
 	first := make(chan string)
 	go func() { first <- b.do(-1) }()
 	for flushes.Load() == 0 {
@@ -97,6 +97,72 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 	}
 	if b.busy || len(b.queue) != 0 {
 		t.Fatalf("batcher not idle after the last flush: busy %v, queue %d", b.busy, len(b.queue))
+	}
+}
+
+// TestBatcherPanic: a flush that panics fails the other calls of its
+// batch, the panic goes on in the caller that ran it, and later calls work.
+func TestBatcherPanic(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var flushes atomic.Int32
+	b := newBatcher(10, func(items []int) []string {
+		if flushes.Add(1) == 1 {
+			<-release // hold the first flush until 1 and 2 queued
+		}
+		out := make([]string, len(items))
+		for i, v := range items {
+			if v == 1 {
+				panic("boom")
+			}
+			out[i] = fmt.Sprint("r", v)
+		}
+		return out
+	}, func(v any) string { return fmt.Sprint("failed: ", v) })
+	first := make(chan string)
+	go func() { first <- b.do(0) }()
+	for flushes.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// 1 and 2 queue behind the first flush and go together in the second,
+	// which panics: 1 leads it (the first queued), 2 follows.
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		b.do(1)
+	}()
+	for {
+		b.mu.Lock()
+		n := len(b.queue)
+		b.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	second := make(chan string)
+	go func() { second <- b.do(2) }()
+	for {
+		b.mu.Lock()
+		n := len(b.queue)
+		b.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if r := <-first; r != "r0" {
+		t.Fatalf("do(0) = %q", r)
+	}
+	if v := <-panicked; v != "boom" {
+		t.Fatalf("the panic in the caller that ran the flush = %v, want boom", v)
+	}
+	if r := <-second; r != "failed: boom" {
+		t.Fatalf("the other call of the panicking flush got %q, want %q", r, "failed: boom")
+	}
+	if r := b.do(3); r != "r3" {
+		t.Fatalf("a later call got %q", r)
 	}
 }
 

@@ -160,7 +160,9 @@ func New(cfg Config) (*Broker, error) {
 		pruneIdle:    pruneIdle,
 		pruneEvery:   pruneEvery,
 	}
-	b.replies = newBatcher(maxBatch/2, b.flushReplies)
+	b.replies = newBatcher(maxBatch/2, b.flushReplies, func(v any) replyResult {
+		return replyResult{err: fmt.Errorf("redisbroker: reply: panic: %v", v)}
+	})
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, b.fail(context.Background(), "connect", err)
