@@ -255,7 +255,10 @@ type Broker interface {
 	// ReadReplies reads up to max entries of sender's reply stream for
 	// consumer (instances of one sender share the stream as competing
 	// consumers), blocking up to block. Entries must be acknowledged with
-	// AckReplies; unacknowledged ones are redelivered after lease.
+	// AckReplies; unacknowledged ones are redelivered after lease. The reply
+	// stream of an inbox (InboxPrefix) has one reader, which reads it in
+	// order: a broker may deliver each of its entries once, in order, and
+	// its AckReplies may remove every entry up to the newest ref given.
 	ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]Reply, error)
 
 	// AckReplies removes entries of sender's reply stream.

@@ -115,6 +115,8 @@ type Broker struct {
 	// inboxes maps an inbox sender to the local time until which its
 	// ExpireSender through this broker keeps its state.
 	inboxes sync.Map
+	// cursors maps an inbox to the id of the last entry readInbox read.
+	cursors sync.Map
 
 	// replies batches the timed replies.
 	replies *batcher[timedReply, replyResult]

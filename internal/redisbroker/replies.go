@@ -152,13 +152,16 @@ func (b *Broker) ExpireSender(ctx context.Context, sender string, ttl time.Durat
 	// sendInbox needs that bound.
 	until := time.Now().Add(ttl)
 	b.inboxes.Delete(sender)
+	if ttl == 0 {
+		b.cursors.Delete(sender)
+	}
 	err := scriptExpireSender.Exec(ctx, b.client,
 		[]string{b.keys.replies(sender), b.keys.replyDelayed(sender), b.keys.timeouts(sender), b.keys.timedMessages(sender)},
 		[]string{msString(ttl)}).Error()
 	if err != nil {
 		return b.fail(ctx, "expire sender", err)
 	}
-	if ttl > 0 && strings.HasPrefix(sender, broker.InboxPrefix) {
+	if ttl > 0 && isInbox(sender) {
 		b.inboxes.Store(sender, until)
 	}
 	return nil
@@ -218,11 +221,21 @@ func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max i
 	if err := validateRead("sender", sender, consumer, max, lease); err != nil {
 		return nil, err
 	}
+	if isInbox(sender) {
+		return b.readInbox(ctx, sender, max, block)
+	}
 	r, dlq, delayed := b.keys.replies(sender), b.keys.deadLetters(sender), b.keys.replyDelayed(sender)
 	entries, err := b.fetch(ctx, "read replies", r, dlq, delayed, consumer, max, block, lease, 0)
 	if err != nil {
 		return nil, err
 	}
+	return b.replyEntries(ctx, sender, entries)
+}
+
+// replyEntries turns reply-stream entries into Replies, burying malformed
+// ones (see ReadReplies).
+func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entry) ([]broker.Reply, error) {
+	r, dlq, delayed := b.keys.replies(sender), b.keys.deadLetters(sender), b.keys.replyDelayed(sender)
 	out := make([]broker.Reply, 0, len(entries))
 	for _, e := range entries {
 		rep := broker.Reply{Ref: e.id, RequestID: e.fields["i"]}
@@ -253,6 +266,48 @@ func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max i
 	return out, nil
 }
 
+// readInbox reads the reply stream of an inbox, which one reader of this
+// process reads: with XREAD from where its last read ended (a cursor kept
+// here), without the consumer group, so that no entry enters a pending
+// list and none needs an XACK; AckReplies trims what was read. A read
+// whose answer was lost leaves the cursor where it was, so nothing is
+// skipped; a process that crashed has nobody left to read its inbox.
+func (b *Broker) readInbox(ctx context.Context, sender string, max int, block time.Duration) ([]broker.Reply, error) {
+	r := b.keys.replies(sender)
+	cursor := "0-0"
+	if v, ok := b.cursors.Load(sender); ok {
+		cursor = v.(string)
+	}
+	var read map[string][]rueidis.XRangeEntry
+	var err error
+	if block <= 0 {
+		read, err = b.client.Do(ctx, b.client.B().Xread().Count(int64(max)).Streams().Key(r).Id(cursor).Build()).AsXRead()
+	} else {
+		if err := ctx.Err(); err != nil {
+			return nil, b.fail(ctx, "read replies", err)
+		}
+		// As in fetch: a context without a deadline, cancelled when ctx
+		// ends or the broker closes.
+		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		defer context.AfterFunc(ctx, cancel)()
+		defer context.AfterFunc(b.closing, cancel)()
+		read, err = b.client.Do(bctx, b.client.B().Xread().Count(int64(max)).Block(ms(block)).Streams().Key(r).Id(cursor).Build()).AsXRead()
+	}
+	switch {
+	case rueidis.IsRedisNil(err):
+		return nil, nil
+	case err != nil:
+		return nil, b.fail(ctx, "read replies", err)
+	}
+	es := read[r]
+	if len(es) == 0 {
+		return nil, nil
+	}
+	b.cursors.Store(sender, es[len(es)-1].ID)
+	return b.replyEntries(ctx, sender, appendRead(nil, es))
+}
+
 // AckReplies deletes entries of sender's reply stream.
 func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) error {
 	if err := b.check(); err != nil {
@@ -261,5 +316,43 @@ func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) 
 	if err := needName("sender", sender); err != nil {
 		return err
 	}
+	if isInbox(sender) {
+		// Its one reader reads in order and acknowledges what it handed
+		// on: every entry up to the newest ref has been read.
+		var newest string
+		for _, ref := range validRefs(refs) {
+			if newest == "" || idLess(newest, ref) {
+				newest = ref
+			}
+		}
+		if newest == "" {
+			return nil
+		}
+		err := b.client.Do(ctx, b.client.B().Xtrim().Key(b.keys.replies(sender)).Minid().Threshold(idNext(newest)).Build()).Error()
+		return b.failIf(ctx, "ack replies", err)
+	}
 	return b.ack(ctx, "ack replies", b.keys.replies(sender), b.keys.replyDelayed(sender), refs)
+}
+
+func isInbox(sender string) bool { return strings.HasPrefix(sender, broker.InboxPrefix) }
+
+// idLess reports whether stream entry id a comes before b; both have the
+// form of validRef.
+func idLess(a, b string) bool {
+	ams, aseq := splitID(a)
+	bms, bseq := splitID(b)
+	return ams < bms || ams == bms && aseq < bseq
+}
+
+// idNext returns the smallest entry id after id.
+func idNext(id string) string {
+	ms, seq := splitID(id)
+	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
+}
+
+func splitID(id string) (ms, seq uint64) {
+	a, b, _ := strings.Cut(id, "-")
+	ms, _ = strconv.ParseUint(a, 10, 64)
+	seq, _ = strconv.ParseUint(b, 10, 64)
+	return ms, seq
 }

@@ -470,3 +470,80 @@ func TestInboxSend(t *testing.T) {
 		t.Fatal("send_timed kept no copy of m3")
 	}
 }
+
+// TestInboxReadsInOrderWithoutGroup: an inbox's replies are read once, in
+// order, from a cursor, without entering a pending list; AckReplies trims
+// what was read and no more; a malformed entry is dead-lettered and the
+// reader carries on; ExpireSender 0 forgets the cursor.
+func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	rc := rawClient(t, srv)
+	const inbox = "_inbox.read"
+	r := b.keys.replies(inbox)
+	if err := b.ExpireSender(ctx, inbox, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		req := env(fmt.Sprint("q", i), "inbox-read")
+		req.Sender, req.Timeout = inbox, time.Hour
+		if _, err := b.Send(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		rep := &broker.Envelope{ID: fmt.Sprint("a", i), Receiver: inbox, InReplyTo: req.ID, Content: []byte("ok")}
+		if err := b.Reply(ctx, rep, broker.ReplyTimed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(rs []broker.Reply) string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.RequestID)
+		}
+		return fmt.Sprint(out)
+	}
+	first, err := b.ReadReplies(ctx, inbox, "c", 2, 0, time.Minute)
+	if err != nil || ids(first) != "[q0 q1]" {
+		t.Fatalf("first read = %s, %v; want [q0 q1]", ids(first), err)
+	}
+	if n, _ := do(t, rc, "XPENDING", r, "g").ToArray(); len(n) == 0 {
+		t.Fatal("XPENDING answered nothing")
+	} else if c, _ := n[0].AsInt64(); c != 0 {
+		t.Fatalf("%d inbox entries pending in the group, want 0: the inbox is read without it", c)
+	}
+	// The ack of q1 trims q0 and q1, not q2, which was not read yet.
+	if err := b.AckReplies(ctx, inbox, first[1].Ref, "junk"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := do(t, rc, "XLEN", r).AsInt64(); n != 1 {
+		t.Fatalf("XLEN = %d after acking the first two of three, want 1", n)
+	}
+	do(t, rc, "XADD", r, "*", "x", "y") // malformed: no kind, no request id
+	rep := &broker.Envelope{ID: "a9", Receiver: inbox, InReplyTo: "q9"}
+	if err := b.Reply(ctx, rep, broker.ReplyUntimed); err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.ReadReplies(ctx, inbox, "c", 10, 0, time.Minute)
+	if err != nil || ids(second) != "[q2 q9]" {
+		t.Fatalf("second read = %s, %v; want [q2 q9] (the malformed entry dead-lettered)", ids(second), err)
+	}
+	if dl, _ := do(t, rc, "XLEN", b.keys.deadLetters(inbox)).AsInt64(); dl != 1 {
+		t.Fatalf("%d dead letters of the inbox, want 1", dl)
+	}
+	if again, err := b.ReadReplies(ctx, inbox, "c", 10, 0, time.Minute); err != nil || len(again) != 0 {
+		t.Fatalf("third read = %s, %v; want nothing: entries are read once", ids(again), err)
+	}
+	if err := b.AckReplies(ctx, inbox, second[1].Ref, second[0].Ref); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := do(t, rc, "XLEN", r).AsInt64(); n != 0 {
+		t.Fatalf("XLEN = %d after every entry was acked, want 0", n)
+	}
+	if err := b.ExpireSender(ctx, inbox, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.cursors.Load(inbox); ok {
+		t.Fatal("ExpireSender 0 kept the inbox's cursor")
+	}
+}
