@@ -352,14 +352,8 @@ func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, con
 	if err := ctx.Err(); err != nil {
 		return nil, b.fail(ctx, op, err)
 	}
-	// rueidis cannot cancel a command whose context has a deadline (it only
-	// sets the connection's deadline), so the blocking read gets a context
-	// without one, cancelled when ctx ends or the broker closes; the
-	// connection of a read cancelled that way is closed.
-	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	defer context.AfterFunc(ctx, cancel)()
-	defer context.AfterFunc(b.closing, cancel)()
+	bctx, stop := b.blockingCtx(ctx)
+	defer stop()
 	read, err := b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 		Block(ms(block)).Streams().Key(stream).Id(">").Build()).AsXRead()
 	switch {
@@ -375,6 +369,22 @@ func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, con
 		return nil, b.fail(ctx, op, err)
 	}
 	return appendRead(entries, read[stream]), nil
+}
+
+// blockingCtx returns the context of a blocking read under ctx, and the
+// function that releases it. rueidis cannot cancel a command whose context
+// has a deadline (it only sets the connection's deadline), so the read gets
+// a context without one, cancelled when ctx ends or the broker closes; the
+// connection of a read cancelled that way is closed.
+func (b *Broker) blockingCtx(ctx context.Context) (context.Context, func()) {
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop1 := context.AfterFunc(ctx, cancel)
+	stop2 := context.AfterFunc(b.closing, cancel)
+	return bctx, func() {
+		stop2()
+		stop1()
+		cancel()
+	}
 }
 
 // reclaim runs the fetch script.

@@ -286,12 +286,8 @@ func (b *Broker) readInbox(ctx context.Context, sender string, max int, block ti
 		if err := ctx.Err(); err != nil {
 			return nil, b.fail(ctx, "read replies", err)
 		}
-		// As in fetch: a context without a deadline, cancelled when ctx
-		// ends or the broker closes.
-		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		defer cancel()
-		defer context.AfterFunc(ctx, cancel)()
-		defer context.AfterFunc(b.closing, cancel)()
+		bctx, stop := b.blockingCtx(ctx)
+		defer stop()
 		read, err = b.client.Do(bctx, b.client.B().Xread().Count(int64(max)).Block(ms(block)).Streams().Key(r).Id(cursor).Build()).AsXRead()
 	}
 	switch {
