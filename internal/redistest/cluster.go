@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -82,20 +81,11 @@ func startCluster(dir string, ownsDir bool, masters int) (*Cluster, error) {
 	if masters < 1 || masters > clusterSlots {
 		return nil, fmt.Errorf("redistest: a cluster needs 1 to %d masters, not %d", clusterSlots, masters)
 	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, errors.New("redistest: redis-server not found on PATH: the tests need a real Redis (7 or newer); " +
-			"install it, e.g. `apt-get install redis-server` or `brew install redis`, and run the tests again")
+	if err := needRedisServer(); err != nil {
+		return nil, err
 	}
 	c := &Cluster{dir: dir, ownsDir: ownsDir}
-	// A free port can be taken by someone else between our probe and the
-	// server's bind: try a few sets of ports.
-	var err error
-	for range 5 {
-		if err = c.launch(masters); err == nil {
-			break
-		}
-		c.kill()
-	}
+	err := withFreshPorts(func() error { return c.launch(masters) }, c.kill)
 	if err == nil {
 		err = c.form()
 	}

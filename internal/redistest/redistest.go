@@ -110,9 +110,8 @@ func MustStart(opts ...Option) (*Server, func()) {
 }
 
 func start(dir string, ownsDir bool, opts []Option) (*Server, error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, errors.New("redistest: redis-server not found on PATH: the tests need a real Redis (7 or newer); " +
-			"install it, e.g. `apt-get install redis-server` or `brew install redis`, and run the tests again")
+	if err := needRedisServer(); err != nil {
+		return nil, err
 	}
 	s := &Server{dir: dir, ownsDir: ownsDir}
 	for _, o := range opts {
@@ -125,18 +124,41 @@ func start(dir string, ownsDir bool, opts []Option) (*Server, error) {
 		}
 		s.tlsConfig = cfg
 	}
-	// A free port can be taken by someone else between our probe and the
-	// server's bind: try a few.
+	err := withFreshPorts(func() error {
+		var err error
+		if s.port, err = freePort(); err != nil {
+			return err
+		}
+		return s.launch()
+	}, func() {})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// needRedisServer fails with instructions when redis-server is not on PATH.
+func needRedisServer() error {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return errors.New("redistest: redis-server not found on PATH: the tests need a real Redis (7 or newer); " +
+			"install it, e.g. `apt-get install redis-server` or `brew install redis`, and run the tests again")
+	}
+	return nil
+}
+
+// withFreshPorts runs launch, which picks free ports and starts servers on
+// them, up to five times: a free port can be taken by someone else between
+// the probe and the server's bind. After a failed try it runs kill, to stop
+// what that try started.
+func withFreshPorts(launch func() error, kill func()) error {
 	var err error
 	for range 5 {
-		if s.port, err = freePort(); err != nil {
-			return nil, err
+		if err = launch(); err == nil {
+			return nil
 		}
-		if err = s.launch(); err == nil {
-			return s, nil
-		}
+		kill()
 	}
-	return nil, err
+	return err
 }
 
 func freePort() (int, error) {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -62,20 +61,11 @@ func StartSentinel(tb testing.TB) *Sentinel {
 }
 
 func startSentinel(dir string) (*Sentinel, error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, errors.New("redistest: redis-server not found on PATH: the tests need a real Redis (7 or newer); " +
-			"install it, e.g. `apt-get install redis-server` or `brew install redis`, and run the tests again")
+	if err := needRedisServer(); err != nil {
+		return nil, err
 	}
 	s := &Sentinel{}
-	// A free port can be taken by someone else between our probe and the
-	// server's bind: try a few sets of ports.
-	var err error
-	for range 5 {
-		if err = s.launch(dir); err == nil {
-			break
-		}
-		s.kill()
-	}
+	err := withFreshPorts(func() error { return s.launch(dir) }, s.kill)
 	if err == nil {
 		err = s.settle()
 	}
