@@ -31,6 +31,19 @@ func TestBatcherLoneCallGoesAlone(t *testing.T) {
 	}
 }
 
+// waitQueued waits until n calls wait in b's queue.
+func waitQueued[T, R any](b *batcher[T, R], n int) {
+	for {
+		b.mu.Lock()
+		q := len(b.queue)
+		b.mu.Unlock()
+		if q == n {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestBatcherMergesConcurrentCalls holds the first flush until the other
 // callers have queued, then checks that they went together (at most max a
 // flush), one flush at a time, each caller with its own result.
@@ -74,15 +87,7 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 			}
 		})
 	}
-	for {
-		b.mu.Lock()
-		n := len(b.queue)
-		b.mu.Unlock()
-		if n == callers {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(b, callers)
 	close(release)
 	if got := <-first; got != "r-1" {
 		t.Fatalf("first do = %q", got)
@@ -131,26 +136,10 @@ func TestBatcherPanic(t *testing.T) {
 		defer func() { panicked <- recover() }()
 		b.do(1)
 	}()
-	for {
-		b.mu.Lock()
-		n := len(b.queue)
-		b.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(b, 1)
 	second := make(chan string)
 	go func() { second <- b.do(2) }()
-	for {
-		b.mu.Lock()
-		n := len(b.queue)
-		b.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(b, 2)
 	close(release)
 	if r := <-first; r != "r0" {
 		t.Fatalf("do(0) = %q", r)
