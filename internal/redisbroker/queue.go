@@ -583,10 +583,17 @@ func (b *Broker) Extend(ctx context.Context, receiver, consumer string, refs []s
 // validRef reports whether ref has the form of a stream entry id
 // ("ms-seq"); any other ref names no entry, and Redis would reject it.
 func validRef(ref string) bool {
-	ms, seq, ok := strings.Cut(ref, "-")
-	_, err1 := strconv.ParseUint(ms, 10, 64)
-	_, err2 := strconv.ParseUint(seq, 10, 64)
-	return ok && err1 == nil && err2 == nil
+	_, _, ok := parseID(ref)
+	return ok
+}
+
+// parseID splits a stream entry id "ms-seq" into its two numbers; ok is
+// false when id does not have that form.
+func parseID(id string) (ms, seq uint64, ok bool) {
+	a, b, ok := strings.Cut(id, "-")
+	ms, err1 := strconv.ParseUint(a, 10, 64)
+	seq, err2 := strconv.ParseUint(b, 10, 64)
+	return ms, seq, ok && err1 == nil && err2 == nil
 }
 
 // validRefs returns the refs that have the form of a stream entry id.

@@ -314,41 +314,26 @@ func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) 
 	}
 	if isInbox(sender) {
 		// Its one reader reads in order and acknowledges what it handed
-		// on: every entry up to the newest ref has been read.
-		var newest string
-		for _, ref := range validRefs(refs) {
-			if newest == "" || idLess(newest, ref) {
-				newest = ref
+		// on: every entry up to the newest ref has been read. Trim below
+		// the id that follows it.
+		var ms, seq uint64
+		found := false
+		for _, ref := range refs {
+			m, s, ok := parseID(ref)
+			if ok && (!found || m > ms || m == ms && s > seq) {
+				ms, seq, found = m, s, true
 			}
 		}
-		if newest == "" {
+		if !found {
 			return nil
 		}
-		err := b.client.Do(ctx, b.client.B().Xtrim().Key(b.keys.replies(sender)).Minid().Threshold(idNext(newest)).Build()).Error()
+		next := strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
+		err := b.client.Do(ctx, b.client.B().Xtrim().Key(b.keys.replies(sender)).Minid().Threshold(next).Build()).Error()
 		return b.failIf(ctx, "ack replies", err)
 	}
 	return b.ack(ctx, "ack replies", b.keys.replies(sender), b.keys.replyDelayed(sender), refs)
 }
 
+// isInbox reports whether sender is a private reply address (see
+// broker.InboxPrefix).
 func isInbox(sender string) bool { return strings.HasPrefix(sender, broker.InboxPrefix) }
-
-// idLess reports whether stream entry id a comes before b; both have the
-// form of validRef.
-func idLess(a, b string) bool {
-	ams, aseq := splitID(a)
-	bms, bseq := splitID(b)
-	return ams < bms || ams == bms && aseq < bseq
-}
-
-// idNext returns the smallest entry id after id.
-func idNext(id string) string {
-	ms, seq := splitID(id)
-	return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
-}
-
-func splitID(id string) (ms, seq uint64) {
-	a, b, _ := strings.Cut(id, "-")
-	ms, _ = strconv.ParseUint(a, 10, 64)
-	seq, _ = strconv.ParseUint(b, 10, 64)
-	return ms, seq
-}
