@@ -47,7 +47,7 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 		tables = append(tables, rrTable(rr1, rr32, nRR1, nRR32))
 	}
 	if ff != nil && rr1 != nil && rr32 != nil {
-		tables = append(tables, targetsTable(ff, rr1, rr32))
+		tables = append(tables, targetsTable(ff, rr1, rr32), cpuTable(ff, rr1, rr32))
 	}
 	return tables, nil
 }
@@ -178,6 +178,32 @@ func targetsTable(ff, rr1, rr32 map[string][]sample) Table {
 	row("request/reply, 32 requesters ≥ bare rueidis", "rt/s", tp(rr32, nameDisker), tp(rr32, "bare lists, rueidis"), true)
 	floor := math.Min(lat(rr1, "bare lists, go-redis"), lat(rr1, "bare lists, rueidis"))
 	row("request/reply, 1 requester: p50 ≤ 1.5× the bare floor (the lower bare p50)", "µs", lat(rr1, nameDisker), 1.5*floor, false)
+	return t
+}
+
+// cpuTable compares the CPU each workload's operation costs Disker with what
+// it costs the bare rueidis floor: not a target, but a measure that depends
+// less than throughput and latency on how the machine schedules wake-ups.
+func cpuTable(ff, rr1, rr32 map[string][]sample) Table {
+	t := Table{
+		Title:  "CPU per operation, Disker against the bare rueidis floor",
+		Notes:  []string{"Not a target. Redis CPU plus Go CPU per message or round trip, medians of the runs above; \"ratio\" is Disker's over the floor's (below 1 means Disker spends less)."},
+		Header: []string{"workload", "Disker µs/op", "bare rueidis µs/op", "ratio"},
+	}
+	cpu := func(ss []sample) float64 {
+		return series(ss, func(s sample) float64 { return redisCPUPerOp(s) + procCPUPerOp(s) }).med
+	}
+	for _, w := range []struct {
+		name, floor string
+		res         map[string][]sample
+	}{
+		{"fire-and-forget", "bare list, rueidis", ff},
+		{"request/reply, 1 requester", "bare lists, rueidis", rr1},
+		{"request/reply, 32 requesters", "bare lists, rueidis", rr32},
+	} {
+		got, floor := cpu(w.res[nameDisker]), cpu(w.res[w.floor])
+		t.Rows = append(t.Rows, []string{w.name, fmtNum(got), fmtNum(floor), fmt.Sprintf("%.2f", got/floor)})
+	}
 	return t
 }
 
