@@ -205,7 +205,7 @@ type Disker struct {
 	requests sync.WaitGroup // Requests in progress
 
 	waitMu  sync.Mutex
-	waiters map[string]chan broker.Reply
+	waiters map[string]*waiter
 
 	sent, replied, late, timedOut atomic.Int64
 }
@@ -238,7 +238,7 @@ func New(cfg Config) (*Disker, error) {
 		done:      make(chan struct{}),
 		consumers: make(map[string]*consumer),
 		senders:   make(map[string]*senderHandlers),
-		waiters:   make(map[string]chan broker.Reply),
+		waiters:   make(map[string]*waiter),
 	}
 	d.health.d = d
 	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())

@@ -12,9 +12,11 @@ import (
 // Errors returned by Disker. Check them with errors.Is.
 var (
 	// ErrLate is returned by Reply when the request it answers has already
-	// been settled: it timed out, was cancelled by its sender, or was
+	// been settled: it timed out, or (for a message sent with Send) was
 	// answered; or when it came from Request and the requesting instance
-	// has gone with its inbox. The reply was dropped.
+	// has gone with its inbox. The reply was dropped. A reply to a Request
+	// that was already answered, or whose ctx was cancelled before its
+	// deadline, is dropped without ErrLate (see Disker.Reply).
 	ErrLate = broker.ErrLate
 	// ErrTimeout is returned by Request when no reply came before the
 	// context's deadline. Such an error also matches the context's error

@@ -12,8 +12,8 @@ import (
 // inbox is the state of the instance's private reply address, the sender
 // of its Requests: "_inbox." followed by the instance's id.
 //
-// Its state in the broker (the reply stream, the pending timeouts of the
-// Requests) must not outlive the instance, so it carries an expiry
+// Its state in the broker, the reply stream, must not outlive the
+// instance, so it carries an expiry
 // (broker.ExpireSender): the first Request opens the address with one, each
 // heartbeat renews it, and Close deletes the state once the Requests have
 // returned. An instance that crashes leaves it to expire. The expiry covers
@@ -21,9 +21,9 @@ import (
 // of a Request (plus inboxMargin), so a Request never loses its state while
 // the instance lives, even if a few heartbeats fail.
 //
-// A reply to a Request without a deadline uses broker.ReplyIfOpen: once
-// the inbox has gone, it is dropped (the replier gets ErrLate) instead of
-// re-creating a reply stream that nobody reads.
+// Replies to it use broker.ReplyInbox: once the inbox has gone, a reply is
+// dropped (the replier gets ErrLate) instead of re-creating a reply stream
+// that nobody reads.
 type inbox struct {
 	mu     sync.Mutex
 	open   bool      // the broker has it open (ExpireSender succeeded once)
@@ -32,10 +32,11 @@ type inbox struct {
 }
 
 // inboxMargin is how long after a Request's deadline the inbox must still
-// hold its state: the timeout notice comes within two monitor periods (and
-// the clock offset's slack), and the reader needs a block time to read it.
+// hold its state: the Request appends its marker at the deadline (again
+// if the broker's clock was behind), and the reader needs a block time to
+// read it.
 func (d *Disker) inboxMargin() time.Duration {
-	return 2*d.cfg.TimeoutMonitorFrequency + d.cfg.ReceiverBlockTimeout + time.Second
+	return d.cfg.ReceiverBlockTimeout + 5*time.Second
 }
 
 // inboxTTL is the expiry of the inbox's state from now. Call with
@@ -73,7 +74,6 @@ func (d *Disker) ensureInbox(ctx context.Context, deadline time.Time) error {
 	d.requests.Add(1)
 	if d.inboxReader == nil {
 		d.inboxReader = d.startReader(d.inbox)
-		d.monitor.pin(d.inbox)
 	}
 	d.mu.Unlock()
 

@@ -93,3 +93,39 @@ func TestInboxDeletedOnClose(t *testing.T) {
 		t.Fatalf("the late reply re-created inbox keys: %v", keys)
 	}
 }
+
+// TestRequestTakesFirstReply shows what a second reply to a Request gets:
+// the requester returns the first; a second reply before the deadline is
+// not refused but never reaches it; one after the deadline is ErrLate.
+func TestRequestTakesFirstReply(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		worker, client := e.open(), e.open()
+		handled := make(chan *disker.Message, 1)
+		if err := worker.Handle("twice", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			if err := worker.Reply(ctx, m, []byte("first")); err != nil {
+				t.Errorf("first Reply: %v", err)
+			}
+			handled <- m
+			return []byte("second"), nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		r, err := client.Request(ctx, "twice", nil)
+		if err != nil || string(r.Content) != "first" {
+			t.Fatalf("Request = %v, %v; want the first reply", r, err)
+		}
+		m := <-handled
+		if err := worker.Reply(t.Context(), m, []byte("third")); err != nil {
+			t.Fatalf("Reply before the deadline, after the first: %v, want nil (accepted, and dropped by the requester)", err)
+		}
+		time.Sleep(time.Until(m.Deadline) + 50*time.Millisecond)
+		if err := worker.Reply(t.Context(), m, []byte("late")); !errors.Is(err, disker.ErrLate) {
+			t.Fatalf("Reply after the deadline: %v, want ErrLate", err)
+		}
+		if s := worker.LocalStats(); s.Late != 1 {
+			t.Fatalf("worker counted %d late replies, want 1", s.Late)
+		}
+	})
+}

@@ -49,6 +49,10 @@ type Message struct {
 	// Error is set on replies that carry an error instead of a response,
 	// such as a request that was dead-lettered (Code CodeDeadLetter).
 	Error *RemoteError
+
+	// brokerDeadline is Deadline in the broker's clock, as delivered: a
+	// reply to a Request is judged against it (see Disker.reply).
+	brokerDeadline time.Time
 }
 
 // SendOption changes a message before Send sends it.
@@ -200,15 +204,17 @@ func (d *Disker) validateMessage(m *Message) error {
 	return nil
 }
 
-// send sends a validated message under id. It returns the local deadline.
+// send sends a validated message under id. It returns the deadline in the
+// broker's clock (zero if none).
 func (d *Disker) send(ctx context.Context, m *Message, id string) (time.Time, error) {
 	if d.closed.Load() {
 		return time.Time{}, ErrClosed
 	}
 	env := envelope(m, id)
-	if m.Timeout > 0 {
+	if m.Timeout > 0 && !isInbox(m.Sender) {
 		// Watch before sending: the monitor must know the sender by the time
-		// the deadline passes.
+		// the deadline passes. An inbox has no pending timeouts: Request
+		// settles its own (see broker.InboxPrefix).
 		d.monitor.watch(m.Sender, time.Now().Add(m.Timeout))
 	}
 	bdl, err := d.b.Send(ctx, env)
@@ -221,7 +227,7 @@ func (d *Disker) send(ctx context.Context, m *Message, id string) (time.Time, er
 	if d.onEvent != nil {
 		d.emit(Event{Kind: EventSent, Receiver: m.Receiver, Sender: m.Sender, MessageID: id})
 	}
-	return d.clock.local(bdl), nil
+	return bdl, nil
 }
 
 // envelope returns the envelope of m, sent under id.
@@ -250,6 +256,8 @@ func (d *Disker) messageOf(env *broker.Envelope, deadline time.Time, attempt int
 		Deadline:      d.clock.local(deadline),
 		Attempt:       attempt,
 		InReplyTo:     env.InReplyTo,
+
+		brokerDeadline: deadline,
 	}
 	if env.ErrorCode != "" {
 		m.Error = &RemoteError{Code: env.ErrorCode, Text: env.ErrorText}

@@ -35,7 +35,13 @@ type replyReader struct {
 // Reply sends response as the reply to msg, a message this instance
 // received. It returns ErrFireAndForget for a fire-and-forget message and
 // ErrLate when msg has a timeout and was already settled (it timed out, or
-// was answered): the reply was dropped.
+// was answered), or when msg came from a Request whose instance has gone:
+// the reply was dropped.
+//
+// For a Request the reply is judged against the deadline msg was delivered
+// with. A second reply to a Request before its deadline is not refused, but
+// only the first reaches the requester; nor is one refused that comes
+// before the deadline of a Request whose ctx was cancelled.
 //
 // A handler usually returns its response instead; Reply is for replying
 // from elsewhere, or before the handler returns.
@@ -69,17 +75,18 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 		ErrorCode: code,
 		ErrorText: text,
 	}
-	// A reply to a Request without a deadline goes to the requester's
-	// inbox only while it exists: one that comes after the requester
-	// stopped must not re-create it.
-	mode := broker.ReplyUntimed
+	var err error
 	switch {
-	case msg.Timeout > 0:
-		mode = broker.ReplyTimed
 	case isInbox(msg.Sender):
-		mode = broker.ReplyIfOpen
+		// A Request's inbox: the reply counts if it is appended before the
+		// deadline (see broker.InboxPrefix), and never re-creates an inbox
+		// that has gone.
+		err = d.b.ReplyInbox(ctx, &env, msg.brokerDeadline)
+	case msg.Timeout > 0:
+		err = d.b.Reply(ctx, &env, broker.ReplyTimed)
+	default:
+		err = d.b.Reply(ctx, &env, broker.ReplyUntimed)
 	}
-	err := d.b.Reply(ctx, &env, mode)
 	switch {
 	case err == nil:
 		d.health.ok()
@@ -182,15 +189,15 @@ func (d *Disker) readReplies(ctx context.Context, sender string) {
 }
 
 func (d *Disker) dispatchReply(ctx context.Context, sender string, r *broker.Reply) {
+	if isInbox(sender) {
+		d.deliverOutcome(r) // Request counts its own timeouts
+		return
+	}
 	if r.Kind == broker.KindTimeout {
 		d.timedOut.Add(1)
 		if d.onEvent != nil {
 			d.emit(Event{Kind: EventTimedOut, Receiver: r.Env.Receiver, Sender: sender, MessageID: r.RequestID})
 		}
-	}
-	if isInbox(sender) {
-		d.deliverOutcome(r)
-		return
 	}
 	d.mu.Lock()
 	s := d.senders[sender]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -17,19 +18,22 @@ const cancelGrace = 30 * time.Second
 // Request sends content to receiver and waits for the reply, which it
 // returns. The message is sent from this instance's private reply address
 // with ctx's deadline as its timeout (WithTimeout may shorten it), so the
-// reply and the timeout are decided by the broker in one step: Request sees
+// reply and the timeout are decided by the broker's clock at one point:
+// the reply counts if the broker appended it to the inbox before the
+// deadline, and the replier of any other is told ErrLate. Request sees
 // exactly one of them.
 //
 // It returns an error matching ErrTimeout (and context.DeadlineExceeded)
 // when no reply came in time, a *RemoteError when the reply carries an error
 // (for instance, the message was dead-lettered after its last attempt), and
-// ctx's error when ctx was cancelled before a deadline. Without a deadline
-// in ctx the message has no timeout: Request waits until ctx is cancelled.
+// ctx's error when ctx was cancelled before a deadline; a reply that was
+// already in the inbox then is returned instead. Without a deadline in ctx
+// the message has no timeout: Request waits until ctx is cancelled.
 //
 // The private reply address, the inbox, is "_inbox." followed by the
-// instance's id. Its state in the broker (reply stream, pending timeouts)
-// lives as long as the instance: it carries an expiry that the heartbeat
-// renews (Config.HeartbeatInterval; it always covers the deadlines of the
+// instance's id. Its state in the broker (a reply stream) lives as long as
+// the instance: it carries an expiry that the heartbeat renews
+// (Config.HeartbeatInterval; it always covers the deadlines of the
 // Requests in flight), Close deletes it once the Requests have returned,
 // and the broker deletes it by itself some heartbeat intervals after an
 // instance crashed. A reply that comes after the inbox has gone is dropped
@@ -74,9 +78,9 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 	defer d.requests.Done()
 	msg.Sender = d.inbox
 
-	ch := make(chan broker.Reply, 1)
+	w := &waiter{ready: make(chan struct{}, 1)}
 	d.waitMu.Lock()
-	d.waiters[id] = ch
+	d.waiters[id] = w
 	d.waitMu.Unlock()
 	defer func() {
 		d.waitMu.Lock()
@@ -87,40 +91,89 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 	// The send runs to its end even if ctx ends meanwhile (the broker bounds
 	// its I/O): an interrupted send would leave it unknown whether the
 	// message was queued, and so whether a reply may still be accepted.
-	if _, err := d.send(context.WithoutCancel(ctx), &msg, id); err != nil {
+	deadline, err := d.send(context.WithoutCancel(ctx), &msg, id)
+	if err != nil {
 		return nil, err
 	}
-	select {
-	case r := <-ch:
-		return d.outcome(id, &r)
-	case <-d.closing:
-		return nil, ErrClosed
-	case <-ctx.Done():
+	// Until ctx ends, the outcome is the first reply appended before the
+	// deadline.
+wait:
+	for {
+		select {
+		case <-w.ready:
+			if r, ok := w.decide(deadline, ""); ok {
+				return d.outcome(id, &r)
+			}
+		case <-d.closing:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			break wait
+		}
 	}
 	if msg.Timeout == 0 {
 		return nil, d.requestEnded(id, ctx.Err())
 	}
-	// The deadline passed or ctx was cancelled: settle the request in the
-	// broker. If it was already settled, its outcome is on its way.
-	cctx, cancel := context.WithTimeout(d.opCtx, 5*time.Second)
-	cancelled, err := d.b.Cancel(cctx, d.inbox, id)
-	cancel()
+	// Settle the request in the inbox: a marker at or after the deadline
+	// leaves no room for a reply after it; one before the deadline (ctx was
+	// cancelled) leaves the replies after it unread. The outcome is the
+	// first reply before the deadline that precedes the marker, if any,
+	// else the marker.
+	marker, err := d.giveUp(id, deadline, ctx.Err() == context.DeadlineExceeded)
 	if err != nil {
-		d.health.fail("cancel", err)
-		return nil, fmt.Errorf("%w (and the broker could not settle it: %v)", d.requestEnded(id, ctx.Err()), err)
-	}
-	if cancelled {
-		return nil, d.requestEnded(id, ctx.Err())
+		return nil, fmt.Errorf("%w (and the request could not be settled: %v)", d.requestEnded(id, ctx.Err()), err)
 	}
 	t := time.NewTimer(cancelGrace)
 	defer t.Stop()
-	select {
-	case r := <-ch:
-		return d.outcome(id, &r)
-	case <-d.closing:
-		return nil, ErrClosed
-	case <-t.C:
-		return nil, d.requestEnded(id, ctx.Err())
+	for {
+		select {
+		case <-w.ready:
+			r, ok := w.decide(deadline, marker.Ref)
+			switch {
+			case !ok:
+				continue
+			case r.Kind == broker.KindReply:
+				return d.outcome(id, &r)
+			}
+			if ctx.Err() == context.DeadlineExceeded {
+				d.timedOut.Add(1)
+				if d.onEvent != nil {
+					d.emit(Event{Kind: EventTimedOut, Receiver: receiver, Sender: d.inbox, MessageID: id})
+				}
+			}
+			return nil, d.requestEnded(id, ctx.Err())
+		case <-d.closing:
+			return nil, ErrClosed
+		case <-t.C:
+			return nil, d.requestEnded(id, ctx.Err())
+		}
+	}
+}
+
+// giveUp appends Request id's marker to the inbox. When the Request's
+// deadline has passed (timedOut), it appends markers until one is at or
+// after the deadline by the broker's clock, which may be a little behind
+// the local one: that marker settles the request as timed out.
+func (d *Disker) giveUp(id string, deadline time.Time, timedOut bool) (broker.Reply, error) {
+	for {
+		ctx, cancel := context.WithTimeout(d.opCtx, 5*time.Second)
+		m, err := d.b.GiveUp(ctx, d.inbox, id)
+		cancel()
+		switch {
+		case errors.Is(err, broker.ErrLate):
+			return m, errors.New("the inbox has expired")
+		case err != nil:
+			d.health.fail("give up", err)
+			return m, err
+		case !timedOut || !m.At.Before(deadline):
+			return m, nil
+		}
+		t := time.NewTimer(max(deadline.Sub(m.At), time.Millisecond))
+		select {
+		case <-t.C:
+		case <-d.closing:
+			t.Stop()
+			return m, ErrClosed
+		}
 	}
 }
 
@@ -132,11 +185,8 @@ func (d *Disker) requestEnded(id string, ctxErr error) error {
 	return timeoutErr(id, ctxErr)
 }
 
-// outcome turns the entry of the inbox for request id into Request's result.
+// outcome turns the reply to request id into Request's result.
 func (d *Disker) outcome(id string, r *broker.Reply) (*Message, error) {
-	if r.Kind == broker.KindTimeout {
-		return nil, timeoutErr(id, nil)
-	}
 	m := d.messageOf(&r.Env, time.Time{}, 0)
 	if m.Error != nil {
 		return nil, m.Error
@@ -144,17 +194,52 @@ func (d *Disker) outcome(id string, r *broker.Reply) (*Message, error) {
 	return m, nil
 }
 
+// waiter is a Request waiting for its outcome: the inbox's entries for
+// it, in the order the inbox's reader read them, which is the order they
+// were appended.
+type waiter struct {
+	mu      sync.Mutex
+	entries []broker.Reply
+	next    int           // entries before it were looked at and decided nothing
+	ready   chan struct{} // signalled when entries were added
+}
+
+func (w *waiter) add(r *broker.Reply) {
+	w.mu.Lock()
+	w.entries = append(w.entries, *r)
+	w.mu.Unlock()
+	select {
+	case w.ready <- struct{}{}:
+	default:
+	}
+}
+
+// decide looks at the entries not looked at yet, in order, for the one
+// that settles the Request: a reply appended before deadline (any reply
+// when there is none), or the Request's marker (ref marker, once it gave
+// up). Other entries are replies that came too late, and earlier markers.
+func (w *waiter) decide(deadline time.Time, marker string) (broker.Reply, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ; w.next < len(w.entries); w.next++ {
+		e := w.entries[w.next]
+		switch {
+		case e.Kind == broker.KindReply && (deadline.IsZero() || e.At.Before(deadline)):
+			return e, true
+		case e.Kind == broker.KindTimeout && marker != "" && e.Ref == marker:
+			return e, true
+		}
+	}
+	return broker.Reply{}, false
+}
+
 // deliverOutcome hands an inbox entry to the Request that waits for it, if
-// any (a Request that gave up has gone).
+// any (a Request that returned has gone).
 func (d *Disker) deliverOutcome(r *broker.Reply) {
 	d.waitMu.Lock()
-	ch := d.waiters[r.RequestID]
+	w := d.waiters[r.RequestID]
 	d.waitMu.Unlock()
-	if ch == nil {
-		return
-	}
-	select {
-	case ch <- *r:
-	default: // a duplicate (redelivered entry): the first one counts
+	if w != nil {
+		w.add(r)
 	}
 }

@@ -20,8 +20,8 @@ import (
 // Errors a broker returns. Callers check them with errors.Is.
 var (
 	// ErrLate is returned by Reply when the request has already been settled
-	// (timed out, cancelled, or replied to), or when its sender's reply
-	// address is gone (see ReplyIfOpen): the reply was dropped.
+	// (timed out, or replied to), and by ReplyInbox when the request's
+	// deadline passed or the inbox is gone: the reply was dropped.
 	ErrLate = errors.New("disker: reply is late: the request already timed out or was answered")
 	// ErrLeaseLost is returned when the caller no longer holds the lease of a
 	// delivery (it expired and another consumer may have it).
@@ -32,11 +32,20 @@ var (
 	ErrClosed = errors.New("disker: broker closed")
 )
 
-// InboxPrefix starts the names of private reply addresses: senders that
-// only the process sending from them reads (disker's Request uses
-// "_inbox." and the instance id), whose state the process bounds with
-// ExpireSender. Since only the caller of Send observes such a sender's
-// outcomes, a broker may take shortcuts for it (see Send).
+// InboxPrefix starts the names of private reply addresses, inboxes:
+// senders that only the process sending from them reads (disker's Request
+// uses "_inbox." and the instance id), whose state the process bounds with
+// ExpireSender.
+//
+// A timed request from an inbox has no pending timeout in the broker. Its
+// outcome is decided by the order of the inbox's reply stream, whose
+// entries carry the broker time at which they were appended (Reply.At):
+// ReplyInbox appends a reply and accepts it only if its time is before the
+// deadline, and the requester, when it gives up, appends a marker
+// (GiveUp). Every accepted reply is in the stream before any marker at or
+// after the deadline, so the one reader, reading in order, sees the first
+// accepted reply before such a marker, or the marker alone: exactly one
+// outcome, decided by broker time.
 const InboxPrefix = "_inbox."
 
 // Envelope is a message as a broker stores and moves it.
@@ -101,17 +110,11 @@ const (
 	// appended, creating the sender's reply stream if need be, and waits
 	// there for the sender's next reader.
 	ReplyUntimed ReplyMode = iota
-	// ReplyTimed is for a request with a timeout: one atomic step accepts
+	// ReplyTimed is for a request with a timeout from a sender that is not
+	// an inbox (replies to an inbox use ReplyInbox): one atomic step accepts
 	// the reply only if the request is still pending and its deadline has
 	// not passed (broker time), settling it; otherwise ErrLate.
 	ReplyTimed
-	// ReplyIfOpen is for a request without a timeout from a sender whose
-	// state ExpireSender bounds (a private reply address that lives as long
-	// as its owner): the reply is appended only while the sender's reply
-	// address is open, that is, ExpireSender opened it and it has neither
-	// expired nor been deleted since; otherwise ErrLate. So a reply that
-	// comes after its sender has gone re-creates nothing.
-	ReplyIfOpen
 )
 
 // Reply is an entry of a sender's reply stream.
@@ -123,8 +126,12 @@ type Reply struct {
 	// RequestID is the id of the message this answers.
 	RequestID string
 	// Env is the reply envelope (KindReply) or the original message
-	// (KindTimeout).
+	// (KindTimeout; for an inbox's marker, only its ID and Sender).
 	Env Envelope
+	// At is the broker time at which the entry was appended, to the
+	// broker's precision (milliseconds for Redis). Within a reply stream it
+	// never decreases from one entry to the next.
+	At time.Time
 }
 
 // DeadLetter is an entry of a receiver's dead-letter stream.
@@ -177,9 +184,9 @@ type Broker interface {
 	// Send queues env for env.Receiver in one atomic step. If env.Timeout > 0
 	// it also records, in the same step, a pending timeout under env.Sender
 	// with deadline broker-now+Timeout, and returns that deadline; otherwise
-	// the zero time. For a sender named with InboxPrefix, broker-now may be
-	// the broker's clock as this client estimates it (within a round trip),
-	// and the timeout notice may carry only the message id.
+	// the zero time. From an inbox (InboxPrefix) it records no pending
+	// timeout (see InboxPrefix), and broker-now may be the broker's clock as
+	// this client estimates it (within a round trip).
 	Send(ctx context.Context, env *Envelope) (deadline time.Time, err error)
 
 	// SendBatch sends each of envs as Send would, each in its own atomic
@@ -225,11 +232,25 @@ type Broker interface {
 	// sender's reply stream. It returns how many it settled.
 	ExpireTimeouts(ctx context.Context, sender string, max int) (int, error)
 
-	// Cancel settles the pending timeout of request id of sender without a
-	// notice (the sender gave up). It returns false when the request was
-	// already settled (a reply or timeout notice is, or will be, in the
-	// reply stream).
-	Cancel(ctx context.Context, sender, id string) (bool, error)
+	// ReplyInbox appends reply (reply.Receiver is an inbox, see
+	// InboxPrefix; reply.InReplyTo the request id) to the inbox's reply
+	// stream while the inbox is open (see ExpireSender). It returns ErrLate
+	// when the inbox is not open, and writes nothing then; and when
+	// deadline is not zero and the entry's time (Reply.At) is not before
+	// it: the entry stays in the stream, where the requester ignores it.
+	// A reply accepted before the deadline is not exclusive: a second
+	// reply to the same request is accepted too, and the requester takes
+	// the first.
+	ReplyInbox(ctx context.Context, reply *Envelope, deadline time.Time) error
+
+	// GiveUp appends to the reply stream of inbox, while it is open, a
+	// marker for request id (Kind KindTimeout, Env holding the id), and
+	// returns the entry as ReadReplies will return it. A requester that
+	// stops waiting calls it: its outcome is the first reply before its
+	// deadline that precedes the marker in the stream, if any, else the
+	// marker. A marker at or after the deadline therefore settles the
+	// request for good. It returns ErrLate when the inbox is not open.
+	GiveUp(ctx context.Context, inbox, id string) (Reply, error)
 
 	// ExpireSender bounds the life of sender's state: its reply stream
 	// (with the entries not yet acknowledged) and its pending timeouts
@@ -237,17 +258,17 @@ type Broker interface {
 	// ExpireSender is called again before; a later call replaces the
 	// expiry. State that sender's timed Sends add meanwhile expires with
 	// the rest. With ttl > 0 it also opens sender's reply address: the
-	// reply stream exists from then on (so that ReplyIfOpen replies are
-	// accepted) until it expires. ttl 0 deletes the state now and closes
-	// the address.
+	// reply stream exists from then on (so that ReplyInbox and GiveUp
+	// accept entries) until it expires. ttl 0 deletes the state now and
+	// closes the address.
 	//
 	// It is for private reply addresses that live as long as their owner,
 	// which calls it again while alive (disker's inbox: at each
-	// heartbeat, and with 0 on Close). Once the state is gone, a
-	// ReplyTimed or ReplyIfOpen reply to sender returns ErrLate and writes
-	// nothing, ExpireTimeouts and Cancel find nothing pending, and
-	// ReadReplies finds nothing; a ReplyUntimed reply would re-create the
-	// reply stream for good, so replies to such a sender must not use it.
+	// heartbeat, and with 0 on Close). Once the state is gone, ReplyInbox,
+	// GiveUp and a ReplyTimed reply to sender return ErrLate and write
+	// nothing, ExpireTimeouts finds nothing pending, and ReadReplies finds
+	// nothing; a ReplyUntimed reply would re-create the reply stream for
+	// good, so replies to such a sender must not use it.
 	// Dead letters of sender (reply-stream entries that were not replies,
 	// written by a foreign writer) are not part of it.
 	ExpireSender(ctx context.Context, sender string, ttl time.Duration) error
@@ -256,9 +277,9 @@ type Broker interface {
 	// consumer (instances of one sender share the stream as competing
 	// consumers), blocking up to block. Entries must be acknowledged with
 	// AckReplies; unacknowledged ones are redelivered after lease. The reply
-	// stream of an inbox (InboxPrefix) has one reader, which reads it in
-	// order: a broker may deliver each of its entries once, in order, and
-	// its AckReplies may remove every entry up to the newest ref given.
+	// stream of an inbox (InboxPrefix) has one reader: a broker delivers
+	// each of its entries once, in the order they were appended, and its
+	// AckReplies may remove every entry up to the newest ref given.
 	ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]Reply, error)
 
 	// AckReplies removes entries of sender's reply stream.

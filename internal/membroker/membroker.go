@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,14 +147,17 @@ func (b *Broker) lock(ctx context.Context) error {
 type core struct {
 	now func() time.Time
 
-	mu       sync.Mutex
-	seq      uint64
-	queues   map[string]*stream     // receiver -> its queue
-	replies  map[string]*stream     // sender -> its reply stream
-	dead     map[string]*deadList   // receiver -> its dead letters
-	timeouts map[string]*timeoutSet // sender -> its pending timeouts
-	locks    map[string]lockEntry   // receiver -> its exclusive lock
-	workers  map[string]workerEntry // worker id -> its registration
+	mu  sync.Mutex
+	seq uint64
+	// lastReplyAt is the time of the latest reply-stream entry: entries
+	// never get an earlier one (see appendReply).
+	lastReplyAt time.Time
+	queues      map[string]*stream     // receiver -> its queue
+	replies     map[string]*stream     // sender -> its reply stream
+	dead        map[string]*deadList   // receiver -> its dead letters
+	timeouts    map[string]*timeoutSet // sender -> its pending timeouts
+	locks       map[string]lockEntry   // receiver -> its exclusive lock
+	workers     map[string]workerEntry // worker id -> its registration
 	// senders holds when the state of each sender under ExpireSender
 	// expires; nextExpiry is at or before the earliest of them (zero when
 	// there is none). An expired sender is dropped by the next lock.
@@ -260,3 +264,7 @@ func needPositive[T int | time.Duration](field string, v T) error {
 	}
 	return nil
 }
+
+// isInbox reports whether sender is a private reply address (see
+// broker.InboxPrefix).
+func isInbox(sender string) bool { return strings.HasPrefix(sender, broker.InboxPrefix) }

@@ -51,13 +51,16 @@ func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time
 	return deadlines, nil
 }
 
-// put queues env, encoded as raw, with its pending timeout if it has one,
-// and returns its deadline. Call with c.mu held.
+// put queues env, encoded as raw, with its pending timeout if it has one
+// (none from an inbox: see broker.InboxPrefix), and returns its deadline.
+// Call with c.mu held.
 func (c *core) put(env *broker.Envelope, raw []byte) time.Time {
 	var deadline time.Time
 	if env.Timeout > 0 {
 		deadline = c.now().Add(env.Timeout)
-		c.pendingTimeouts(env.Sender).put(env.ID, deadline, raw)
+		if !isInbox(env.Sender) {
+			c.pendingTimeouts(env.Sender).put(env.ID, deadline, raw)
+		}
 	}
 	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: deadline})
 	return deadline

@@ -77,34 +77,23 @@ func (h *timeoutHeap) Pop() any {
 // Reply appends reply to the reply stream of its receiver (the original
 // sender), as mode says. ReplyTimed settles the request in the same step:
 // the reply is accepted only while the request's timeout is pending and
-// broker-now is before its deadline. ReplyIfOpen accepts it only while the
-// sender's address is open (ExpireSender). A refused reply is dropped with
+// broker-now is before its deadline; otherwise it is dropped with
 // broker.ErrLate.
 func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.ReplyMode) error {
-	if reply == nil {
-		return errors.New("membroker: reply is nil")
-	}
-	if err := needName("Envelope.Receiver", reply.Receiver); err != nil {
-		return err
-	}
-	if err := needName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
-		return err
-	}
-	if mode != broker.ReplyUntimed && mode != broker.ReplyTimed && mode != broker.ReplyIfOpen {
+	if mode != broker.ReplyUntimed && mode != broker.ReplyTimed {
 		return fmt.Errorf("membroker: reply mode %d is not a broker.ReplyMode", mode)
 	}
-	if err := b.checkSize(reply); err != nil {
+	raw, err := b.encodeReply(reply)
+	if err != nil {
 		return err
 	}
-	raw := encode(reply)
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
 	defer b.c.mu.Unlock()
 	c := b.c
 	sender := reply.Receiver
-	switch mode {
-	case broker.ReplyTimed:
+	if mode == broker.ReplyTimed {
 		t := c.timeouts[sender]
 		var to *timeout
 		if t != nil {
@@ -115,18 +104,95 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 		}
 		t.remove(to)
 		c.tidy(sender)
-	case broker.ReplyIfOpen:
-		if _, open := c.senders[sender]; !open {
-			return broker.ErrLate
-		}
 	}
-	c.replyStream(sender).add(&entry{ref: c.nextRef(), raw: raw, kind: broker.KindReply, requestID: reply.InReplyTo})
+	c.appendReply(sender, raw, broker.KindReply, reply.InReplyTo)
 	return nil
 }
 
+// encodeReply checks reply and encodes it.
+func (b *Broker) encodeReply(reply *broker.Envelope) ([]byte, error) {
+	if reply == nil {
+		return nil, errors.New("membroker: reply is nil")
+	}
+	if err := needName("Envelope.Receiver", reply.Receiver); err != nil {
+		return nil, err
+	}
+	if err := needName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
+		return nil, err
+	}
+	if err := b.checkSize(reply); err != nil {
+		return nil, err
+	}
+	return encode(reply), nil
+}
+
+// appendReply appends an entry to sender's reply stream, at broker-now or
+// the previous entry's time if that is later, and returns it. Callers
+// hold mu.
+func (c *core) appendReply(sender string, raw []byte, kind broker.ReplyKind, requestID string) *entry {
+	at := c.now()
+	if at.Before(c.lastReplyAt) {
+		at = c.lastReplyAt
+	}
+	c.lastReplyAt = at
+	e := &entry{ref: c.nextRef(), raw: raw, kind: kind, requestID: requestID, at: at}
+	c.replyStream(sender).add(e)
+	return e
+}
+
+// ReplyInbox appends reply to its inbox's reply stream while the inbox is
+// open, and accepts it when its time is before deadline (or deadline is
+// zero). See broker.Broker.
+func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
+	raw, err := b.encodeReply(reply)
+	if err != nil {
+		return err
+	}
+	if !isInbox(reply.Receiver) {
+		return fmt.Errorf("membroker: ReplyInbox: %q is not an inbox", reply.Receiver)
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.c.mu.Unlock()
+	if _, open := b.c.senders[reply.Receiver]; !open {
+		return broker.ErrLate
+	}
+	e := b.c.appendReply(reply.Receiver, raw, broker.KindReply, reply.InReplyTo)
+	if !deadline.IsZero() && !e.at.Before(deadline) {
+		return broker.ErrLate
+	}
+	return nil
+}
+
+// GiveUp appends a marker for request id to inbox's reply stream while the
+// inbox is open. See broker.Broker.
+func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, error) {
+	if err := needName("inbox", inbox); err != nil {
+		return broker.Reply{}, err
+	}
+	if !isInbox(inbox) {
+		return broker.Reply{}, fmt.Errorf("membroker: GiveUp: %q is not an inbox", inbox)
+	}
+	if err := needName("id", id); err != nil {
+		return broker.Reply{}, err
+	}
+	env := broker.Envelope{ID: id, Sender: inbox}
+	raw := encode(&env)
+	if err := b.lock(ctx); err != nil {
+		return broker.Reply{}, err
+	}
+	defer b.c.mu.Unlock()
+	if _, open := b.c.senders[inbox]; !open {
+		return broker.Reply{}, broker.ErrLate
+	}
+	e := b.c.appendReply(inbox, raw, broker.KindTimeout, id)
+	return broker.Reply{Ref: e.ref, Kind: e.kind, RequestID: id, Env: env, At: e.at}, nil
+}
+
 // ExpireSender makes sender's reply stream and pending timeouts expire ttl
-// from now (broker clock), and opens sender's address for ReplyIfOpen
-// until then; ttl 0 deletes them now and closes the address. Expired state
+// from now (broker clock), and opens sender's address for ReplyInbox and
+// GiveUp until then; ttl 0 deletes them now and closes the address. Expired state
 // is deleted by the next call through any handle.
 func (b *Broker) ExpireSender(ctx context.Context, sender string, ttl time.Duration) error {
 	if err := needName("sender", sender); err != nil {
@@ -206,49 +272,31 @@ func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (in
 	for n < max && t.heap.Len() > 0 && !t.heap[0].deadline.After(now) {
 		to := t.heap[0]
 		t.remove(to)
-		c.replyStream(sender).add(&entry{ref: c.nextRef(), raw: to.raw, kind: broker.KindTimeout, requestID: to.id})
+		c.appendReply(sender, to.raw, broker.KindTimeout, to.id)
 		n++
 	}
 	c.tidy(sender)
 	return n, nil
 }
 
-// Cancel settles the pending timeout of request id of sender without a
-// notice. It returns false when the request was already settled.
-func (b *Broker) Cancel(ctx context.Context, sender, id string) (bool, error) {
-	if err := needName("sender", sender); err != nil {
-		return false, err
-	}
-	if err := needName("id", id); err != nil {
-		return false, err
-	}
-	if err := b.lock(ctx); err != nil {
-		return false, err
-	}
-	defer b.c.mu.Unlock()
-	t := b.c.timeouts[sender]
-	if t == nil || t.byID[id] == nil {
-		return false, nil
-	}
-	t.remove(t.byID[id])
-	b.c.tidy(sender)
-	return true, nil
-}
-
 // ReadReplies leases up to max entries of sender's reply stream to
 // consumer: first those whose lease expired, then new ones, blocking up to
-// block when there are none.
+// block when there are none. An inbox's entries are delivered once, in
+// order: none is delivered again.
 func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]broker.Reply, error) {
 	if err := validateRead("sender", sender, consumer, max, lease); err != nil {
 		return nil, err
 	}
 	out := []broker.Reply{}
+	inbox := isInbox(sender)
 	take := func(s *stream, now time.Time) int {
-		for e := range s.expired(now, lease) {
-			if len(out) == max {
-				return len(out)
+		if !inbox {
+			for e := range s.expired(now, lease) {
+				if len(out) == max {
+					return len(out)
+				}
+				out = b.c.leaseReply(s, e, consumer, now, out)
 			}
-			out = b.c.leaseReply(s, e, consumer, now, out)
 		}
 		for len(out) < max && s.fresh.Len() > 0 {
 			out = b.c.leaseReply(s, s.fresh.Front().Value.(*entry), consumer, now, out)
@@ -270,7 +318,7 @@ func (c *core) leaseReply(s *stream, e *entry, consumer string, now time.Time, o
 		// Only the broker writes reply entries, from envelopes it encoded.
 		panic("membroker: a reply entry does not decode: " + err.Error())
 	}
-	return append(out, broker.Reply{Ref: e.ref, Kind: e.kind, RequestID: e.requestID, Env: env})
+	return append(out, broker.Reply{Ref: e.ref, Kind: e.kind, RequestID: e.requestID, Env: env, At: e.at})
 }
 
 // AckReplies removes the entries refs of sender's reply stream. Unknown

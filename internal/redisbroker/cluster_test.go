@@ -1,6 +1,7 @@
 package redisbroker
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -108,8 +109,8 @@ func TestClusterTimedSendAcrossSlots(t *testing.T) {
 		rs[1].Kind != broker.KindTimeout || rs[1].RequestID != late.ID {
 		t.Fatalf("ReadReplies = %+v, %v; want the reply to %s, then the notice of %s", rs, err, env.ID, late.ID)
 	}
-	if ok, err := b.Cancel(ctx, sender, late.ID); err != nil || ok {
-		t.Fatalf("Cancel after the notice = %v, %v; want nothing pending", ok, err)
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r2", Receiver: sender, InReplyTo: late.ID}, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("Reply after the notice = %v; want ErrLate, nothing pending", err)
 	}
 }
 
@@ -139,8 +140,8 @@ func TestClusterTimedSendUndoneWhenQueueFails(t *testing.T) {
 	if _, err := b.Send(ctx, &env); err == nil {
 		t.Fatal("Send succeeded with the receiver's node down")
 	}
-	if ok, err := b.Cancel(ctx, sender, env.ID); err != nil || ok {
-		t.Fatalf("Cancel = %v, %v; want the failed send's pending timeout already withdrawn", ok, err)
+	if err := b.Reply(ctx, &broker.Envelope{ID: "r1", Receiver: sender, InReplyTo: env.ID}, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("Reply = %v; want ErrLate: the failed send's pending timeout already withdrawn", err)
 	}
 	if n, err := b.ExpireTimeouts(ctx, sender, 10); err != nil || n != 0 {
 		t.Fatalf("ExpireTimeouts = %d, %v; want nothing", n, err)

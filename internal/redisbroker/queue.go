@@ -22,8 +22,8 @@ const maxBatch = 1000
 
 // Send queues env: one XADD, or for a message with a timeout one script
 // that also records the pending timeout under env.Sender (two steps on
-// Redis Cluster when the names' slots differ: see sendTimedSplit; one
-// transaction from an open inbox: see inboxCmds).
+// Redis Cluster when the names' slots differ: see sendTimedSplit; from an
+// inbox, one XADD: see inboxXadd).
 func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, error) {
 	if err := b.check(); err != nil {
 		return time.Time{}, err
@@ -45,8 +45,8 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 		if err != nil {
 			return time.Time{}, err
 		}
-		deadline, cmds := b.inboxCmds(env, data, now)
-		if err := b.execOK(b.client.DoMulti(ctx, cmds...)); err != nil {
+		deadline, cmd := b.inboxXadd(env, data, now)
+		if err := b.client.Do(ctx, cmd).Error(); err != nil {
 			return time.Time{}, b.fail(ctx, "send", err)
 		}
 		return deadline, nil
@@ -63,51 +63,33 @@ const (
 	sendPlain = iota // no timeout: one XADD
 	sendTimed        // script send_timed
 	sendSplit        // on a Cluster, across slots: sendTimedSplit
-	sendInbox        // from an open inbox, not on a Cluster: inboxCmds
+	sendInbox        // from an inbox: inboxXadd
 )
 
 func (b *Broker) sendKind(env *broker.Envelope) int {
 	switch {
 	case env.Timeout <= 0:
 		return sendPlain
+	case isInbox(env.Sender):
+		return sendInbox
 	case b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
 		return sendSplit
-	case !b.cluster && b.inboxTTL(env.Sender) > 0:
-		return sendInbox
 	}
 	return sendTimed
 }
 
-// inboxTTL returns how long the state of sender, an inbox opened through
-// this broker, lives at least; 0 for any other sender.
-func (b *Broker) inboxTTL(sender string) time.Duration {
-	v, ok := b.inboxes.Load(sender)
-	if !ok {
-		return 0
-	}
-	return max(time.Until(v.(time.Time)), 0)
-}
-
-// inboxCmds returns the deadline of env, a timed message from an open
-// inbox, and the transaction that sends it: MULTI, ZADD of its pending
-// timeout, PEXPIRE giving the timeouts the inbox's expiry (they may have
-// just been created), XADD to the queue, EXEC. It costs Redis about half
-// of send_timed. The deadline comes from now, Redis time as this client
-// estimates it (within a round trip of TIME): only this process waits on
-// an inbox, and the outcome is still decided in Redis by Redis time. No
-// copy of the message is kept for the timeout notice, which carries the
-// id alone: Request needs no more.
-func (b *Broker) inboxCmds(env *broker.Envelope, data string, now time.Time) (time.Time, rueidis.Commands) {
+// inboxXadd returns the deadline of env, a timed message from an inbox,
+// and the XADD that queues it with that deadline. No pending timeout is
+// recorded: the outcome is decided in the inbox's reply stream (see
+// broker.InboxPrefix, ReplyInbox and GiveUp). The deadline comes from now,
+// Redis time as this client estimates it (within a round trip of TIME):
+// it only needs to be one value that the requester, the worker and the
+// replier share, and the decision itself is by Redis time, the ids of the
+// reply stream's entries.
+func (b *Broker) inboxXadd(env *broker.Envelope, data string, now time.Time) (time.Time, rueidis.Completed) {
 	deadline := now.Add(env.Timeout).Truncate(time.Millisecond)
 	ms := strconv.FormatInt(deadline.UnixMilli(), 10)
-	t := b.keys.timeouts(env.Sender)
-	return deadline, rueidis.Commands{
-		b.client.B().Multi().Build(),
-		b.client.B().Zadd().Key(t).ScoreMember().ScoreMember(float64(deadline.UnixMilli()), env.ID).Build(),
-		b.client.B().Pexpire().Key(t).Milliseconds(max(b.inboxTTL(env.Sender).Milliseconds(), 1)).Build(),
-		b.client.B().Xadd().Key(b.keys.queue(env.Receiver)).Id("*").FieldValue().FieldValue("m", data).FieldValue("d", ms).Build(),
-		b.client.B().Exec().Build(),
-	}
+	return deadline, b.client.B().Xadd().Key(b.keys.queue(env.Receiver)).Id("*").FieldValue().FieldValue("m", data).FieldValue("d", ms).Build()
 }
 
 // execOK returns the first error among the replies of a transaction
@@ -144,8 +126,9 @@ func sendTimedArgs(env *broker.Envelope, data string) []string {
 
 // SendBatch sends envs in order, each as Send would, in runs of messages
 // sent the same way: a run of untimed ones is one pipeline of XADDs, a run
-// of timed ones one pipeline of send_timed scripts (at most maxBatch
-// commands a round trip), and a timed message that needs sendTimedSplit
+// of timed ones one pipeline of send_timed scripts, a run of timed ones
+// from an inbox one pipeline of XADDs (at most maxBatch commands a round
+// trip), and a timed message that needs sendTimedSplit
 // goes on its own. So a batch of one kind costs one round trip per
 // maxBatch messages, and messages to one receiver queue in batch order.
 func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time.Time, error) {
@@ -204,16 +187,12 @@ func (b *Broker) sendRun(ctx context.Context, kind int, envs []*broker.Envelope,
 			}
 			return true
 		}
-		const n = 5 // commands per message
-		cmds := make(rueidis.Commands, 0, n*len(envs))
+		cmds := make(rueidis.Commands, len(envs))
 		for i, env := range envs {
-			var c rueidis.Commands
-			deadlines[i], c = b.inboxCmds(env, rueidis.BinaryString(wire.Encode(env)), now)
-			cmds = append(cmds, c...)
+			deadlines[i], cmds[i] = b.inboxXadd(env, rueidis.BinaryString(wire.Encode(env)), now)
 		}
-		res := b.client.DoMulti(ctx, cmds...)
-		for i := range envs {
-			if err := b.execOK(res[n*i : n*i+n]); err != nil {
+		for i, r := range b.client.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
 				deadlines[i], errs[i], failed = time.Time{}, b.fail(ctx, "send", err), true
 			}
 		}

@@ -112,9 +112,6 @@ type Broker struct {
 	// measured it (synced says whether one did): the clock of sendInbox.
 	offset atomic.Int64
 	synced atomic.Bool
-	// inboxes maps an inbox sender to the local time until which its
-	// ExpireSender through this broker keeps its state.
-	inboxes sync.Map
 	// cursors maps an inbox to the id of the last entry readInbox read.
 	cursors sync.Map
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,24 +31,11 @@ const ErrorCodeUndecodable = "undecodable_reply"
 // sender), as mode says: ReplyTimed runs one script that accepts it only if
 // the request reply.InReplyTo is still pending and its deadline is after
 // Redis time (concurrent timed replies share round trips and, per sender,
-// script calls: see batcher); ReplyIfOpen one that accepts it only if the
-// reply stream exists; ReplyUntimed is a plain XADD. A refused reply is
-// broker.ErrLate, and nothing is written. A timed reply whose ctx has not
-// ended when it is merged runs to its end.
+// script calls: see batcher); ReplyUntimed is a plain XADD. A refused
+// reply is broker.ErrLate, and nothing is written. A timed reply whose ctx
+// has not ended when it is merged runs to its end.
 func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.ReplyMode) error {
-	if err := b.check(); err != nil {
-		return err
-	}
-	if reply == nil {
-		return errors.New("redisbroker: reply is nil")
-	}
-	if err := needName("Envelope.Receiver", reply.Receiver); err != nil {
-		return err
-	}
-	if err := needName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
-		return err
-	}
-	if err := b.checkSize(reply); err != nil {
+	if err := b.checkReply(reply); err != nil {
 		return err
 	}
 	sender := reply.Receiver
@@ -64,9 +52,6 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 		}
 		r := b.replies.do(timedReply{sender: sender, id: reply.InReplyTo, data: data})
 		n, err = r.accepted, r.err
-	case broker.ReplyIfOpen:
-		n, err = scriptReplyIfOpen.Exec(ctx, b.client,
-			[]string{b.keys.replies(sender)}, []string{reply.InReplyTo, data}).AsInt64()
 	default:
 		return fmt.Errorf("redisbroker: reply mode %d is not a broker.ReplyMode", mode)
 	}
@@ -77,6 +62,89 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 		return broker.ErrLate
 	}
 	return nil
+}
+
+func (b *Broker) checkReply(reply *broker.Envelope) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if reply == nil {
+		return errors.New("redisbroker: reply is nil")
+	}
+	if err := needName("Envelope.Receiver", reply.Receiver); err != nil {
+		return err
+	}
+	if err := needName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
+		return err
+	}
+	return b.checkSize(reply)
+}
+
+// ReplyInbox appends reply to its inbox's reply stream with one XADD
+// NOMKSTREAM, which writes nothing once the inbox is gone (ErrLate). The
+// entry's id is Redis time: the reply is accepted when it is before
+// deadline (or deadline is zero), and otherwise the entry stays, for the
+// requester to ignore, and the call returns ErrLate. See broker.Broker.
+func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
+	if err := b.checkReply(reply); err != nil {
+		return err
+	}
+	if !isInbox(reply.Receiver) {
+		return fmt.Errorf("redisbroker: ReplyInbox: %q is not an inbox", reply.Receiver)
+	}
+	ref, err := b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(reply.Receiver)).Nomkstream().Id("*").FieldValue().
+		FieldValue("k", kindReply).FieldValue("i", reply.InReplyTo).FieldValue("m", rueidis.BinaryString(wire.Encode(reply))).Build()).ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return broker.ErrLate
+	case err != nil:
+		return b.fail(ctx, "reply", err)
+	case deadline.IsZero():
+		return nil
+	}
+	if at, ok := idTime(ref); !ok || !at.Before(deadline) {
+		return broker.ErrLate
+	}
+	return nil
+}
+
+// GiveUp appends a marker for request id to inbox's reply stream with one
+// XADD NOMKSTREAM (ErrLate once the inbox is gone). See broker.Broker.
+func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, error) {
+	if err := b.check(); err != nil {
+		return broker.Reply{}, err
+	}
+	if err := needName("inbox", inbox); err != nil {
+		return broker.Reply{}, err
+	}
+	if !isInbox(inbox) {
+		return broker.Reply{}, fmt.Errorf("redisbroker: GiveUp: %q is not an inbox", inbox)
+	}
+	if err := needName("id", id); err != nil {
+		return broker.Reply{}, err
+	}
+	ref, err := b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(inbox)).Nomkstream().Id("*").FieldValue().
+		FieldValue("k", kindTimeout).FieldValue("i", id).FieldValue("m", "").Build()).ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return broker.Reply{}, broker.ErrLate
+	case err != nil:
+		return broker.Reply{}, b.fail(ctx, "give up", err)
+	}
+	at, ok := idTime(ref)
+	if !ok {
+		return broker.Reply{}, fmt.Errorf("redisbroker: give up: XADD answered the id %q", ref)
+	}
+	return broker.Reply{Ref: ref, Kind: broker.KindTimeout, RequestID: id, Env: broker.Envelope{ID: id, Sender: inbox}, At: at}, nil
+}
+
+// idTime returns the time of a stream entry id, its milliseconds part.
+func idTime(id string) (time.Time, bool) {
+	ms, _, ok := parseID(id)
+	if !ok || ms > math.MaxInt64 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(int64(ms)), true
 }
 
 // timedReply is a reply to a timed request, on its way to the batcher.
@@ -148,10 +216,6 @@ func (b *Broker) ExpireSender(ctx context.Context, sender string, ttl time.Durat
 	if ttl < 0 {
 		return fmt.Errorf("redisbroker: ttl must be >= 0, got %v", ttl)
 	}
-	// The state lives at least until then (measured before Redis sets it);
-	// sendInbox needs that bound.
-	until := time.Now().Add(ttl)
-	b.inboxes.Delete(sender)
 	if ttl == 0 {
 		b.cursors.Delete(sender)
 	}
@@ -160,9 +224,6 @@ func (b *Broker) ExpireSender(ctx context.Context, sender string, ttl time.Durat
 		[]string{msString(ttl)}).Error()
 	if err != nil {
 		return b.fail(ctx, "expire sender", err)
-	}
-	if ttl > 0 && isInbox(sender) {
-		b.inboxes.Store(sender, until)
 	}
 	return nil
 }
@@ -186,26 +247,6 @@ func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (in
 		return 0, b.fail(ctx, "expire timeouts", err)
 	}
 	return int(n), nil
-}
-
-// Cancel settles the pending timeout of request id without a notice. It
-// returns false when the request was no longer pending.
-func (b *Broker) Cancel(ctx context.Context, sender, id string) (bool, error) {
-	if err := b.check(); err != nil {
-		return false, err
-	}
-	if err := needName("sender", sender); err != nil {
-		return false, err
-	}
-	if err := needName("id", id); err != nil {
-		return false, err
-	}
-	n, err := scriptCancel.Exec(ctx, b.client,
-		[]string{b.keys.timeouts(sender), b.keys.timedMessages(sender)}, []string{id}).AsInt64()
-	if err != nil {
-		return false, b.fail(ctx, "cancel", err)
-	}
-	return n == 1, nil
 }
 
 // ReadReplies reads up to max entries of sender's reply stream for
@@ -239,6 +280,7 @@ func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entr
 	out := make([]broker.Reply, 0, len(entries))
 	for _, e := range entries {
 		rep := broker.Reply{Ref: e.id, RequestID: e.fields["i"]}
+		rep.At, _ = idTime(e.id)
 		switch e.fields["k"] {
 		case kindReply:
 			rep.Kind = broker.KindReply

@@ -62,9 +62,6 @@ func TestReplyTimed(t *testing.T) {
 	if err := b.Reply(ctx, rep, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("second timed Reply = %v; want ErrLate", err)
 	}
-	if ok, err := b.Cancel(ctx, "web", "m1"); err != nil || ok {
-		t.Fatalf("Cancel after the reply = %v, %v; want false", ok, err)
-	}
 	if n, err := b.ExpireTimeouts(ctx, "web", 10); err != nil || n != 0 {
 		t.Fatalf("ExpireTimeouts = %d, %v", n, err)
 	}
@@ -127,27 +124,6 @@ func TestExpireTimeoutsMax(t *testing.T) {
 	}
 	if n, _ := b.ExpireTimeouts(ctx, "web", 3); n != 2 {
 		t.Fatalf("ExpireTimeouts(3) again = %d", n)
-	}
-}
-
-func TestCancel(t *testing.T) {
-	t.Parallel()
-	b := newBroker(t)
-	ctx := ctxT(t)
-	req := env("m1", "orders")
-	req.Sender = "web"
-	req.Timeout = time.Hour
-	if _, err := b.Send(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := b.Cancel(ctx, "web", "m1"); err != nil || !ok {
-		t.Fatalf("Cancel = %v, %v; want true", ok, err)
-	}
-	if ok, _ := b.Cancel(ctx, "web", "m1"); ok {
-		t.Fatal("second Cancel = true")
-	}
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
-		t.Fatalf("Reply after Cancel = %v; want ErrLate", err)
 	}
 }
 
@@ -330,9 +306,8 @@ func TestReplyRacesExpire(t *testing.T) {
 }
 
 // TestExpireSenderKeys looks at the keys: ExpireSender puts an expiry on
-// every key of the sender (and a timed send from the inbox on the one it
-// creates later; it keeps no copy of the message), the keys vanish when it
-// passes, and ttl 0 deletes them.
+// the inbox's reply stream, a timed send from the inbox records no pending
+// timeout, the keys vanish when the expiry passes, and ttl 0 deletes them.
 func TestExpireSenderKeys(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
@@ -350,8 +325,8 @@ func TestExpireSenderKeys(t *testing.T) {
 		if _, err := b.Send(ctx, req); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: s, InReplyTo: "m0"}, broker.ReplyIfOpen); err != nil {
-			t.Fatalf("ReplyIfOpen: %v", err)
+		if err := b.ReplyInbox(ctx, &broker.Envelope{ID: "r", Receiver: s, InReplyTo: "m0"}, time.Time{}); err != nil {
+			t.Fatalf("ReplyInbox: %v", err)
 		}
 	}
 	senderKeys := func(s string) []string {
@@ -359,14 +334,11 @@ func TestExpireSenderKeys(t *testing.T) {
 	}
 
 	stateOf(s)
-	for _, k := range senderKeys(s)[:2] {
-		ttl, err := do(t, rc, "PTTL", k).AsInt64()
-		if err != nil || ttl <= 0 || ttl > time.Minute.Milliseconds() {
-			t.Fatalf("PTTL %s = %d, %v; want an expiry of at most a minute", k, ttl, err)
-		}
+	if ttl, err := do(t, rc, "PTTL", b.keys.replies(s)).AsInt64(); err != nil || ttl <= 0 || ttl > time.Minute.Milliseconds() {
+		t.Fatalf("PTTL of the reply stream = %d, %v; want an expiry of at most a minute", ttl, err)
 	}
-	if n, _ := do(t, rc, "EXISTS", b.keys.timedMessages(s)).AsInt64(); n != 0 {
-		t.Fatal("a timed send from an inbox kept a copy of the message")
+	if n, _ := do(t, rc, "EXISTS", b.keys.timeouts(s), b.keys.timedMessages(s)).AsInt64(); n != 0 {
+		t.Fatal("a timed send from an inbox recorded a pending timeout")
 	}
 	if err := b.ExpireSender(ctx, s, 0); err != nil {
 		t.Fatal(err)
@@ -386,24 +358,26 @@ func TestExpireSenderKeys(t *testing.T) {
 		n, err := do(t, rc, append([]string{"EXISTS"}, senderKeys(s2)...)...).AsInt64()
 		return err == nil && n == 0
 	})
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: s2, InReplyTo: "m0"}, broker.ReplyIfOpen); !errors.Is(err, broker.ErrLate) {
-		t.Fatalf("ReplyIfOpen after expiry: got %v, want ErrLate", err)
+	if err := b.ReplyInbox(ctx, &broker.Envelope{ID: "r", Receiver: s2, InReplyTo: "m0"}, time.Time{}); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("ReplyInbox after expiry: got %v, want ErrLate", err)
+	}
+	if _, err := b.GiveUp(ctx, s2, "m0"); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("GiveUp after expiry: got %v, want ErrLate", err)
 	}
 	if n, _ := do(t, rc, "EXISTS", b.keys.replies(s2)).AsInt64(); n != 0 {
-		t.Fatal("a refused reply re-created the reply stream")
+		t.Fatal("a refused reply or marker re-created the reply stream")
 	}
 }
 
-// TestInboxSend sends timed messages from an open inbox (one transaction,
-// the deadline from the client's estimate of Redis time): the deadline is
-// Redis time plus the timeout, within the round trips around it; the reply
-// is decided as for any timed message; a timeout notice carries the id.
-// A timed send from an inbox this broker did not open takes send_timed.
+// TestInboxSend sends timed messages from an inbox, each one XADD with
+// the deadline from the client's estimate of Redis time: the deadline is
+// Redis time plus the timeout, within the round trips around it; a reply's
+// time is the Redis time of its entry id, and decides it; the inbox needs
+// no opening through the broker that sends from it.
 func TestInboxSend(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	ctx := ctxT(t)
-	rc := rawClient(t, srv)
 	const inbox = "_inbox.send"
 	if err := b.ExpireSender(ctx, inbox, time.Minute); err != nil {
 		t.Fatal(err)
@@ -412,12 +386,12 @@ func TestInboxSend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send := func(id string, timeout time.Duration) time.Time {
+	send := func(b *Broker, id string, timeout time.Duration) time.Time {
 		t.Helper()
 		req := env(id, "inbox-orders")
 		req.Sender, req.Timeout = inbox, timeout
 		if b.sendKind(req) != sendInbox {
-			t.Fatalf("a timed send from an open inbox does not take the inbox path")
+			t.Fatalf("a timed send from an inbox does not take the inbox path")
 		}
 		dl, err := b.Send(ctx, req)
 		if err != nil {
@@ -425,7 +399,7 @@ func TestInboxSend(t *testing.T) {
 		}
 		return dl
 	}
-	dl := send("m1", time.Hour)
+	dl := send(b, "m1", time.Hour)
 	after, err := b.Now(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -438,36 +412,32 @@ func TestInboxSend(t *testing.T) {
 		t.Fatalf("Fetch = %+v; want m1 with deadline %v", ds, dl)
 	}
 	reply := &broker.Envelope{ID: "r1", Receiver: inbox, InReplyTo: "m1", Content: []byte("ok")}
-	if err := b.Reply(ctx, reply, broker.ReplyTimed); err != nil {
-		t.Fatalf("Reply: %v", err)
+	if err := b.ReplyInbox(ctx, reply, dl); err != nil {
+		t.Fatalf("ReplyInbox: %v", err)
 	}
-	if err := b.Reply(ctx, reply, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
-		t.Fatalf("second Reply: %v, want ErrLate", err)
+	// The one second of Redis time since before bounds the reply's time.
+	if err := b.ReplyInbox(ctx, reply, before.Add(-time.Second)); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("ReplyInbox with a deadline already passed: %v, want ErrLate", err)
 	}
-	send("m2", 20*time.Millisecond)
-	eventually(t, "the notice of m2", func() bool {
-		n, err := b.ExpireTimeouts(ctx, inbox, 10)
-		return err == nil && n == 1
-	})
-	rs, err := b.ReadReplies(ctx, inbox, "c", 10, time.Second, time.Minute)
-	if err != nil || len(rs) != 2 || rs[0].RequestID != "m1" || rs[0].Kind != broker.KindReply ||
-		rs[1].RequestID != "m2" || rs[1].Kind != broker.KindTimeout || rs[1].Env.ID != "m2" {
-		t.Fatalf("ReadReplies = %+v, %v; want the reply to m1, then the notice of m2", rs, err)
+	rs := readAll(t, b, inbox, "c")
+	if len(rs) != 2 || rs[0].RequestID != "m1" || rs[0].Kind != broker.KindReply {
+		t.Fatalf("ReadReplies = %+v; want the two replies to m1", rs)
 	}
-
-	// Not opened through this broker: send_timed, which keeps the copy.
-	other := newBroker(t)
-	other.keys = b.keys
-	req := env("m3", "inbox-orders")
-	req.Sender, req.Timeout = inbox, time.Hour
-	if other.sendKind(req) != sendTimed {
-		t.Fatalf("a timed send from an inbox this broker did not open takes the inbox path")
-	}
-	if _, err := other.Send(ctx, req); err != nil {
+	now, err := b.Now(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := do(t, rc, "HEXISTS", b.keys.timedMessages(inbox), "m3").AsInt64(); n != 1 {
-		t.Fatal("send_timed kept no copy of m3")
+	for _, r := range rs {
+		if r.At.Before(before.Truncate(time.Millisecond)) || r.At.After(now) {
+			t.Fatalf("reply at %v, want within [%v, %v]", r.At, before, now)
+		}
+	}
+
+	other := newBroker(t)
+	other.keys = b.keys
+	send(other, "m2", time.Hour)
+	if ds := fetch1(t, b, "inbox-orders", "c", time.Minute, 0); len(ds) != 1 || ds[0].Env.ID != "m2" || ds[0].Deadline.IsZero() {
+		t.Fatalf("Fetch = %+v; want m2 with its deadline", ds)
 	}
 }
 
@@ -488,11 +458,12 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 	for i := range 3 {
 		req := env(fmt.Sprint("q", i), "inbox-read")
 		req.Sender, req.Timeout = inbox, time.Hour
-		if _, err := b.Send(ctx, req); err != nil {
+		dl, err := b.Send(ctx, req)
+		if err != nil {
 			t.Fatal(err)
 		}
 		rep := &broker.Envelope{ID: fmt.Sprint("a", i), Receiver: inbox, InReplyTo: req.ID, Content: []byte("ok")}
-		if err := b.Reply(ctx, rep, broker.ReplyTimed); err != nil {
+		if err := b.ReplyInbox(ctx, rep, dl); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -197,6 +197,53 @@ func TestBlockedFetchesDoNotStarveSends(t *testing.T) {
 	}
 }
 
+// inboxRoundTrips sends two timed requests to receiver from an inbox,
+// answers one and gives up the other, reads and acknowledges the inbox,
+// and deletes it.
+func inboxRoundTrips(t *testing.T, b *Broker, receiver string) {
+	t.Helper()
+	ctx := ctxT(t)
+	const inbox = "_inbox.left"
+	if err := b.ExpireSender(ctx, inbox, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var deadline time.Time
+	for _, id := range []string{"i1", "i2"} {
+		e := env(id, receiver)
+		e.Sender, e.Timeout = inbox, time.Hour
+		dl, err := b.Send(ctx, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if deadline.IsZero() {
+			deadline = dl
+		}
+	}
+	ds := fetch1(t, b, receiver, "A", time.Hour, 0)
+	if len(ds) != 2 {
+		t.Fatalf("Fetch = %+v", ds)
+	}
+	if err := b.ReplyInbox(ctx, &broker.Envelope{ID: "ri1", Receiver: inbox, InReplyTo: "i1"}, deadline); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.GiveUp(ctx, inbox, "i2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ack(ctx, receiver, ds[0].Ref, ds[1].Ref); err != nil {
+		t.Fatal(err)
+	}
+	rs := readAll(t, b, inbox, "c")
+	if len(rs) != 2 {
+		t.Fatalf("inbox entries = %+v", rs)
+	}
+	if err := b.AckReplies(ctx, inbox, rs[1].Ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ExpireSender(ctx, inbox, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestNoKeysLeftBehind runs every kind of message to its end and checks
 // that only the streams (empty) remain.
 func TestNoKeysLeftBehind(t *testing.T) {
@@ -204,9 +251,9 @@ func TestNoKeysLeftBehind(t *testing.T) {
 	b := newBroker(t)
 	raw := rawClient(t, srv)
 	ctx := ctxT(t)
-	// A request answered in time, one that times out, one cancelled, a
+	// A request answered in time, one that times out, another answered, a
 	// fire-and-forget, a retried one (short and long delay) and a
-	// dead-lettered one that is purged.
+	// dead-lettered one that is purged; then requests from an inbox.
 	for i, timeout := range []time.Duration{time.Hour, time.Millisecond, time.Hour, 0, 0, 0, 0} {
 		e := env(fmt.Sprint("m", i), "orders")
 		e.Sender = "web"
@@ -215,16 +262,15 @@ func TestNoKeysLeftBehind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ok, err := b.Cancel(ctx, "web", "m2"); err != nil || !ok {
-		t.Fatalf("Cancel = %v, %v", ok, err)
-	}
 	const lease = time.Hour
 	ds := fetch1(t, b, "orders", "A", lease, 0)
 	if len(ds) != 7 {
 		t.Fatalf("Fetch = %d deliveries", len(ds))
 	}
-	if err := b.Reply(ctx, &broker.Envelope{ID: "r0", Receiver: "web", InReplyTo: "m0"}, broker.ReplyTimed); err != nil {
-		t.Fatal(err)
+	for _, m := range []string{"m0", "m2"} {
+		if err := b.Reply(ctx, &broker.Envelope{ID: "r-" + m, Receiver: "web", InReplyTo: m}, broker.ReplyTimed); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := b.Retry(ctx, "orders", "A", ds[4].Ref, 0, lease); err != nil {
 		t.Fatal(err)
@@ -251,12 +297,13 @@ func TestNoKeysLeftBehind(t *testing.T) {
 		return err == nil && n == 1
 	})
 	rs := readAll(t, b, "web", "c")
-	if len(rs) != 2 {
+	if len(rs) != 3 {
 		t.Fatalf("replies = %+v", rs)
 	}
-	if err := b.AckReplies(ctx, "web", rs[0].Ref, rs[1].Ref); err != nil {
+	if err := b.AckReplies(ctx, "web", rs[0].Ref, rs[1].Ref, rs[2].Ref); err != nil {
 		t.Fatal(err)
 	}
+	inboxRoundTrips(t, b, "orders")
 	if ok, err := b.Acquire(ctx, "orders", "A", time.Hour); err != nil || !ok {
 		t.Fatal("Acquire", ok, err)
 	}

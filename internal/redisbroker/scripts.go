@@ -262,21 +262,6 @@ local pt, pm, pr = KEYS[1], KEYS[2], KEYS[3]
 return deadline
 `)
 
-// scriptReplyIfOpen appends a reply only while the sender's address is open.
-var scriptReplyIfOpen = rueidis.NewLuaScript(`-- reply_if_open
--- KEYS[1] -> the sender's reply stream P:{S}:r
--- ARGV[1] -> request id
--- ARGV[2] -> encoded reply envelope
--- Appends the reply only if the stream exists (XADD keeps its expiry), so a
--- reply to a sender whose state expired or was deleted re-creates nothing.
--- Returns 1 when appended, 0 when the stream is gone.
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
-end
-redis.call('XADD', KEYS[1], '*', 'k', 'rep', 'i', ARGV[1], 'm', ARGV[2])
-return 1
-`)
-
 // scriptExpireSender bounds the life of a sender's state.
 var scriptExpireSender = rueidis.NewLuaScript(`-- expire_sender
 -- KEYS[1] -> the sender's reply stream P:{S}:r
@@ -361,7 +346,8 @@ end
 return #ids
 `)
 
-// scriptCancel settles a timed request without a notice.
+// scriptCancel withdraws a pending timeout without a notice
+// (sendTimedSplit's undo).
 var scriptCancel = rueidis.NewLuaScript(`-- cancel
 -- KEYS[1] -> the sender's pending timeouts P:{S}:t
 -- KEYS[2] -> the sender's timed messages P:{S}:tm
