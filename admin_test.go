@@ -585,3 +585,55 @@ func TestRedisDownFailsFastAndResumes(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestSettledAcrossRedisOutage kills Redis (AOF on) while a Request
+// waits, and restarts it after the Request's deadline: the Request settles
+// its timeout once Redis is back, and the reply that comes after is late.
+func TestRequestSettledAcrossRedisOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithAOF())
+	e := newEnv(t, true, srv.URL())
+	worker, client := e.open(), e.open()
+	got := make(chan *disker.Message, 1)
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // before Close, should the test fail
+	if err := worker.Handle("slow", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		got <- m
+		<-release
+		return []byte("too late"), nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		m   *disker.Message
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		m, err := client.Request(ctx, "slow", nil)
+		res <- result{m, err}
+	}()
+	m := recv(t, got, 30*time.Second, "the request")
+	srv.Kill()
+	time.Sleep(time.Until(m.Deadline) + 500*time.Millisecond)
+	select {
+	case r := <-res:
+		t.Fatalf("Request returned %v, %v while Redis was down; want it to wait for Redis to settle it", r.m, r.err)
+	default:
+	}
+	srv.Restart()
+	r := recv(t, res, time.Minute, "the Request to return")
+	if !errors.Is(r.err, disker.ErrTimeout) || strings.Contains(r.err.Error(), "could not be settled") {
+		t.Fatalf("Request = %v, %v; want ErrTimeout, settled", r.m, r.err)
+	}
+	releaseOnce()
+	waitFor(t, 30*time.Second, "the late reply to be refused", func() bool {
+		return worker.LocalStats().Late == 1
+	})
+	if s := worker.LocalStats(); s.Replied != 0 {
+		t.Fatalf("the worker had %d replies accepted, want 0", s.Replied)
+	}
+}

@@ -152,8 +152,12 @@ wait:
 // giveUp appends Request id's marker to the inbox. When the Request's
 // deadline has passed (timedOut), it appends markers until one is at or
 // after the deadline by the broker's clock, which may be a little behind
-// the local one: that marker settles the request as timed out.
+// the local one: that marker settles the request as timed out. While the
+// broker cannot be reached, it tries again for up to cancelGrace: until a
+// marker is in, a reply may still be accepted.
 func (d *Disker) giveUp(id string, deadline time.Time, timedOut bool) (broker.Reply, error) {
+	stop := time.Now().Add(cancelGrace)
+	var bo backoff
 	for {
 		ctx, cancel := context.WithTimeout(d.opCtx, 5*time.Second)
 		m, err := d.b.GiveUp(ctx, d.inbox, id)
@@ -161,10 +165,16 @@ func (d *Disker) giveUp(id string, deadline time.Time, timedOut bool) (broker.Re
 		switch {
 		case errors.Is(err, broker.ErrLate):
 			return m, errors.New("the inbox has expired")
+		case errors.Is(err, broker.ErrClosed):
+			return m, err
 		case err != nil:
 			d.health.fail("give up", err)
-			return m, err
+			if time.Now().After(stop) || !bo.wait(d.closing) {
+				return m, err
+			}
+			continue
 		case !timedOut || !m.At.Before(deadline):
+			d.health.ok()
 			return m, nil
 		}
 		t := time.NewTimer(max(deadline.Sub(m.At), time.Millisecond))
