@@ -70,8 +70,13 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 		return nil, d.requestEnded(id, err)
 	}
 	if err := d.ensureInbox(ctx, dl); err != nil {
-		if ctx.Err() != nil && !errors.Is(err, ErrClosed) {
+		switch {
+		case errors.Is(err, ErrClosed):
+		case ctx.Err() != nil:
 			return nil, d.requestEnded(id, ctx.Err())
+		case errors.Is(err, context.DeadlineExceeded):
+			// The broker saw the deadline pass a moment before ctx did.
+			return nil, d.requestEnded(id, context.DeadlineExceeded)
 		}
 		return nil, err
 	}

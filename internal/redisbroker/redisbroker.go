@@ -334,6 +334,11 @@ func (b *Broker) fail(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("redisbroker: %s: %w", op, ctx.Err())
 	}
+	if dl, ok := ctx.Deadline(); ok && errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(dl) {
+		// rueidis timed out at ctx's deadline a moment before ctx's own
+		// timer ended it: that is ctx's error, not an unreachable Redis.
+		return fmt.Errorf("redisbroker: %s: %w", op, context.DeadlineExceeded)
+	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
 		if re.IsLoading() || re.IsTryAgain() || re.IsClusterDown() || strings.HasPrefix(msg, "MASTERDOWN") {
