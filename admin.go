@@ -98,8 +98,9 @@ type LocalStats struct {
 	// Late counts replies dropped because their request was already
 	// settled (ErrLate).
 	Late int64
-	// TimedOut counts timeout notices this instance received for its
-	// senders (including its Requests).
+	// TimedOut counts the timeouts this instance's senders received:
+	// timeout notices for messages sent with Send, and Requests that
+	// timed out.
 	TimedOut int64
 }
 

@@ -629,6 +629,9 @@ func TestRequestSettledAcrossRedisOutage(t *testing.T) {
 	if !errors.Is(r.err, disker.ErrTimeout) || strings.Contains(r.err.Error(), "could not be settled") {
 		t.Fatalf("Request = %v, %v; want ErrTimeout, settled", r.m, r.err)
 	}
+	if n := client.LocalStats().TimedOut; n != 1 {
+		t.Fatalf("the requester counted %d timeouts, want 1", n)
+	}
 	releaseOnce()
 	waitFor(t, 30*time.Second, "the late reply to be refused", func() bool {
 		return worker.LocalStats().Late == 1

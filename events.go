@@ -20,7 +20,7 @@ const (
 	// EventDeadLettered: a message moved to the dead-letter stream (Err).
 	EventDeadLettered
 	// EventTimedOut: a timeout notice reached this instance for one of its
-	// senders (Sender, MessageID).
+	// senders, or one of its Requests timed out (Sender, MessageID).
 	EventTimedOut
 	// EventReplied: a reply was accepted for the sender (Sender is the
 	// original sender, MessageID the request's id).
