@@ -444,12 +444,12 @@ func TestLeaseExtendedForLongJob(t *testing.T) {
 	})
 }
 
-// TestRequestRacesTimeout races Requests against their deadlines: a Request
-// that returned a reply is exactly one whose reply the broker accepted, and
-// one that timed out is one whose reply was refused (ErrLate) or never
-// made.
+// TestRequestRacesTimeout races 10,000 Requests against their deadlines: a
+// Request that returned a reply is exactly one whose reply the broker
+// accepted, and one that timed out is one whose reply was refused (ErrLate)
+// or never made.
 func TestRequestRacesTimeout(t *testing.T) {
-	const n = 2000
+	const n = 10000
 	eachBackend(t, func(t *testing.T, e *env) {
 		worker, client := e.open(), e.open()
 		if err := worker.Handle("race", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
