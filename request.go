@@ -10,9 +10,9 @@ import (
 	"github.com/diskerhq/disker/internal/broker"
 )
 
-// cancelGrace bounds how long Request waits for an outcome that the broker
-// says is already decided (a reply or timeout notice on its way) after ctx
-// ended.
+// cancelGrace bounds how long a Request whose ctx ended tries to append
+// its marker to the inbox, and then waits for the inbox's reader to reach
+// it.
 const cancelGrace = 30 * time.Second
 
 // Request sends content to receiver and waits for the reply, which it
