@@ -100,35 +100,15 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 	if err != nil {
 		return nil, err
 	}
-	// Until ctx ends, the outcome is the first reply appended before the
-	// deadline.
-wait:
-	for {
-		select {
-		case <-w.ready:
-			if r, ok := w.decide(deadline, ""); ok {
-				return d.outcome(id, &r)
-			}
-		case <-d.closing:
-			return nil, ErrClosed
-		case <-ctx.Done():
-			break wait
-		}
-	}
-	if msg.Timeout == 0 {
-		return nil, d.requestEnded(id, ctx.Err())
-	}
-	// Settle the request in the inbox: a marker at or after the deadline
-	// leaves no room for a reply after it; one before the deadline (ctx was
-	// cancelled) leaves the replies after it unread. The outcome is the
-	// first reply before the deadline that precedes the marker, if any,
-	// else the marker.
-	marker, err := d.giveUp(id, deadline, ctx.Err() == context.DeadlineExceeded)
-	if err != nil {
-		return nil, fmt.Errorf("%w (and the request could not be settled: %v)", d.requestEnded(id, ctx.Err()), err)
-	}
-	t := time.NewTimer(cancelGrace)
-	defer t.Stop()
+	// The outcome is the first reply appended before the deadline. Once ctx
+	// ends, Request settles the request in the inbox with a marker: one at
+	// or after the deadline leaves no room for a reply after it; one before
+	// the deadline (ctx was cancelled) leaves the replies after it unread.
+	// From then on the outcome is that first reply if it precedes the
+	// marker, else the marker.
+	var marker broker.Reply
+	ended := ctx.Done()
+	var grace <-chan time.Time
 	for {
 		select {
 		case <-w.ready:
@@ -148,7 +128,18 @@ wait:
 			return nil, d.requestEnded(id, ctx.Err())
 		case <-d.closing:
 			return nil, ErrClosed
-		case <-t.C:
+		case <-ended:
+			if msg.Timeout == 0 {
+				return nil, d.requestEnded(id, ctx.Err())
+			}
+			ended = nil
+			if marker, err = d.giveUp(id, deadline, ctx.Err() == context.DeadlineExceeded); err != nil {
+				return nil, fmt.Errorf("%w (and the request could not be settled: %v)", d.requestEnded(id, ctx.Err()), err)
+			}
+			t := time.NewTimer(cancelGrace)
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
 			return nil, d.requestEnded(id, ctx.Err())
 		}
 	}

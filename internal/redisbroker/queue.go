@@ -34,7 +34,7 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 	data := rueidis.BinaryString(wire.Encode(env))
 	switch b.sendKind(env) {
 	case sendPlain:
-		if err := b.client.Do(ctx, b.xadd(env, data)).Error(); err != nil {
+		if err := b.client.Do(ctx, b.xadd(env, data, "")).Error(); err != nil {
 			return time.Time{}, b.fail(ctx, "send", err)
 		}
 		return time.Time{}, nil
@@ -88,8 +88,7 @@ func (b *Broker) sendKind(env *broker.Envelope) int {
 // reply stream's entries.
 func (b *Broker) inboxXadd(env *broker.Envelope, data string, now time.Time) (time.Time, rueidis.Completed) {
 	deadline := now.Add(env.Timeout).Truncate(time.Millisecond)
-	ms := strconv.FormatInt(deadline.UnixMilli(), 10)
-	return deadline, b.client.B().Xadd().Key(b.keys.queue(env.Receiver)).Id("*").FieldValue().FieldValue("m", data).FieldValue("d", ms).Build()
+	return deadline, b.xadd(env, data, strconv.FormatInt(deadline.UnixMilli(), 10))
 }
 
 // execOK returns the first error among the replies of a transaction
@@ -112,8 +111,14 @@ func (b *Broker) execOK(res []rueidis.RedisResult) error {
 	return nil
 }
 
-func (b *Broker) xadd(env *broker.Envelope, data string) rueidis.Completed {
-	return b.client.B().Xadd().Key(b.keys.queue(env.Receiver)).Id("*").FieldValue().FieldValue("m", data).Build()
+// xadd returns the XADD that queues env, encoded as data, with its
+// deadline (unix ms) in field d unless deadline is "".
+func (b *Broker) xadd(env *broker.Envelope, data, deadline string) rueidis.Completed {
+	c := b.client.B().Xadd().Key(b.keys.queue(env.Receiver)).Id("*").FieldValue().FieldValue("m", data)
+	if deadline != "" {
+		c = c.FieldValue("d", deadline)
+	}
+	return c.Build()
 }
 
 func (b *Broker) sendTimedKeys(env *broker.Envelope) []string {
@@ -172,7 +177,7 @@ func (b *Broker) sendRun(ctx context.Context, kind int, envs []*broker.Envelope,
 	case sendPlain:
 		cmds := make(rueidis.Commands, len(envs))
 		for i, env := range envs {
-			cmds[i] = b.xadd(env, rueidis.BinaryString(wire.Encode(env)))
+			cmds[i] = b.xadd(env, rueidis.BinaryString(wire.Encode(env)), "")
 		}
 		for i, r := range b.client.DoMulti(ctx, cmds...) {
 			if err := r.Error(); err != nil {
@@ -236,8 +241,7 @@ func (b *Broker) sendTimedSplit(ctx context.Context, env *broker.Envelope, data 
 	if err != nil {
 		return time.Time{}, err
 	}
-	err = b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.queue(env.Receiver)).Id("*").FieldValue().
-		FieldValue("m", data).FieldValue("d", res).Build()).Error()
+	err = b.client.Do(ctx, b.xadd(env, data, res)).Error()
 	if err == nil {
 		return deadline, nil
 	}

@@ -80,9 +80,8 @@ func (b *Broker) checkReply(reply *broker.Envelope) error {
 	return b.checkSize(reply)
 }
 
-// ReplyInbox appends reply to its inbox's reply stream with one XADD
-// NOMKSTREAM, which writes nothing once the inbox is gone (ErrLate). The
-// entry's id is Redis time: the reply is accepted when it is before
+// ReplyInbox appends reply to its inbox's reply stream (see appendInbox).
+// The entry's id is Redis time: the reply is accepted when it is before
 // deadline (or deadline is zero), and otherwise the entry stays, for the
 // requester to ignore, and the call returns ErrLate. See broker.Broker.
 func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
@@ -92,24 +91,15 @@ func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadlin
 	if !isInbox(reply.Receiver) {
 		return fmt.Errorf("redisbroker: ReplyInbox: %q is not an inbox", reply.Receiver)
 	}
-	ref, err := b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(reply.Receiver)).Nomkstream().Id("*").FieldValue().
-		FieldValue("k", kindReply).FieldValue("i", reply.InReplyTo).FieldValue("m", rueidis.BinaryString(wire.Encode(reply))).Build()).ToString()
-	switch {
-	case rueidis.IsRedisNil(err):
-		return broker.ErrLate
-	case err != nil:
-		return b.fail(ctx, "reply", err)
-	case deadline.IsZero():
-		return nil
-	}
-	if at, ok := idTime(ref); !ok || !at.Before(deadline) {
+	_, at, err := b.appendInbox(ctx, "reply", reply.Receiver, kindReply, reply.InReplyTo, rueidis.BinaryString(wire.Encode(reply)))
+	if err == nil && !deadline.IsZero() && !at.Before(deadline) {
 		return broker.ErrLate
 	}
-	return nil
+	return err
 }
 
-// GiveUp appends a marker for request id to inbox's reply stream with one
-// XADD NOMKSTREAM (ErrLate once the inbox is gone). See broker.Broker.
+// GiveUp appends a marker for request id to inbox's reply stream (see
+// appendInbox). See broker.Broker.
 func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, error) {
 	if err := b.check(); err != nil {
 		return broker.Reply{}, err
@@ -123,19 +113,30 @@ func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, er
 	if err := needName("id", id); err != nil {
 		return broker.Reply{}, err
 	}
+	ref, at, err := b.appendInbox(ctx, "give up", inbox, kindTimeout, id, "")
+	if err != nil {
+		return broker.Reply{}, err
+	}
+	return broker.Reply{Ref: ref, Kind: broker.KindTimeout, RequestID: id, Env: broker.Envelope{ID: id, Sender: inbox}, At: at}, nil
+}
+
+// appendInbox appends an entry of kind for request id to inbox's reply
+// stream with one XADD NOMKSTREAM, which writes nothing once the inbox is
+// gone (broker.ErrLate). It returns the entry's id and its time.
+func (b *Broker) appendInbox(ctx context.Context, op, inbox, kind, id, data string) (string, time.Time, error) {
 	ref, err := b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(inbox)).Nomkstream().Id("*").FieldValue().
-		FieldValue("k", kindTimeout).FieldValue("i", id).FieldValue("m", "").Build()).ToString()
+		FieldValue("k", kind).FieldValue("i", id).FieldValue("m", data).Build()).ToString()
 	switch {
 	case rueidis.IsRedisNil(err):
-		return broker.Reply{}, broker.ErrLate
+		return "", time.Time{}, broker.ErrLate
 	case err != nil:
-		return broker.Reply{}, b.fail(ctx, "give up", err)
+		return "", time.Time{}, b.fail(ctx, op, err)
 	}
 	at, ok := idTime(ref)
 	if !ok {
-		return broker.Reply{}, fmt.Errorf("redisbroker: give up: XADD answered the id %q", ref)
+		return "", time.Time{}, fmt.Errorf("redisbroker: %s: XADD answered the id %q", op, ref)
 	}
-	return broker.Reply{Ref: ref, Kind: broker.KindTimeout, RequestID: id, Env: broker.Envelope{ID: id, Sender: inbox}, At: at}, nil
+	return ref, at, nil
 }
 
 // idTime returns the time of a stream entry id, its milliseconds part.

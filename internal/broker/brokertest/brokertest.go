@@ -12,7 +12,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -276,5 +278,28 @@ func replyTo(env *broker.Envelope, content string) *broker.Envelope {
 		InReplyTo: env.ID,
 		Content:   []byte(content),
 		Headers:   map[string]string{"status": "ok"},
+	}
+}
+
+// errorList gathers the errors of a test's goroutines, which must not call
+// t.Fatal themselves.
+type errorList struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *errorList) add(err error) {
+	l.mu.Lock()
+	l.errs = append(l.errs, err)
+	l.mu.Unlock()
+}
+
+// check fails t with every error gathered, if there is one.
+func (l *errorList) check(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.errs) > 0 {
+		t.Fatal(errors.Join(l.errs...))
 	}
 }

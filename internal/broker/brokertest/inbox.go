@@ -176,14 +176,10 @@ func testInboxReplyRacesGiveUp(t *testing.T, b broker.Broker) {
 	var (
 		mu   sync.Mutex
 		reqs = map[string]*request{}
-		errs []error
+		errs errorList
 		wg   sync.WaitGroup
 	)
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
+	fail := errs.add
 	waitUntil := func(at time.Time) bool {
 		_, err := spinUntil(ctx, b, at)
 		if err != nil {
@@ -237,9 +233,7 @@ func testInboxReplyRacesGiveUp(t *testing.T, b broker.Broker) {
 		})
 	}
 	wg.Wait()
-	if len(errs) > 0 {
-		t.Fatal(errors.Join(errs...))
-	}
+	errs.check(t)
 
 	// Read the inbox in order and decide each request as its requester
 	// would: the first reply before its deadline, unless its final marker

@@ -249,7 +249,7 @@ func testCompetingConsumers(t *testing.T, b broker.Broker) {
 	var (
 		mu   sync.Mutex
 		seen = map[string]string{} // message id -> consumer
-		errs []error
+		errs errorList
 		wg   sync.WaitGroup
 	)
 	ctx := ctxT(t)
@@ -260,11 +260,11 @@ func testCompetingConsumers(t *testing.T, b broker.Broker) {
 				ds, err := b.Fetch(ctx, r, consumer, 3, 0, longLease, 10)
 				mu.Lock()
 				if err != nil {
-					errs = append(errs, err)
+					errs.add(err)
 				}
 				for _, d := range ds {
 					if other, dup := seen[d.Env.ID]; dup {
-						errs = append(errs, fmt.Errorf("message %s delivered to %s and %s", d.Env.ID, other, consumer))
+						errs.add(fmt.Errorf("message %s delivered to %s and %s", d.Env.ID, other, consumer))
 					}
 					seen[d.Env.ID] = consumer
 				}
@@ -277,18 +277,14 @@ func testCompetingConsumers(t *testing.T, b broker.Broker) {
 					refs[i] = d.Ref
 				}
 				if err := b.Ack(ctx, r, refs...); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
+					errs.add(err)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if len(errs) > 0 {
-		t.Fatal(errors.Join(errs...))
-	}
+	errs.check(t)
 	if len(seen) != n {
 		t.Fatalf("competing consumers got %d distinct messages, want %d", len(seen), n)
 	}

@@ -225,14 +225,10 @@ func testReplyRacesTimeout(t *testing.T, b broker.Broker) {
 		accepted = map[string]bool{} // id -> Reply succeeded
 		envs     = map[string]*broker.Envelope{}
 		last     time.Time
-		errs     []error
+		errs     errorList
 		wg       sync.WaitGroup
 	)
-	fail := func(err error) {
-		mu.Lock()
-		errs = append(errs, err)
-		mu.Unlock()
-	}
+	fail := errs.add
 	for w := range repliers {
 		wg.Go(func() {
 			for i := w; i < n; i += repliers {
@@ -289,9 +285,7 @@ func testReplyRacesTimeout(t *testing.T, b broker.Broker) {
 	wg.Wait()
 	close(stopMonitor)
 	<-monitorDone
-	if len(errs) > 0 {
-		t.Fatal(errors.Join(errs...))
-	}
+	errs.check(t)
 	// Settle what the monitor had not reached yet.
 	waitBrokerTime(t, b, last)
 	for {
