@@ -94,7 +94,8 @@ func TestInboxDeletedOnClose(t *testing.T) {
 	}
 }
 
-// TestRequestTakesFirstReply shows what a second reply to a Request gets:
+// TestRequestTakesFirstReply shows what a second reply to a Request gets
+// (its deadline leaves room for a loaded machine):
 // the requester returns the first; a second reply before the deadline is
 // not refused but never reaches it; one after the deadline is ErrLate.
 func TestRequestTakesFirstReply(t *testing.T) {
@@ -110,7 +111,7 @@ func TestRequestTakesFirstReply(t *testing.T) {
 		})); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
 		r, err := client.Request(ctx, "twice", nil)
 		if err != nil || string(r.Content) != "first" {
