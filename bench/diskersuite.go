@@ -61,9 +61,11 @@ func ffTable(ff map[string][]sample, nFF int) Table {
 			"\"× Disker time\" is the peer's time over Disker's (above 1 means Disker is faster). " +
 			"The bare list queue (LPUSH/BRPOP) delivers at most once and keeps no state; asynq runs with " +
 			"TaskCheckInterval 10 ms (default 1 s) so that its idle poll at the start is not counted.",
-			"The last two rows are not the targets' workload: their producers send 100 messages per call " +
+			"The last three rows are not the targets' workload. In two, the producers send 100 messages per call " +
 				"(Disker's SendBatch, with a worker that prefetches 32 messages beyond its 32 handler slots; one LPUSH " +
-				"of 100 elements, popped one at a time by BRPOP). asynq has no batch enqueue."},
+				"of 100 elements, popped one at a time by BRPOP); asynq has no batch enqueue. The ceiling row queues " +
+				"nothing: its 8 producers each wait for one PING per message, the most that producers who wait for " +
+				"Redis to take each message can do on this machine."},
 		Header: []string{"implementation", "msgs/s, median (min–max)", "wall s", "× Disker time", "redis CPU µs/msg", "Go CPU µs/msg"},
 	}
 	ref := series(ff[nameDisker], opsPerSec).med
@@ -153,8 +155,11 @@ func runRedisWorkload(ctx context.Context, o Options, workload string, ims []red
 // targetsTable checks the targets for Disker over Redis.
 func targetsTable(ff, rr1, rr32 map[string][]sample) Table {
 	t := Table{
-		Title:  "Targets for Disker over Redis",
-		Notes:  []string{"Medians of the runs above. \"Margin\" is Disker's figure over the target's, or the target's over Disker's for a latency (at least 1 means met)."},
+		Title: "Targets for Disker over Redis",
+		Notes: []string{"Medians of the runs above. \"Margin\" is Disker's figure over the target's, or the target's over Disker's for a latency (at least 1 means met).",
+			fmt.Sprintf("10× asynq is %.2f× the ceiling row of the fire-and-forget table: what 8 producers that each wait "+
+				"for one PING per message can do here. Above 1, no producer that waits for Redis to take each message can meet it.",
+				10*series(ff["asynq"], opsPerSec).med/series(ff[namePingCeiling], opsPerSec).med)},
 		Header: []string{"target", "Disker", "target value", "margin", "met"},
 	}
 	row := func(name, unit string, got, want float64, higherIsBetter bool) {

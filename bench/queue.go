@@ -104,6 +104,7 @@ func ffImpls(n int) []redisImpl {
 		{name: "bare list, rueidis", run: func(ctx context.Context, s *redisServer) (sample, error) { return ffRueidis(ctx, s, n) }},
 		{name: nameDiskerBatch, run: func(ctx context.Context, s *redisServer) (sample, error) { return ffDiskerBatch(ctx, s, n) }},
 		{name: nameBareBatch, run: func(ctx context.Context, s *redisServer) (sample, error) { return ffRueidisBatch(ctx, s, n) }},
+		{name: namePingCeiling, run: func(ctx context.Context, s *redisServer) (sample, error) { return ffPingCeiling(ctx, s, n) }},
 	}
 }
 
@@ -112,7 +113,32 @@ func ffImpls(n int) []redisImpl {
 const (
 	nameDiskerBatch = "disker, SendBatch of 100, prefetch 32"
 	nameBareBatch   = "bare list, rueidis, LPUSH of 100"
+	namePingCeiling = "ceiling: PING per message, rueidis, no queue"
 )
+
+// ffPingCeiling measures the most that ffProducers callers can do when each
+// waits for one Redis reply per message: they send PING, the cheapest
+// command, through rueidis's pipeline, and nothing consumes anything. No
+// producer that waits for Redis to accept each message before it sends the
+// next can beat it on the same machine.
+func ffPingCeiling(ctx context.Context, s *redisServer, n int) (sample, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr}, DisableCache: true})
+	if err != nil {
+		return sample{}, err
+	}
+	defer c.Close()
+	cd := newCountdown(n)
+	errc := make(chan error, 1)
+	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+		return produce(ctx, n, errc, func(ctx context.Context) error {
+			if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+				return err
+			}
+			cd.add()
+			return nil
+		})
+	})
+}
 
 // timedRun times from start until cd has counted everything.
 func timedRun(ctx context.Context, n int, cd *countdown, errc chan error, start func(context.Context) *sync.WaitGroup) (sample, error) {
