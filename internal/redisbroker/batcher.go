@@ -1,6 +1,10 @@
 package redisbroker
 
-import "sync"
+import (
+	"context"
+	"slices"
+	"sync"
+)
 
 // batcher merges concurrent calls of one kind into shared round trips, as a
 // database merges concurrent commits ("group commit"). A call made while
@@ -10,6 +14,9 @@ import "sync"
 // max) as soon as the one in flight returns. Under load, n concurrent calls
 // so cost Redis one script invocation or transaction, one write and one
 // read instead of n of each.
+//
+// A call still queued when its context ends leaves the queue; once its
+// round trip has started, it waits for it.
 //
 // flush makes one round trip for items and returns one result per item, in
 // order. It runs on the goroutine of one of the callers, one flush at a
@@ -38,17 +45,28 @@ func newBatcher[T, R any](max int, flush func(items []T) []R, failed func(v any)
 	return &batcher[T, R]{max: max, flush: flush, failed: failed}
 }
 
-// do sends item in the next round trip and returns its result.
-func (b *batcher[T, R]) do(item T) R {
+// do sends item in the next round trip and returns its result. It returns
+// ctx's error, and item is not sent, if ctx ends while item waits for a
+// round trip in flight; once item's own round trip has started, do waits
+// for it whatever ctx does.
+func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
 	c := &batchCall[T, R]{item: item}
 	b.mu.Lock()
 	if b.busy {
 		c.done = make(chan struct{})
 		b.queue = append(b.queue, c)
 		b.mu.Unlock()
-		<-c.done
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			if b.leave(c) {
+				var zero R
+				return zero, ctx.Err()
+			}
+			<-c.done
+		}
 		if c.batch == nil {
-			return c.res
+			return c.res, nil
 		}
 	} else {
 		b.busy = true
@@ -56,7 +74,19 @@ func (b *batcher[T, R]) do(item T) R {
 		c.batch = []*batchCall[T, R]{c}
 	}
 	b.run(c.batch)
-	return c.res
+	return c.res, nil
+}
+
+// leave takes c out of the queue and reports whether it was still there.
+func (b *batcher[T, R]) leave(c *batchCall[T, R]) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := slices.Index(b.queue, c)
+	if i < 0 {
+		return false
+	}
+	b.queue = slices.Delete(b.queue, i, i+1)
+	return true
 }
 
 // run flushes batch, whose first call is the caller's, hands the queue to

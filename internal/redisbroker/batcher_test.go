@@ -1,14 +1,27 @@
 package redisbroker
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/diskerhq/disker/internal/broker"
 )
+
+// mustDo is b.do with a context that does not end.
+func mustDo[T, R any](t *testing.T, b *batcher[T, R], item T) R {
+	r, err := b.do(context.Background(), item)
+	if err != nil {
+		t.Errorf("do(%v): %v", item, err)
+	}
+	return r
+}
 
 func TestBatcherLoneCallGoesAlone(t *testing.T) {
 	t.Parallel()
@@ -22,7 +35,7 @@ func TestBatcherLoneCallGoesAlone(t *testing.T) {
 		return out
 	}, func(any) int { return -1 })
 	for i := range 3 {
-		if got := b.do(i); got != 2*i {
+		if got := mustDo(t, b, i); got != 2*i {
 			t.Fatalf("do(%d) = %d, want %d", i, got, 2*i)
 		}
 	}
@@ -75,14 +88,14 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 		return out
 	}, func(v any) string { return fmt.Sprint("failed: ", v) })
 	first := make(chan string)
-	go func() { first <- b.do(-1) }()
+	go func() { first <- mustDo(t, b, -1) }()
 	for flushes.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	var wg sync.WaitGroup
 	for i := range callers {
 		wg.Go(func() {
-			if got, want := b.do(i), fmt.Sprint("r", i); got != want {
+			if got, want := mustDo(t, b, i), fmt.Sprint("r", i); got != want {
 				t.Errorf("do(%d) = %q, want %q", i, got, want)
 			}
 		})
@@ -125,7 +138,7 @@ func TestBatcherPanic(t *testing.T) {
 		return out
 	}, func(v any) string { return fmt.Sprint("failed: ", v) })
 	first := make(chan string)
-	go func() { first <- b.do(0) }()
+	go func() { first <- mustDo(t, b, 0) }()
 	for flushes.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
@@ -134,11 +147,11 @@ func TestBatcherPanic(t *testing.T) {
 	panicked := make(chan any, 1)
 	go func() {
 		defer func() { panicked <- recover() }()
-		b.do(1)
+		mustDo(t, b, 1)
 	}()
 	waitQueued(b, 1)
 	second := make(chan string)
-	go func() { second <- b.do(2) }()
+	go func() { second <- mustDo(t, b, 2) }()
 	waitQueued(b, 2)
 	close(release)
 	if r := <-first; r != "r0" {
@@ -150,8 +163,59 @@ func TestBatcherPanic(t *testing.T) {
 	if r := <-second; r != "failed: boom" {
 		t.Fatalf("the other call of the panicking flush got %q, want %q", r, "failed: boom")
 	}
-	if r := b.do(3); r != "r3" {
+	if r := mustDo(t, b, 3); r != "r3" {
 		t.Fatalf("a later call got %q", r)
+	}
+}
+
+// TestBatcherQueuedCallLeaves: a call whose context ends while it waits
+// behind a flush in flight returns the context's error and is not flushed;
+// the calls queued with it still are.
+func TestBatcherQueuedCallLeaves(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var flushes atomic.Int32
+	var mu sync.Mutex
+	var flushed [][]int
+	b := newBatcher(10, func(items []int) []int {
+		if flushes.Add(1) == 1 {
+			<-release
+		}
+		mu.Lock()
+		flushed = append(flushed, items)
+		mu.Unlock()
+		return items
+	}, func(any) int { return -1 })
+	first := make(chan int)
+	go func() { first <- mustDo(t, b, 0) }()
+	for flushes.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error)
+	go func() {
+		_, err := b.do(ctx, 1)
+		left <- err
+	}()
+	waitQueued(b, 1)
+	stayed := make(chan int)
+	go func() { stayed <- mustDo(t, b, 2) }()
+	waitQueued(b, 2)
+	cancel()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the queued call whose context ended returned %v, want context.Canceled", err)
+	}
+	close(release)
+	if r := <-first; r != 0 {
+		t.Fatalf("first call got %d", r)
+	}
+	if r := <-stayed; r != 2 {
+		t.Fatalf("the call queued with it got %d", r)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(flushed) != "[[0] [2]]" {
+		t.Fatalf("flushed %v, want [[0] [2]]: the call that left is not sent", flushed)
 	}
 }
 
@@ -202,5 +266,42 @@ func TestFlushReplies(t *testing.T) {
 	}
 	if n, _ := do(t, rawClient(t, srv), "ZCARD", b.keys.timeouts("web")).AsInt64(); n != 0 {
 		t.Fatalf("%d pending timeouts of web left after its replies", n)
+	}
+}
+
+// TestFlushInbox runs merged inbox writes in one round trip: each command
+// gets its own result, in order, a write to a stream that is gone among
+// them included; after Close the round trip fails instead of waiting.
+func TestFlushInbox(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	key, gone := b.keys.replies("_inbox.a"), b.keys.replies("_inbox.gone")
+	xadd := func(key, v string) rueidis.Completed {
+		return b.client.B().Xadd().Key(key).Nomkstream().Id("*").FieldValue().FieldValue("v", v).Build()
+	}
+	do(t, rawClient(t, srv), "XADD", key, "*", "v", "0")
+	res := b.flushInbox([]rueidis.Completed{xadd(key, "1"), xadd(gone, "2"), xadd(key, "3")})
+	if len(res) != 3 {
+		t.Fatalf("%d results for 3 commands", len(res))
+	}
+	first, err1 := res[0].res.ToString()
+	_, err2 := res[1].res.ToString()
+	third, err3 := res[2].res.ToString()
+	if err1 != nil || err3 != nil || !rueidis.IsRedisNil(err2) {
+		t.Fatalf("results: %v, %v, %v; want two ids and nil for the stream that is gone", err1, err2, err3)
+	}
+	ms1, seq1, _ := parseID(first)
+	ms3, seq3, _ := parseID(third)
+	if ms3 < ms1 || ms3 == ms1 && seq3 <= seq1 {
+		t.Fatalf("ids %s then %s: not in the order sent", first, third)
+	}
+	if n, _ := do(t, rawClient(t, srv), "XLEN", key).AsInt64(); n != 3 {
+		t.Fatalf("XLEN %d, want 3", n)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.flushInbox([]rueidis.Completed{xadd(key, "4")}); r[0].res.Error() == nil {
+		t.Fatal("a flush after Close succeeded")
 	}
 }

@@ -46,7 +46,11 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 			return time.Time{}, err
 		}
 		deadline, cmd := b.inboxXadd(env, data, now)
-		if err := b.client.Do(ctx, cmd).Error(); err != nil {
+		res, err := b.doInbox(ctx, cmd)
+		if err == nil {
+			err = res.Error()
+		}
+		if err != nil {
 			return time.Time{}, b.fail(ctx, "send", err)
 		}
 		return deadline, nil

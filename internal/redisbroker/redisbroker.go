@@ -117,6 +117,8 @@ type Broker struct {
 
 	// replies batches the timed replies.
 	replies *batcher[timedReply, replyResult]
+	// inboxWrites batches the writes of requests from inboxes: see doInbox.
+	inboxWrites *batcher[rueidis.Completed, inboxResult]
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -161,6 +163,9 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.replies = newBatcher(maxBatch/2, b.flushReplies, func(v any) replyResult {
 		return replyResult{err: fmt.Errorf("redisbroker: reply: panic: %v", v)}
+	})
+	b.inboxWrites = newBatcher(maxBatch, b.flushInbox, func(v any) inboxResult {
+		return inboxResult{err: fmt.Errorf("redisbroker: panic: %v", v)}
 	})
 	client, err := rueidis.NewClient(opt)
 	if err != nil {

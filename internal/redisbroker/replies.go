@@ -50,8 +50,10 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 		if err := ctx.Err(); err != nil {
 			return b.fail(ctx, "reply", err)
 		}
-		r := b.replies.do(timedReply{sender: sender, id: reply.InReplyTo, data: data})
-		n, err = r.accepted, r.err
+		var r replyResult
+		if r, err = b.replies.do(ctx, timedReply{sender: sender, id: reply.InReplyTo, data: data}); err == nil {
+			n, err = r.accepted, r.err
+		}
 	default:
 		return fmt.Errorf("redisbroker: reply mode %d is not a broker.ReplyMode", mode)
 	}
@@ -121,11 +123,16 @@ func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, er
 }
 
 // appendInbox appends an entry of kind for request id to inbox's reply
-// stream with one XADD NOMKSTREAM, which writes nothing once the inbox is
-// gone (broker.ErrLate). It returns the entry's id and its time.
+// stream with one XADD NOMKSTREAM (through doInbox), which writes nothing
+// once the inbox is gone (broker.ErrLate). It returns the entry's id and its
+// time.
 func (b *Broker) appendInbox(ctx context.Context, op, inbox, kind, id, data string) (string, time.Time, error) {
-	ref, err := b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(inbox)).Nomkstream().Id("*").FieldValue().
-		FieldValue("k", kind).FieldValue("i", id).FieldValue("m", data).Build()).ToString()
+	res, err := b.doInbox(ctx, b.client.B().Xadd().Key(b.keys.replies(inbox)).Nomkstream().Id("*").FieldValue().
+		FieldValue("k", kind).FieldValue("i", id).FieldValue("m", data).Build())
+	var ref string
+	if err == nil {
+		ref, err = res.ToString()
+	}
 	switch {
 	case rueidis.IsRedisNil(err):
 		return "", time.Time{}, broker.ErrLate
@@ -137,6 +144,37 @@ func (b *Broker) appendInbox(ctx context.Context, op, inbox, kind, id, data stri
 		return "", time.Time{}, fmt.Errorf("redisbroker: %s: XADD answered the id %q", op, ref)
 	}
 	return ref, at, nil
+}
+
+// doInbox runs cmd, one write of a request from an inbox (its send, its
+// reply or a marker), in a round trip shared with the concurrent others:
+// under load, n of them cost one write system call and one read instead
+// of n of each (see batcher). A write still queued when ctx ends is not
+// made, and doInbox returns ctx's error.
+func (b *Broker) doInbox(ctx context.Context, cmd rueidis.Completed) (rueidis.RedisResult, error) {
+	if err := ctx.Err(); err != nil {
+		return rueidis.RedisResult{}, err
+	}
+	r, err := b.inboxWrites.do(ctx, cmd)
+	if err == nil {
+		err = r.err
+	}
+	return r.res, err
+}
+
+// inboxResult is the outcome of one command of a flushInbox.
+type inboxResult struct {
+	res rueidis.RedisResult
+	err error // the flush panicked
+}
+
+// flushInbox runs cmds in one round trip, in order, until Close.
+func (b *Broker) flushInbox(cmds []rueidis.Completed) []inboxResult {
+	out := make([]inboxResult, len(cmds))
+	for i, r := range b.client.DoMulti(b.closing, cmds...) {
+		out[i].res = r
+	}
+	return out
 }
 
 // idTime returns the time of a stream entry id, its milliseconds part.
