@@ -185,6 +185,9 @@ func (d *Disker) readReplies(ctx context.Context, sender string) {
 			d.dispatchReply(ctx, sender, &rs[i])
 			acks.add(rs[i].Ref) // even when ctx ended: the handler ran
 		}
+		if len(rs) > 0 && isInbox(sender) {
+			yieldToWoken() // the Requests it handed replies to
+		}
 	}
 }
 
