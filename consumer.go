@@ -161,8 +161,8 @@ func (c *consumer) fetchLoop() {
 
 // yieldToWoken lets the goroutines that a reading loop has just woken
 // (handlers, waiting Requests) run before the loop issues its next read.
-// Without it, a lone round trip's p50 was a fifth longer on the 2-CPU
-// machine measured, and no different on one CPU (BENCHMARKS.md, "Yielding
+// Without it, a lone round trip's p50 was 15% longer on the 2-CPU machine
+// measured, and no different on one CPU (BENCHMARKS.md, "Yielding
 // to the woken"). The likely cause: the next read's command readies the
 // client's writer goroutine, which takes the woken goroutine's place as the
 // next to run on this P, so the woken one waits for another P to be woken
