@@ -305,3 +305,58 @@ func TestFlushInbox(t *testing.T) {
 		t.Fatal("a flush after Close succeeded")
 	}
 }
+
+// TestInboxWritesMerge: concurrent replies and markers to an inbox share
+// round trips, and each still gets its own entry and result.
+func TestInboxWritesMerge(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	var mu sync.Mutex
+	var sizes []int
+	b.inboxWrites = newBatcher(maxBatch, func(cmds []rueidis.Completed) []inboxResult {
+		mu.Lock()
+		sizes = append(sizes, len(cmds))
+		mu.Unlock()
+		return b.flushInbox(cmds)
+	}, func(v any) inboxResult { return inboxResult{err: fmt.Errorf("panic: %v", v)} })
+	const inbox, writers, each = "_inbox.merge", 32, 20
+	if err := b.ExpireSender(ctx, inbox, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				var err error
+				if i%2 == 0 {
+					err = b.ReplyInbox(ctx, &broker.Envelope{ID: "r-" + id, Sender: "worker", Receiver: inbox, InReplyTo: id}, time.Time{})
+				} else {
+					_, err = b.GiveUp(ctx, inbox, id)
+				}
+				if err != nil {
+					t.Errorf("%s: %v", id, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n, _ := do(t, rawClient(t, srv), "XLEN", b.keys.replies(inbox)).AsInt64(); n != writers*each {
+		t.Fatalf("the inbox has %d entries, want %d", n, writers*each)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	total, merged := 0, 0
+	for _, n := range sizes {
+		total += n
+		if n > 1 {
+			merged++
+		}
+	}
+	if total != writers*each || merged == 0 {
+		t.Fatalf("%d writes in %d round trips, %d of them merged: want %d writes, some merged", total, len(sizes), merged, writers*each)
+	}
+	t.Logf("%d writes in %d round trips", total, len(sizes))
+}
