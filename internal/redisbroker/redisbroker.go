@@ -150,6 +150,7 @@ func New(cfg Config) (*Broker, error) {
 	opt.AlwaysPipelining = true
 	opt.PipelineMultiplex = pipelineMultiplex(cfg.MaxConnectionPoolSize, runtime.GOMAXPROCS(0))
 	opt.BlockingPoolSize = cfg.MaxBlockingConnections
+	opt.RingScaleEachConn = ringScale
 
 	opt.Dialer.Timeout = cfg.DialTimeout
 	opt.ConnWriteTimeout = cfg.IOTimeout
@@ -176,6 +177,18 @@ func New(cfg Config) (*Broker, error) {
 	b.cluster = client.Mode() == rueidis.ClientModeCluster
 	return b, nil
 }
+
+// ringScale is rueidis's RingScaleEachConn: every connection, each
+// dedicated one of a blocking read included, gets a ring of 2^ringScale
+// slots, each with a sync.Cond and a channel. rueidis's default, 10
+// (1,024 slots), made creating the connections 71% of the CPU of a test
+// with 1,000 senders that each read their replies (one blocking connection
+// each), and starved the other tests of its process; 8 made that test a
+// third faster, and left BenchmarkRequest and BenchmarkSendHandle level
+// (nine rounds in turns). A blocking connection carries one command at a
+// time, and the pipelined ones hold 256 calls in flight each (a DoMulti
+// is one), beyond which callers wait.
+const ringScale = 8
 
 // pipelineMultiplex returns rueidis's PipelineMultiplex (log2 of the number
 // of pipelined connections) for at most maxConns connections: the largest
