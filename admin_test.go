@@ -640,3 +640,49 @@ func TestRequestSettledAcrossRedisOutage(t *testing.T) {
 		t.Fatalf("the worker had %d replies accepted, want 0", s.Replied)
 	}
 }
+
+// TestRequestSettledWhenItsSendFails: a Request whose send fails because
+// Redis cannot be reached may have been queued all the same (the write
+// made, its answer lost), so it does not return the send's error at once:
+// it waits for its deadline and settles the request in its inbox once Redis
+// is back, here as timed out.
+func TestRequestSettledWhenItsSendFails(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithAOF())
+	e := newEnv(t, true, srv.URL())
+	client := e.open()
+	// A first Request, to a receiver nobody serves, opens the inbox for
+	// long enough that the second needs nothing else from Redis first.
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+		defer cancel()
+		_, err := client.Request(ctx, "nobody", nil)
+		first <- err
+	}()
+	waitFor(t, 10*time.Second, "the first request to be sent", func() bool { return client.LocalStats().Sent == 1 })
+	srv.Kill()
+	second := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := client.Request(ctx, "nobody", nil)
+		second <- err
+	}()
+	time.Sleep(1500 * time.Millisecond) // past the second one's deadline
+	select {
+	case err := <-second:
+		t.Fatalf("the second Request returned %v while Redis was down; want it to wait to settle", err)
+	default:
+	}
+	srv.Restart()
+	for name, c := range map[string]chan error{"first": first, "second": second} {
+		err := recv(t, c, time.Minute, "the "+name+" Request to return")
+		if !errors.Is(err, disker.ErrTimeout) || strings.Contains(err.Error(), "could not be settled") {
+			t.Fatalf("the %s Request = %v; want ErrTimeout, settled", name, err)
+		}
+		if name == "second" && !strings.Contains(err.Error(), "its send failed") {
+			t.Fatalf("the second Request = %v; want it to say that its send failed", err)
+		}
+	}
+}

@@ -220,7 +220,7 @@ func (d *Disker) send(ctx context.Context, m *Message, id string) (time.Time, er
 	bdl, err := d.b.Send(ctx, env)
 	if err != nil {
 		d.health.fail("send", err)
-		return time.Time{}, wrapBroker("send", err)
+		return bdl, wrapBroker("send", err) // bdl: see broker.Broker.Send
 	}
 	d.health.ok()
 	d.sent.Add(1)

@@ -27,7 +27,11 @@ const cancelGrace = 30 * time.Second
 // when no reply came in time, a *RemoteError when the reply carries an error
 // (for instance, the message was dead-lettered after its last attempt), and
 // ctx's error when ctx was cancelled before a deadline; a reply that was
-// already in the inbox then is returned instead. Without a deadline in ctx
+// already in the inbox then is returned instead. When the broker cannot be
+// reached while the message is sent, the message may have been queued all
+// the same, so Request does not return the send's error: it waits for its
+// deadline and settles the request as it would have, returning the reply
+// or an error that matches ErrTimeout and says that the send failed. Without a deadline in ctx
 // the message has no timeout: Request waits until ctx is cancelled.
 //
 // The private reply address, the inbox, is "_inbox." followed by the
@@ -97,8 +101,15 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 	// its I/O): an interrupted send would leave it unknown whether the
 	// message was queued, and so whether a reply may still be accepted.
 	deadline, err := d.send(context.WithoutCancel(ctx), &msg, id)
+	var sendErr error
 	if err != nil {
-		return nil, err
+		if !errors.Is(err, ErrUnavailable) || deadline.IsZero() {
+			return nil, err
+		}
+		// The broker could not be reached, and the message may have been
+		// queued all the same (the write made, its answer lost): settle the
+		// request as below, so that a reply is either returned or refused.
+		sendErr = err
 	}
 	// The outcome is the first reply appended before the deadline. Once ctx
 	// ends, Request settles the request in the inbox with a marker: one at
@@ -124,6 +135,9 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 				if d.onEvent != nil {
 					d.emit(Event{Kind: EventTimedOut, Receiver: receiver, Sender: d.inbox, MessageID: id})
 				}
+			}
+			if sendErr != nil {
+				return nil, fmt.Errorf("%w (its send failed, and it may not have been queued: %v)", d.requestEnded(id, ctx.Err()), sendErr)
 			}
 			return nil, d.requestEnded(id, ctx.Err())
 		case <-d.closing:

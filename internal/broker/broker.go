@@ -186,7 +186,10 @@ type Broker interface {
 	// with deadline broker-now+Timeout, and returns that deadline; otherwise
 	// the zero time. From an inbox (InboxPrefix) it records no pending
 	// timeout (see InboxPrefix), and broker-now may be the broker's clock as
-	// this client estimates it (within a round trip).
+	// this client estimates it (within a round trip); then, when an error
+	// wrapping ErrUnavailable leaves it unknown whether env was queued (the
+	// write may have been made and its answer lost), Send still returns the
+	// deadline env would carry, for the requester to settle the request.
 	Send(ctx context.Context, env *Envelope) (deadline time.Time, err error)
 
 	// SendBatch sends each of envs as Send would, each in its own atomic

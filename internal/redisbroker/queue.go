@@ -51,7 +51,9 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 			err = res.Error()
 		}
 		if err != nil {
-			return time.Time{}, b.fail(ctx, "send", err)
+			// The deadline goes back with the error: the XADD may have been
+			// made (see broker.Broker.Send).
+			return deadline, b.fail(ctx, "send", err)
 		}
 		return deadline, nil
 	}
