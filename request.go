@@ -28,10 +28,11 @@ const cancelGrace = 30 * time.Second
 // (for instance, the message was dead-lettered after its last attempt), and
 // ctx's error when ctx was cancelled before a deadline; a reply that was
 // already in the inbox then is returned instead. When the broker cannot be
-// reached while the message is sent, the message may have been queued all
-// the same, so Request does not return the send's error: it waits for its
-// deadline and settles the request as it would have, returning the reply
-// or an error that matches ErrTimeout and says that the send failed. Without a deadline in ctx
+// reached, Request returns an error matching ErrUnavailable at once, unless
+// the connection broke after the message was written: then the message may
+// have been queued all the same, so Request waits for its deadline and
+// settles the request as it would have, returning the reply or an error
+// that matches ErrTimeout and says that the send failed. Without a deadline in ctx
 // the message has no timeout: Request waits until ctx is cancelled.
 //
 // The private reply address, the inbox, is "_inbox." followed by the

@@ -188,8 +188,10 @@ type Broker interface {
 	// timeout (see InboxPrefix), and broker-now may be the broker's clock as
 	// this client estimates it (within a round trip); then, when an error
 	// wrapping ErrUnavailable leaves it unknown whether env was queued (the
-	// write may have been made and its answer lost), Send still returns the
-	// deadline env would carry, for the requester to settle the request.
+	// connection broke after the write, and the answer was lost), Send
+	// still returns the deadline env would carry, for the requester to
+	// settle the request; with an error that leaves env surely not queued
+	// (no connection could be made), the zero time.
 	Send(ctx context.Context, env *Envelope) (deadline time.Time, err error)
 
 	// SendBatch sends each of envs as Send would, each in its own atomic

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -51,9 +52,10 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 			err = res.Error()
 		}
 		if err != nil {
-			// The deadline goes back with the error: the XADD may have been
-			// made (see broker.Broker.Send).
-			return deadline, b.fail(ctx, "send", err)
+			if !mayHaveRun(err) {
+				deadline = time.Time{}
+			}
+			return deadline, b.fail(ctx, "send", err) // see broker.Broker.Send
 		}
 		return deadline, nil
 	}
@@ -62,6 +64,18 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 		return time.Time{}, b.fail(ctx, "send", err)
 	}
 	return parseDeadline(res)
+}
+
+// mayHaveRun reports whether a command that failed with err may have run
+// all the same: its connection broke after the command was written, and
+// the answer was lost. A dial that failed wrote nothing, and an error reply
+// is Redis refusing the command.
+func mayHaveRun(err error) bool {
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return false
+	}
+	var op *net.OpError
+	return !errors.As(err, &op) || op.Op != "dial"
 }
 
 // How a message is sent.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/redistest"
 )
 
 func env(id, receiver string) *broker.Envelope {
@@ -559,5 +560,49 @@ func TestSendBatchPartialFailure(t *testing.T) {
 	}
 	if err := b.Reply(ctx, &broker.Envelope{ID: "r4", Receiver: timed.Sender, InReplyTo: timed.ID}, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("Reply to the failed timed message = %v; want ErrLate, nothing pending (the script wrote nothing)", err)
+	}
+}
+
+// TestSendFromInboxUnknownOutcome: a send from an inbox whose answer was
+// lost (the connection broke after the write) returns, with its error, the
+// deadline the message carries, and the message is queued; a send that
+// could not connect returns no deadline.
+func TestSendFromInboxUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	proxy := redistest.StartCutProxy(t, s.Addr())
+	prefix := redistest.Prefix(t)
+	open := func(url string) *Broker {
+		// One pipelined connection, which the first send opens.
+		b, err := New(Config{URL: url, KeyPrefix: prefix, MaxConnectionPoolSize: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	viaProxy, direct := open(proxy.URL()), open(s.URL())
+	ctx := ctxT(t)
+	req := env("m1", "orders")
+	req.Sender, req.Timeout = "_inbox.x", time.Minute
+	// A first send sets the clock a send from an inbox uses, and the
+	// connection it goes on.
+	if _, err := viaProxy.Send(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	req.ID = "m2"
+	proxy.SetCut(true)
+	dl, err := viaProxy.Send(ctx, req)
+	if !errors.Is(err, broker.ErrUnavailable) || dl.IsZero() {
+		t.Fatalf("send with its answer lost = %v, %v; want ErrUnavailable with the deadline", dl, err)
+	}
+	if n, _ := do(t, rawClient(t, s), "XLEN", direct.keys.queue("orders")).AsInt64(); n != 2 {
+		t.Fatalf("%d messages queued, want 2: the first and the one whose answer was lost", n)
+	}
+	s.Kill()
+	req.ID = "m3"
+	dl, err = direct.Send(ctx, req)
+	if !errors.Is(err, broker.ErrUnavailable) || !dl.IsZero() {
+		t.Fatalf("send to a server that is down = %v, %v; want ErrUnavailable and no deadline", dl, err)
 	}
 }

@@ -1,0 +1,110 @@
+package redistest
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// CutProxy forwards TCP connections to a Redis server. While it cuts (see
+// SetCut), a connection that gets anything back from the server is closed
+// instead of passing it on: the command ran, and all its client learns is a
+// broken connection. It shows what a client does when a write went through
+// but its answer was lost.
+type CutProxy struct {
+	ln     net.Listener
+	target string
+	cut    atomic.Bool
+	wg     sync.WaitGroup
+}
+
+// StartCutProxy starts a CutProxy to the server at target (host:port) on a
+// free loopback port, passing everything on until SetCut(true). It stops
+// when tb ends.
+func StartCutProxy(tb testing.TB, target string) *CutProxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("redistest: cut proxy: %v", err)
+	}
+	p := &CutProxy{ln: ln, target: target}
+	p.wg.Go(p.accept)
+	tb.Cleanup(func() {
+		ln.Close()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// URL returns the proxy's redis:// URL.
+func (p *CutProxy) URL() string { return "redis://" + p.ln.Addr().String() }
+
+// SetCut turns cutting on or off.
+func (p *CutProxy) SetCut(on bool) { p.cut.Store(on) }
+
+func (p *CutProxy) accept() {
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	var mu sync.Mutex
+	var open []net.Conn
+	defer func() {
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		mu.Lock()
+		open = append(open, c, s)
+		mu.Unlock()
+		conns.Go(func() { p.forward(c, s) })
+	}
+}
+
+// forward passes c's bytes to s and s's back to c, until either closes or
+// an answer comes while cutting.
+func (p *CutProxy) forward(c, s net.Conn) {
+	defer c.Close()
+	defer s.Close()
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				if _, werr := s.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		s.Close()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := s.Read(buf)
+		if n > 0 {
+			if p.cut.Load() {
+				return
+			}
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
