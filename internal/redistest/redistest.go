@@ -12,7 +12,9 @@
 //		os.Exit(code)
 //	}
 //
-// Tests sharing a server keep apart by key prefix ([Prefix]).
+// Tests sharing a server keep apart by key prefix ([Prefix]). [StartCutProxy]
+// puts a proxy in front of a server that can drop its answers, to show what
+// a client does when a write went through and its answer was lost.
 //
 // redis-server must be on PATH; when it is not, Start fails the test and
 // MustStart panics, with a message saying to install it. Nothing is skipped.
