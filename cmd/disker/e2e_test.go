@@ -723,11 +723,20 @@ func TestGatewayRedisDown(t *testing.T) {
 	e.redisURL = srv.URL()
 	svc := newService(t)
 	e.startWorker("--receiver", "web", "--http", svc.srv.URL)
-	_, url := e.startGateway("--receiver", "web", "--timeout", "20s")
+	gw, url := e.startGateway("--receiver", "web", "--timeout", "20s", "--admin", "127.0.0.1:0")
+	admin := "http://" + gw.waitLog("gateway started")["admin"].(string)
 	if code, body := get(t, url+"/echo"); code != 200 {
 		t.Fatalf("before the stop: %d %q", code, body)
 	}
 	srv.Kill()
+	// A request sent in the instant Redis dies may have been queued all the
+	// same (its answer lost), and the gateway then settles it at its timeout
+	// (see disker.Request). Once the gateway knows that Redis is down, a
+	// request fails at once.
+	waitFor(t, 30*time.Second, "the gateway to report Redis down", func() bool {
+		code, _ := get(t, admin+"/readyz")
+		return code == http.StatusServiceUnavailable
+	})
 	code, body := get(t, url+"/echo")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "cannot be reached") {
 		t.Fatalf("with Redis down: %d %q, want 503", code, body)
