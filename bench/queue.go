@@ -122,7 +122,7 @@ const (
 // producer that waits for Redis to accept each message before it sends the
 // next can beat it on the same machine.
 func ffPingCeiling(ctx context.Context, s *redisServer, n int) (sample, error) {
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr}, DisableCache: true})
+	c, err := newBareRueidis(s)
 	if err != nil {
 		return sample{}, err
 	}
@@ -138,6 +138,12 @@ func ffPingCeiling(ctx context.Context, s *redisServer, n int) (sample, error) {
 			return nil
 		})
 	})
+}
+
+// newBareRueidis returns the rueidis client of the bare floors: defaults,
+// no client-side cache.
+func newBareRueidis(s *redisServer) (rueidis.Client, error) {
+	return rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr}, DisableCache: true})
 }
 
 // timedRun times from start until cd has counted everything.
@@ -241,7 +247,7 @@ func ffRueidisBatch(ctx context.Context, s *redisServer, n int) (sample, error) 
 // ffRueidisWith runs the bare list queue with producers that push batch
 // elements per LPUSH. n must be a multiple of batch.
 func ffRueidisWith(ctx context.Context, s *redisServer, n, batch int) (sample, error) {
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr}, DisableCache: true})
+	c, err := newBareRueidis(s)
 	if err != nil {
 		return sample{}, err
 	}

@@ -148,7 +148,7 @@ func rrGoRedis(ctx context.Context, s *redisServer, n, r int) (sample, error) {
 }
 
 func rrRueidis(ctx context.Context, s *redisServer, n, r int) (sample, error) {
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.addr}, DisableCache: true})
+	c, err := newBareRueidis(s)
 	if err != nil {
 		return sample{}, err
 	}

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -78,18 +79,7 @@ func (p *CutProxy) forward(c, s net.Conn) {
 	defer c.Close()
 	defer s.Close()
 	go func() {
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := c.Read(buf)
-			if n > 0 {
-				if _, werr := s.Write(buf[:n]); werr != nil {
-					break
-				}
-			}
-			if err != nil {
-				break
-			}
-		}
+		_, _ = io.Copy(s, c) // ends when either side closes
 		s.Close()
 	}()
 	buf := make([]byte, 32<<10)
