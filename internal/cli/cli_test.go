@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -102,7 +103,7 @@ func TestExecHandler(t *testing.T) {
 	ctx := context.Background()
 	msg := &disker.Message{ID: "id-1", Receiver: "r", Sender: "s", Attempt: 2, Content: []byte("hello")}
 	run := func(argv []string, timeout time.Duration, max int) ([]byte, error) {
-		h := &execHandler{argv: argv, timeout: timeout, maxReply: max}
+		h := &execHandler{argv: argv, timeout: timeout, maxReply: max, env: os.Environ()}
 		return h.Handle(ctx, msg)
 	}
 	if out, err := run([]string{"tr", "a-z", "A-Z"}, 0, 100); err != nil || string(out) != "HELLO" {
@@ -130,7 +131,7 @@ func TestExecHandler(t *testing.T) {
 	}
 	// A command that does not read its stdin still succeeds.
 	big := &disker.Message{ID: "id-2", Content: bytes.Repeat([]byte("x"), 4<<20)}
-	if out, err := (&execHandler{argv: []string{"echo", "hi"}, maxReply: 100}).Handle(ctx, big); err != nil || string(out) != "hi\n" {
+	if out, err := (&execHandler{argv: []string{"echo", "hi"}, maxReply: 100, env: os.Environ()}).Handle(ctx, big); err != nil || string(out) != "hi\n" {
 		t.Fatalf("command that ignores stdin: %q, %v", out, err)
 	}
 	if _, err := run([]string{"/no/such/command"}, 0, 100); err == nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,6 +33,7 @@ type workerOptions struct {
 	lease       time.Duration
 	exclusive   bool
 	maxMsgSize  byteSize
+	execEnv     []string
 }
 
 func (a *app) workerCommand() *cobra.Command {
@@ -48,7 +51,9 @@ the tail of stderr. The command line is split into words like a shell does
 for quotes ('...', "...", \) but runs without a shell: no variables, globs or
 pipes. Use --shell to run it with "sh -c" instead. The command also finds
 DISKER_MESSAGE_ID, DISKER_RECEIVER, DISKER_SENDER and DISKER_ATTEMPT in its
-environment. --exec-timeout kills it (and its children) after that long.
+environment. It does not inherit Disker's own variables (DISKER_REDIS_URL,
+with its password, and every other DISKER_*): name those it needs with
+--exec-env. --exec-timeout kills it (and its children) after that long.
 
 With --http, each message must be an HTTP request from "disker gateway". It is
 forwarded to the service at URL (the request's path is appended to URL's path)
@@ -82,6 +87,7 @@ exits 0. A second signal exits at once.`),
 	fs.StringVar(&o.receiver, "receiver", "", "name of the receiver to serve (required)")
 	fs.StringVar(&o.execCmd, "exec", "", "command to run for each message: content on stdin, reply from stdout")
 	fs.BoolVar(&o.shell, "shell", false, `run the --exec command with "sh -c" (pipes, variables) instead of splitting it into words`)
+	fs.StringArrayVar(&o.execEnv, "exec-env", nil, "pass this DISKER_ variable of the worker's environment on to the --exec command (repeatable; by default none is)")
 	fs.DurationVar(&o.execTimeout, "exec-timeout", 0, "kill an --exec command that runs longer than this (0: only the message's own deadline)")
 	fs.StringVar(&o.httpURL, "http", "", "URL of the local HTTP service to forward each request to")
 	fs.Var(&o.maxBody, "max-body", "with --http, the largest response body passed back; a larger one gets 502")
@@ -139,7 +145,12 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 				return usagef("invalid --exec: no command")
 			}
 		}
-		h = &execHandler{argv: argv, timeout: o.execTimeout, maxReply: maxMsg}
+		for _, name := range o.execEnv {
+			if !strings.HasPrefix(name, EnvPrefix) || strings.Contains(name, "=") {
+				return usagef("invalid --exec-env %q: want the name of a %s variable, such as DISKER_KEY_PREFIX", name, EnvPrefix)
+			}
+		}
+		h = &execHandler{argv: argv, timeout: o.execTimeout, maxReply: maxMsg, env: childEnv(os.Environ(), o.execEnv)}
 		mode = "exec"
 	} else {
 		base, err := url.Parse(o.httpURL)
@@ -161,7 +172,7 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 		}
 		defer admin.Close(context.Background())
 	}
-	d, err := a.connect(&o.conn, func(c *disker.Config) {
+	d, err := a.connect(ctx, &o.conn, func(c *disker.Config) {
 		c.OnEvent = m.Observe
 		c.MaxMessageSize = maxMsg
 	})
