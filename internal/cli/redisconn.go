@@ -187,10 +187,14 @@ func explainConnect(ctx context.Context, u *url.URL, tc *tls.Config, err error) 
 	return fmt.Errorf("%s: %s", where, authHint(detail))
 }
 
-// authHint adds a hint to Redis's answer to bad credentials.
+// authHint adds a hint to Redis's answer to bad credentials, or to a TLS
+// server's refusal of a missing client certificate.
 func authHint(detail string) string {
-	if isAuthError(detail) {
+	switch {
+	case isAuthError(detail):
 		return detail + " (check the user and password in " + redisURLFlag + ")"
+	case strings.Contains(detail, "certificate required"):
+		return detail + " (the server wants a client certificate: --tls-cert and --tls-key, or DISKER_TLS_CERT and DISKER_TLS_KEY)"
 	}
 	return detail
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -193,6 +194,9 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 		_ = closeDisker(d, o.adm.shutdownTimeout)
 		return err
 	}
+	if !a.waitVisible(ctx, d, o.receiver) {
+		a.log.Warn("the registry of workers does not list this worker yet; senders may report no live worker", "receiver", o.receiver)
+	}
 	attrs := []any{"receiver", o.receiver, "mode", mode, "concurrency", o.concurrency,
 		"redis", redact(o.conn.redisURL), "instance", d.ID()}
 	if admin != nil {
@@ -219,6 +223,30 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 	a.log.Info("worker stopped", "took", time.Since(start).Round(time.Millisecond),
 		"processed", s.Processed, "failed", s.Failed)
 	return nil
+}
+
+// waitVisible waits until the registry of workers lists d as serving
+// receiver (at d's next heartbeat), so that once the worker says it
+// started, "disker send" and "disker stats" see it. It gives up after
+// three heartbeat intervals or when ctx ends, and reports whether it saw it.
+func (a *app) waitVisible(ctx context.Context, d *disker.Disker, receiver string) bool {
+	deadline := time.Now().Add(3 * disker.DefaultHeartbeatInterval)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		ws, err := d.Workers(ctx)
+		if err == nil && slices.ContainsFunc(ws, func(w disker.WorkerInfo) bool {
+			return w.ID == d.ID() && slices.Contains(w.Receivers, receiver)
+		}) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return false
 }
 
 // closeDisker closes d, letting in-flight work finish for up to timeout.
