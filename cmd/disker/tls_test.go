@@ -149,7 +149,7 @@ func TestTLSRedis(t *testing.T) {
 	}{
 		{"no CA", []string{"stats", "--tls-cert", p.clientCert, "--tls-key", p.clientKey}, 1, "--tls-ca (DISKER_TLS_CA)"},
 		{"wrong server name", append([]string{"stats", "--tls-server-name", "other.test"}, tlsFlags...), 1, "--tls-server-name (DISKER_TLS_SERVER_NAME)"},
-		{"no client certificate", []string{"stats", "--tls-ca", p.ca}, 1, "cannot use Redis at rediss://"},
+		{"no client certificate", []string{"stats", "--tls-ca", p.ca}, 1, "want a client certificate: --tls-cert and --tls-key"},
 		{"cert without key", []string{"stats", "--tls-ca", p.ca, "--tls-cert", p.clientCert}, 2, "--tls-cert needs --tls-key"},
 		{"skip_verify in the URL", []string{"stats", "--redis-url", e.redisURL + "?skip_verify=true"}, 2, "--tls-insecure-skip-verify"},
 	} {

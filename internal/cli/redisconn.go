@@ -126,13 +126,26 @@ func probeTLS(ctx context.Context, u *url.URL, tc *tls.Config) error {
 	}
 	defer raw.Close()
 	_ = raw.SetDeadline(time.Now().Add(tlsProbeTimeout))
+	var ne net.Error
 	conn := tls.Client(raw, tc)
 	err = conn.HandshakeContext(ctx)
 	if err == nil {
-		return nil
+		// With TLS 1.3 the server checks the client's certificate after
+		// the client's side of the handshake: its refusal shows on use.
+		_, err = conn.Write([]byte("PING\r\n"))
+		if err == nil {
+			_, err = bufio.NewReader(conn).ReadString('\n')
+		}
+		if err == nil || errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		if len(tc.Certificates) == 0 {
+			return fmt.Errorf("cannot use Redis at %s: the server at %s ended the TLS connection (%v): it may want a client certificate: --tls-cert and --tls-key, or DISKER_TLS_CERT and DISKER_TLS_KEY",
+				redact(u.String()), addr, err)
+		}
+		return fmt.Errorf("cannot use Redis at %s: the server at %s ended the TLS connection: %v", redact(u.String()), addr, err)
 	}
 	var (
-		ne  net.Error
 		rhe tls.RecordHeaderError
 		cve *tls.CertificateVerificationError
 		hne x509.HostnameError
@@ -187,14 +200,10 @@ func explainConnect(ctx context.Context, u *url.URL, tc *tls.Config, err error) 
 	return fmt.Errorf("%s: %s", where, authHint(detail))
 }
 
-// authHint adds a hint to Redis's answer to bad credentials, or to a TLS
-// server's refusal of a missing client certificate.
+// authHint adds a hint to Redis's answer to bad credentials.
 func authHint(detail string) string {
-	switch {
-	case isAuthError(detail):
+	if isAuthError(detail) {
 		return detail + " (check the user and password in " + redisURLFlag + ")"
-	case strings.Contains(detail, "certificate required"):
-		return detail + " (the server wants a client certificate: --tls-cert and --tls-key, or DISKER_TLS_CERT and DISKER_TLS_KEY)"
 	}
 	return detail
 }
