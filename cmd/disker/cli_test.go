@@ -234,7 +234,7 @@ func TestStatsRateBelowHeartbeat(t *testing.T) {
 	e := newEnv(t)
 	e.startWorker("--receiver", "busy", "--exec", "cat", "--concurrency", "2")
 	var lines strings.Builder
-	for i := range 100000 {
+	for i := range 20000 {
 		fmt.Fprintf(&lines, "{\"content\": \"job %d\"}\n", i)
 	}
 	jsonl := filepath.Join(t.TempDir(), "jobs.jsonl")

@@ -115,14 +115,17 @@ const tlsProbeTimeout = time.Second
 
 // probeTLS makes one TLS handshake with the first host of u, so that a
 // rediss:// URL at a plain-text port fails at once with an error that says
-// so, and a certificate that does not verify fails with a hint.
+// so, and a certificate that does not verify fails with a hint. A host that
+// cannot be reached is left to the connection proper.
 func probeTLS(ctx context.Context, u *url.URL, tc *tls.Config) error {
 	addr := redisAddr(u)
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	raw, err := (&net.Dialer{}).DialContext(dctx, "tcp", addr)
 	if err != nil {
-		return runtimeError{connectHint(addr, err)}
+		// Nothing to learn about TLS here, and the URL may name other
+		// nodes: the connection proper will try them and explain.
+		return nil
 	}
 	defer raw.Close()
 	_ = raw.SetDeadline(time.Now().Add(tlsProbeTimeout))
