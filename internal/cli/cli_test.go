@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -258,5 +259,35 @@ func TestEnvFallback(t *testing.T) {
 	}
 	if got := envName("shutdown-timeout"); got != "DISKER_SHUTDOWN_TIMEOUT" {
 		t.Fatalf("envName = %q", got)
+	}
+}
+
+func TestCheckRedisURL(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"redis://127.0.0.1:6379/0", "rediss://u:p@h/3", "redis://h", "mem://x",
+		"redis://s1:26379?addr=s2:26379&master_set=m"} {
+		if _, err := checkRedisURL(ok); err != nil {
+			t.Errorf("checkRedisURL(%q) = %v", ok, err)
+		}
+	}
+	for in, want := range map[string]string{
+		"":                         "is empty",
+		"localhost:6379":           "did you mean redis://localhost:6379?",
+		"http://h:1":               `scheme "http"`,
+		"redis://":                 "no host",
+		"redis://h:0":              `port "0"`,
+		"redis://h:1/-1":           `database "-1"`,
+		"rediss://h?skip_verify=1": "--tls-insecure-skip-verify",
+		"redis://u:secret@h:1/x":   `"redis://u:xxxxx@h:1/x"`,
+		"redis://h:1/0\x7f":        "invalid",
+	} {
+		_, err := checkRedisURL(in)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), want) {
+			t.Errorf("checkRedisURL(%q) = %v; want a usage error with %q", in, err, want)
+		}
+		if strings.Contains(fmt.Sprint(err), "secret") {
+			t.Errorf("checkRedisURL(%q) = %v: shows the password", in, err)
+		}
 	}
 }

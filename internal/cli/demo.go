@@ -131,7 +131,7 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	case o.timeout < 10*time.Millisecond:
 		return usagef("invalid --timeout %v: must be >= 10ms", o.timeout)
 	}
-	suffix := randomSuffix()
+	suffix := randomHex(4)
 	onRedis := o.conn.redisURL != ""
 	where := "the embedded in-memory broker"
 	if !onRedis {
@@ -240,10 +240,11 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	return nil
 }
 
-func randomSuffix() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func sumFired(ws []*demoWorker) int64 {

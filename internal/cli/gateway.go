@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -229,7 +227,9 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.timeout)
 	defer cancel()
-	reqID := newRequestID()
+	// The request's id, in its message's "request-id" header: what a 502
+	// answer quotes and the log and the dead letter carry.
+	reqID := randomHex(8)
 	reply, err := g.d.Request(ctx, g.receiver, content, disker.WithHeader("request-id", reqID))
 	if err != nil {
 		var (
@@ -298,12 +298,4 @@ func (g *gateway) fail(w http.ResponseWriter, r *http.Request, code int, text st
 	w.WriteHeader(code)
 	fmt.Fprintf(w, "disker gateway: %s\n", strings.TrimSpace(text))
 	return code
-}
-
-// newRequestID returns a random id for a gateway request: it travels in
-// the message's "request-id" header and is what a 502 answer quotes.
-func newRequestID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
