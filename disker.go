@@ -2,6 +2,7 @@ package disker
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -39,8 +40,14 @@ type Config struct {
 	// and the master set: "redis://s1:26379?addr=s2:26379&master_set=NAME".
 	// "" or "mem://" or "mem://NAME" selects
 	// the embedded in-memory broker: instances in one process with the same
-	// NAME share it ("" and "mem://" mean NAME "default").
+	// NAME share it ("" and "mem://" mean NAME "default"); New logs a line
+	// when "" selects it.
 	RedisURL string
+	// TLSConfig, if set, configures TLS for a "rediss://" RedisURL instead
+	// of the default (the system's roots, the server name from the URL):
+	// a private CA, a client certificate for a Redis that requires one, a
+	// server name. It is ignored for "redis://" and the in-memory broker.
+	TLSConfig *tls.Config
 	// MaxConnectionPoolSize is how many connections to Redis carry the
 	// commands; default 10. Blocking reads use connections of their own, so
 	// no number of receivers starves the others.
@@ -161,6 +168,7 @@ func openBroker(cfg Config) (broker.Broker, error) {
 		MaxConnectionPoolSize: cfg.MaxConnectionPoolSize,
 		KeyPrefix:             cfg.KeyPrefix,
 		MaxMessageSize:        cfg.MaxMessageSize,
+		TLSConfig:             cfg.TLSConfig,
 	})
 	if err != nil {
 		return nil, err
@@ -218,6 +226,9 @@ func New(cfg Config) (*Disker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.RedisURL == "" {
+		cfg.Logger.Info("disker: Config.RedisURL is empty: using the in-memory broker; messages stay in this process")
 	}
 	b, err := openBroker(cfg)
 	if err != nil {

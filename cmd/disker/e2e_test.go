@@ -463,6 +463,7 @@ func TestDeadLettersAndStats(t *testing.T) {
 		"--exec", `echo "bad input: $(cat)" >&2; exit 3`)
 
 	_, errOut, code := e.run("", "send", "--to", "failing", "--wait", "--timeout", "30s", "boom")
+	errOut = withoutLogs(errOut)
 	if code != 1 || !strings.Contains(errOut, "bad input: boom") || strings.Count(errOut, "\n") != 1 {
 		t.Fatalf("send to a failing worker: exit %d, stderr %q; want 1 and one line with the stderr tail", code, errOut)
 	}
@@ -650,7 +651,7 @@ func TestDemo(t *testing.T) {
 	e := newEnv(t)
 	for _, args := range [][]string{
 		{"demo"},
-		{"demo", "--redis", redisURL, "--key-prefix", e.prefix + "demo", "--messages", "150"},
+		{"demo", "--redis-url", redisURL, "--key-prefix", e.prefix + "demo", "--messages", "150"},
 	} {
 		out, errOut, code := e.run("", args...)
 		if code != 0 || !strings.Contains(out, "Summary") || !strings.Contains(out, "errors           0") {
@@ -700,14 +701,15 @@ func TestUsage(t *testing.T) {
 		{[]string{"dlq", "retry", "--receiver", "x"}, "", 2, "--all"},
 		{[]string{"stats", "--interval", "soon"}, "", 2, "--interval"},
 		{[]string{"nope"}, "", 2, `unknown command "nope"`},
-		{[]string{"stats", "--redis-url", "redis://127.0.0.1:1/0"}, "", 1, "unreachable"},
-		{[]string{"send", "--to", "nobody", "--wait", "--timeout", "300ms", "hi"}, "", 1, "no reply"},
+		{[]string{"stats", "--redis-url", "redis://127.0.0.1:1/0"}, "", 1, "start redis-server there"},
+		{[]string{"send", "--to", "nobody", "--wait", "--require-worker", "hi"}, "", 1, `no live worker serves "nobody"`},
 	} {
 		e.extra = nil
 		if c.env != "" {
 			e.extra = []string{c.env}
 		}
 		_, errOut, code := e.run("", c.args...)
+		errOut = withoutLogs(errOut)
 		if code != c.code || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("disker %v: exit %d, stderr %q; want exit %d and one line with %q", c.args, code, errOut, c.code, c.want)
 		}
@@ -749,25 +751,37 @@ func TestGatewayRedisDown(t *testing.T) {
 }
 
 // TestGatewayBadGateway: a service that is down, and a receiver served by
-// something that does not answer in HTTP, both give 502 with the reason.
+// something that does not answer in HTTP, both give 502 with a request id
+// that the gateway's log and the dead letter carry with the reason; the
+// client learns nothing of the backend's address or error.
 func TestGatewayBadGateway(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.startWorker("--receiver", "down", "--http", "http://127.0.0.1:1", "--max-attempts", "2")
-	_, downURL := e.startGateway("--receiver", "down", "--timeout", "30s")
+	gw, downURL := e.startGateway("--receiver", "down", "--timeout", "30s")
 	code, body := get(t, downURL+"/x")
-	if code != http.StatusBadGateway || !strings.Contains(body, "connection refused") {
-		t.Fatalf("service down: %d %q, want 502 with the reason", code, body)
+	if code != http.StatusBadGateway || !strings.Contains(body, "request id ") {
+		t.Fatalf("service down: %d %q, want 502 with a request id", code, body)
+	}
+	for _, secret := range []string{"127.0.0.1", "connection refused", "forward to", "dial"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("the 502 body tells the client %q: %q", secret, body)
+		}
+	}
+	id := strings.TrimSuffix(strings.Fields(body[strings.Index(body, "request id ")+len("request id "):])[0], ")")
+	logged := gw.waitLog("request failed")
+	if err, _ := logged["err"].(string); !strings.Contains(err, "connection refused") || !strings.Contains(err, id) {
+		t.Errorf("the gateway's log does not give the reason with request id %s: %v", id, logged)
 	}
 	out, _, _ := e.run("", "dlq", "list", "--receiver", "down", "--json")
-	if !strings.Contains(out, `\"url\":\"/x\"`) {
-		t.Fatalf("the failed request is not in the dead letters:\n%s", out)
+	if !strings.Contains(out, `\"url\":\"/x\"`) || !strings.Contains(out, `"request-id": "`+id+`"`) {
+		t.Fatalf("the failed request is not in the dead letters with request id %s:\n%s", id, out)
 	}
 
 	e.startWorker("--receiver", "plain", "--exec", "cat")
 	_, plainURL := e.startGateway("--receiver", "plain", "--timeout", "30s")
 	code, body = get(t, plainURL+"/x")
-	if code != http.StatusBadGateway || !strings.Contains(body, "not an HTTP response") {
+	if code != http.StatusBadGateway || !strings.Contains(body, "not an HTTP response") || !strings.Contains(body, "request id ") {
 		t.Fatalf("non-HTTP reply: %d %q, want 502", code, body)
 	}
 }

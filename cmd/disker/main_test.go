@@ -217,3 +217,15 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// withoutLogs drops the JSON log lines from a command's stderr, leaving
+// what it says to its user.
+func withoutLogs(stderr string) string {
+	var b strings.Builder
+	for line := range strings.Lines(stderr) {
+		if !strings.HasPrefix(line, "{") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}

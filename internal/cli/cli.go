@@ -100,6 +100,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var ve *disker.ValidationError
 	if errors.As(err, &ve) {
 		code = ExitUsage
+		err = flagError(err)
 	}
 	msg := oneLine(strings.TrimPrefix(err.Error(), "disker: "))
 	if code == ExitUsage && cmd != nil {
@@ -176,6 +177,7 @@ failure, 2 usage error.`,
   disker gateway --listen :8080 --receiver web --timeout 10s
   disker send --to upper --wait hello
   disker stats --watch`,
+		Version:           version(),
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
@@ -193,6 +195,7 @@ failure, 2 usage error.`,
 	}
 	root.PersistentFlags().StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json")
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.SetVersionTemplate(versionLine() + "\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(
 		a.demoCommand(),
@@ -235,7 +238,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, usagef("invalid --log-level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: readableDuration}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -244,6 +247,15 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	default:
 		return nil, usagef("invalid --log-format %q: want text or json", format)
 	}
+}
+
+// readableDuration writes a duration as text ("30s", "1.5ms") in every log
+// format: the JSON handler would write it as a number of nanoseconds.
+func readableDuration(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // envHelp is appended to every command's help: the rule for environment

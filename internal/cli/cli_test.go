@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -102,7 +104,7 @@ func TestExecHandler(t *testing.T) {
 	ctx := context.Background()
 	msg := &disker.Message{ID: "id-1", Receiver: "r", Sender: "s", Attempt: 2, Content: []byte("hello")}
 	run := func(argv []string, timeout time.Duration, max int) ([]byte, error) {
-		h := &execHandler{argv: argv, timeout: timeout, maxReply: max}
+		h := &execHandler{argv: argv, timeout: timeout, maxReply: max, env: os.Environ()}
 		return h.Handle(ctx, msg)
 	}
 	if out, err := run([]string{"tr", "a-z", "A-Z"}, 0, 100); err != nil || string(out) != "HELLO" {
@@ -130,7 +132,7 @@ func TestExecHandler(t *testing.T) {
 	}
 	// A command that does not read its stdin still succeeds.
 	big := &disker.Message{ID: "id-2", Content: bytes.Repeat([]byte("x"), 4<<20)}
-	if out, err := (&execHandler{argv: []string{"echo", "hi"}, maxReply: 100}).Handle(ctx, big); err != nil || string(out) != "hi\n" {
+	if out, err := (&execHandler{argv: []string{"echo", "hi"}, maxReply: 100, env: os.Environ()}).Handle(ctx, big); err != nil || string(out) != "hi\n" {
 		t.Fatalf("command that ignores stdin: %q, %v", out, err)
 	}
 	if _, err := run([]string{"/no/such/command"}, 0, 100); err == nil {
@@ -257,5 +259,35 @@ func TestEnvFallback(t *testing.T) {
 	}
 	if got := envName("shutdown-timeout"); got != "DISKER_SHUTDOWN_TIMEOUT" {
 		t.Fatalf("envName = %q", got)
+	}
+}
+
+func TestCheckRedisURL(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"redis://127.0.0.1:6379/0", "rediss://u:p@h/3", "redis://h", "mem://x",
+		"redis://s1:26379?addr=s2:26379&master_set=m"} {
+		if _, err := checkRedisURL(ok); err != nil {
+			t.Errorf("checkRedisURL(%q) = %v", ok, err)
+		}
+	}
+	for in, want := range map[string]string{
+		"":                         "is empty",
+		"localhost:6379":           "did you mean redis://localhost:6379?",
+		"http://h:1":               `scheme "http"`,
+		"redis://":                 "no host",
+		"redis://h:0":              `port "0"`,
+		"redis://h:1/-1":           `database "-1"`,
+		"rediss://h?skip_verify=1": "--tls-insecure-skip-verify",
+		"redis://u:secret@h:1/x":   `"redis://u:xxxxx@h:1/x"`,
+		"redis://h:1/0\x7f":        "invalid",
+	} {
+		_, err := checkRedisURL(in)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), want) {
+			t.Errorf("checkRedisURL(%q) = %v; want a usage error with %q", in, err, want)
+		}
+		if strings.Contains(fmt.Sprint(err), "secret") {
+			t.Errorf("checkRedisURL(%q) = %v: shows the password", in, err)
+		}
 	}
 }

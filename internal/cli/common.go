@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/term"
 
 	"github.com/diskerhq/disker"
 )
@@ -19,44 +21,98 @@ import (
 // neither --redis-url nor DISKER_REDIS_URL says otherwise.
 const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
+// redisURLFlag names the Redis URL as a user sets it, for messages.
+const redisURLFlag = "--redis-url (DISKER_REDIS_URL)"
+
 // connFlags are the flags of the commands that connect to a broker.
 type connFlags struct {
-	redisURL  string
-	keyPrefix string
-	maxConns  int
+	redisURL      string
+	keyPrefix     string
+	maxConns      int
+	tlsCA         string
+	tlsCert       string
+	tlsKey        string
+	tlsServerName string
+	tlsInsecure   bool
 }
 
 func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.redisURL, "redis-url", defaultRedisURL, "Redis to use: redis://[user:pass@]host:port/db, rediss:// for TLS, or mem://NAME for the in-process broker")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "disker", "prefix of every Redis key Disker uses")
 	fs.IntVar(&c.maxConns, "max-connections", 10, "size of the Redis connection pool")
+	fs.StringVar(&c.tlsCA, "tls-ca", "", "with rediss://, trust the CA certificates in this PEM file instead of the system's")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "with rediss://, present this client certificate (PEM; needs --tls-key)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "with rediss://, the private key of --tls-cert (PEM)")
+	fs.StringVar(&c.tlsServerName, "tls-server-name", "", "with rediss://, the name the server's certificate must carry (default: the URL's host)")
+	fs.BoolVar(&c.tlsInsecure, "tls-insecure-skip-verify", false, "with rediss://, accept any server certificate: encrypted but NOT authenticated (testing only)")
 }
 
 // connect opens a Disker instance with the connection flags; edit, if not
-// nil, adjusts the Config first.
-func (a *app) connect(c *connFlags, edit func(*disker.Config)) (*disker.Disker, error) {
+// nil, adjusts the Config first. It logs which broker it uses.
+func (a *app) connect(ctx context.Context, c *connFlags, edit func(*disker.Config)) (*disker.Disker, error) {
+	cfg, u, err := a.brokerConfig(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	return openDisker(ctx, cfg, u)
+}
+
+// brokerConfig checks the connection flags, logs which broker they select
+// (the password masked) and returns the Config that uses it. For a
+// rediss:// URL it makes a TLS handshake first, so that TLS trouble is
+// reported at once and in plain words.
+func (a *app) brokerConfig(ctx context.Context, c *connFlags) (disker.Config, *url.URL, error) {
 	if c.maxConns < 1 {
-		return nil, usagef("invalid --max-connections %d: must be >= 1", c.maxConns)
+		return disker.Config{}, nil, usagef("invalid --max-connections %d: must be >= 1", c.maxConns)
 	}
 	if c.keyPrefix == "" {
-		return nil, usagef("invalid --key-prefix: must not be empty")
+		return disker.Config{}, nil, usagef("invalid --key-prefix: must not be empty")
+	}
+	u, err := checkRedisURL(c.redisURL)
+	if err != nil {
+		return disker.Config{}, nil, err
+	}
+	tc, err := c.tlsConfig(u)
+	if err != nil {
+		return disker.Config{}, nil, err
 	}
 	cfg := disker.Config{
 		RedisURL:              c.redisURL,
 		KeyPrefix:             c.keyPrefix,
 		MaxConnectionPoolSize: c.maxConns,
 		Logger:                a.log,
+		TLSConfig:             tc,
 	}
-	if edit != nil {
-		edit(&cfg)
+	attrs := []any{"redis", redact(c.redisURL), "key_prefix", c.keyPrefix}
+	if tc != nil && tc.InsecureSkipVerify {
+		a.log.Warn("--tls-insecure-skip-verify: the Redis server's certificate is NOT verified; anyone on the path can read and change the traffic", attrs...)
 	}
+	if u.Scheme == "mem" {
+		a.log.Info("using the in-process broker: messages stay in this process", attrs...)
+	} else {
+		a.log.Info("using Redis", attrs...)
+	}
+	if tc != nil {
+		if err := probeTLS(ctx, u, tc); err != nil {
+			return disker.Config{}, nil, err
+		}
+	}
+	return cfg, u, nil
+}
+
+// openDisker opens a Disker instance with cfg, which brokerConfig made for
+// u, and explains a failure to a user.
+func openDisker(ctx context.Context, cfg disker.Config, u *url.URL) (*disker.Disker, error) {
 	d, err := disker.New(cfg)
 	if err != nil {
 		var ve *disker.ValidationError
 		if errors.As(err, &ve) {
-			return nil, usageError{err}
+			return nil, usageError{flagError(err)}
 		}
-		return nil, fmt.Errorf("cannot use Redis at %s: %w", redact(c.redisURL), err)
+		return nil, explainConnect(ctx, u, cfg.TLSConfig, err)
 	}
 	return d, nil
 }
@@ -132,14 +188,10 @@ func (s *byteSize) Type() string { return "size" }
 // isTerminal reports whether w is a terminal that understands cursor moves.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
+	if !ok || os.Getenv("TERM") == "dumb" {
 		return false
 	}
-	if os.Getenv("TERM") == "dumb" {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return term.IsTerminal(int(f.Fd()))
 }
 
 // adminFlags are the flags of long-running commands: the admin server and

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,14 +18,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/spf13/cobra"
 
 	"github.com/diskerhq/disker"
 )
 
 type demoOptions struct {
-	redis       string
-	keyPrefix   string
+	conn        connFlags
 	messages    int
 	workers     int
 	concurrency int
@@ -53,13 +54,15 @@ worker did (redrawn in place on a terminal, one line per second otherwise),
 then a summary. It ends by itself in a few seconds; exit status 0 means every
 message got exactly the outcome it should.
 
-With --redis URL the same runs through Redis. Start workers in other
-terminals ("disker worker") to go across processes and machines.
+With --redis-url URL (or DISKER_REDIS_URL) the same runs through Redis. Start
+workers in other terminals ("disker worker --key-prefix disker-demo") to go
+across processes and machines. At the end the demo deletes the keys of its
+receiver "demo" from Redis.
 
 "disker demo pool" shows the in-process pool (package pool) instead.`),
 		Example: `  disker demo
   disker demo --messages 1000 --workers 5 --concurrency 8 --rate 500
-  disker demo --redis redis://127.0.0.1:6379/0
+  disker demo --redis-url redis://127.0.0.1:6379/0
   disker demo pool`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
@@ -67,8 +70,14 @@ terminals ("disker worker") to go across processes and machines.
 		}),
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.redis, "redis", "", "run through this Redis (redis://host:port/db) instead of the embedded broker")
-	fs.StringVar(&o.keyPrefix, "key-prefix", "disker-demo", "with --redis, the prefix of the demo's keys")
+	o.conn.register(fs)
+	// The demo runs on the embedded broker unless told otherwise, and keeps
+	// its keys apart from a real deployment's.
+	o.conn.redisURL, o.conn.keyPrefix = "", "disker-demo"
+	fs.Lookup("redis-url").DefValue = ""
+	fs.Lookup("redis-url").Usage = "run through this Redis (redis://host:port/db) instead of the embedded broker"
+	fs.Lookup("key-prefix").DefValue = "disker-demo"
+	fs.Lookup("key-prefix").Usage = "with --redis-url, the prefix of the demo's keys"
 	fs.IntVar(&o.messages, "messages", 300, "how many messages to send")
 	fs.IntVar(&o.workers, "workers", 3, "how many worker instances serve the receiver")
 	fs.IntVar(&o.concurrency, "concurrency", 4, "messages each worker handles at a time")
@@ -122,10 +131,17 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	case o.timeout < 10*time.Millisecond:
 		return usagef("invalid --timeout %v: must be >= 10ms", o.timeout)
 	}
-	suffix := randomSuffix()
-	url, where := "mem://demo-"+suffix, "the embedded in-memory broker"
-	if o.redis != "" {
-		url, where = o.redis, "Redis at "+redact(o.redis)
+	suffix := randomHex(4)
+	onRedis := o.conn.redisURL != ""
+	where := "the embedded in-memory broker"
+	if !onRedis {
+		o.conn.redisURL = "mem://demo-" + suffix
+	} else {
+		where = "Redis at " + redact(o.conn.redisURL)
+	}
+	cfg, u, err := a.brokerConfig(ctx, &o.conn)
+	if err != nil {
+		return err
 	}
 	// The instances log only errors, so that the live view stays readable.
 	quiet, err := newLogger(a.stderr, a.logFormat, "error")
@@ -135,12 +151,17 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	if a.log.Enabled(ctx, slog.LevelDebug) {
 		quiet = a.log
 	}
-	cfg := disker.Config{RedisURL: url, KeyPrefix: o.keyPrefix, Logger: quiet}
-	if o.redis == "" {
-		cfg.KeyPrefix = ""
-	}
+	cfg.Logger = quiet
 	const receiver = "demo"
 
+	// Runs last, once every instance is closed: whether to delete the
+	// demo's keys is decided below.
+	clean := false
+	defer func() {
+		if clean {
+			a.demoCleanup(cfg)
+		}
+	}()
 	workers := make([]*demoWorker, o.workers)
 	defer func() {
 		for _, w := range workers {
@@ -153,8 +174,8 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 		w := &demoWorker{name: fmt.Sprintf("worker-%d", i+1)}
 		c := cfg
 		c.InstanceID = "demo-" + suffix + "-" + w.name
-		if w.d, err = disker.New(c); err != nil {
-			return fmt.Errorf("demo: cannot use %s: %w", where, err)
+		if w.d, err = openDisker(ctx, c, u); err != nil {
+			return err
 		}
 		workers[i] = w
 		if err := w.d.Handle(receiver, disker.HandlerFunc(w.handle(o.work)), disker.WithConcurrency(o.concurrency)); err != nil {
@@ -163,11 +184,21 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	}
 	c := cfg
 	c.InstanceID = "demo-" + suffix + "-dispatcher"
-	dispatcher, err := disker.New(c)
+	dispatcher, err := openDisker(ctx, c, u)
 	if err != nil {
-		return fmt.Errorf("demo: cannot use %s: %w", where, err)
+		return err
 	}
 	defer closeDisker(dispatcher, 5*time.Second)
+	if onRedis {
+		names, err := dispatcher.Receivers(ctx)
+		if err != nil {
+			return err
+		}
+		clean = !slices.ContainsFunc(names, func(n string) bool { return n != receiver })
+		if !clean {
+			a.log.Warn("other receivers live under --key-prefix: the demo will leave its keys in place", "key_prefix", cfg.KeyPrefix, "receivers", names)
+		}
+	}
 
 	fmt.Fprintf(a.stdout, "disker demo: a dispatcher sends %d messages to %q, served by %d workers × %d at a time, on %s.\n\n",
 		o.messages, receiver, o.workers, o.concurrency, where)
@@ -209,10 +240,11 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	return nil
 }
 
-func randomSuffix() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func sumFired(ws []*demoWorker) int64 {
@@ -453,7 +485,61 @@ func (a *app) demoSummary(o *demoOptions, workers []*demoWorker, c *demoCounts, 
 		c.timeouts.Load(), c.slow.Load(), o.timeout, gaveUp)
 	fmt.Fprintf(w, "  errors           %d\n", c.errors.Load())
 	fmt.Fprintf(w, "  per worker       %s\n", strings.Join(per, ", "))
-	if o.redis == "" {
-		fmt.Fprintf(w, "\nNext: run it through Redis with \"disker demo --redis redis://127.0.0.1:6379/0\",\nor see the pool story with \"disker demo pool\".\n")
+	if strings.HasPrefix(o.conn.redisURL, "mem://") {
+		fmt.Fprintf(w, "\nNext: run it through Redis with \"disker demo --redis-url redis://127.0.0.1:6379/0\",\nor see the pool story with \"disker demo pool\".\n")
 	}
+}
+
+// demoCleanup deletes every key under the demo's key prefix from the Redis
+// of cfg (its own keys: runDemo checked that no other receiver uses the
+// prefix).
+func (a *app) demoCleanup(cfg disker.Config) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := deleteKeys(ctx, cfg.RedisURL, cfg.TLSConfig, cfg.KeyPrefix+":*")
+	if err != nil {
+		a.log.Warn("could not delete the demo's keys", "key_prefix", cfg.KeyPrefix, "deleted", n, "err", err)
+		return
+	}
+	a.log.Info("deleted the demo's keys", "key_prefix", cfg.KeyPrefix, "deleted", n)
+}
+
+// deleteKeys deletes the keys that match pattern on every node of the
+// Redis at rawURL and returns how many it deleted.
+func deleteKeys(ctx context.Context, rawURL string, tc *tls.Config, pattern string) (int, error) {
+	opt, err := rueidis.ParseURL(rawURL)
+	if err != nil {
+		return 0, err
+	}
+	if tc != nil {
+		opt.TLSConfig = tc
+	}
+	opt.DisableCache = true
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return 0, err
+	}
+	defer client.Close()
+	n := 0
+	for _, node := range client.Nodes() {
+		var cursor uint64
+		for {
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(pattern).Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return n, err
+			}
+			for _, k := range e.Elements {
+				// One key at a time: in a cluster, keys of a batch may
+				// hash to different slots.
+				if err := node.Do(ctx, node.B().Unlink().Key(k).Build()).Error(); err != nil {
+					return n, err
+				}
+				n++
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return n, nil
 }

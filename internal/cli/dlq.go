@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -34,7 +36,11 @@ dead-letter stream with the reason. Nothing is dropped silently: look at them
 with "dlq list", send them back to the queue with "dlq retry" (their attempts
 start again from 1), or delete them with "dlq purge".
 
-retry and purge take dead-letter ids (the ID column of "dlq list"), or --all.`),
+retry and purge take dead-letter ids (the ID column of "dlq list"), or --all.
+An id that is not a dead letter of the receiver is named on stderr, the
+others are handled, and the exit status is 1. A receiver that Redis has never
+seen is an error (exit 1), not an empty list: check the name and the
+--key-prefix.`),
 		Example: `  disker dlq list --receiver web
   disker dlq retry --receiver web 1733000000000-0 1733000000001-0
   disker dlq retry --receiver web --all
@@ -111,11 +117,14 @@ func (a *app) runDLQList(ctx context.Context, o *dlqOptions) error {
 	if o.max < 1 {
 		return usagef("invalid --max %d: must be >= 1", o.max)
 	}
-	d, err := a.connect(&o.conn, nil)
+	d, err := a.connect(ctx, &o.conn, nil)
 	if err != nil {
 		return err
 	}
 	defer closeDisker(d, 5*time.Second)
+	if err := knownReceiver(ctx, d, o); err != nil {
+		return err
+	}
 	dls, err := d.DeadLetters(ctx, o.receiver, o.max)
 	if err != nil {
 		return err
@@ -171,17 +180,78 @@ func (a *app) runDLQChange(ctx context.Context, o *dlqOptions, ids []string, ver
 	case !o.all && len(ids) == 0:
 		return usagef("give dead-letter ids (see 'disker dlq list') or --all")
 	}
-	d, err := a.connect(&o.conn, nil)
+	d, err := a.connect(ctx, &o.conn, nil)
 	if err != nil {
 		return err
 	}
 	defer closeDisker(d, 5*time.Second)
-	n, err := change(d, ctx, o.receiver, ids...)
-	if err != nil {
+	if err := knownReceiver(ctx, d, o); err != nil {
+		return err
+	}
+	var unknown []string
+	if len(ids) > 0 {
+		if ids, unknown, err = splitDeadLetters(ctx, d, o.receiver, ids); err != nil {
+			return err
+		}
+	}
+	n := 0
+	if !o.all && len(ids) == 0 {
+		// No id left: an empty list would mean all of them.
+	} else if n, err = change(d, ctx, o.receiver, ids...); err != nil {
 		return err
 	}
 	fmt.Fprintf(a.stdout, "%s %d dead letter(s) of %s\n", verb, n, o.receiver)
+	if len(unknown) > 0 {
+		return fmt.Errorf("%d id(s) are not dead letters of %s (see 'disker dlq list'): %s", len(unknown), o.receiver, strings.Join(unknown, " "))
+	}
 	return nil
+}
+
+// knownReceiver fails when Redis has never seen o's receiver: a typo in the
+// name or the key prefix would otherwise look like an empty list.
+func knownReceiver(ctx context.Context, d *disker.Disker, o *dlqOptions) error {
+	names, err := d.Receivers(ctx)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(names, o.receiver) {
+		return nil
+	}
+	known := "none"
+	if len(names) > 0 {
+		known = strings.Join(names[:min(len(names), 10)], ", ")
+		if len(names) > 10 {
+			known += ", ..."
+		}
+	}
+	return fmt.Errorf("no receiver %q under --key-prefix %q (receivers known: %s)", o.receiver, o.conn.keyPrefix, known)
+}
+
+// splitDeadLetters splits ids into those of receiver's dead letters and
+// the others.
+func splitDeadLetters(ctx context.Context, d *disker.Disker, receiver string, ids []string) (known, unknown []string, err error) {
+	st, err := d.Stats(ctx, receiver)
+	if err != nil {
+		return nil, nil, err
+	}
+	exists := map[string]bool{}
+	if st.DeadLetters > 0 {
+		dls, err := d.DeadLetters(ctx, receiver, int(st.DeadLetters))
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, dl := range dls {
+			exists[dl.ID] = true
+		}
+	}
+	for _, id := range ids {
+		if exists[id] {
+			known = append(known, id)
+		} else {
+			unknown = append(unknown, id)
+		}
+	}
+	return known, unknown, nil
 }
 
 // clip shortens s to n runes with an ellipsis.

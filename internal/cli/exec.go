@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,6 +88,22 @@ type execHandler struct {
 	argv     []string
 	timeout  time.Duration // per message; 0: none beyond the message's deadline
 	maxReply int           // bytes of stdout accepted
+	env      []string      // the command's environment, without the message's variables
+}
+
+// childEnv returns environ without Disker's own variables (DISKER_*: the
+// Redis URL and its password among them), except those named in keep. A
+// command that handles untrusted content gets no credentials by default.
+func childEnv(environ, keep []string) []string {
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, EnvPrefix) && !slices.Contains(keep, name) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // stderrTail is how much of a failed command's stderr goes in its error.
@@ -105,7 +121,7 @@ func (h *execHandler) Handle(ctx context.Context, msg *disker.Message) ([]byte, 
 	stderr := &tailBuffer{max: stderrTail}
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(slices.Clip(h.env),
 		"DISKER_MESSAGE_ID="+msg.ID,
 		"DISKER_RECEIVER="+msg.Receiver,
 		"DISKER_SENDER="+msg.Sender,

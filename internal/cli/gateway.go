@@ -28,6 +28,7 @@ type gatewayOptions struct {
 	receiver string
 	timeout  time.Duration
 	maxBody  byteSize
+	readTime time.Duration
 }
 
 func (a *app) gatewayCommand() *cobra.Command {
@@ -42,10 +43,16 @@ status, headers and body.
 
   504 Gateway Timeout        no reply within --timeout
   413 Content Too Large      a request body over --max-body
+  408 Request Timeout        the request (headers and body) not received
+                             within --read-timeout; the connection is closed
   431                        request line and headers over 32 KiB
   503 Service Unavailable    Redis cannot be reached, or the gateway is stopping
+  503 also                   Redis refused the gateway's credentials
   502 Bad Gateway            the message failed on every attempt and was
-                             dead-lettered, or the reply is not an HTTP response
+                             dead-lettered, or the reply is not an HTTP response;
+                             the body gives a request id, the log the reason
+                             (the dead letter carries the id in its
+                             "request-id" header: "disker dlq list --json")
 
 Run several gateways and several workers on different machines, all on the
 same Redis, and you have a distributed HTTP tier. Hop-by-hop headers
@@ -68,6 +75,7 @@ exits at once.`),
 	fs.StringVar(&o.receiver, "receiver", "", "name of the receiver whose workers handle the requests (required)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for a worker's reply before answering 504")
 	fs.Var(&o.maxBody, "max-body", "largest request body accepted; a larger one gets 413")
+	fs.DurationVar(&o.readTime, "read-timeout", time.Minute, "time a client has to send the whole request, body included; a slower one gets 408 and its connection is closed")
 	o.conn.register(fs)
 	o.adm.register(fs)
 	return cmd
@@ -83,6 +91,8 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 	switch {
 	case o.timeout <= 0:
 		return usagef("invalid --timeout %v: must be > 0", o.timeout)
+	case o.readTime <= 0:
+		return usagef("invalid --read-timeout %v: must be > 0", o.readTime)
 	case o.maxBody < 1 || int(o.maxBody)+headRoom > disker.MaxMessageSizeLimit:
 		return usagef("invalid --max-body %v: must be in 1..%d", &o.maxBody, disker.MaxMessageSizeLimit-headRoom)
 	}
@@ -95,7 +105,7 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 		}
 		defer admin.Close(context.Background())
 	}
-	d, err := a.connect(&o.conn, func(c *disker.Config) {
+	d, err := a.connect(ctx, &o.conn, func(c *disker.Config) {
 		c.OnEvent = m.Observe
 		c.MaxMessageSize = int(o.maxBody) + headRoom
 	})
@@ -111,8 +121,13 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 	g := &gateway{d: d, receiver: o.receiver, timeout: o.timeout, maxBody: int64(o.maxBody), log: a.log, m: m}
 	srv := &http.Server{
 		Handler:           g,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		ReadHeaderTimeout: min(10*time.Second, o.readTime),
+		// The whole request, body included: a client that sends its body
+		// a byte at a time cannot hold a connection and a goroutine for
+		// ever. (Reading the response's end does not count: the server
+		// lifts the deadline once the body is read.)
+		ReadTimeout: o.readTime,
+		IdleTimeout: 120 * time.Second,
 		// Headers fit in the room a message keeps beside the body; larger
 		// ones get 431.
 		MaxHeaderBytes: maxHeaderBytes,
@@ -121,7 +136,7 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	attrs := []any{"listen", ln.Addr().String(), "receiver", o.receiver, "timeout", o.timeout,
-		"redis", redact(o.conn.redisURL)}
+		"read_timeout", o.readTime, "redis", redact(o.conn.redisURL)}
 	if admin != nil {
 		attrs = append(attrs, "admin", admin.Addr())
 	}
@@ -181,9 +196,16 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
 	if err != nil {
-		var mbe *http.MaxBytesError
+		var (
+			mbe *http.MaxBytesError
+			ne  net.Error
+		)
 		if errors.As(err, &mbe) {
 			return g.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the limit of %d bytes", g.maxBody), nil)
+		}
+		if errors.As(err, &ne) && ne.Timeout() {
+			w.Header().Set("Connection", "close")
+			return g.fail(w, r, http.StatusRequestTimeout, "the request body did not arrive within --read-timeout", nil)
 		}
 		return g.fail(w, r, http.StatusBadRequest, "cannot read the request body", err)
 	}
@@ -205,7 +227,10 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.timeout)
 	defer cancel()
-	reply, err := g.d.Request(ctx, g.receiver, content)
+	// The request's id, in its message's "request-id" header: what a 502
+	// answer quotes and the log and the dead letter carry.
+	reqID := randomHex(8)
+	reply, err := g.d.Request(ctx, g.receiver, content, disker.WithHeader("request-id", reqID))
 	if err != nil {
 		var (
 			re *disker.RemoteError
@@ -220,10 +245,17 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 			return g.fail(w, r, http.StatusGatewayTimeout, fmt.Sprintf("no reply from a worker of %q within %v", g.receiver, g.timeout), nil)
 		case errors.Is(err, disker.ErrUnavailable):
 			return g.fail(w, r, http.StatusServiceUnavailable, "the message broker cannot be reached", err)
+		case isAuthError(err.Error()):
+			// Refused before it was queued: like an unreachable broker,
+			// and the gateway's operator must act.
+			return g.fail(w, r, http.StatusServiceUnavailable, "the message broker refused the gateway's credentials", err)
 		case errors.Is(err, disker.ErrClosed):
 			return g.fail(w, r, http.StatusServiceUnavailable, "the gateway is stopping", nil)
 		case errors.As(err, &re):
-			return g.fail(w, r, http.StatusBadGateway, "the request failed in the worker: "+re.Text, nil)
+			// The reason may name internal addresses: it goes to the log,
+			// the client gets the id to quote.
+			return g.fail(w, r, http.StatusBadGateway, "the request failed in the worker (request id "+reqID+")",
+				fmt.Errorf("%s (request id %s)", re.Text, reqID))
 		case errors.As(err, &ve):
 			return g.fail(w, r, http.StatusRequestEntityTooLarge, "the request cannot be sent: "+ve.Reason, nil)
 		default:
@@ -232,7 +264,8 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	}
 	resp, err := httpmsg.DecodeResponse(reply.Content)
 	if err != nil {
-		return g.fail(w, r, http.StatusBadGateway, "the worker's reply is not an HTTP response (is it \"disker worker --http\"?)", err)
+		return g.fail(w, r, http.StatusBadGateway, "the worker's reply is not an HTTP response (request id "+reqID+")",
+			fmt.Errorf("%w (is the worker \"disker worker --http\"?)", err))
 	}
 	h := w.Header()
 	for k, vs := range resp.Header {

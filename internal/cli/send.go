@@ -23,6 +23,8 @@ import (
 type sendOptions struct {
 	conn          connFlags
 	to            string
+	receiver      string
+	needWorker    bool
 	from          string
 	timeout       time.Duration
 	fireAndForget bool
@@ -49,6 +51,9 @@ What happens to the reply:
   --fire-and-forget  there is none (the default when neither --wait nor --from
                      is given)
 Without --wait, send prints the message id once Redis has accepted it.
+With --wait, when no live worker serves NAME, send says so on stderr at once
+and waits all the same (a worker may start); --require-worker makes it fail
+at once instead. A reply printed to a terminal ends with a newline.
 
 With --file, every line of the file (- for stdin) is one message, as a JSON
 object:
@@ -71,7 +76,9 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
 		}),
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&o.to, "to", "", "name of the receiver (required)")
+	fs.StringVar(&o.to, "to", "", "name of the receiver (required; or --receiver)")
+	fs.StringVar(&o.receiver, "receiver", "", "the same as --to, as the other commands name it")
+	fs.BoolVar(&o.needWorker, "require-worker", false, "with --wait, fail at once when no live worker serves the receiver")
 	fs.StringVar(&o.from, "from", "", "sender name: the reply goes to this name's reply stream")
 	fs.DurationVar(&o.timeout, "timeout", 0, "the message's timeout; with --wait, how long to wait (default 30s with --wait, else none)")
 	fs.BoolVar(&o.fireAndForget, "fire-and-forget", false, "expect no reply")
@@ -94,6 +101,12 @@ type outgoing struct {
 }
 
 func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error {
+	switch {
+	case o.receiver != "" && o.to != "" && o.receiver != o.to:
+		return usagef("--to %q and --receiver %q disagree: give one of them", o.to, o.receiver)
+	case o.receiver != "":
+		o.to = o.receiver
+	}
 	if err := checkName("to", o.to); err != nil {
 		return err
 	}
@@ -110,6 +123,8 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 		if err := checkName("from", o.from); err != nil {
 			return err
 		}
+	case o.needWorker && !o.wait:
+		return usagef("--require-worker needs --wait")
 	case o.timeout < 0:
 		return usagef("invalid --timeout %v: must be >= 0", o.timeout)
 	case o.concurrency < 1:
@@ -156,7 +171,7 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 			}
 		}
 	}
-	d, err := a.connect(&o.conn, func(c *disker.Config) { c.MaxMessageSize = int(o.maxMsgSize) })
+	d, err := a.connect(ctx, &o.conn, func(c *disker.Config) { c.MaxMessageSize = int(o.maxMsgSize) })
 	if err != nil {
 		return err
 	}
@@ -281,9 +296,16 @@ func compactJSON(raw json.RawMessage) []byte {
 // sendOne sends one message as o says and prints the id or the reply.
 func (a *app) sendOne(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing) error {
 	if o.wait {
+		if err := a.checkWorkers(ctx, d, m.to, o.needWorker); err != nil {
+			return err
+		}
 		reply, err := a.request(ctx, d, m)
 		if err != nil {
 			return err
+		}
+		if len(reply) > 0 && reply[len(reply)-1] != '\n' && isTerminal(a.stdout) {
+			// The shell's prompt would follow the reply on its last line.
+			reply = append(reply, '\n')
 		}
 		_, err = a.stdout.Write(reply)
 		return err
@@ -293,6 +315,21 @@ func (a *app) sendOne(ctx context.Context, d *disker.Disker, o *sendOptions, m o
 		return err
 	}
 	fmt.Fprintln(a.stdout, id)
+	return nil
+}
+
+// checkWorkers says on stderr, at once, when no live worker serves
+// receiver, and fails when need is set. A failure to look is not an error:
+// the request itself will tell.
+func (a *app) checkWorkers(ctx context.Context, d *disker.Disker, receiver string, need bool) error {
+	ws, err := d.Workers(ctx)
+	if err != nil || slices.ContainsFunc(ws, func(w disker.WorkerInfo) bool { return slices.Contains(w.Receivers, receiver) }) {
+		return nil
+	}
+	if need {
+		return fmt.Errorf("no live worker serves %q (--require-worker); start one: disker worker --receiver %s ...", receiver, receiver)
+	}
+	fmt.Fprintf(a.stderr, "disker: no live worker serves %q now; waiting for a reply all the same (--require-worker fails at once instead)\n", receiver)
 	return nil
 }
 

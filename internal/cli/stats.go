@@ -37,8 +37,10 @@ func (a *app) statsCommand() *cobra.Command {
              waiting for a retry or for redelivery after a crash
   IN-FLIGHT  messages the live workers are handling (at their last heartbeat)
   DEAD       messages in the dead-letter stream (see "disker dlq")
-  RATE/S     messages handled per second by the receiver's workers: over the
-             last refresh with --watch, else on average since they started
+  RATE/S     messages handled per second by the receiver's workers: with
+             --watch, between their last two heartbeats seen (a refresh
+             faster than the heartbeat shows the latest known rate), else
+             on average since they started
   WORKERS    live workers serving it
 
 and the live workers: id, host, pid, receivers, concurrency, in flight,
@@ -87,17 +89,18 @@ func (a *app) runStats(ctx context.Context, o *statsOptions) error {
 	if o.interval < 100*time.Millisecond {
 		return usagef("invalid --interval %v: must be >= 100ms", o.interval)
 	}
-	d, err := a.connect(&o.conn, nil)
+	d, err := a.connect(ctx, &o.conn, nil)
 	if err != nil {
 		return err
 	}
 	defer closeDisker(d, 5*time.Second)
 	clear := o.watch && !o.json && isTerminal(a.stdout)
-	var prev *statsSnapshot
+	rates := &rateTracker{seen: map[string]disker.WorkerInfo{}, rate: map[string]float64{}}
+	first := true
 	tick := time.NewTicker(o.interval)
 	defer tick.Stop()
 	for {
-		snap, err := takeSnapshot(ctx, d, o.receivers, prev)
+		snap, err := takeSnapshot(ctx, d, o.receivers, rates)
 		if err != nil {
 			if o.watch && ctx.Err() != nil {
 				return nil
@@ -112,7 +115,7 @@ func (a *app) runStats(ctx context.Context, o *statsOptions) error {
 				return err
 			}
 		} else {
-			printStats(a.stdout, snap, prev != nil)
+			printStats(a.stdout, snap, !first)
 			if o.watch && !clear {
 				fmt.Fprintln(a.stdout)
 			}
@@ -120,7 +123,7 @@ func (a *app) runStats(ctx context.Context, o *statsOptions) error {
 		if !o.watch {
 			return nil
 		}
-		prev = snap
+		first = false
 		select {
 		case <-ctx.Done():
 			return nil
@@ -129,7 +132,32 @@ func (a *app) runStats(ctx context.Context, o *statsOptions) error {
 	}
 }
 
-func takeSnapshot(ctx context.Context, d *disker.Disker, only []string, prev *statsSnapshot) (*statsSnapshot, error) {
+// rateTracker keeps, per worker, the last heartbeat seen and the rate
+// between it and the one before. A worker's counters change only at its
+// heartbeats, so a rate over the time between two refreshes shorter than
+// the heartbeat would read 0 and then a burst.
+type rateTracker struct {
+	seen map[string]disker.WorkerInfo
+	rate map[string]float64
+}
+
+// observe records w's heartbeat and returns its rate, and whether one is
+// known: false until two of its heartbeats were seen.
+func (t *rateTracker) observe(w disker.WorkerInfo) (float64, bool) {
+	p, ok := t.seen[w.ID]
+	if !ok {
+		t.seen[w.ID] = w
+		return 0, false
+	}
+	if dt := w.LastSeen.Sub(p.LastSeen).Seconds(); dt > 0 {
+		t.rate[w.ID] = float64(max(0, w.Processed-p.Processed)) / dt
+		t.seen[w.ID] = w
+	}
+	r, ok := t.rate[w.ID]
+	return r, ok
+}
+
+func takeSnapshot(ctx context.Context, d *disker.Disker, only []string, rates *rateTracker) (*statsSnapshot, error) {
 	names := only
 	if len(names) == 0 {
 		var err error
@@ -150,11 +178,16 @@ func takeSnapshot(ctx context.Context, d *disker.Disker, only []string, prev *st
 		return len(only) > 0 && !slices.ContainsFunc(only, func(r string) bool { return slices.Contains(w.Receivers, r) })
 	})
 	snap := &statsSnapshot{At: time.Now(), Workers: workers, Receivers: []receiverRow{}}
-	before := map[string]int64{}
-	if prev != nil {
-		for _, w := range prev.Workers {
-			before[w.ID] = w.Processed
+	rateOf := map[string]float64{}
+	for _, w := range workers {
+		r, ok := rates.observe(w)
+		if !ok {
+			// The average since it started, until two heartbeats are seen.
+			if up := w.LastSeen.Sub(w.StartedAt).Seconds(); up > 0 {
+				r = float64(w.Processed) / up
+			}
 		}
+		rateOf[w.ID] = r
 	}
 	for _, name := range names {
 		st, err := d.Stats(ctx, name)
@@ -162,23 +195,13 @@ func takeSnapshot(ctx context.Context, d *disker.Disker, only []string, prev *st
 			return nil, err
 		}
 		row := receiverRow{ReceiverStats: st}
-		var delta int64
 		for _, w := range workers {
 			if !slices.Contains(w.Receivers, name) {
 				continue
 			}
 			row.Workers++
 			row.InFlight += w.InFlight
-			if prev == nil {
-				if up := w.LastSeen.Sub(w.StartedAt).Seconds(); up > 0 {
-					row.Rate += float64(w.Processed) / up
-				}
-			} else if p, ok := before[w.ID]; ok {
-				delta += max(0, w.Processed-p)
-			}
-		}
-		if prev != nil {
-			row.Rate = float64(delta) / snap.At.Sub(prev.At).Seconds()
+			row.Rate += rateOf[w.ID]
 		}
 		snap.Receivers = append(snap.Receivers, row)
 	}

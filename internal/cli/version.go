@@ -31,8 +31,13 @@ func (a *app) versionCommand() *cobra.Command {
 		Example: "  disker version",
 		Args:    cobra.NoArgs,
 		RunE: runE(func(*cobra.Command, []string) error {
-			_, err := fmt.Fprintf(a.stdout, "disker %s (%s %s/%s)\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			_, err := fmt.Fprintln(a.stdout, versionLine())
 			return err
 		}),
 	}
+}
+
+// versionLine is what "disker version" and "disker --version" print.
+func versionLine() string {
+	return fmt.Sprintf("disker %s (%s %s/%s)", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

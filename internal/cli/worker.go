@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,6 +34,7 @@ type workerOptions struct {
 	lease       time.Duration
 	exclusive   bool
 	maxMsgSize  byteSize
+	execEnv     []string
 }
 
 func (a *app) workerCommand() *cobra.Command {
@@ -48,7 +52,9 @@ the tail of stderr. The command line is split into words like a shell does
 for quotes ('...', "...", \) but runs without a shell: no variables, globs or
 pipes. Use --shell to run it with "sh -c" instead. The command also finds
 DISKER_MESSAGE_ID, DISKER_RECEIVER, DISKER_SENDER and DISKER_ATTEMPT in its
-environment. --exec-timeout kills it (and its children) after that long.
+environment. It does not inherit Disker's own variables (DISKER_REDIS_URL,
+with its password, and every other DISKER_*): name those it needs with
+--exec-env. --exec-timeout kills it (and its children) after that long.
 
 With --http, each message must be an HTTP request from "disker gateway". It is
 forwarded to the service at URL (the request's path is appended to URL's path)
@@ -82,6 +88,7 @@ exits 0. A second signal exits at once.`),
 	fs.StringVar(&o.receiver, "receiver", "", "name of the receiver to serve (required)")
 	fs.StringVar(&o.execCmd, "exec", "", "command to run for each message: content on stdin, reply from stdout")
 	fs.BoolVar(&o.shell, "shell", false, `run the --exec command with "sh -c" (pipes, variables) instead of splitting it into words`)
+	fs.StringArrayVar(&o.execEnv, "exec-env", nil, "pass this DISKER_ variable of the worker's environment on to the --exec command (repeatable; by default none is)")
 	fs.DurationVar(&o.execTimeout, "exec-timeout", 0, "kill an --exec command that runs longer than this (0: only the message's own deadline)")
 	fs.StringVar(&o.httpURL, "http", "", "URL of the local HTTP service to forward each request to")
 	fs.Var(&o.maxBody, "max-body", "with --http, the largest response body passed back; a larger one gets 502")
@@ -139,7 +146,12 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 				return usagef("invalid --exec: no command")
 			}
 		}
-		h = &execHandler{argv: argv, timeout: o.execTimeout, maxReply: maxMsg}
+		for _, name := range o.execEnv {
+			if !strings.HasPrefix(name, EnvPrefix) || strings.Contains(name, "=") {
+				return usagef("invalid --exec-env %q: want the name of a %s variable, such as DISKER_KEY_PREFIX", name, EnvPrefix)
+			}
+		}
+		h = &execHandler{argv: argv, timeout: o.execTimeout, maxReply: maxMsg, env: childEnv(os.Environ(), o.execEnv)}
 		mode = "exec"
 	} else {
 		base, err := url.Parse(o.httpURL)
@@ -161,7 +173,7 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 		}
 		defer admin.Close(context.Background())
 	}
-	d, err := a.connect(&o.conn, func(c *disker.Config) {
+	d, err := a.connect(ctx, &o.conn, func(c *disker.Config) {
 		c.OnEvent = m.Observe
 		c.MaxMessageSize = maxMsg
 	})
@@ -181,6 +193,9 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 	if err := d.Handle(o.receiver, h, opts...); err != nil {
 		_ = closeDisker(d, o.adm.shutdownTimeout)
 		return err
+	}
+	if !a.waitVisible(ctx, d, o.receiver) {
+		a.log.Warn("the registry of workers does not list this worker yet; senders may report no live worker", "receiver", o.receiver)
 	}
 	attrs := []any{"receiver", o.receiver, "mode", mode, "concurrency", o.concurrency,
 		"redis", redact(o.conn.redisURL), "instance", d.ID()}
@@ -208,6 +223,30 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 	a.log.Info("worker stopped", "took", time.Since(start).Round(time.Millisecond),
 		"processed", s.Processed, "failed", s.Failed)
 	return nil
+}
+
+// waitVisible waits until the registry of workers lists d as serving
+// receiver (at d's next heartbeat), so that once the worker says it
+// started, "disker send" and "disker stats" see it. It gives up after
+// three heartbeat intervals or when ctx ends, and reports whether it saw it.
+func (a *app) waitVisible(ctx context.Context, d *disker.Disker, receiver string) bool {
+	deadline := time.Now().Add(3 * disker.DefaultHeartbeatInterval)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		ws, err := d.Workers(ctx)
+		if err == nil && slices.ContainsFunc(ws, func(w disker.WorkerInfo) bool {
+			return w.ID == d.ID() && slices.Contains(w.Receivers, receiver)
+		}) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+	return false
 }
 
 // closeDisker closes d, letting in-flight work finish for up to timeout.
