@@ -180,6 +180,11 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /api/snapshot", d.snapshotAPI)
 	assets, _ := fs.Sub(assetFS, "assets")
 	m.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	m.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
+		// Asked for by browsers on pages without a link to an icon (an
+		// error's text).
+		http.ServeFileFS(w, r, assets, "favicon.svg")
+	})
 	d.mux = m
 }
 
