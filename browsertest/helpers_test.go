@@ -188,7 +188,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("hide-scrollbars", true),
 		chromedp.NoFirstRun,
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile(t)),
 		chromedp.WindowSize(1280, 800),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -197,7 +197,7 @@ func newBrowser(t *testing.T) *browser {
 		cancel()
 		cancelAlloc()
 	})
-	if err := chromedp.Do(ctx); err != nil {
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
 	b := &browser{ctx: ctx}
@@ -221,6 +221,24 @@ func newBrowser(t *testing.T) *browser {
 		}
 	}()
 	return b
+}
+
+// profile makes a fresh user-data-dir for a browser. Chromium's helper
+// processes can still write there a moment after it stops, so its removal
+// is tried again for a while (t.TempDir would fail the test).
+func profile(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "disker-chromium")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for os.RemoveAll(dir) != nil && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return dir
 }
 
 func (b *browser) record(s string) {

@@ -12,7 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/diskerhq/disker"
 	"github.com/diskerhq/disker/internal/dashboard"
+	"github.com/diskerhq/disker/internal/metrics"
 )
 
 type dashboardOptions struct {
@@ -147,4 +149,16 @@ func (a *app) runDashboard(ctx context.Context, o *dashboardOptions) error {
 	}
 	a.log.Info("dashboard stopped")
 	return nil
+}
+
+// adminDashboard serves a read-only dashboard of d under /dashboard/ on a
+// worker's or gateway's admin server (--admin-dashboard), and returns what
+// stops its poll loop.
+func (a *app) adminDashboard(admin *metrics.Server, d *disker.Disker) (func(), error) {
+	dash, err := dashboard.New(dashboard.Config{Disker: d, Base: "/dashboard", Logger: a.log})
+	if err != nil {
+		return nil, err
+	}
+	admin.Handle("/dashboard/", http.StripPrefix("/dashboard", dash))
+	return dash.Close, nil
 }

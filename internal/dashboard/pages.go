@@ -33,7 +33,7 @@ var receiverColumns = []column[Receiver]{
 	{"Pending", "delivered, not yet acknowledged: in flight, or waiting for a retry or a redelivery", func(r Receiver, _ time.Time) string { return count(r.Pending) }},
 	{"In flight", "being handled by the live workers, at their last heartbeat", func(r Receiver, _ time.Time) string { return count(r.InFlight) }},
 	{"Dead letters", "messages in the dead-letter stream", func(r Receiver, _ time.Time) string { return count(r.DeadLetters) }},
-	{"Handled/s", "handled per second by its live workers over the last refresh", func(r Receiver, _ time.Time) string { return strconv.FormatFloat(r.Rate, 'f', 1, 64) }},
+	{"Handled/s", "handled per second by its live workers, between their last two heartbeats", func(r Receiver, _ time.Time) string { return strconv.FormatFloat(r.Rate, 'f', 1, 64) }},
 	{"Workers", "live workers serving it", func(r Receiver, _ time.Time) string { return strconv.Itoa(r.Workers) }},
 }
 

@@ -25,8 +25,8 @@ type Receiver struct {
 	disker.ReceiverStats
 	// InFlight sums the in-flight messages of the live workers serving it.
 	InFlight int64 `json:"in_flight"`
-	// Rate is messages handled per second by those workers since the
-	// previous poll (on the first poll, since they started). A worker
+	// Rate is messages handled per second by those workers between their
+	// last two heartbeats (on the first poll, since they started). A worker
 	// serving several receivers counts for each.
 	Rate float64 `json:"rate"`
 	// Workers counts the live workers serving it.
@@ -56,6 +56,16 @@ type Snapshot struct {
 	Err string `json:"error,omitempty"`
 }
 
+// beat is what a worker's last heartbeat said: its count of messages
+// handled, and the rate since its heartbeat before. Workers report their
+// counts at each heartbeat, so a rate taken between polls would jump between
+// 0 and twice the truth when polls are more frequent than heartbeats.
+type beat struct {
+	seen      time.Time
+	processed int64
+	rate      float64
+}
+
 // poller reads the broker every interval while someone looks, and keeps the
 // last snapshot and the history of totals for every page.
 type poller struct {
@@ -64,12 +74,11 @@ type poller struct {
 	points   int
 	log      *slog.Logger
 
-	pollMu   sync.Mutex // one poll at a time; guards names, polls, prev
+	pollMu   sync.Mutex // one poll at a time; guards names, polls, beats
 	names    []string
 	polls    int
-	prev     map[string]int64 // processed per worker id at the previous poll
-	prevAt   time.Time
-	lastSeen atomic.Int64 // Unix ns of the last page request
+	beats    map[string]beat // by worker id
+	lastSeen atomic.Int64    // Unix ns of the last page request
 
 	mu      sync.RWMutex
 	snap    *Snapshot
@@ -180,9 +189,8 @@ func (p *poller) read(ctx context.Context) (*Snapshot, Point, error) {
 	p.polls++
 	for _, w := range workers {
 		for _, r := range w.Receivers {
-			if _, found := slices.BinarySearch(p.names, r); !found {
-				p.names = append(p.names, r)
-				slices.Sort(p.names)
+			if i, found := slices.BinarySearch(p.names, r); !found {
+				p.names = slices.Insert(p.names, i, r)
 			}
 		}
 	}
@@ -192,19 +200,22 @@ func (p *poller) read(ctx context.Context) (*Snapshot, Point, error) {
 	}
 	now := time.Now()
 	snap := &Snapshot{At: now, Workers: workers, Receivers: make([]Receiver, len(stats))}
-	dt := now.Sub(p.prevAt).Seconds()
-	rateOf := func(w disker.WorkerInfo) float64 {
-		if p.prev == nil {
+	beats := make(map[string]beat, len(workers))
+	for _, w := range workers {
+		b, ok := p.beats[w.ID]
+		switch {
+		case !ok:
+			b = beat{seen: w.LastSeen, processed: w.Processed}
 			if up := w.LastSeen.Sub(w.StartedAt).Seconds(); up > 0 {
-				return float64(w.Processed) / up
+				b.rate = float64(w.Processed) / up
 			}
-			return 0
+		case w.LastSeen.After(b.seen):
+			b = beat{seen: w.LastSeen, processed: w.Processed,
+				rate: float64(max(0, w.Processed-b.processed)) / w.LastSeen.Sub(b.seen).Seconds()}
 		}
-		if before, ok := p.prev[w.ID]; ok && dt > 0 {
-			return float64(max(0, w.Processed-before)) / dt
-		}
-		return 0
+		beats[w.ID] = b
 	}
+	p.beats = beats
 	pt := Point{At: now.UnixMilli()}
 	byName := make(map[string]*Receiver, len(stats))
 	for i, st := range stats {
@@ -213,10 +224,8 @@ func (p *poller) read(ctx context.Context) (*Snapshot, Point, error) {
 		pt.Queued += st.Queued
 		pt.DeadLetters += st.DeadLetters
 	}
-	processed := make(map[string]int64, len(workers))
 	for _, w := range workers {
-		processed[w.ID] = w.Processed
-		rate := rateOf(w)
+		rate := beats[w.ID].rate
 		pt.Rate += rate
 		pt.InFlight += w.InFlight
 		for _, name := range w.Receivers {
@@ -227,7 +236,6 @@ func (p *poller) read(ctx context.Context) (*Snapshot, Point, error) {
 			}
 		}
 	}
-	p.prev, p.prevAt = processed, now
 	return snap, pt, nil
 }
 
