@@ -136,7 +136,8 @@ func (p *poller) current(ctx context.Context) (*Snapshot, []Point) {
 	stale := p.snap == nil || time.Since(p.snap.At) > 2*p.interval
 	p.mu.RUnlock()
 	if stale {
-		p.pollOnce(ctx)
+		// Not cancelled with the request: the poll serves every page.
+		p.pollOnce(context.WithoutCancel(ctx))
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
