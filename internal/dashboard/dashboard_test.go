@@ -437,3 +437,25 @@ func TestParseBasic(t *testing.T) {
 		}
 	}
 }
+
+func TestNextBeat(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	w := disker.WorkerInfo{StartedAt: t0, LastSeen: t0.Add(10 * time.Second), Processed: 50}
+	b := nextBeat(beat{}, false, w)
+	if b.rate != 5 {
+		t.Errorf("a new worker: rate %v, want 5 (50 in 10s)", b.rate)
+	}
+	// Polls between heartbeats keep the rate.
+	if again := nextBeat(b, true, w); again.rate != 5 {
+		t.Errorf("no heartbeat since: rate %v, want 5", again.rate)
+	}
+	w.LastSeen, w.Processed = w.LastSeen.Add(2*time.Second), 70
+	if b = nextBeat(b, true, w); b.rate != 10 {
+		t.Errorf("20 in 2s: rate %v, want 10", b.rate)
+	}
+	w.LastSeen, w.Processed = w.LastSeen.Add(2*time.Second), 70
+	if b = nextBeat(b, true, w); b.rate != 0 {
+		t.Errorf("none in 2s: rate %v, want 0", b.rate)
+	}
+}

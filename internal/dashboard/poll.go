@@ -66,6 +66,25 @@ type beat struct {
 	rate      float64
 }
 
+// nextBeat returns what w says now, given what it said at the previous poll
+// (known tells whether there was one): the rate between its last two
+// heartbeats, or since it started when it is new.
+func nextBeat(prev beat, known bool, w disker.WorkerInfo) beat {
+	switch {
+	case !known:
+		b := beat{seen: w.LastSeen, processed: w.Processed}
+		if up := w.LastSeen.Sub(w.StartedAt).Seconds(); up > 0 {
+			b.rate = float64(w.Processed) / up
+		}
+		return b
+	case w.LastSeen.After(prev.seen):
+		return beat{seen: w.LastSeen, processed: w.Processed,
+			rate: float64(max(0, w.Processed-prev.processed)) / w.LastSeen.Sub(prev.seen).Seconds()}
+	default:
+		return prev // no heartbeat since: the same rate
+	}
+}
+
 // poller reads the broker every interval while someone looks, and keeps the
 // last snapshot and the history of totals for every page.
 type poller struct {
@@ -203,18 +222,8 @@ func (p *poller) read(ctx context.Context) (*Snapshot, Point, error) {
 	snap := &Snapshot{At: now, Workers: workers, Receivers: make([]Receiver, len(stats))}
 	beats := make(map[string]beat, len(workers))
 	for _, w := range workers {
-		b, ok := p.beats[w.ID]
-		switch {
-		case !ok:
-			b = beat{seen: w.LastSeen, processed: w.Processed}
-			if up := w.LastSeen.Sub(w.StartedAt).Seconds(); up > 0 {
-				b.rate = float64(w.Processed) / up
-			}
-		case w.LastSeen.After(b.seen):
-			b = beat{seen: w.LastSeen, processed: w.Processed,
-				rate: float64(max(0, w.Processed-b.processed)) / w.LastSeen.Sub(b.seen).Seconds()}
-		}
-		beats[w.ID] = b
+		prev, ok := p.beats[w.ID]
+		beats[w.ID] = nextBeat(prev, ok, w)
 	}
 	p.beats = beats
 	pt := Point{At: now.UnixMilli()}
