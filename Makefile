@@ -20,10 +20,11 @@ demo-pool: ## Run the in-process pool demo (one worker versus a pool of three).
 	$(GO) run ./cmd/disker demo pool
 
 .PHONY: deps
-deps: ## Install what the tests need when it is missing (redis-server, curl), with apt-get.
+deps: ## Install what the tests need when it is missing (redis-server, curl, chromium), with apt-get.
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -34,6 +35,7 @@ deps: ## Install what the tests need when it is missing (redis-server, curl), wi
 test: deps ## Run every test with the race detector (tests start their own private redis-server).
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd bench && $(GO) test -count=1 -timeout 10m ./...
+	cd browsertest && $(GO) test -count=1 -timeout 15m ./...
 
 .PHONY: test-short
 test-short: ## Run the tests without the race detector, for a quick look.

@@ -204,6 +204,7 @@ failure, 2 usage error.`,
 		a.sendCommand(),
 		a.statsCommand(),
 		a.dlqCommand(),
+		a.dashboardCommand(),
 		a.versionCommand(),
 	)
 	return root

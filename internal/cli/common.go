@@ -198,17 +198,22 @@ func isTerminal(w io.Writer) bool {
 // the graceful stop.
 type adminFlags struct {
 	admin           string
+	dashboard       bool
 	shutdownTimeout time.Duration
 }
 
 func (f *adminFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.admin, "admin", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9090); empty: none")
+	fs.BoolVar(&f.dashboard, "admin-dashboard", false, "also serve the read-only dashboard under /dashboard/ on --admin")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long to let in-flight work finish")
 }
 
 func (f *adminFlags) check() error {
 	if f.shutdownTimeout <= 0 {
 		return usagef("invalid --shutdown-timeout %v: must be > 0", f.shutdownTimeout)
+	}
+	if f.dashboard && f.admin == "" {
+		return usagef("--admin-dashboard needs --admin")
 	}
 	return nil
 }

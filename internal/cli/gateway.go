@@ -113,6 +113,14 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 		return err
 	}
 	m.WatchLocalStats(d.LocalStats)
+	if o.adm.dashboard {
+		stop, err := a.adminDashboard(admin, d)
+		if err != nil {
+			_ = closeDisker(d, o.adm.shutdownTimeout)
+			return err
+		}
+		defer stop()
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		_ = closeDisker(d, o.adm.shutdownTimeout)

@@ -181,6 +181,14 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 		return err
 	}
 	m.WatchLocalStats(d.LocalStats)
+	if o.adm.dashboard {
+		stop, err := a.adminDashboard(admin, d)
+		if err != nil {
+			_ = closeDisker(d, o.adm.shutdownTimeout)
+			return err
+		}
+		defer stop()
+	}
 	opts := []disker.HandleOption{
 		disker.WithConcurrency(o.concurrency),
 		disker.WithPrefetch(o.prefetch),

@@ -23,6 +23,7 @@ import (
 //     reachable, 503 otherwise with the reason.
 type Server struct {
 	srv      *http.Server
+	mux      *http.ServeMux
 	ln       net.Listener
 	m        *Metrics
 	stopping atomic.Bool
@@ -38,8 +39,8 @@ func Listen(addr string, m *Metrics, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: admin server: %w", err)
 	}
-	s := &Server{ln: ln, m: m, done: make(chan struct{})}
 	mux := http.NewServeMux()
+	s := &Server{ln: ln, m: m, mux: mux, done: make(chan struct{})}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError),
 	}))
@@ -58,6 +59,10 @@ func Listen(addr string, m *Metrics, log *slog.Logger) (*Server, error) {
 	}()
 	return s, nil
 }
+
+// Handle serves h for pattern (as http.ServeMux.Handle) beside the admin
+// endpoints, such as the dashboard under "/dashboard/".
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Addr returns the address the server listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
