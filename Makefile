@@ -40,12 +40,24 @@ test-short: ## Run the tests without the race detector, for a quick look.
 	$(GO) test -count=1 ./...
 
 .PHONY: lint
-lint: ## go vet and staticcheck (pinned; installed into ./bin).
+lint: apicheck ## go vet, staticcheck (pinned; installed into ./bin) and apicheck.
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 	GOBIN=$(BIN) $(GO) install $(STATICCHECK)
 	$(BIN)/staticcheck ./...
 	cd bench && $(BIN)/staticcheck ./...
+
+API_PKGS := . ./pool
+
+.PHONY: apicheck
+apicheck: ## Fail if the exported API of disker and pool differs from the snapshot in api/.
+	$(GO) build -o $(BIN)/apicheck ./internal/apicheck
+	$(BIN)/apicheck -dir api -check $(API_PKGS)
+
+.PHONY: api
+api: ## Regenerate api/ (an incompatible change must be named in CHANGELOG.md's Unreleased).
+	$(GO) build -o $(BIN)/apicheck ./internal/apicheck
+	$(BIN)/apicheck -dir api -write $(API_PKGS)
 
 .PHONY: fuzz
 fuzz: ## Fuzz the decoders of data read from Redis and the network, FUZZTIME each.
