@@ -36,8 +36,8 @@ test: deps ## Run every test with the race detector (tests start their own priva
 	cd bench && $(GO) test -count=1 -timeout 10m ./...
 
 .PHONY: test-short
-test-short: ## Run the tests without the race detector, for a quick look.
-	$(GO) test -count=1 ./...
+test-short: deps ## The fast inner loop: skips stress, failure-injection, Sentinel and Cluster tests.
+	$(GO) test -short -count=1 -timeout 5m ./...
 
 .PHONY: lint
 lint: apicheck ## go vet, staticcheck (pinned; installed into ./bin) and apicheck.
