@@ -38,16 +38,28 @@ test: deps ## Run every test with the race detector (tests start their own priva
 	cd browsertest && $(GO) test -count=1 -timeout 15m ./...
 
 .PHONY: test-short
-test-short: ## Run the tests without the race detector, for a quick look.
-	$(GO) test -count=1 ./...
+test-short: deps ## The fast inner loop: skips stress, failure-injection, Sentinel and Cluster tests.
+	$(GO) test -short -count=1 -timeout 5m ./...
 
 .PHONY: lint
-lint: ## go vet and staticcheck (pinned; installed into ./bin).
+lint: apicheck ## go vet, staticcheck (pinned; installed into ./bin) and apicheck.
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 	GOBIN=$(BIN) $(GO) install $(STATICCHECK)
 	$(BIN)/staticcheck ./...
 	cd bench && $(BIN)/staticcheck ./...
+
+API_PKGS := . ./pool
+
+.PHONY: apicheck
+apicheck: ## Fail if the exported API of disker and pool differs from the snapshot in api/.
+	$(GO) build -o $(BIN)/apicheck ./internal/apicheck
+	$(BIN)/apicheck -dir api -check $(API_PKGS)
+
+.PHONY: api
+api: ## Regenerate api/ (an incompatible change must be named in CHANGELOG.md's Unreleased).
+	$(GO) build -o $(BIN)/apicheck ./internal/apicheck
+	$(BIN)/apicheck -dir api -write $(API_PKGS)
 
 .PHONY: fuzz
 fuzz: ## Fuzz the decoders of data read from Redis and the network, FUZZTIME each.

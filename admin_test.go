@@ -350,7 +350,7 @@ func TestWorkersRegistry(t *testing.T) {
 // Redis keeps only (empty) streams and their groups.
 func TestNoKeysLeftBehind(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, true, redisURL)
+	e := newEnv(t, true, redisURL(t))
 	worker, err := disker.New(e.config())
 	if err != nil {
 		t.Fatal(err)
@@ -458,6 +458,9 @@ func TestNoKeysLeftBehind(t *testing.T) {
 // sends: every accepted message is handled, and the consumers resume by
 // themselves.
 func TestRedisRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
 	t.Parallel()
 	srv := redistest.Start(t, redistest.WithAOF())
 	e := newEnv(t, true, srv.URL())
@@ -485,9 +488,14 @@ func TestRedisRestart(t *testing.T) {
 		failures int
 	)
 	done := make(chan struct{})
+	sendUntil := time.Now().Add(3 * time.Minute)
 	go func() {
 		defer close(done)
 		for len(accepted) < n {
+			if time.Now().After(sendUntil) {
+				t.Errorf("%d of %d sends accepted within 3 minutes", len(accepted), n)
+				return
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			id, err := sender.Send(ctx, disker.Message{Receiver: "steady"}, disker.WithFireAndForget())
 			cancel()
@@ -509,7 +517,7 @@ func TestRedisRestart(t *testing.T) {
 		return len(accepted) >= n/3
 	})
 	srv.Restart()
-	<-done
+	recv(t, done, 4*time.Minute, "the sends to end")
 	waitFor(t, 2*time.Minute, "every accepted message handled", func() bool {
 		return handled.missing(accepted) == 0
 	})
@@ -525,6 +533,9 @@ func TestRedisRestart(t *testing.T) {
 // ErrUnavailable, the outage is reported once, and when Redis is back the
 // worker resumes by itself.
 func TestRedisDownFailsFastAndResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
 	t.Parallel()
 	srv := redistest.Start(t, redistest.WithAOF())
 	e := newEnv(t, true, srv.URL())
@@ -590,6 +601,9 @@ func TestRedisDownFailsFastAndResumes(t *testing.T) {
 // waits, and restarts it after the Request's deadline: the Request settles
 // its timeout once Redis is back, and the reply that comes after is late.
 func TestRequestSettledAcrossRedisOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
 	t.Parallel()
 	srv := redistest.Start(t, redistest.WithAOF())
 	e := newEnv(t, true, srv.URL())
@@ -650,6 +664,9 @@ func TestRequestSettledAcrossRedisOutage(t *testing.T) {
 // to Redis directly. Which answer the cut hits first is not certain, so it
 // tries up to five times to see the send fail with its reply accepted.
 func TestRequestSettledWhenItsSendAnswerIsLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
 	t.Parallel()
 	srv := redistest.Start(t)
 	proxy := redistest.StartCutProxy(t, srv.Addr())

@@ -98,7 +98,7 @@ func TestSendBatchValidation(t *testing.T) {
 // holds a string): SendBatch sends the other messages and reports that one
 // in a *BatchError, with "" for its id.
 func TestSendBatchPartialFailure(t *testing.T) {
-	e := newEnv(t, true, redisURL)
+	e := newEnv(t, true, redisURL(t))
 	d := e.open()
 	ctx := ctxTimeout(t, 30*time.Second)
 	rc := rawRedis(t, e)

@@ -20,7 +20,7 @@ func benchBackends(b *testing.B, f func(b *testing.B, cfg disker.Config)) {
 			name := "bench" + strconv.FormatInt(benchRuns.Add(1), 10)
 			cfg := disker.Config{RedisURL: "mem://" + name, Logger: testLogger()}
 			if be.redis {
-				cfg.RedisURL, cfg.KeyPrefix = be.redisURL(), name
+				cfg.RedisURL, cfg.KeyPrefix = be.redisURL(b), name
 			}
 			f(b, cfg)
 		})

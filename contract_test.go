@@ -21,6 +21,9 @@ import (
 // each message gets exactly one outcome at its sender, and both outcomes
 // occur.
 func TestReplyRacesTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
 	const n = 10000
 	eachBackend(t, func(t *testing.T, e *env) {
 		worker, client := e.open(), e.open()
@@ -157,6 +160,9 @@ func (h *handledSet) len() int {
 // with a grace too short for its long jobs, and shows that a second worker
 // handles every accepted message.
 func TestCloseDuringLoadLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
 	const n = 2000
 	eachBackend(t, func(t *testing.T, e *env) {
 		sender := e.open()
@@ -241,6 +247,9 @@ func TestCloseDuringLoadLosesNothing(t *testing.T) {
 // TestManyReceiversDoNotStarveSends serves 500 receivers from one instance
 // with the default connection pool; sends and replies still go through.
 func TestManyReceiversDoNotStarveSends(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
 	const receivers = 500
 	eachBackend(t, func(t *testing.T, e *env) {
 		cfg := func(c *disker.Config) { c.ReceiverBlockTimeout = 0 } // the default, 1s
@@ -449,6 +458,9 @@ func TestLeaseExtendedForLongJob(t *testing.T) {
 // accepted, and one that timed out is one whose reply was refused (ErrLate)
 // or never made.
 func TestRequestRacesTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
 	const n = 10000
 	eachBackend(t, func(t *testing.T, e *env) {
 		worker, client := e.open(), e.open()

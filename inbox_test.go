@@ -15,7 +15,7 @@ import (
 // re-creating it.
 func TestInboxDeletedOnClose(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, true, redisURL)
+	e := newEnv(t, true, redisURL(t))
 	late := make(chan disker.Event, 1)
 	worker := e.open(func(c *disker.Config) {
 		c.OnEvent = func(ev disker.Event) {

@@ -80,8 +80,11 @@ func runChild() int {
 // while its handler runs, and shows another process handles the message
 // again, as its second attempt, once the lease has ended.
 func TestKilledWorkerMessageRedelivered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
 	t.Parallel()
-	e := newEnv(t, true, redisURL)
+	e := newEnv(t, true, redisURL(t))
 	c := startChild(t, e, "worker", "jobs", "")
 	if l := recv(t, c.lines, 30*time.Second, "the child to be ready"); l != "ready" {
 		t.Fatalf("child said %q, want ready", l)
@@ -180,8 +183,11 @@ func (c *child) kill(t *testing.T) {
 // stream and nothing else, stays while it lives, and expires once its
 // heartbeats have stopped, a little after the Request's deadline.
 func TestKilledRequesterInboxExpires(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
 	t.Parallel()
-	e := newEnv(t, true, redisURL)
+	e := newEnv(t, true, redisURL(t))
 	const instance = "killed-requester"
 	c := startChild(t, e, "requester", "questions", instance)
 	if l := recv(t, c.lines, 30*time.Second, "the child to be ready"); l != "ready" {

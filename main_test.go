@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,22 +20,55 @@ import (
 	"github.com/diskerhq/disker/internal/redistest"
 )
 
-// redisURL is the private redis-server shared by the package's tests, and
-// clusterURL the private Redis Cluster (three masters); each test keeps
-// apart by its key prefix.
-var redisURL, clusterURL string
+// sharedRedis is the private redis-server shared by the package's tests,
+// and sharedCluster the private Redis Cluster (three masters); each test
+// keeps apart by its key prefix. Each starts when a test first asks for it,
+// so that a run with no such test starts none, and TestMain stops it.
+var (
+	sharedRedis   = shared{start: func() (string, func()) { s, stop := redistest.MustStart(); return s.URL(), stop }}
+	sharedCluster = shared{start: func() (string, func()) { c, stop := redistest.MustStartCluster(3); return c.URL(), stop }}
+)
+
+// shared is a server started once, on first use, by start.
+type shared struct {
+	start func() (url string, stop func())
+	once  sync.Once
+	url   string
+	stop  func()
+	err   any // the panic of a start that failed
+}
+
+// URL starts the server if it has not started yet and returns its URL. It
+// fails tb if the server cannot start.
+func (s *shared) URL(tb testing.TB) string {
+	tb.Helper()
+	s.once.Do(func() {
+		defer func() { s.err = recover() }()
+		s.url, s.stop = s.start()
+	})
+	if s.err != nil {
+		tb.Fatalf("%v", s.err)
+	}
+	return s.url
+}
+
+// Stop stops the server if it started.
+func (s *shared) Stop() {
+	if s.stop != nil {
+		s.stop()
+	}
+}
+
+// redisURL is the URL of the private redis-server, started on first use.
+func redisURL(tb testing.TB) string { return sharedRedis.URL(tb) }
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
-	srv, stop := redistest.MustStart()
-	redisURL = srv.URL()
-	cluster, stopCluster := redistest.MustStartCluster(3)
-	clusterURL = cluster.URL()
 	code := m.Run()
-	stopCluster()
-	stop()
+	sharedCluster.Stop()
+	sharedRedis.Stop()
 	if code == 0 {
 		// A rueidis cluster client closes the connections its first
 		// topology refresh replaced five seconds later, and delays a
@@ -53,12 +87,13 @@ func TestMain(m *testing.M) {
 type backend struct {
 	name  string
 	redis bool
-	url   *string // of Redis
+	srv   *shared // of Redis
 }
 
 // backends are the embedded broker, a Redis server, and a Redis Cluster
-// (where a name's keys and its peer's usually live on different nodes).
-var backends = []backend{{"mem", false, nil}, {"redis", true, &redisURL}, {"cluster", true, &clusterURL}}
+// (where a name's keys and its peer's usually live on different nodes). With
+// -short, eachBackend skips the Cluster.
+var backends = []backend{{"mem", false, nil}, {"redis", true, &sharedRedis}, {"cluster", true, &sharedCluster}}
 
 // env makes instances that share one broker (a unique mem:// name, or the
 // test's key prefix on the private Redis).
@@ -77,17 +112,21 @@ func eachBackend(t *testing.T, f func(t *testing.T, e *env)) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			f(t, newEnv(t, b.redis, b.redisURL()))
+			if b.srv == &sharedCluster && testing.Short() {
+				t.Skip("the Cluster backend runs without -short")
+			}
+			f(t, newEnv(t, b.redis, b.redisURL(t)))
 		})
 	}
 }
 
-// redisURL returns the backend's Redis URL, or "" for the embedded broker.
-func (b backend) redisURL() string {
-	if b.url == nil {
+// redisURL returns the backend's Redis URL, starting its server on first
+// use, or "" for the embedded broker.
+func (b backend) redisURL(tb testing.TB) string {
+	if b.srv == nil {
 		return ""
 	}
-	return *b.url
+	return b.srv.URL(tb)
 }
 
 func newEnv(t *testing.T, redis bool, url string) *env {

@@ -193,6 +193,9 @@ func TestWorkerNeverStartsExpiredMessage(t *testing.T) {
 }
 
 func TestThousandMessagesWithReplies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
 	const n = 1000
 	for _, senders := range []int{1, n} {
 		t.Run(fmt.Sprintf("senders=%d", senders), func(t *testing.T) {

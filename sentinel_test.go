@@ -14,6 +14,9 @@ import (
 // replica, and requests go through again on the new master without
 // restarting either instance.
 func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Sentinel test: runs without -short")
+	}
 	t.Parallel()
 	s := redistest.StartSentinel(t)
 	e := newEnv(t, true, s.URL())

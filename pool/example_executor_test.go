@@ -58,6 +58,34 @@ func ExampleExecutor_TrySubmit() {
 	// true
 }
 
+// A task that submits to its own executor waits for room like any caller, so
+// tasks that all do so on a full executor would wait for each other. A task
+// that must not wait uses TrySubmit and, when the executor is full, runs the
+// work itself.
+func ExampleExecutor_TrySubmit_fromTask() {
+	e, err := pool.NewExecutor(pool.ExecutorConfig{MaxWorkers: 1})
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan struct{})
+	err = e.Submit(context.Background(), func() {
+		defer close(done)
+		child := func() { fmt.Println("child ran") }
+		if err := e.TrySubmit(child); errors.Is(err, pool.ErrFull) {
+			child() // the only worker is this task's: run it here
+		}
+	})
+	if err != nil {
+		panic(err)
+	}
+	<-done
+	if err := e.Close(context.Background()); err != nil {
+		panic(err)
+	}
+	// Output:
+	// child ran
+}
+
 // A panic in a task becomes an error for whoever waits; plain tasks report
 // theirs to the PanicHandler.
 func ExampleExecutor_panics() {

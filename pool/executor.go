@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -98,19 +97,18 @@ type ExecutorStats struct {
 // or returned as a [*PanicError] to whoever waits (tasks of [Go] and
 // [Group.Go]).
 //
-// Tasks may submit more tasks to the executor that runs them. When such a
-// Submit finds no room and waiting could deadlock, because at least
-// MaxWorkers callers are already waiting for room (for instance every worker
-// is blocked submitting to its own full executor), the new task runs inline on
-// the submitting task's goroutine instead: the submitting task is suspended
-// meanwhile, so no more than MaxWorkers tasks run, and the executor cannot
-// deadlock on itself. The check (a walk of the caller's stack, made only in
-// that situation) recognises the task goroutines of every Executor, not only
-// this one's: a task of executor A that submits to a saturated executor B
-// also runs its task inline, on A's worker, beyond B's MaxWorkers. A task that
-// waits for the result of another task of the same executor (a [Future] or a
-// [Group]) can still deadlock it if every worker waits so; give such work a
-// second executor.
+// A task may submit more tasks, to its own executor or to another, and
+// Submit waits for room like any caller's: no executor ever runs more than
+// its MaxWorkers tasks, whoever submits them. As with errgroup.Group.Go under
+// a limit, this means that tasks which submit to their own full executor can
+// deadlock it: when every worker waits in Submit for room that only a worker
+// can make, they wait until their contexts end. A task that must not wait
+// uses [Executor.TrySubmit] and, on ErrFull, runs the work itself (see
+// ExampleExecutor_TrySubmit_fromTask), or [Group.TryGo]; or give the
+// executor a queue deep enough for the nested work, or give the nested work
+// an executor of its own. Likewise, a task that waits for the result of
+// another task of the same executor (a [Future] or a [Group]) can deadlock it
+// if every worker waits so.
 //
 // An Executor's methods are safe for concurrent use. Close it to stop its
 // workers.
@@ -249,8 +247,8 @@ func (e *executorError) Unwrap() error { return e.err }
 // wraps ErrClosed. A nil return means the task will run, even if Close is
 // called next.
 //
-// Submit does not allocate. See [Executor] for a task that submits to its own
-// executor.
+// Submit does not allocate. A task that submits to its own full executor
+// waits like any caller and can deadlock it: see [Executor].
 func (e *Executor) Submit(ctx context.Context, task func()) error {
 	if task == nil {
 		return errNilTask
@@ -265,7 +263,12 @@ func (e *Executor) TrySubmit(task func()) error {
 	if task == nil {
 		return errNilTask
 	}
-	switch e.admit(funcTask(task)) {
+	return e.tryAdmit(funcTask(task))
+}
+
+// tryAdmit is TrySubmit for every kind of task.
+func (e *Executor) tryAdmit(t runnable) error {
+	switch e.admit(t) {
 	case admitted:
 		return nil
 	case admitClosed:
@@ -346,7 +349,7 @@ func (e *Executor) admit(t runnable) admitResult {
 
 // submitSlow waits for room for t.
 func (e *Executor) submitSlow(ctx context.Context, t runnable) error {
-	n := e.waiters.Add(1)
+	e.waiters.Add(1)
 	for {
 		switch e.admit(t) {
 		case admitted:
@@ -356,13 +359,6 @@ func (e *Executor) submitSlow(ctx context.Context, t runnable) error {
 			e.leave()
 			e.rejected.Add(1)
 			return e.errClosed
-		}
-		// Every running task may be a worker blocked here on its own
-		// executor: run t on the caller rather than wait forever.
-		if uint64(n) >= e.maxWorkers && insideTask() {
-			e.leave()
-			e.runInline(t)
-			return nil
 		}
 		select {
 		case e.handoff <- t:
@@ -375,16 +371,7 @@ func (e *Executor) submitSlow(ctx context.Context, t runnable) error {
 			e.leave()
 			return ctx.Err()
 		}
-		n = e.waiters.Load()
 	}
-}
-
-// runInline runs t on the calling task's goroutine. It counts as a task
-// submitted and completed, even if t calls runtime.Goexit.
-func (e *Executor) runInline(t runnable) {
-	e.submitted.Add(1)
-	defer e.completed.Add(1)
-	execute(e, t)
 }
 
 // leave ends a wait for room. If there is room left and another Submit
@@ -404,32 +391,7 @@ func (e *Executor) signal() {
 	}
 }
 
-// executePC is the entry of execute, to recognise a task goroutine by its
-// stack.
-var executePC = reflect.ValueOf(execute).Pointer()
-
-// insideTask reports whether the caller runs inside a task of an Executor.
-// It walks the caller's stack; Submit calls it only when it would wait while
-// at least MaxWorkers callers already wait.
-func insideTask() bool {
-	var pcs [32]uintptr
-	for skip := 2; ; {
-		n := runtime.Callers(skip, pcs[:])
-		for _, pc := range pcs[:n] {
-			if f := runtime.FuncForPC(pc - 1); f != nil && f.Entry() == executePC {
-				return true
-			}
-		}
-		if n < len(pcs) {
-			return false
-		}
-		skip += n
-	}
-}
-
 // execute runs t, recovering a panic that t does not handle itself.
-//
-//go:noinline
 func execute(e *Executor, t runnable) {
 	defer func() {
 		if v := recover(); v != nil {

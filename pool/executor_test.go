@@ -182,8 +182,7 @@ func TestExecutorSubmitWaitsForAFreeWorker(t *testing.T) {
 	go func() {
 		submitted <- e.Submit(context.Background(), func() { close(ran) })
 	}()
-	// The Submit waits: it is not run inline on its own goroutine, though
-	// as many callers wait as there are workers.
+	// The Submit waits, though as many callers wait as there are workers.
 	waitFor(t, "Submit to wait", func() bool { return e.waiters.Load() == 1 })
 	select {
 	case err := <-submitted:
@@ -603,70 +602,81 @@ func TestExecutorReusesWorkers(t *testing.T) {
 	}
 }
 
-func TestExecutorSelfSubmit(t *testing.T) {
+// highWater counts the tasks that run at once and keeps the most seen.
+type highWater struct{ cur, peak atomic.Int64 }
+
+// enter records a task that starts running, and returns what records its end.
+func (h *highWater) enter() (exit func()) {
+	c := h.cur.Add(1)
+	for {
+		p := h.peak.Load()
+		if c <= p || h.peak.CompareAndSwap(p, c) {
+			break
+		}
+	}
+	return func() { h.cur.Add(-1) }
+}
+
+func TestExecutorSelfSubmitWaits(t *testing.T) {
 	t.Parallel()
 	// One worker, no queue: a task that submits to its own executor finds
-	// it full. The new task runs inline instead of deadlocking.
+	// it full and waits for room like any caller, until its context ends;
+	// the new task never runs on the submitting task's goroutine.
 	e := newTestExecutor(t, ExecutorConfig{MaxWorkers: 1})
-	var order []string
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan struct{})
 	done := make(chan error, 1)
 	if err := e.Submit(context.Background(), func() {
-		order = append(order, "outer")
-		done <- e.Submit(context.Background(), func() { order = append(order, "inner") })
-		order = append(order, "outer again")
+		done <- e.Submit(ctx, func() { close(ran) })
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("Submit from the executor's own task: %v", err)
+	waitFor(t, "the task's Submit to wait", func() bool { return e.waiters.Load() == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Submit from the only running task = %v, want context.Canceled", err)
 	}
-	if err := e.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Join(order, ",") != "outer,inner,outer again" {
-		t.Errorf("order %v, want the inner task inline", order)
-	}
-	if st := e.Stats(); st.Submitted != 2 || st.Completed != 2 {
-		t.Errorf("Stats = %+v, want Submitted 2, Completed 2", st)
+	select {
+	case <-ran:
+		t.Fatal("the inner task ran although the executor was full")
+	default:
 	}
 }
 
-func TestExecutorSelfSubmitAllWorkers(t *testing.T) {
+func TestExecutorSelfSubmitSaturated(t *testing.T) {
 	t.Parallel()
-	// Every worker submits to its own full executor at the same time; some
-	// tasks recurse. All complete, never more than MaxWorkers at once.
+	// Every worker submits to its own full executor at the same time, and
+	// some tasks recurse. A task that finds no room (TrySubmit returns
+	// ErrFull) runs the work itself, as the Executor's doc says: all
+	// complete, and never more than MaxWorkers run at once.
 	const workers = 3
 	e := newTestExecutor(t, ExecutorConfig{MaxWorkers: workers})
-	var cur, peak, ran atomic.Int64
-	track := func() func() {
-		c := cur.Add(1)
-		for {
-			p := peak.Load()
-			if c <= p || peak.CompareAndSwap(p, c) {
-				break
-			}
-		}
-		return func() { cur.Add(-1) }
-	}
+	var hw highWater
+	var ran, inline atomic.Int64
 	var all sync.WaitGroup // every task, to wait for before Close
 	var spawn func(depth int)
 	spawn = func(depth int) {
 		defer all.Done()
-		end := track()
-		defer end()
+		exit := hw.enter()
+		defer func() { exit() }()
 		ran.Add(1)
 		if depth == 0 {
 			return
 		}
 		for range 2 {
-			// A task suspended in Submit does not count as running.
-			end()
 			all.Add(1)
-			err := e.Submit(context.Background(), func() { spawn(depth - 1) })
-			end = track()
-			if err != nil {
+			task := func() { spawn(depth - 1) }
+			if err := e.TrySubmit(task); errors.Is(err, ErrFull) {
+				// This goroutine runs the task: it is not running its own
+				// meanwhile.
+				exit()
+				inline.Add(1)
+				task()
+				exit = hw.enter()
+			} else if err != nil {
 				all.Done()
-				t.Errorf("Submit: %v", err)
+				t.Errorf("TrySubmit: %v", err)
 			}
 		}
 	}
@@ -689,27 +699,62 @@ func TestExecutorSelfSubmitAllWorkers(t *testing.T) {
 	if want := int64(workers * (1<<7 - 1)); ran.Load() != want {
 		t.Errorf("%d tasks ran, want %d", ran.Load(), want)
 	}
-	if p := peak.Load(); p > workers {
+	if inline.Load() == 0 {
+		t.Error("no TrySubmit found the executor full: the test did not saturate it")
+	}
+	if p := hw.peak.Load(); p > workers {
 		t.Errorf("%d tasks ran at once, want at most %d", p, workers)
+	}
+	if st := e.Stats(); st.Submitted != uint64(ran.Load()-inline.Load()) {
+		t.Errorf("Stats().Submitted = %d, want %d (tasks that ran inline are not the executor's)", st.Submitted, ran.Load()-inline.Load())
 	}
 }
 
-func TestExecutorSelfSubmitPanicInline(t *testing.T) {
+func TestExecutorTaskSubmitsToOtherFullExecutor(t *testing.T) {
 	t.Parallel()
-	panics := make(chan *PanicError, 1)
-	e := newTestExecutor(t, ExecutorConfig{MaxWorkers: 1, PanicHandler: func(p *PanicError) { panics <- p }})
-	after := make(chan struct{})
-	if err := e.Submit(context.Background(), func() {
-		if err := e.Submit(context.Background(), func() { panic("inner") }); err != nil {
-			t.Errorf("Submit: %v", err)
-		}
-		close(after) // the inner panic did not unwind the outer task
+	// The tasks of executor a submit to executor b, which is full: they
+	// wait for b's room, and b never runs more than its MaxWorkers.
+	const aWorkers, bWorkers = 3, 1
+	a := newTestExecutor(t, ExecutorConfig{MaxWorkers: aWorkers})
+	b := newTestExecutor(t, ExecutorConfig{MaxWorkers: bWorkers})
+	var hw highWater
+	release := make(chan struct{})
+	if err := b.Submit(context.Background(), func() {
+		defer hw.enter()()
+		<-release
 	}); err != nil {
 		t.Fatal(err)
 	}
-	<-after
-	if p := <-panics; p.Value != "inner" {
-		t.Errorf("PanicError.Value = %v, want inner", p.Value)
+	var ran atomic.Int64
+	var all sync.WaitGroup
+	all.Add(aWorkers)
+	for range aWorkers {
+		if err := a.Submit(context.Background(), func() {
+			defer all.Done()
+			if err := b.Submit(context.Background(), func() {
+				defer hw.enter()()
+				ran.Add(1)
+			}); err != nil {
+				t.Errorf("Submit to b: %v", err)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "a's tasks to wait for b", func() bool { return b.waiters.Load() == aWorkers })
+	if n := ran.Load(); n != 0 {
+		t.Fatalf("%d of a's tasks ran on b while b was full", n)
+	}
+	close(release)
+	all.Wait()
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := ran.Load(); n != aWorkers {
+		t.Errorf("%d tasks ran on b, want %d", n, aWorkers)
+	}
+	if p := hw.peak.Load(); p > bWorkers {
+		t.Errorf("%d tasks ran on b at once, want at most %d", p, bWorkers)
 	}
 }
 
@@ -742,33 +787,5 @@ func TestExecutorSubmitDoesNotAllocate(t *testing.T) {
 	})
 	if allocs > 0.01 {
 		t.Errorf("Submit allocates %.3f times per task, want 0", allocs)
-	}
-}
-
-func TestExecutorSelfSubmitGoexitInline(t *testing.T) {
-	t.Parallel()
-	// A task run inline that calls runtime.Goexit ends the submitting task's
-	// goroutine too (Goexit ends a goroutine); the counts stay right and a
-	// new worker takes over.
-	e := newTestExecutor(t, ExecutorConfig{MaxWorkers: 1})
-	reached := make(chan struct{})
-	if err := e.Submit(context.Background(), func() {
-		defer close(reached)
-		e.Submit(context.Background(), runtime.Goexit)
-		t.Error("the submitting task went on after an inline Goexit")
-	}); err != nil {
-		t.Fatal(err)
-	}
-	<-reached
-	ran := make(chan struct{})
-	if err := e.Submit(context.Background(), func() { close(ran) }); err != nil {
-		t.Fatal(err)
-	}
-	<-ran
-	if err := e.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if st := e.Stats(); st.Submitted != 3 || st.Completed != 3 || st.Workers != 0 {
-		t.Errorf("Stats after Close = %+v, want Submitted 3, Completed 3, Workers 0", st)
 	}
 }

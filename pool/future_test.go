@@ -136,11 +136,12 @@ func TestFutureGoErrors(t *testing.T) {
 	}
 }
 
-func TestFutureFromTaskOfFullExecutor(t *testing.T) {
+func TestFutureFromTaskWithQueue(t *testing.T) {
 	t.Parallel()
-	// A task that starts a future on its own full executor and waits for it
-	// does not deadlock: the future runs inline.
-	e := newTestExecutor(t, ExecutorConfig{MaxWorkers: 1})
+	// A task that starts a future on its own executor, whose only worker it
+	// holds, and waits for it: the queue holds the future until the task
+	// returns, so this needs a queue (see Executor).
+	e := newTestExecutor(t, ExecutorConfig{MaxWorkers: 2, QueueSize: 1})
 	outer, err := Go(context.Background(), e, func() (int, error) {
 		inner, err := Go(context.Background(), e, func() (int, error) { return 20, nil })
 		if err != nil {

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
@@ -63,6 +64,37 @@ func (g *Group[T]) Go(fn func(ctx context.Context) (T, error)) error {
 		g.wg.Done()
 		return err
 	}
+	return nil
+}
+
+// TryGo runs fn on the group's executor if there is room now, as
+// [Executor.TrySubmit] does; it never waits. Without room it returns an error
+// that wraps ErrFull and fn is not part of the group (no place in the
+// results, no error recorded), so a task of the group can run the work
+// itself instead of waiting for its own full executor. Any other failure is
+// returned and recorded as [Group.Go] records it. The results of tasks given
+// to TryGo come back in the order they were accepted.
+func (g *Group[T]) TryGo(fn func(ctx context.Context) (T, error)) error {
+	if fn == nil {
+		g.fail(errNilTask)
+		return errNilTask
+	}
+	if err := g.ctx.Err(); err != nil {
+		g.fail(err)
+		return err
+	}
+	t := &groupTask[T]{g: g, fn: fn}
+	g.wg.Add(1)
+	if err := g.e.tryAdmit(t); err != nil {
+		g.wg.Done()
+		if !errors.Is(err, ErrFull) {
+			g.fail(err)
+		}
+		return err
+	}
+	g.mu.Lock()
+	g.tasks = append(g.tasks, t)
+	g.mu.Unlock()
 	return nil
 }
 

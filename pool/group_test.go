@@ -219,16 +219,22 @@ func TestGroupWaitCancelsContext(t *testing.T) {
 
 func TestGroupNestedOnFullExecutor(t *testing.T) {
 	t.Parallel()
-	// Tasks of a group add tasks to the group on their own full executor:
-	// they run inline rather than deadlock, and all results come back.
+	// Tasks of a group add tasks to the group on their own full executor
+	// with TryGo, and do the work themselves when it finds no room: no
+	// deadlock, and every value comes back.
 	e := newTestExecutor(t, ExecutorConfig{MaxWorkers: 2})
 	g, _ := NewGroup[int](context.Background(), e)
+	var full atomic.Int64
 	for i := range 4 {
 		if err := g.Go(func(context.Context) (int, error) {
-			if err := g.Go(func(context.Context) (int, error) { return 100 + i, nil }); err != nil {
-				return 0, err
+			nested := func(context.Context) (int, error) { return 100 + i, nil }
+			err := g.TryGo(nested)
+			if errors.Is(err, ErrFull) {
+				full.Add(1)
+				v, _ := nested(context.Background())
+				return i + v, nil
 			}
-			return i, nil
+			return i, err
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -237,8 +243,8 @@ func TestGroupNestedOnFullExecutor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 8 {
-		t.Fatalf("%d results, want 8: %v", len(res), res)
+	if want := 8 - int(full.Load()); len(res) != want {
+		t.Fatalf("%d results, want %d: %v", len(res), want, res)
 	}
 	sum := 0
 	for _, v := range res {
@@ -246,5 +252,38 @@ func TestGroupNestedOnFullExecutor(t *testing.T) {
 	}
 	if want := 0 + 1 + 2 + 3 + 100 + 101 + 102 + 103; sum != want {
 		t.Errorf("results %v sum to %d, want %d", res, sum, want)
+	}
+}
+
+func TestGroupTryGo(t *testing.T) {
+	t.Parallel()
+	e := newTestExecutor(t, ExecutorConfig{MaxWorkers: 1})
+	g, gctx := NewGroup[int](context.Background(), e)
+	release := make(chan struct{})
+	if err := g.TryGo(func(context.Context) (int, error) { <-release; return 1, nil }); err != nil {
+		t.Fatalf("TryGo with room: %v", err)
+	}
+	// No room: TryGo fails, and the group neither fails nor keeps a place.
+	if err := g.TryGo(func(context.Context) (int, error) { return 2, nil }); !errors.Is(err, ErrFull) {
+		t.Fatalf("TryGo on a full executor = %v, want ErrFull", err)
+	}
+	if gctx.Err() != nil {
+		t.Fatal("ErrFull from TryGo cancelled the group")
+	}
+	close(release)
+	res, err := g.Wait()
+	if err != nil || len(res) != 1 || res[0] != 1 {
+		t.Fatalf("Wait = %v, %v; want [1], nil", res, err)
+	}
+	// A closed executor: the error is the group's.
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g2, _ := NewGroup[int](context.Background(), e)
+	if err := g2.TryGo(func(context.Context) (int, error) { return 3, nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("TryGo after Close = %v, want ErrClosed", err)
+	}
+	if _, err := g2.Wait(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Wait after TryGo on a closed executor = %v, want ErrClosed", err)
 	}
 }

@@ -55,6 +55,9 @@ func (p *Pool[W]) invariantError(maxLive int) error {
 // than Size+MaxOverflow workers, no worker leased twice, no idle worker
 // while callers wait, and at Close every worker made closed exactly once.
 func TestPoolStress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
 	for _, tc := range []struct {
 		name     string
 		strategy Strategy

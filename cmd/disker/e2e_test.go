@@ -330,6 +330,9 @@ func checkEcho(c *http.Client, url string, i int) error {
 // still gets its real answer (or a 504), and the killed worker's requests
 // are handled by the other after their lease.
 func TestKillWorkerLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
 	t.Parallel()
 	e := newEnv(t)
 	svc := newService(t)
@@ -719,6 +722,9 @@ func TestUsage(t *testing.T) {
 // TestGatewayRedisDown stops Redis under a gateway: requests get 503 at
 // once, and 200 again when Redis is back.
 func TestGatewayRedisDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
 	t.Parallel()
 	srv := redistest.Start(t)
 	e := newEnv(t)

@@ -44,17 +44,14 @@ func TestBatcherLoneCallGoesAlone(t *testing.T) {
 	}
 }
 
-// waitQueued waits until n calls wait in b's queue.
-func waitQueued[T, R any](b *batcher[T, R], n int) {
-	for {
+// waitQueued waits until n calls wait in b's queue, failing t after 10s.
+func waitQueued[T, R any](t testing.TB, b *batcher[T, R], n int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%d calls queued", n), func() bool {
 		b.mu.Lock()
-		q := len(b.queue)
-		b.mu.Unlock()
-		if q == n {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer b.mu.Unlock()
+		return len(b.queue) == n
+	})
 }
 
 // TestBatcherMergesConcurrentCalls holds the first flush until the other
@@ -89,9 +86,7 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 	}, func(v any) string { return fmt.Sprint("failed: ", v) })
 	first := make(chan string)
 	go func() { first <- mustDo(t, b, -1) }()
-	for flushes.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, "the first flush", func() bool { return flushes.Load() > 0 })
 	var wg sync.WaitGroup
 	for i := range callers {
 		wg.Go(func() {
@@ -100,7 +95,7 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 			}
 		})
 	}
-	waitQueued(b, callers)
+	waitQueued(t, b, callers)
 	close(release)
 	if got := <-first; got != "r-1" {
 		t.Fatalf("first do = %q", got)
@@ -139,9 +134,7 @@ func TestBatcherPanic(t *testing.T) {
 	}, func(v any) string { return fmt.Sprint("failed: ", v) })
 	first := make(chan string)
 	go func() { first <- mustDo(t, b, 0) }()
-	for flushes.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, "the first flush", func() bool { return flushes.Load() > 0 })
 	// 1 and 2 queue behind the first flush and go together in the second,
 	// which panics: 1 leads it (the first queued), 2 follows.
 	panicked := make(chan any, 1)
@@ -149,10 +142,10 @@ func TestBatcherPanic(t *testing.T) {
 		defer func() { panicked <- recover() }()
 		mustDo(t, b, 1)
 	}()
-	waitQueued(b, 1)
+	waitQueued(t, b, 1)
 	second := make(chan string)
 	go func() { second <- mustDo(t, b, 2) }()
-	waitQueued(b, 2)
+	waitQueued(t, b, 2)
 	close(release)
 	if r := <-first; r != "r0" {
 		t.Fatalf("do(0) = %q", r)
@@ -188,19 +181,17 @@ func TestBatcherQueuedCallLeaves(t *testing.T) {
 	}, func(any) int { return -1 })
 	first := make(chan int)
 	go func() { first <- mustDo(t, b, 0) }()
-	for flushes.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	eventually(t, "the first flush", func() bool { return flushes.Load() > 0 })
 	ctx, cancel := context.WithCancel(context.Background())
 	left := make(chan error)
 	go func() {
 		_, err := b.do(ctx, 1)
 		left <- err
 	}()
-	waitQueued(b, 1)
+	waitQueued(t, b, 1)
 	stayed := make(chan int)
 	go func() { stayed <- mustDo(t, b, 2) }()
-	waitQueued(b, 2)
+	waitQueued(t, b, 2)
 	cancel()
 	if err := <-left; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the queued call whose context ended returned %v, want context.Canceled", err)

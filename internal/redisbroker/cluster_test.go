@@ -18,6 +18,9 @@ import (
 // Cluster of three masters: every script stays in one slot, and timed sends
 // between names of different slots take the two-step path.
 func TestClusterConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Cluster test: runs without -short")
+	}
 	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	brokertest.Run(t, func(t *testing.T) broker.Broker {
@@ -41,6 +44,9 @@ func clusterBroker(t testing.TB, c *redistest.Cluster) *Broker {
 
 // TestClusterSlotMatchesRedis checks slot against CLUSTER KEYSLOT.
 func TestClusterSlotMatchesRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Cluster test: runs without -short")
+	}
 	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	rc, err := rueidis.NewClient(rueidis.MustParseURL(c.URL()))
@@ -68,6 +74,9 @@ func TestClusterSlotMatchesRedis(t *testing.T) {
 // and a second request times out with its notice. Then the sender's keys
 // hold nothing pending.
 func TestClusterTimedSendAcrossSlots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Cluster test: runs without -short")
+	}
 	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	b := clusterBroker(t, c)
@@ -130,6 +139,9 @@ func namesApart(b *Broker, apart func(senderSlot, receiverSlot uint16) bool) (se
 // receiver's queue: the timed send fails, and its pending timeout, on
 // another node, is withdrawn (no timeout notice comes for it).
 func TestClusterTimedSendUndoneWhenQueueFails(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Cluster test: runs without -short")
+	}
 	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	b := clusterBroker(t, c)

@@ -493,6 +493,9 @@ func TestRetryAllDeadLettersInChunks(t *testing.T) {
 }
 
 func TestConcurrentAckManyRefs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
 	t.Parallel()
 	b := newBroker(t)
 	ctx := ctxT(t)

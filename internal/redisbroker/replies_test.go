@@ -201,6 +201,9 @@ func TestMalformedReplyEntries(t *testing.T) {
 // timeout monitor, and checks that each request gets exactly one outcome in
 // the reply stream, and that Reply's answer agrees with it.
 func TestReplyRacesExpire(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
 	t.Parallel()
 	b := newBroker(t)
 	raw := rawClient(t, srv)

@@ -27,6 +27,9 @@ func TestFetchContextDeadline(t *testing.T) {
 // TestRedisRestart kills Redis (AOF on): calls fail fast with
 // ErrUnavailable while it is down, and work again, with the data, after.
 func TestRedisRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
 	t.Parallel()
 	s := redistest.Start(t, redistest.WithAOF())
 	b := newBrokerOn(t, s, Config{})
@@ -111,6 +114,9 @@ func TestRedisRestart(t *testing.T) {
 // TestRedisRestartWithoutData: the groups are gone with the data; the
 // broker creates them again.
 func TestRedisRestartWithoutData(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
 	t.Parallel()
 	s := redistest.Start(t)
 	b := newBrokerOn(t, s, Config{})
@@ -147,6 +153,9 @@ func TestRedisRestartWithoutData(t *testing.T) {
 // then sends must still go through, also when the blocking connections are
 // fewer than the blocked calls.
 func TestBlockedFetchesDoNotStarveSends(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
 	t.Parallel()
 	for _, maxBlocking := range []int{0, 8} {
 		t.Run(fmt.Sprint("MaxBlockingConnections=", maxBlocking), func(t *testing.T) {

@@ -18,6 +18,9 @@ import (
 )
 
 func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Cluster test: runs without -short")
+	}
 	t.Parallel()
 	begin := time.Now()
 	c := StartCluster(t, 3)
@@ -194,6 +197,9 @@ func TestNodeOfSlot(t *testing.T) {
 // TestMustStartCluster also covers a cluster of one master, whose URL
 // names a single address and still makes a cluster client.
 func TestMustStartCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Cluster test: runs without -short")
+	}
 	t.Parallel()
 	c, stop := MustStartCluster(1)
 	dir := c.dir

@@ -12,6 +12,9 @@ import (
 )
 
 func TestSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Sentinel test: runs without -short")
+	}
 	t.Parallel()
 	begin := time.Now()
 	s := StartSentinel(t)
