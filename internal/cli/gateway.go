@@ -86,17 +86,21 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 	case o.maxBody < 1 || int(o.maxBody)+headRoom > disker.MaxMessageSizeLimit:
 		return usagef("invalid --max-body %v: must be in 1..%d", &o.maxBody, disker.MaxMessageSizeLimit-headRoom)
 	}
+	stopTracing, err := a.startTracing(ctx, "gateway")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	m := metrics.New()
 	var admin *metrics.Server
 	if o.adm.admin != "" {
-		var err error
 		if admin, err = metrics.Listen(o.adm.admin, m, a.log); err != nil {
 			return err
 		}
 		defer admin.Close(context.Background())
 	}
 	d, err := a.connect(&o.conn, func(c *disker.Config) {
-		c.OnEvent = m.Observe
+		c.OnEvent = a.observe(m.Observe)
 		c.MaxMessageSize = int(o.maxBody) + headRoom
 	})
 	if err != nil {
@@ -108,9 +112,9 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 		_ = closeDisker(d, o.adm.shutdownTimeout)
 		return fmt.Errorf("gateway: %w", err)
 	}
-	g := &gateway{d: d, receiver: o.receiver, timeout: o.timeout, maxBody: int64(o.maxBody), log: a.log, m: m}
+	g := &gateway{d: d, receiver: o.receiver, timeout: o.timeout, maxBody: int64(o.maxBody), log: a.log, m: m, tracer: a.tracer}
 	srv := &http.Server{
-		Handler:           g,
+		Handler:           a.traceHTTP(g),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		// Headers fit in the room a message keeps beside the body; larger
@@ -163,6 +167,7 @@ type gateway struct {
 	maxBody  int64
 	log      *slog.Logger
 	m        *metrics.Metrics
+	tracer   Tracer // nil: no tracing
 }
 
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -205,7 +210,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), g.timeout)
 	defer cancel()
-	reply, err := g.d.Request(ctx, g.receiver, content)
+	reply, err := g.request(ctx, content)
 	if err != nil {
 		var (
 			re *disker.RemoteError
