@@ -106,7 +106,7 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 	if err != nil {
 		return err
 	}
-	m.WatchLocalStats(d.LocalStats)
+	m.Watch(d)
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		_ = closeDisker(d, o.adm.shutdownTimeout)

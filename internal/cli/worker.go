@@ -173,7 +173,7 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 	if err != nil {
 		return err
 	}
-	m.WatchLocalStats(d.LocalStats)
+	m.Watch(d)
 	opts := []disker.HandleOption{
 		disker.WithConcurrency(o.concurrency),
 		disker.WithPrefetch(o.prefetch),
