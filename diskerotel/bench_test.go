@@ -4,7 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"syscall"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -23,6 +25,23 @@ func benchTracer(b *testing.B) *diskerotel.Tracer {
 	return diskerotel.New(diskerotel.WithTracerProvider(tp))
 }
 
+// cpuTime returns the CPU time (user and system) the process used so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time of the whole process per op since start
+// as cpu-ns/op: on a loaded machine it varies less than the wall time,
+// which counts the waits for a CPU, and it counts the work of every
+// goroutine (the span processor's, the broker client's).
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
+}
+
 var echo = disker.HandlerFunc(func(ctx context.Context, msg *disker.Message) ([]byte, error) { return msg.Content, nil })
 
 // BenchmarkHandler measures what a traced handler call costs beyond the
@@ -39,11 +58,13 @@ func BenchmarkHandler(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			ctx := context.Background()
+			start := cpuTime(b)
 			for b.Loop() {
 				if _, err := c.h.Handle(ctx, msg); err != nil {
 					b.Fatal(err)
 				}
 			}
+			reportCPU(b, start)
 		})
 	}
 }
@@ -79,6 +100,8 @@ func BenchmarkRequest(b *testing.B) {
 			content := []byte("hello")
 			b.ReportAllocs()
 			b.SetParallelism(16)
+			start := cpuTime(b)
+			defer reportCPU(b, start)
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
 				for pb.Next() {
