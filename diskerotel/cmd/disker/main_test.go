@@ -101,7 +101,14 @@ func startTier(t *testing.T, receiver string, serve http.HandlerFunc, workerArgs
 	}
 	run("worker", append([]string{"worker", "--http", svc.URL}, workerArgs...))
 	logs := run("gateway", append([]string{"gateway", "--listen", "127.0.0.1:0"}, gatewayArgs...))
-	addr := waitFor(t, "the gateway's address", func() (string, bool) {
+	return &tier{exp: exp, gateway: "http://" + gatewayAddr(t, logs)}
+}
+
+// gatewayAddr waits for the address in the "gateway started" line of a
+// gateway's JSON logs.
+func gatewayAddr(t *testing.T, logs *syncBuffer) string {
+	t.Helper()
+	return waitFor(t, "the gateway's address", func() (string, bool) {
 		for line := range strings.Lines(logs.String()) {
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "gateway started" {
@@ -110,7 +117,6 @@ func startTier(t *testing.T, receiver string, serve http.HandlerFunc, workerArgs
 		}
 		return "", false
 	})
-	return &tier{exp: exp, gateway: "http://" + addr}
 }
 
 // waitFor polls f until it reports done, for up to 20s.

@@ -29,11 +29,14 @@ type tracing struct {
 	syncExport bool
 }
 
+// Flags registers --otlp-endpoint and --service-name.
 func (t *tracing) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&t.endpoint, "otlp-endpoint", "", "export trace spans over OTLP/HTTP to this URL (e.g. http://127.0.0.1:4318); empty: OTEL_EXPORTER_OTLP_ENDPOINT, or no tracing")
 	fs.StringVar(&t.serviceName, "service-name", "", `service.name of the spans (default "disker-worker" or "disker-gateway"; OTEL_SERVICE_NAME also works)`)
 }
 
+// Start returns a diskerotel.Tracer on a tracer provider that exports over
+// OTLP/HTTP, or no Tracer when no endpoint is set.
 func (t *tracing) Start(ctx context.Context, command string) (cli.Tracer, func(context.Context) error, error) {
 	exp := t.exporter
 	if exp == nil {
@@ -64,7 +67,7 @@ func (t *tracing) Start(ctx context.Context, command string) (cli.Tracer, func(c
 	if err != nil {
 		return nil, nil, fmt.Errorf("tracing: %w", err)
 	}
-	var sp sdktrace.SpanProcessor = sdktrace.NewBatchSpanProcessor(exp)
+	sp := sdktrace.NewBatchSpanProcessor(exp)
 	if t.syncExport {
 		sp = sdktrace.NewSimpleSpanProcessor(exp)
 	}
