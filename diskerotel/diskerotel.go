@@ -8,7 +8,8 @@
 //     producer, or client for a Request);
 //   - "handle RECEIVER" around each call of a handler wrapped by
 //     [Tracer.Handler] (kind consumer): a child of the sender's span, with a
-//     link to it as well;
+//     link to it as well; its context goes back in the reply's headers, and
+//     the send span of a Request links to the handle span that answered;
 //   - "retry RECEIVER", "dead-letter RECEIVER" and "expired RECEIVER" when a
 //     failed delivery is given back for another attempt, moved to the
 //     dead-letter stream, or dropped past its deadline: children of the
@@ -181,8 +182,10 @@ func (t *Tracer) Send(ctx context.Context, d *disker.Disker, msg disker.Message,
 
 // Request sends content to receiver with d.Request inside a "send RECEIVER"
 // span, whose context it carries in the message's headers, and waits for
-// the reply. The span has the message id when a reply came (Disker does not
-// tell it otherwise). When the request timed out, a "timeout RECEIVER" span
+// the reply. When the reply comes back with the context of the handle span
+// that answered (a handler wrapped by Handler), the send span links to it.
+// The span has the message id when a reply came (Disker does not tell it
+// otherwise). When the request timed out, a "timeout RECEIVER" span
 // runs from its deadline to the moment Request returned.
 func (t *Tracer) Request(ctx context.Context, d *disker.Disker, receiver string, content []byte, opts ...disker.SendOption) (*disker.Message, error) {
 	ctx, span := t.tracer.Start(ctx, "send "+receiver,
@@ -203,12 +206,17 @@ func (t *Tracer) Request(ctx context.Context, d *disker.Disker, receiver string,
 		return reply, err
 	}
 	span.SetAttributes(AttrMessageID.String(reply.InReplyTo))
+	if sc := trace.SpanContextFromContext(t.prop.Extract(context.Background(), propagation.MapCarrier(reply.Headers))); sc.IsValid() {
+		span.AddLink(trace.Link{SpanContext: sc})
+	}
 	return reply, nil
 }
 
 // Handler returns h inside a "handle RECEIVER" span, a child of the span
-// whose context the message carries (and linked to it). A failed call's span
-// is kept for the event that settles the delivery (see Observe).
+// whose context the message carries (and linked to it). The span's context
+// goes back with the reply, in its headers (Message.SetReplyHeader). A
+// failed call's span is kept for the event that settles the delivery (see
+// Observe).
 func (t *Tracer) Handler(h disker.Handler) disker.Handler {
 	return disker.HandlerFunc(func(ctx context.Context, msg *disker.Message) (resp []byte, err error) {
 		ctx = t.prop.Extract(ctx, propagation.MapCarrier(msg.Headers))
@@ -217,6 +225,11 @@ func (t *Tracer) Handler(h disker.Handler) disker.Handler {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 		}
 		ctx, span := t.tracer.Start(ctx, "handle "+msg.Receiver, opts...)
+		carrier := propagation.MapCarrier{}
+		t.prop.Inject(ctx, carrier)
+		for k, v := range carrier {
+			msg.SetReplyHeader(k, v)
+		}
 		defer func() {
 			if v := recover(); v != nil {
 				err = fmt.Errorf("panic: %v", v)

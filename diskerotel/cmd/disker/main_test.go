@@ -246,6 +246,9 @@ func TestTraceSuccess(t *testing.T) {
 	if len(h.Links) != 1 || h.Links[0].SpanContext.SpanID() != spans[gwSend].SpanContext.SpanID() {
 		t.Errorf("the handle span's links are %v, want one to the send span", h.Links)
 	}
+	if l := spans[gwSend].Links; len(l) != 1 || l[0].SpanContext.SpanID() != h.SpanContext.SpanID() {
+		t.Errorf("the send span's links are %v, want one to the handle span, whose context came back with the reply", l)
+	}
 	if h.SpanKind != trace.SpanKindConsumer {
 		t.Errorf("the handle span's kind is %v, want consumer", h.SpanKind)
 	}
