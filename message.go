@@ -53,6 +53,19 @@ type Message struct {
 	// brokerDeadline is Deadline in the broker's clock, as delivered: a
 	// reply to a Request is judged against it (see Disker.reply).
 	brokerDeadline time.Time
+	// replyHeaders are the headers of the reply (SetReplyHeader).
+	replyHeaders map[string]string
+}
+
+// SetReplyHeader sets header key to value on the reply to msg, a message
+// this instance received: the reply a handler returns, or the one sent by
+// Reply, carries it in its Headers. Call it from the handler, before it
+// returns or calls Reply.
+func (msg *Message) SetReplyHeader(key, value string) {
+	if msg.replyHeaders == nil {
+		msg.replyHeaders = make(map[string]string, 1)
+	}
+	msg.replyHeaders[key] = value
 }
 
 // SendOption changes a message before Send sends it.

@@ -26,6 +26,10 @@ import (
 	"github.com/diskerhq/disker"
 )
 
+// tracingFlushTimeout bounds how long a command waits, as it exits, for its
+// last spans to be exported.
+const tracingFlushTimeout = 5 * time.Second
+
 // Exit codes of the disker command.
 const (
 	ExitOK      = 0
@@ -44,7 +48,11 @@ const repeatWindow = 250 * time.Millisecond
 // and returns its exit code. The first SIGINT or SIGTERM cancels the
 // command's context (long-running commands then stop gracefully); a second
 // one (more than 250ms later) exits at once with code 1.
-func Main() int {
+func Main() int { return MainWith(nil) }
+
+// MainWith is Main with t tracing the worker and gateway commands (nil:
+// none).
+func MainWith(t Tracing) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
@@ -75,13 +83,18 @@ func Main() int {
 			}
 		}
 	}()
-	return Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	return RunWith(ctx, t, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 }
 
 // Run runs the command line args (without the program name) and returns the
 // exit code. Cancelling ctx asks a long-running command to stop gracefully.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	app := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	return RunWith(ctx, nil, args, stdin, stdout, stderr)
+}
+
+// RunWith is Run with t tracing the worker and gateway commands (nil: none).
+func RunWith(ctx context.Context, t Tracing, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := &app{stdin: stdin, stdout: stdout, stderr: stderr, tracing: t}
 	root := app.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -156,6 +169,8 @@ type app struct {
 	logFormat      string
 	logLevel       string
 	log            *slog.Logger
+	tracing        Tracing // nil: no tracing
+	tracer         Tracer  // set by startTracing
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -207,6 +222,13 @@ failure, 2 usage error.`,
 		a.dashboardCommand(),
 		a.versionCommand(),
 	)
+	if a.tracing != nil {
+		for _, c := range root.Commands() {
+			if tracingCommands[c.Name()] {
+				a.tracing.Flags(c.Flags())
+			}
+		}
+	}
 	return root
 }
 

@@ -96,23 +96,27 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 	case o.maxBody < 1 || int(o.maxBody)+headRoom > disker.MaxMessageSizeLimit:
 		return usagef("invalid --max-body %v: must be in 1..%d", &o.maxBody, disker.MaxMessageSizeLimit-headRoom)
 	}
+	stopTracing, err := a.startTracing(ctx, "gateway")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	m := metrics.New()
 	var admin *metrics.Server
 	if o.adm.admin != "" {
-		var err error
 		if admin, err = metrics.Listen(o.adm.admin, m, a.log); err != nil {
 			return err
 		}
 		defer admin.Close(context.Background())
 	}
 	d, err := a.connect(ctx, &o.conn, func(c *disker.Config) {
-		c.OnEvent = m.Observe
+		c.OnEvent = a.observe(m.Observe)
 		c.MaxMessageSize = int(o.maxBody) + headRoom
 	})
 	if err != nil {
 		return err
 	}
-	m.WatchLocalStats(d.LocalStats)
+	m.Watch(d)
 	if o.adm.dashboard {
 		stop, err := a.adminDashboard(admin, d)
 		if err != nil {
@@ -126,9 +130,9 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 		_ = closeDisker(d, o.adm.shutdownTimeout)
 		return fmt.Errorf("gateway: %w", err)
 	}
-	g := &gateway{d: d, receiver: o.receiver, timeout: o.timeout, maxBody: int64(o.maxBody), log: a.log, m: m}
+	g := &gateway{d: d, receiver: o.receiver, timeout: o.timeout, maxBody: int64(o.maxBody), log: a.log, m: m, tracer: a.tracer}
 	srv := &http.Server{
-		Handler:           g,
+		Handler:           a.traceHTTP(g),
 		ReadHeaderTimeout: min(10*time.Second, o.readTime),
 		// The whole request, body included: a client that sends its body
 		// a byte at a time cannot hold a connection and a goroutine for
@@ -186,6 +190,7 @@ type gateway struct {
 	maxBody  int64
 	log      *slog.Logger
 	m        *metrics.Metrics
+	tracer   Tracer // nil: no tracing
 }
 
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -238,7 +243,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	// The request's id, in its message's "request-id" header: what a 502
 	// answer quotes and the log and the dead letter carry.
 	reqID := randomHex(8)
-	reply, err := g.d.Request(ctx, g.receiver, content, disker.WithHeader("request-id", reqID))
+	reply, err := g.request(ctx, content, disker.WithHeader("request-id", reqID))
 	if err != nil {
 		var (
 			re *disker.RemoteError

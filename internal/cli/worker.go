@@ -131,6 +131,11 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 		return usagef("invalid --max-message-size %v: must be in 1..%d", &o.maxMsgSize, disker.MaxMessageSizeLimit)
 	}
 	maxMsg := int(o.maxMsgSize)
+	stopTracing, err := a.startTracing(ctx, "worker")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	var (
 		h    disker.Handler
 		mode string
@@ -160,6 +165,7 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 		}
 		maxMsg = max(maxMsg, int(o.maxBody)+headRoom)
 		hh := newHTTPHandler(base, o.concurrency, int64(o.maxBody))
+		hh.client.Transport = a.traceTransport(hh.client.Transport)
 		defer hh.client.CloseIdleConnections()
 		h, mode = hh, "http"
 	}
@@ -167,20 +173,19 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 	m := metrics.New()
 	var admin *metrics.Server
 	if o.adm.admin != "" {
-		var err error
 		if admin, err = metrics.Listen(o.adm.admin, m, a.log); err != nil {
 			return err
 		}
 		defer admin.Close(context.Background())
 	}
 	d, err := a.connect(ctx, &o.conn, func(c *disker.Config) {
-		c.OnEvent = m.Observe
+		c.OnEvent = a.observe(m.Observe)
 		c.MaxMessageSize = maxMsg
 	})
 	if err != nil {
 		return err
 	}
-	m.WatchLocalStats(d.LocalStats)
+	m.Watch(d)
 	if o.adm.dashboard {
 		stop, err := a.adminDashboard(admin, d)
 		if err != nil {
@@ -198,7 +203,7 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 	if o.exclusive {
 		opts = append(opts, disker.WithExclusive())
 	}
-	if err := d.Handle(o.receiver, h, opts...); err != nil {
+	if err := d.Handle(o.receiver, a.traceHandler(h), opts...); err != nil {
 		_ = closeDisker(d, o.adm.shutdownTimeout)
 		return err
 	}

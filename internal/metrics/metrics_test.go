@@ -39,7 +39,7 @@ func TestMetricsFromARealInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close(context.Background())
-	m.WatchLocalStats(d.LocalStats)
+	m.Watch(d)
 	err = d.Handle("jobs", disker.HandlerFunc(func(ctx context.Context, msg *disker.Message) ([]byte, error) {
 		if string(msg.Content) == "fail" {
 			return nil, disker.NoRetry(errors.New("no"))
@@ -75,6 +75,8 @@ func TestMetricsFromARealInstance(t *testing.T) {
 		`disker_handler_duration_seconds_count{outcome="handled",receiver="jobs"} 4`,
 		`disker_in_flight{receiver="jobs"} 0`,
 		`disker_concurrency{receiver="jobs"} 3`,
+		`disker_queue_queued{receiver="jobs"} 0`,
+		`disker_queue_dead_letters{receiver="jobs"} 1`,
 		`disker_broker_up 1`,
 		`# TYPE go_goroutines gauge`,
 	}
