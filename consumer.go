@@ -129,6 +129,8 @@ func (c *consumer) fetchLoop() {
 	defer close(c.loopDone)
 	d := c.d
 	var bo backoff
+	// One params value for the loop's life: a Fetch allocates none.
+	fp := broker.FetchParams{Receiver: c.name, Consumer: d.id, Block: d.cfg.ReceiverBlockTimeout, Lease: c.o.lease, MaxAttempts: c.o.maxAttempts}
 	for c.fetchCtx.Err() == nil {
 		if c.o.exclusive && !c.holdLock(&bo) {
 			continue
@@ -141,7 +143,8 @@ func (c *consumer) fetchLoop() {
 			}
 			continue
 		}
-		ds, err := d.b.Fetch(c.fetchCtx, c.name, d.id, free, d.cfg.ReceiverBlockTimeout, c.o.lease, c.o.maxAttempts)
+		fp.Max = free
+		ds, err := d.b.Fetch(c.fetchCtx, &fp)
 		if err != nil {
 			if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
 				return
@@ -372,7 +375,7 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 	}
 	delay := max(c.o.backoff(msg.Attempt), 0)
 	d.log.Warn("disker: handler failed; will retry", append(attrs, "error", err, "delay", delay)...)
-	if err := d.b.Retry(d.opCtx, c.name, d.id, t.dl.Ref, delay, c.o.lease); err != nil {
+	if err := d.b.Retry(d.opCtx, &broker.RetryParams{Receiver: c.name, Consumer: d.id, Ref: t.dl.Ref, Delay: delay, Lease: c.o.lease}); err != nil {
 		if !errors.Is(err, broker.ErrLeaseLost) {
 			d.health.fail("retry", err)
 			d.log.Warn("disker: cannot schedule the retry; the message returns when its lease ends", append(attrs, "error", err)...)
@@ -403,6 +406,7 @@ func (c *consumer) keepLeases() {
 	tick := time.NewTicker(c.o.lease / 3)
 	defer tick.Stop()
 	var refs []string
+	ep := broker.ExtendParams{Receiver: c.name, Consumer: d.id, Lease: c.o.lease}
 	for {
 		select {
 		case <-c.keeperStop:
@@ -418,7 +422,8 @@ func (c *consumer) keepLeases() {
 		if len(refs) == 0 {
 			continue
 		}
-		lost, err := d.b.Extend(d.opCtx, c.name, d.id, refs, c.o.lease)
+		ep.Refs = refs
+		lost, err := d.b.Extend(d.opCtx, &ep)
 		if err != nil {
 			d.health.fail("extend leases", err)
 			continue

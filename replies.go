@@ -167,8 +167,10 @@ func (d *Disker) readReplies(ctx context.Context, sender string) {
 	})
 	defer acks.close(ctx) // ctx has ended by then: one try per batch
 	var bo backoff
+	// One params value for the loop's life: a read allocates none.
+	rp := broker.ReadRepliesParams{Sender: sender, Consumer: d.id, Max: replyBatch, Block: d.cfg.ReceiverBlockTimeout, Lease: replyLease}
 	for ctx.Err() == nil {
-		rs, err := d.b.ReadReplies(ctx, sender, d.id, replyBatch, d.cfg.ReceiverBlockTimeout, replyLease)
+		rs, err := d.b.ReadReplies(ctx, &rp)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, broker.ErrClosed) {
 				return

@@ -175,12 +175,37 @@ type ReceiverStats struct {
 	Length      int64 // all entries in the queue stream (queued + pending)
 }
 
-// Broker is the storage engine. Every method is safe for concurrent use.
-// Each state change that must be atomic is one atomic step in the broker.
+// Broker is the storage engine: the composition of one small interface
+// per concern. Every method is safe for concurrent use. Each state change
+// that must be atomic is one atomic step in the broker.
+//
+// A new operation (a delayed send, a priority, a dedup key, a pause) is one
+// method on the interface of its concern (or a new interface embedded
+// here), one params type with a Validate in params.go when it takes more
+// than three arguments, and one case in brokertest that every broker runs.
 type Broker interface {
+	Clock
+	Queue
+	Replies
+	DeadLetters
+	Locks
+	Registry
+	Admin
+
+	// Close releases the broker's resources. Calls after Close return
+	// ErrClosed.
+	Close() error
+}
+
+// Clock is the broker's time, which decides deadlines and leases.
+type Clock interface {
 	// Now returns the broker's clock.
 	Now(ctx context.Context) (time.Time, error)
+}
 
+// Queue is a receiver's queue: sending, leased delivery, and the end of a
+// delivery (ack, retry, dead letter).
+type Queue interface {
 	// Send queues env for env.Receiver in one atomic step. If env.Timeout > 0
 	// it also records, in the same step, a pending timeout under env.Sender
 	// with deadline broker-now+Timeout, and returns that deadline; otherwise
@@ -209,23 +234,27 @@ type Broker interface {
 	// block. A message delivered more than maxAttempts times, or one that
 	// does not decode, is moved to the dead-letter stream instead of being
 	// returned. It returns an empty slice, not an error, when nothing came.
-	Fetch(ctx context.Context, receiver, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]Delivery, error)
+	Fetch(ctx context.Context, p *FetchParams) ([]Delivery, error)
 
 	// Extend renews the leases of refs held by consumer. It returns the refs
 	// whose lease was lost (the consumer no longer holds them).
-	Extend(ctx context.Context, receiver, consumer string, refs []string, lease time.Duration) (lost []string, err error)
+	Extend(ctx context.Context, p *ExtendParams) (lost []string, err error)
 
 	// Ack removes delivered messages for good.
 	Ack(ctx context.Context, receiver string, refs ...string) error
 
 	// Retry gives up consumer's lease on ref so that the message is delivered
 	// again after delay. ErrLeaseLost if consumer does not hold it.
-	Retry(ctx context.Context, receiver, consumer, ref string, delay, lease time.Duration) error
+	Retry(ctx context.Context, p *RetryParams) error
 
 	// DeadLetter atomically removes ref from the queue and appends the
 	// message to the receiver's dead-letter stream with reason.
 	DeadLetter(ctx context.Context, receiver string, d Delivery, reason string) error
+}
 
+// Replies is a named sender's reply stream: replies, timeout notices, and
+// the pending timeouts that produce them.
+type Replies interface {
 	// Reply delivers reply (reply.Receiver is the original sender,
 	// reply.InReplyTo the request id) to the sender's reply stream, if mode
 	// accepts it (see ReplyMode); otherwise it writes nothing and returns
@@ -285,11 +314,14 @@ type Broker interface {
 	// stream of an inbox (InboxPrefix) has one reader: a broker delivers
 	// each of its entries once, in the order they were appended, and its
 	// AckReplies may remove every entry up to the newest ref given.
-	ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]Reply, error)
+	ReadReplies(ctx context.Context, p *ReadRepliesParams) ([]Reply, error)
 
 	// AckReplies removes entries of sender's reply stream.
 	AckReplies(ctx context.Context, sender string, refs ...string) error
+}
 
+// DeadLetters is a receiver's dead-letter stream.
+type DeadLetters interface {
 	// DeadLetters lists up to max dead letters of receiver, oldest first.
 	DeadLetters(ctx context.Context, receiver string, max int) ([]DeadLetter, error)
 	// RetryDeadLetters moves the given dead letters (all when refs is empty)
@@ -299,17 +331,29 @@ type Broker interface {
 	// PurgeDeadLetters deletes the given dead letters (all when refs is
 	// empty) and returns how many it deleted.
 	PurgeDeadLetters(ctx context.Context, receiver string, refs ...string) (int, error)
+}
 
+// Locks are the exclusive locks of receivers (a receiver served by one
+// worker at a time).
+type Locks interface {
 	// Acquire takes or renews the exclusive lock of receiver for owner for
 	// ttl. It returns false when another owner holds it.
 	Acquire(ctx context.Context, receiver, owner string, ttl time.Duration) (bool, error)
 	// Release gives up owner's lock of receiver, if held.
 	Release(ctx context.Context, receiver, owner string) error
+}
 
+// Registry is the registry of live workers.
+type Registry interface {
 	// Heartbeat records info as live for ttl.
 	Heartbeat(ctx context.Context, info WorkerInfo, ttl time.Duration) error
 	// Deregister removes a worker from the registry.
 	Deregister(ctx context.Context, id string) error
+}
+
+// Admin answers what an operator asks: the live workers, the receivers,
+// and a receiver's queue.
+type Admin interface {
 	// Workers lists the live workers.
 	Workers(ctx context.Context) ([]WorkerInfo, error)
 
@@ -318,10 +362,6 @@ type Broker interface {
 	Receivers(ctx context.Context) ([]string, error)
 	// Stats returns a snapshot of receiver's queue.
 	Stats(ctx context.Context, receiver string) (ReceiverStats, error)
-
-	// Close releases the broker's resources. Calls after Close return
-	// ErrClosed.
-	Close() error
 }
 
 // BatchError is SendBatch's error when some envelopes were not sent.

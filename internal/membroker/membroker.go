@@ -249,22 +249,6 @@ func (b *Broker) wait(ctx context.Context, ch <-chan struct{}, due time.Duration
 	}
 }
 
-// needName returns a validation error naming field when name is empty.
-func needName(field, name string) error {
-	if name == "" {
-		return fmt.Errorf("membroker: %s is empty", field)
-	}
-	return nil
-}
-
-// needPositive returns a validation error naming field when v is not > 0.
-func needPositive[T int | time.Duration](field string, v T) error {
-	if v <= 0 {
-		return fmt.Errorf("membroker: %s must be positive, got %v", field, v)
-	}
-	return nil
-}
-
 // isInbox reports whether sender is a private reply address (see
 // broker.InboxPrefix).
 func isInbox(sender string) bool { return strings.HasPrefix(sender, broker.InboxPrefix) }

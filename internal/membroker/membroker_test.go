@@ -59,7 +59,7 @@ func TestSharedMaxMessageSize(t *testing.T) {
 	if _, err := big.Send(ctx, env); err != nil {
 		t.Fatalf("Send of 2 MiB through a handle with a 4 MiB limit: %v", err)
 	}
-	ds, err := small.Fetch(ctx, "r", "c", 10, 0, time.Minute, 0)
+	ds, err := small.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || len(ds) != 1 || len(ds[0].Env.Content) != 2<<20 {
 		t.Fatalf("Fetch through the other handle: got %d deliveries, %v; want the 2 MiB message", len(ds), err)
 	}
@@ -73,7 +73,7 @@ func TestSharedMaxMessageSize(t *testing.T) {
 	if err := big.Ack(ctx, "r", ds[0].Ref); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := big.ReadReplies(ctx, "s", "c", 10, 0, time.Minute)
+	rs, err := big.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "s", Consumer: "c", Max: 10, Block: 0, Lease: time.Minute})
 	if err != nil || len(rs) != 1 {
 		t.Fatalf("ReadReplies: got %d, %v", len(rs), err)
 	}

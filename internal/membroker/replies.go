@@ -114,10 +114,10 @@ func (b *Broker) encodeReply(reply *broker.Envelope) ([]byte, error) {
 	if reply == nil {
 		return nil, errors.New("membroker: reply is nil")
 	}
-	if err := needName("Envelope.Receiver", reply.Receiver); err != nil {
+	if err := broker.CheckName("Envelope.Receiver", reply.Receiver); err != nil {
 		return nil, err
 	}
-	if err := needName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
+	if err := broker.CheckName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
 		return nil, err
 	}
 	if err := b.checkSize(reply); err != nil {
@@ -168,13 +168,13 @@ func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadlin
 // GiveUp appends a marker for request id to inbox's reply stream while the
 // inbox is open. See broker.Broker.
 func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, error) {
-	if err := needName("inbox", inbox); err != nil {
+	if err := broker.CheckName("inbox", inbox); err != nil {
 		return broker.Reply{}, err
 	}
 	if !isInbox(inbox) {
 		return broker.Reply{}, fmt.Errorf("membroker: GiveUp: %q is not an inbox", inbox)
 	}
-	if err := needName("id", id); err != nil {
+	if err := broker.CheckName("id", id); err != nil {
 		return broker.Reply{}, err
 	}
 	env := broker.Envelope{ID: id, Sender: inbox}
@@ -195,7 +195,7 @@ func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, er
 // GiveUp until then; ttl 0 deletes them now and closes the address. Expired state
 // is deleted by the next call through any handle.
 func (b *Broker) ExpireSender(ctx context.Context, sender string, ttl time.Duration) error {
-	if err := needName("sender", sender); err != nil {
+	if err := broker.CheckName("sender", sender); err != nil {
 		return err
 	}
 	if ttl < 0 {
@@ -252,10 +252,10 @@ func (c *core) dropSender(sender string) {
 // is not after broker-now, earliest first, appending a timeout notice for
 // each to the sender's reply stream. It returns how many it settled.
 func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (int, error) {
-	if err := needName("sender", sender); err != nil {
+	if err := broker.CheckName("sender", sender); err != nil {
 		return 0, err
 	}
-	if err := needPositive("max", max); err != nil {
+	if err := broker.CheckPositive("max", max); err != nil {
 		return 0, err
 	}
 	if err := b.lock(ctx); err != nil {
@@ -279,14 +279,15 @@ func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (in
 	return n, nil
 }
 
-// ReadReplies leases up to max entries of sender's reply stream to
-// consumer: first those whose lease expired, then new ones, blocking up to
-// block when there are none. An inbox's entries are delivered once, in
+// ReadReplies leases up to p.Max entries of p.Sender's reply stream to
+// p.Consumer: first those whose lease expired, then new ones, blocking up
+// to p.Block when there are none. An inbox's entries are delivered once, in
 // order: none is delivered again.
-func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]broker.Reply, error) {
-	if err := validateRead("sender", sender, consumer, max, lease); err != nil {
+func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) ([]broker.Reply, error) {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	sender, consumer, max, lease := p.Sender, p.Consumer, p.Max, p.Lease
 	out := []broker.Reply{}
 	inbox := isInbox(sender)
 	take := func(s *stream, now time.Time) int {
@@ -303,7 +304,7 @@ func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max i
 		}
 		return len(out)
 	}
-	if err := b.read(ctx, sender, b.c.replyStream, block, lease, take); err != nil {
+	if err := b.read(ctx, sender, b.c.replyStream, p.Block, lease, take); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -324,7 +325,7 @@ func (c *core) leaseReply(s *stream, e *entry, consumer string, now time.Time, o
 // AckReplies removes the entries refs of sender's reply stream. Unknown
 // refs are ignored.
 func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) error {
-	if err := needName("sender", sender); err != nil {
+	if err := broker.CheckName("sender", sender); err != nil {
 		return err
 	}
 	if err := b.lock(ctx); err != nil {

@@ -230,7 +230,7 @@ func TestStatsCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ds, _ := b.Fetch(ctx, "r", "c", 2, 0, time.Minute, 0)
+	ds, _ := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 2, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err := b.DeadLetter(ctx, "r", ds[0], "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestClose(t *testing.T) {
 	ctx := ctxT(t)
 	blocked := make(chan error, 1)
 	go func() {
-		_, err := b.Fetch(ctx, "r", "c", 1, time.Minute, time.Minute, 0)
+		_, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 1, Block: time.Minute, Lease: time.Minute, MaxAttempts: 0})
 		blocked <- err
 	}()
 	raw := rawClient(t, s)

@@ -251,7 +251,7 @@ func TestFlushReplies(t *testing.T) {
 		}
 	}
 	for s, n := range map[string]int{"web": 2, "api": 2} {
-		rs, err := b.ReadReplies(ctx, s, "c", 10, 0, time.Minute)
+		rs, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 10, Block: 0, Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,7 +21,7 @@ func env(id, receiver string) *broker.Envelope {
 
 func fetch1(t *testing.T, b *Broker, receiver, consumer string, lease time.Duration, maxAttempts int) []broker.Delivery {
 	t.Helper()
-	ds, err := b.Fetch(ctxT(t), receiver, consumer, 10, 0, lease, maxAttempts)
+	ds, err := b.Fetch(ctxT(t), &broker.FetchParams{Receiver: receiver, Consumer: consumer, Max: 10, Block: 0, Lease: lease, MaxAttempts: maxAttempts})
 	if err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
@@ -73,15 +73,15 @@ func TestFetchOrderAndMax(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ds, err := b.Fetch(ctx, "r", "c", 2, 0, time.Minute, 0)
+	ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 2, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || len(ds) != 2 || ds[0].Env.ID != "a" || ds[1].Env.ID != "b" {
 		t.Fatalf("Fetch max 2 = %+v, %v; want a, b", ds, err)
 	}
-	ds, err = b.Fetch(ctx, "r", "c", 2, 0, time.Minute, 0)
+	ds, err = b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 2, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || len(ds) != 1 || ds[0].Env.ID != "c" {
 		t.Fatalf("second Fetch = %+v, %v; want c", ds, err)
 	}
-	ds, err = b.Fetch(ctx, "r", "c", 2, 0, time.Minute, 0)
+	ds, err = b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 2, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || ds == nil || len(ds) != 0 {
 		t.Fatalf("Fetch of an empty queue = %#v, %v; want an empty slice", ds, err)
 	}
@@ -143,7 +143,7 @@ func TestFetchBlocksUntilSend(t *testing.T) {
 	got := make(chan []broker.Delivery, 1)
 	errc := make(chan error, 1)
 	go func() {
-		ds, err := b.Fetch(ctx, "r", "c", 10, 20*time.Second, time.Minute, 0)
+		ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: 20 * time.Second, Lease: time.Minute, MaxAttempts: 0})
 		got <- ds
 		errc <- err
 	}()
@@ -160,7 +160,7 @@ func TestFetchBlockEndsEmpty(t *testing.T) {
 	t.Parallel()
 	// IOTimeout shorter than the block time must not break blocking reads.
 	b := newBrokerOn(t, srv, Config{IOTimeout: 50 * time.Millisecond})
-	ds, err := b.Fetch(ctxT(t), "r", "c", 10, 300*time.Millisecond, time.Minute, 0)
+	ds, err := b.Fetch(ctxT(t), &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: 300 * time.Millisecond, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || ds == nil || len(ds) != 0 {
 		t.Fatalf("Fetch on an empty queue = %#v, %v; want an empty slice", ds, err)
 	}
@@ -172,7 +172,7 @@ func TestFetchContextCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctxT(t))
 	errc := make(chan error, 1)
 	go func() {
-		_, err := b.Fetch(ctx, "r", "c", 10, time.Minute, time.Minute, 0)
+		_, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: time.Minute, Lease: time.Minute, MaxAttempts: 0})
 		errc <- err
 	}()
 	cancel()
@@ -205,11 +205,11 @@ func TestReclaimAfterLeaseExpiry(t *testing.T) {
 	if len(second) != 1 || second[0].Attempt != 2 || second[0].Ref != first[0].Ref || second[0].Env.ID != "m1" {
 		t.Fatalf("reclaimed = %+v; want m1 at attempt 2", second)
 	}
-	lost, err := b.Extend(ctx, "r", "A", []string{first[0].Ref}, lease)
+	lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: "r", Consumer: "A", Refs: []string{first[0].Ref}, Lease: lease})
 	if err != nil || !reflect.DeepEqual(lost, []string{first[0].Ref}) {
 		t.Fatalf("Extend by the old holder = %v, %v; want the ref lost", lost, err)
 	}
-	if err := b.Retry(ctx, "r", "A", first[0].Ref, 0, lease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: first[0].Ref, Delay: 0, Lease: lease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry by the old holder = %v; want ErrLeaseLost", err)
 	}
 }
@@ -230,12 +230,12 @@ func TestExtendResetsLease(t *testing.T) {
 	}
 	// Retry with no delay makes both reclaimable at once (idle = lease)...
 	for _, d := range ds {
-		if err := b.Retry(ctx, "r", "A", d.Ref, 0, lease); err != nil {
+		if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: d.Ref, Delay: 0, Lease: lease}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// ...and Extend renews the first: idle 0 again.
-	lost, err := b.Extend(ctx, "r", "A", []string{ds[0].Ref, "bogus", "1-1"}, lease)
+	lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: "r", Consumer: "A", Refs: []string{ds[0].Ref, "bogus", "1-1"}, Lease: lease})
 	if err != nil || !reflect.DeepEqual(lost, []string{"bogus", "1-1"}) {
 		t.Fatalf("Extend = %v, %v; want only the unknown refs lost", lost, err)
 	}
@@ -255,14 +255,14 @@ func TestRetry(t *testing.T) {
 	}
 	const lease = time.Hour
 	d := fetch1(t, b, "r", "A", lease, 0)[0]
-	if err := b.Retry(ctx, "r", "B", d.Ref, 0, lease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "B", Ref: d.Ref, Delay: 0, Lease: lease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry by a non-holder = %v; want ErrLeaseLost", err)
 	}
-	if err := b.Retry(ctx, "r", "A", "bogus", 0, lease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: "bogus", Delay: 0, Lease: lease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry of a bogus ref = %v; want ErrLeaseLost", err)
 	}
 	// A delay shorter than the lease ages the entry: idle = lease - delay.
-	if err := b.Retry(ctx, "r", "A", d.Ref, 30*time.Minute, lease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: d.Ref, Delay: 30 * time.Minute, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 	if got := fetch1(t, b, "r", "B", lease, 0); len(got) != 0 {
@@ -273,7 +273,7 @@ func TestRetry(t *testing.T) {
 		t.Fatalf("Fetch with lease = lease-delay: %+v; want the message at attempt 2", got)
 	}
 	// Delay 0: at once.
-	if err := b.Retry(ctx, "r", "B", d.Ref, 0, lease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "B", Ref: d.Ref, Delay: 0, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 	got = fetch1(t, b, "r", "C", lease, 0)
@@ -293,7 +293,7 @@ func TestRetryLongerThanLease(t *testing.T) {
 	}
 	lease := 20 * time.Millisecond
 	d := fetch1(t, b, "r", "A", lease, 0)[0]
-	if err := b.Retry(ctx, "r", "A", d.Ref, time.Hour, lease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: d.Ref, Delay: time.Hour, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 	// Many leases pass; the entry stays parked with its holder.
@@ -308,7 +308,7 @@ func TestRetryLongerThanLease(t *testing.T) {
 			t.Fatalf("redelivered before the delay: %+v", got)
 		}
 	}
-	if lost, err := b.Extend(ctx, "r", "A", []string{d.Ref}, lease); err != nil || len(lost) != 0 {
+	if lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: "r", Consumer: "A", Refs: []string{d.Ref}, Lease: lease}); err != nil || len(lost) != 0 {
 		t.Fatalf("holder lost a parked entry: %v, %v", lost, err)
 	}
 	// Bring the due time to now: the next Fetch takes it.
@@ -340,7 +340,7 @@ func TestDeadLetterAfterMaxAttempts(t *testing.T) {
 		if len(ds) != 1 || ds[0].Attempt != attempt {
 			t.Fatalf("attempt %d: %+v", attempt, ds)
 		}
-		if err := b.Retry(ctx, "r", "A", ds[0].Ref, 0, lease); err != nil {
+		if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: ds[0].Ref, Delay: 0, Lease: lease}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -407,7 +407,7 @@ func TestUndecodableEntriesGoToDeadLetters(t *testing.T) {
 	// The blocking read path dead-letters too.
 	done := make(chan []broker.Delivery, 1)
 	go func() {
-		ds, _ := b.Fetch(ctx, "r", "c", 10, 10*time.Second, time.Minute, 5)
+		ds, _ := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: 10 * time.Second, Lease: time.Minute, MaxAttempts: 5})
 		done <- ds
 	}()
 	eventually(t, "the fetch to block", func() bool {
@@ -508,7 +508,7 @@ func TestConcurrentAckManyRefs(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	ds, err := b.Fetch(ctx, "r", "c", n, 0, time.Minute, 0)
+	ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: n, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || len(ds) != n {
 		t.Fatalf("Fetch = %d, %v", len(ds), err)
 	}
@@ -516,7 +516,7 @@ func TestConcurrentAckManyRefs(t *testing.T) {
 	for i, d := range ds {
 		refs[i] = d.Ref
 	}
-	if lost, err := b.Extend(ctx, "r", "c", refs, time.Minute); err != nil || len(lost) != 0 {
+	if lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: "r", Consumer: "c", Refs: refs, Lease: time.Minute}); err != nil || len(lost) != 0 {
 		t.Fatalf("Extend of %d refs: lost %d, %v", n, len(lost), err)
 	}
 	if err := b.Ack(ctx, "r", refs...); err != nil {

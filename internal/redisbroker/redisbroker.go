@@ -367,20 +367,6 @@ func (b *Broker) fail(ctx context.Context, op string, err error) error {
 	return &unavailableError{op: op, addr: b.addr, err: err}
 }
 
-func needName(field, v string) error {
-	if v == "" {
-		return fmt.Errorf("redisbroker: %s is empty", field)
-	}
-	return nil
-}
-
-func needPositive[T int | time.Duration](field string, v T) error {
-	if v <= 0 {
-		return fmt.Errorf("redisbroker: %s must be > 0, got %v", field, v)
-	}
-	return nil
-}
-
 // ms returns d in whole milliseconds, at least 1 for a positive d.
 func ms(d time.Duration) int64 {
 	n := d.Milliseconds()

@@ -73,10 +73,10 @@ func (b *Broker) checkReply(reply *broker.Envelope) error {
 	if reply == nil {
 		return errors.New("redisbroker: reply is nil")
 	}
-	if err := needName("Envelope.Receiver", reply.Receiver); err != nil {
+	if err := broker.CheckName("Envelope.Receiver", reply.Receiver); err != nil {
 		return err
 	}
-	if err := needName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
+	if err := broker.CheckName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
 		return err
 	}
 	return b.checkSize(reply)
@@ -106,13 +106,13 @@ func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, er
 	if err := b.check(); err != nil {
 		return broker.Reply{}, err
 	}
-	if err := needName("inbox", inbox); err != nil {
+	if err := broker.CheckName("inbox", inbox); err != nil {
 		return broker.Reply{}, err
 	}
 	if !isInbox(inbox) {
 		return broker.Reply{}, fmt.Errorf("redisbroker: GiveUp: %q is not an inbox", inbox)
 	}
-	if err := needName("id", id); err != nil {
+	if err := broker.CheckName("id", id); err != nil {
 		return broker.Reply{}, err
 	}
 	ref, at, err := b.appendInbox(ctx, "give up", inbox, kindTimeout, id, "")
@@ -249,7 +249,7 @@ func (b *Broker) ExpireSender(ctx context.Context, sender string, ttl time.Durat
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := needName("sender", sender); err != nil {
+	if err := broker.CheckName("sender", sender); err != nil {
 		return err
 	}
 	if ttl < 0 {
@@ -273,10 +273,10 @@ func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (in
 	if err := b.check(); err != nil {
 		return 0, err
 	}
-	if err := needName("sender", sender); err != nil {
+	if err := broker.CheckName("sender", sender); err != nil {
 		return 0, err
 	}
-	if err := needPositive("max", max); err != nil {
+	if err := broker.CheckPositive("max", max); err != nil {
 		return 0, err
 	}
 	n, err := scriptExpire.Exec(ctx, b.client,
@@ -294,28 +294,34 @@ func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (in
 // to the dead-letter stream of the name; a reply whose envelope does not
 // decode is returned with ErrorCode ErrorCodeUndecodable, and a timeout
 // notice whose original does not decode with an Env holding only the id.
-func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]broker.Reply, error) {
+func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) ([]broker.Reply, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	if err := validateRead("sender", sender, consumer, max, lease); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	sender := p.Sender
 	if isInbox(sender) {
-		return b.readInbox(ctx, sender, max, block)
+		return b.readInbox(ctx, sender, p.Max, p.Block)
 	}
-	r, dlq, delayed := b.keys.replies(sender), b.keys.deadLetters(sender), b.keys.replyDelayed(sender)
-	entries, err := b.fetch(ctx, "read replies", r, dlq, delayed, consumer, max, block, lease, 0)
+	s := b.replyKeys(sender)
+	entries, err := b.fetch(ctx, &s, &broker.FetchParams{Receiver: sender, Consumer: p.Consumer, Max: p.Max, Block: p.Block, Lease: p.Lease})
 	if err != nil {
 		return nil, err
 	}
 	return b.replyEntries(ctx, sender, entries)
 }
 
+// replyKeys returns the streamKeys of sender's reply stream.
+func (b *Broker) replyKeys(sender string) streamKeys {
+	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender)}
+}
+
 // replyEntries turns reply-stream entries into Replies, burying malformed
 // ones (see ReadReplies).
 func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entry) ([]broker.Reply, error) {
-	r, dlq, delayed := b.keys.replies(sender), b.keys.deadLetters(sender), b.keys.replyDelayed(sender)
+	s := b.replyKeys(sender)
 	out := make([]broker.Reply, 0, len(entries))
 	for _, e := range entries {
 		rep := broker.Reply{Ref: e.id, RequestID: e.fields["i"]}
@@ -327,7 +333,7 @@ func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entr
 			rep.Kind = broker.KindTimeout
 		}
 		if rep.Kind == 0 || rep.RequestID == "" {
-			if err := b.bury(ctx, "read replies", r, dlq, delayed, e.id, "malformed reply entry: no kind or request id", e.attempt, true); err != nil {
+			if err := b.bury(ctx, &s, e.id, "malformed reply entry: no kind or request id", e.attempt, true); err != nil {
 				return nil, err
 			}
 			continue
@@ -390,7 +396,7 @@ func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) 
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := needName("sender", sender); err != nil {
+	if err := broker.CheckName("sender", sender); err != nil {
 		return err
 	}
 	if isInbox(sender) {

@@ -15,7 +15,7 @@ import (
 
 func readAll(t *testing.T, b *Broker, sender, consumer string) []broker.Reply {
 	t.Helper()
-	rs, err := b.ReadReplies(ctxT(t), sender, consumer, 100, 0, time.Minute)
+	rs, err := b.ReadReplies(ctxT(t), &broker.ReadRepliesParams{Sender: sender, Consumer: consumer, Max: 100, Block: 0, Lease: time.Minute})
 	if err != nil {
 		t.Fatalf("ReadReplies: %v", err)
 	}
@@ -135,13 +135,13 @@ func TestReplyReclaimAfterLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := 30 * time.Millisecond
-	first, err := b.ReadReplies(ctx, "web", "A", 10, 0, lease)
+	first, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "web", Consumer: "A", Max: 10, Block: 0, Lease: lease})
 	if err != nil || len(first) != 1 {
 		t.Fatalf("ReadReplies = %+v, %v", first, err)
 	}
 	var second []broker.Reply
 	eventually(t, "the reply to be reclaimed", func() bool {
-		second, err = b.ReadReplies(ctx, "web", "B", 10, 0, lease)
+		second, err = b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "web", Consumer: "B", Max: 10, Block: 0, Lease: lease})
 		return err != nil || len(second) > 0
 	})
 	if err != nil || len(second) != 1 || second[0].Ref != first[0].Ref {
@@ -155,7 +155,7 @@ func TestReadRepliesBlocks(t *testing.T) {
 	ctx := ctxT(t)
 	got := make(chan []broker.Reply, 1)
 	go func() {
-		rs, _ := b.ReadReplies(ctx, "web", "c", 10, 20*time.Second, time.Minute)
+		rs, _ := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "web", Consumer: "c", Max: 10, Block: 20 * time.Second, Lease: time.Minute})
 		got <- rs
 	}()
 	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, broker.ReplyUntimed); err != nil {
@@ -269,7 +269,7 @@ func TestReplyRacesExpire(t *testing.T) {
 
 	outcomes := map[string][]broker.ReplyKind{}
 	for {
-		rs, err := b.ReadReplies(ctx, sender, "c", 1000, 0, time.Minute)
+		rs, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: sender, Consumer: "c", Max: 1000, Block: 0, Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -474,7 +474,7 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 		}
 		return fmt.Sprint(out)
 	}
-	first, err := b.ReadReplies(ctx, inbox, "c", 2, 0, time.Minute)
+	first, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: inbox, Consumer: "c", Max: 2, Block: 0, Lease: time.Minute})
 	if err != nil || ids(first) != "[q0 q1]" {
 		t.Fatalf("first read = %s, %v; want [q0 q1]", ids(first), err)
 	}
@@ -495,14 +495,14 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 	if err := b.Reply(ctx, rep, broker.ReplyUntimed); err != nil {
 		t.Fatal(err)
 	}
-	second, err := b.ReadReplies(ctx, inbox, "c", 10, 0, time.Minute)
+	second, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: inbox, Consumer: "c", Max: 10, Block: 0, Lease: time.Minute})
 	if err != nil || ids(second) != "[q2 q9]" {
 		t.Fatalf("second read = %s, %v; want [q2 q9] (the malformed entry dead-lettered)", ids(second), err)
 	}
 	if dl, _ := do(t, rc, "XLEN", b.keys.deadLetters(inbox)).AsInt64(); dl != 1 {
 		t.Fatalf("%d dead letters of the inbox, want 1", dl)
 	}
-	if again, err := b.ReadReplies(ctx, inbox, "c", 10, 0, time.Minute); err != nil || len(again) != 0 {
+	if again, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: inbox, Consumer: "c", Max: 10, Block: 0, Lease: time.Minute}); err != nil || len(again) != 0 {
 		t.Fatalf("third read = %s, %v; want nothing: entries are read once", ids(again), err)
 	}
 	if err := b.AckReplies(ctx, inbox, second[1].Ref, second[0].Ref); err != nil {

@@ -159,13 +159,13 @@ func testStats(t *testing.T, b broker.Broker) {
 		send(t, b, newEnv(r, "x"))
 	}
 	checkStats(t, b, r, 4, 0, 0)
-	ds := fetch(t, b, r, "c", 2, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 2, Block: 0, Lease: longLease, MaxAttempts: 10})
 	checkStats(t, b, r, 2, 2, 0)
 	deadLetter(t, b, r, ds[0], "no")
 	checkStats(t, b, r, 2, 1, 1)
 	ack(t, b, r, ds[1].Ref)
 	checkStats(t, b, r, 2, 0, 1)
-	ds = fetch(t, b, r, "c", 10, 0, longLease, 10)
+	ds = fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
 	if n, err := b.PurgeDeadLetters(ctxT(t), r); err != nil || n != 1 {
 		t.Fatalf("PurgeDeadLetters: got %d, %v", n, err)
@@ -183,7 +183,7 @@ func inboxTraffic(t *testing.T, b broker.Broker, r string) {
 	answered, abandoned := timedEnv(ib, r, "answered", longLease), timedEnv(ib, r, "abandoned", longLease)
 	deadline := send(t, b, answered)
 	send(t, b, abandoned)
-	ds := fetch(t, b, r, "w", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch from an inbox: got %d, want 2", len(ds))
 	}
@@ -192,7 +192,7 @@ func inboxTraffic(t *testing.T, b broker.Broker, r string) {
 	}
 	giveUp(t, b, ib, abandoned.ID)
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
-	if rs := readReplies(t, b, ib, "c", 10, 0, longLease); len(rs) != 2 {
+	if rs := readReplies(t, b, broker.ReadRepliesParams{Sender: ib, Consumer: "c", Max: 10, Block: 0, Lease: longLease}); len(rs) != 2 {
 		t.Fatalf("ReadReplies of the inbox: got %+v, want a reply and a marker", rs)
 	} else {
 		ackReplies(t, b, ib, rs)
@@ -216,7 +216,7 @@ func testNothingLeftBehind(t *testing.T, b broker.Broker) {
 	for _, env := range []*broker.Envelope{alsoReplied, plain, retried, dead} {
 		send(t, b, env)
 	}
-	ds := fetch(t, b, r, "w", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 6 {
 		t.Fatalf("Fetch: got %d, want 6", len(ds))
 	}
@@ -233,7 +233,7 @@ func testNothingLeftBehind(t *testing.T, b broker.Broker) {
 	if n := expire(t, b, s, 10); n != 1 {
 		t.Fatalf("ExpireTimeouts: settled %d, want 1", n)
 	}
-	if err := b.Retry(ctxT(t), r, "w", ds[4].Ref, 0, longLease); err != nil {
+	if err := b.Retry(ctxT(t), &broker.RetryParams{Receiver: r, Consumer: "w", Ref: ds[4].Ref, Delay: 0, Lease: longLease}); err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
 	deadLetter(t, b, r, ds[5], "bad")
@@ -243,7 +243,7 @@ func testNothingLeftBehind(t *testing.T, b broker.Broker) {
 	if n, err := b.PurgeDeadLetters(ctxT(t), r); err != nil || n != 1 {
 		t.Fatalf("PurgeDeadLetters: got %d, %v", n, err)
 	}
-	rs := readReplies(t, b, s, "c", 10, 0, longLease)
+	rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 10, Block: 0, Lease: longLease})
 	if len(rs) != 4 {
 		t.Fatalf("ReadReplies: got %d entries, want 3 replies and 1 notice", len(rs))
 	}
@@ -259,7 +259,7 @@ func testNothingLeftBehind(t *testing.T, b broker.Broker) {
 	if rs := receivers(t, b); rs[r] || rs[s] {
 		t.Fatalf("Receivers lists %s or %s after a drained run: %v", r, s, rs)
 	}
-	if rs := readReplies(t, b, s, "c", 10, 0, time.Millisecond); len(rs) != 0 {
+	if rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 10, Block: 0, Lease: time.Millisecond}); len(rs) != 0 {
 		t.Fatalf("ReadReplies after a drained run: got %+v", rs)
 	}
 	if n := expire(t, b, s, 10); n != 0 {
@@ -276,7 +276,7 @@ func testClose(t *testing.T, b broker.Broker) {
 	fetched := goFetch(ctx, b, r, "c", blockLong)
 	read := make(chan error, 1)
 	go func() {
-		_, err := b.ReadReplies(ctx, s, "c", 10, blockLong, longLease)
+		_, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 10, Block: blockLong, Lease: longLease})
 		read <- err
 	}()
 	// Give the calls time to block. The test holds whether they did or not
@@ -301,7 +301,7 @@ func testClose(t *testing.T, b broker.Broker) {
 	if _, err := b.Now(ctx); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Now after Close: got %v, want ErrClosed", err)
 	}
-	if _, err := b.Fetch(ctx, r, "c", 1, 0, longLease, 1); !errors.Is(err, broker.ErrClosed) {
+	if _, err := b.Fetch(ctx, &broker.FetchParams{Receiver: r, Consumer: "c", Max: 1, Block: 0, Lease: longLease, MaxAttempts: 1}); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Fetch after Close: got %v, want ErrClosed", err)
 	}
 }

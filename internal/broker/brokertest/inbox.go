@@ -57,7 +57,7 @@ func testInboxReply(t *testing.T, b broker.Broker) {
 			t.Fatalf("ReplyInbox before the deadline: %v", err)
 		}
 	}
-	rs := readReplies(t, b, ib, "c", 10, 0, longLease)
+	rs := readReplies(t, b, broker.ReadRepliesParams{Sender: ib, Consumer: "c", Max: 10, Block: 0, Lease: longLease})
 	if len(rs) != 2 {
 		t.Fatalf("ReadReplies: got %+v, want the two replies", rs)
 	}
@@ -80,7 +80,7 @@ func testInboxReply(t *testing.T, b broker.Broker) {
 	if err := b.ReplyInbox(ctx, replyTo(late, "too late"), deadline); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("ReplyInbox after the deadline: got %v, want ErrLate", err)
 	}
-	rs = readReplies(t, b, ib, "c", 10, 0, longLease)
+	rs = readReplies(t, b, broker.ReadRepliesParams{Sender: ib, Consumer: "c", Max: 10, Block: 0, Lease: longLease})
 	if len(rs) != 1 || rs[0].Kind != broker.KindReply || rs[0].At.Before(deadline) {
 		t.Fatalf("ReadReplies after a late reply: got %+v, want the late reply, at or after %v", rs, deadline)
 	}
@@ -128,7 +128,7 @@ func testInboxGiveUp(t *testing.T, b broker.Broker) {
 	if final.At.Before(deadline) {
 		t.Fatalf("GiveUp after the deadline: the marker is at %v, before the deadline %v", final.At, deadline)
 	}
-	rs := readReplies(t, b, ib, "c", 10, 0, longLease)
+	rs := readReplies(t, b, broker.ReadRepliesParams{Sender: ib, Consumer: "c", Max: 10, Block: 0, Lease: longLease})
 	if len(rs) != 3 || rs[0].Ref != early.Ref || rs[1].Kind != broker.KindReply || rs[2].Ref != final.Ref {
 		t.Fatalf("ReadReplies: got %+v, want the early marker, the reply and the final marker, in order", rs)
 	}
@@ -139,7 +139,7 @@ func testInboxGiveUp(t *testing.T, b broker.Broker) {
 	}
 	checkOrder(t, rs)
 	ackReplies(t, b, ib, rs)
-	if rs := readReplies(t, b, ib, "c", 10, 0, longLease); len(rs) != 0 {
+	if rs := readReplies(t, b, broker.ReadRepliesParams{Sender: ib, Consumer: "c", Max: 10, Block: 0, Lease: longLease}); len(rs) != 0 {
 		t.Fatalf("ReadReplies after AckReplies: got %+v", rs)
 	}
 
@@ -241,7 +241,7 @@ func testInboxReplyRacesGiveUp(t *testing.T, b broker.Broker) {
 	replied, settled := map[string]bool{}, map[string]bool{}
 	var last broker.Reply
 	for {
-		rs := readReplies(t, b, ib, "c", 500, 0, longLease)
+		rs := readReplies(t, b, broker.ReadRepliesParams{Sender: ib, Consumer: "c", Max: 500, Block: 0, Lease: longLease})
 		if len(rs) == 0 {
 			break
 		}

@@ -43,13 +43,13 @@ func testSendFetchAck(t *testing.T, b broker.Broker) {
 		t.Fatalf("Fetch: got ref %q attempt %d deadline %v, want a ref, attempt 1, no deadline", d.Ref, d.Attempt, d.Deadline)
 	}
 	checkStats(t, b, r, 0, 1, 0)
-	if ds := fetch(t, b, r, "c2", 10, 0, longLease, 10); len(ds) != 0 {
+	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c2", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}); len(ds) != 0 {
 		t.Fatalf("second Fetch while leased: got %+v, want nothing", ds)
 	}
 
 	ack(t, b, r, d.Ref)
 	checkStats(t, b, r, 0, 0, 0)
-	if ds := fetch(t, b, r, "c1", 10, 0, longLease, 10); len(ds) != 0 {
+	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c1", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}); len(ds) != 0 {
 		t.Fatalf("Fetch after Ack: got %+v, want nothing", ds)
 	}
 
@@ -115,7 +115,7 @@ func testSendBatch(t *testing.T, b broker.Broker) {
 		r    string
 		want []int
 	}{{r1, []int{0, 1, 3, 5}}, {r2, []int{2, 4}}} {
-		ds := fetch(t, b, w.r, "c", 10, 0, longLease, 10)
+		ds := fetch(t, b, broker.FetchParams{Receiver: w.r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 		if len(ds) != len(w.want) {
 			t.Fatalf("Fetch %s after SendBatch: got %d messages, want %d", w.r, len(ds), len(w.want))
 		}
@@ -131,7 +131,7 @@ func testSendBatch(t *testing.T, b broker.Broker) {
 		if err := b.Reply(ctx, replyTo(envs[i], "ok"), broker.ReplyTimed); err != nil {
 			t.Fatalf("ReplyTimed to batch message %d: got %v; want it accepted, its pending timeout recorded", i, err)
 		}
-		ackReplies(t, b, envs[i].Sender, readReplies(t, b, envs[i].Sender, "c", 10, 0, longLease))
+		ackReplies(t, b, envs[i].Sender, readReplies(t, b, broker.ReadRepliesParams{Sender: envs[i].Sender, Consumer: "c", Max: 10, Block: 0, Lease: longLease}))
 	}
 
 	if ds, err := b.SendBatch(ctx, nil); err != nil || len(ds) != 0 {
@@ -155,8 +155,8 @@ func testFetchOrderAndMax(t *testing.T, b broker.Broker) {
 		envs = append(envs, env)
 		send(t, b, env)
 	}
-	first := fetch(t, b, r, "c1", 3, 0, longLease, 10)
-	rest := fetch(t, b, r, "c1", 10, 0, longLease, 10)
+	first := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c1", Max: 3, Block: 0, Lease: longLease, MaxAttempts: 10})
+	rest := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c1", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(first) != 3 || len(rest) != 2 {
 		t.Fatalf("Fetch max 3 then max 10 of 5 messages: got %d and %d", len(first), len(rest))
 	}
@@ -174,10 +174,10 @@ func testFetchOrderAndMax(t *testing.T, b broker.Broker) {
 
 func testFetchEmpty(t *testing.T, b broker.Broker) {
 	r := name("recv")
-	if ds := fetch(t, b, r, "c1", 10, 0, longLease, 10); len(ds) != 0 {
+	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c1", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}); len(ds) != 0 {
 		t.Fatalf("Fetch of an empty queue: got %+v", ds)
 	}
-	if ds := fetch(t, b, r, "c1", 10, 100*time.Millisecond, longLease, 10); len(ds) != 0 {
+	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c1", Max: 10, Block: 100 * time.Millisecond, Lease: longLease, MaxAttempts: 10}); len(ds) != 0 {
 		t.Fatalf("blocking Fetch of an empty queue: got %+v", ds)
 	}
 }
@@ -191,7 +191,7 @@ type fetchResult struct {
 func goFetch(ctx context.Context, b broker.Broker, receiver, consumer string, block time.Duration) <-chan fetchResult {
 	ch := make(chan fetchResult, 1)
 	go func() {
-		ds, err := b.Fetch(ctx, receiver, consumer, 10, block, longLease, 10)
+		ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: consumer, Max: 10, Block: block, Lease: longLease, MaxAttempts: 10})
 		ch <- fetchResult{ds, err}
 	}()
 	return ch
@@ -257,7 +257,7 @@ func testCompetingConsumers(t *testing.T, b broker.Broker) {
 		consumer := fmt.Sprint("c", c)
 		wg.Go(func() {
 			for {
-				ds, err := b.Fetch(ctx, r, consumer, 3, 0, longLease, 10)
+				ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: r, Consumer: consumer, Max: 3, Block: 0, Lease: longLease, MaxAttempts: 10})
 				mu.Lock()
 				if err != nil {
 					errs.add(err)
@@ -325,14 +325,14 @@ func testExtendKeepsLease(t *testing.T, b broker.Broker) {
 		for i := 0; i < 8 && !stolen; i++ {
 			<-time.After(lease / 4) // pacing: time must pass, there is no event to wait for
 			start := time.Now()
-			lost, err := b.Extend(ctx, r, "holder", []string{d.Ref}, lease)
+			lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: r, Consumer: "holder", Refs: []string{d.Ref}, Lease: lease})
 			if err != nil {
 				t.Fatalf("Extend: %v", err)
 			}
 			if len(lost) != 0 {
 				t.Fatalf("Extend %d of a lease nobody took: got lost %v", i, lost)
 			}
-			if ds := fetch(t, b, r, "thief", 10, 0, lease, 10); len(ds) > 0 {
+			if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "thief", Max: 10, Block: 0, Lease: lease, MaxAttempts: 10}); len(ds) > 0 {
 				if since := time.Since(start); since < lease-5*time.Millisecond {
 					t.Fatalf("round %d: a consumer took a message whose lease was extended %v ago, lease %v", round, since, lease)
 				}
@@ -355,7 +355,7 @@ func testExtendReportsLost(t *testing.T, b broker.Broker) {
 	ctx := ctxT(t)
 	send(t, b, newEnv(r, "a"))
 	send(t, b, newEnv(r, "b"))
-	ds := fetch(t, b, r, "first", 10, 0, shortLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "first", Max: 10, Block: 0, Lease: shortLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch: got %d, want 2", len(ds))
 	}
@@ -366,7 +366,7 @@ func testExtendReportsLost(t *testing.T, b broker.Broker) {
 		// Both expired together, but a poll may catch them apart.
 		taken = append(taken, pollFetch(t, b, r, "second", shortLease, 10)...)
 	}
-	lost, err := b.Extend(ctx, r, "first", []string{ds[0].Ref, ds[1].Ref}, longLease)
+	lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: r, Consumer: "first", Refs: []string{ds[0].Ref, ds[1].Ref}, Lease: longLease})
 	if err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
@@ -374,7 +374,7 @@ func testExtendReportsLost(t *testing.T, b broker.Broker) {
 		t.Fatalf("Extend of leases taken over: got lost %v, want both %s and %s", lost, ds[0].Ref, ds[1].Ref)
 	}
 	ack(t, b, r, taken[0].Ref)
-	lost, err = b.Extend(ctx, r, "second", []string{taken[0].Ref, taken[1].Ref}, longLease)
+	lost, err = b.Extend(ctx, &broker.ExtendParams{Receiver: r, Consumer: "second", Refs: []string{taken[0].Ref, taken[1].Ref}, Lease: longLease})
 	if err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
@@ -389,7 +389,7 @@ func testAckIdempotent(t *testing.T, b broker.Broker) {
 	r := name("recv")
 	send(t, b, newEnv(r, "a"))
 	send(t, b, newEnv(r, "b"))
-	ds := fetch(t, b, r, "c", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch: got %d, want 2", len(ds))
 	}
@@ -405,17 +405,17 @@ func testRetryWithDelay(t *testing.T, b broker.Broker) {
 	later, soon := newEnv(r, "later"), newEnv(r, "soon")
 	send(t, b, later)
 	send(t, b, soon)
-	ds := fetch(t, b, r, "first", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "first", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch: got %d, want 2", len(ds))
 	}
-	if err := b.Retry(ctx, r, "first", ds[0].Ref, longLease/2, longLease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: r, Consumer: "first", Ref: ds[0].Ref, Delay: longLease / 2, Lease: longLease}); err != nil {
 		t.Fatalf("Retry after %v: %v", longLease/2, err)
 	}
-	if err := b.Retry(ctx, r, "first", ds[1].Ref, 100*time.Millisecond, longLease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: r, Consumer: "first", Ref: ds[1].Ref, Delay: 100 * time.Millisecond, Lease: longLease}); err != nil {
 		t.Fatalf("Retry after 100ms: %v", err)
 	}
-	if err := b.Retry(ctx, r, "other", ds[0].Ref, 0, longLease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: r, Consumer: "other", Ref: ds[0].Ref, Delay: 0, Lease: longLease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry by a consumer that does not hold the lease: got %v, want ErrLeaseLost", err)
 	}
 	got := pollFetch(t, b, r, "second", longLease, 10)
@@ -426,10 +426,10 @@ func testRetryWithDelay(t *testing.T, b broker.Broker) {
 	if got[0].Attempt != 2 || got[0].Ref != ds[1].Ref {
 		t.Fatalf("retried message: got ref %q attempt %d, want ref %q attempt 2", got[0].Ref, got[0].Attempt, ds[1].Ref)
 	}
-	if err := b.Retry(ctx, r, "first", ds[1].Ref, 0, longLease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: r, Consumer: "first", Ref: ds[1].Ref, Delay: 0, Lease: longLease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry by the consumer that lost the message: got %v, want ErrLeaseLost", err)
 	}
-	if more := fetch(t, b, r, "second", 10, 0, longLease, 10); len(more) != 0 {
+	if more := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "second", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}); len(more) != 0 {
 		t.Fatalf("Fetch before the %v retry delay: got %+v", longLease/2, more)
 	}
 	checkStats(t, b, r, 0, 2, 0)
@@ -448,7 +448,7 @@ func testMaxAttemptsDeadLetters(t *testing.T, b broker.Broker) {
 	}
 	var dls []broker.DeadLetter
 	eventually(t, "the dead letter", func() bool {
-		if got := fetch(t, b, r, "c3", 10, pollBlock, shortLease, 2); len(got) != 0 {
+		if got := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c3", Max: 10, Block: pollBlock, Lease: shortLease, MaxAttempts: 2}); len(got) != 0 {
 			t.Fatalf("delivery beyond maxAttempts 2: %+v", got)
 		}
 		dls = deadLetters(t, b, r)
@@ -479,7 +479,7 @@ func testDeadLetterRetryPurge(t *testing.T, b broker.Broker) {
 	for _, m := range []*broker.Envelope{m1, m2, m3} {
 		send(t, b, m)
 	}
-	ds := fetch(t, b, r, "c", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 3 {
 		t.Fatalf("Fetch: got %d, want 3", len(ds))
 	}
@@ -552,7 +552,7 @@ func testRetryAllDeadLetters(t *testing.T, b broker.Broker) {
 	m1, m2 := newEnv(r, "one"), newEnv(r, "two")
 	send(t, b, m1)
 	send(t, b, m2)
-	for _, d := range fetch(t, b, r, "c", 10, 0, longLease, 10) {
+	for _, d := range fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}) {
 		deadLetter(t, b, r, d, "failed")
 	}
 	if n, err := b.RetryDeadLetters(ctx, r); err != nil || n != 2 {
@@ -561,7 +561,7 @@ func testRetryAllDeadLetters(t *testing.T, b broker.Broker) {
 	if n, err := b.RetryDeadLetters(ctx, r); err != nil || n != 0 {
 		t.Fatalf("RetryDeadLetters of none: got %d, %v; want 0", n, err)
 	}
-	ds := fetch(t, b, r, "c", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch of retried dead letters: got %d, want 2", len(ds))
 	}
@@ -587,7 +587,7 @@ func testUndecodableEntry(t *testing.T, b broker.Broker) {
 	// The consumer gets the good message and never the bad one.
 	var got []broker.Delivery
 	eventually(t, "the good message", func() bool {
-		got = append(got, fetch(t, b, r, "c", 10, pollBlock, longLease, 10)...)
+		got = append(got, fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: pollBlock, Lease: longLease, MaxAttempts: 10})...)
 		return len(got) > 0
 	})
 	if len(got) != 1 {

@@ -42,7 +42,7 @@ func senderState(t *testing.T, b broker.Broker, inbox, receiver string) (timed, 
 	plain.Sender = inbox
 	deadline = send(t, b, timed)
 	send(t, b, plain)
-	ds := fetch(t, b, receiver, "w", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: receiver, Consumer: "w", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch: got %d deliveries, want 2", len(ds))
 	}
@@ -68,7 +68,7 @@ func checkSenderGone(t *testing.T, b broker.Broker, inbox string, timed, plain *
 	if _, err := b.GiveUp(ctx, inbox, timed.ID); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("GiveUp in an inbox whose state is gone: got %v, want ErrLate", err)
 	}
-	if rs := readReplies(t, b, inbox, "c", 10, 0, longLease); len(rs) != 0 {
+	if rs := readReplies(t, b, broker.ReadRepliesParams{Sender: inbox, Consumer: "c", Max: 10, Block: 0, Lease: longLease}); len(rs) != 0 {
 		t.Fatalf("ReadReplies of an inbox whose state is gone: got %+v", rs)
 	}
 }
@@ -98,7 +98,7 @@ func testExpireSenderRefresh(t *testing.T, b broker.Broker) {
 	set := brokerNow(t, b)
 	waitBrokerTime(t, b, set.Add(time.Second+expirySlack))
 
-	rs := readReplies(t, b, s, "c", 10, 0, longLease)
+	rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 10, Block: 0, Lease: longLease})
 	if len(rs) != 1 || rs[0].RequestID != plain.ID {
 		t.Fatalf("ReadReplies after a refresh: got %+v, want the reply to %s", rs, plain.ID)
 	}
@@ -116,7 +116,7 @@ func testExpireSenderRefresh(t *testing.T, b broker.Broker) {
 	if err := b.ReplyInbox(ctx, replyTo(plain, "after"), time.Time{}); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("ReplyInbox after a shorter ttl passed: got %v, want ErrLate", err)
 	}
-	if rs := readReplies(t, b, s, "c", 10, 0, longLease); len(rs) != 0 {
+	if rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 10, Block: 0, Lease: longLease}); len(rs) != 0 {
 		t.Fatalf("ReadReplies after a shorter ttl passed: got %+v", rs)
 	}
 	expireSender(t, b, s, 0)
