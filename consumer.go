@@ -320,7 +320,7 @@ func (c *consumer) call(ctx context.Context, msg *Message) (resp []byte, err err
 
 func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duration) {
 	d := c.d
-	if !msg.FireAndForget && msg.Sender != "" && (resp != nil || isInbox(msg.Sender)) {
+	if !msg.FireAndForget && msg.Sender != "" && (resp != nil || msg.fromInbox) {
 		if resp == nil {
 			resp = []byte{}
 		}

@@ -177,7 +177,6 @@ type Disker struct {
 	log     *slog.Logger
 	onEvent func(Event)
 	id      string
-	inbox   string
 	host    string
 	started time.Time
 
@@ -195,17 +194,12 @@ type Disker struct {
 	done     chan struct{} // closed when Close is done
 	closeErr error
 
-	mu          sync.Mutex
-	consumers   map[string]*consumer
-	unhandling  sync.WaitGroup // Unhandle calls in progress
-	senders     map[string]*senderHandlers
-	inboxReader *replyReader
+	mu         sync.Mutex
+	consumers  map[string]*consumer
+	unhandling sync.WaitGroup // Unhandle calls in progress
+	senders    map[string]*senderHandlers
 
-	ib       inbox
-	requests sync.WaitGroup // Requests in progress
-
-	waitMu  sync.Mutex
-	waiters map[string]*waiter
+	rq *requester // Request's side: the inbox
 
 	sent, replied, late, timedOut atomic.Int64
 }
@@ -230,7 +224,6 @@ func New(cfg Config) (*Disker, error) {
 		log:       cfg.Logger,
 		onEvent:   cfg.OnEvent,
 		id:        cfg.InstanceID,
-		inbox:     inboxPrefix + cfg.InstanceID,
 		host:      host,
 		started:   time.Now(),
 		monitor:   newMonitor(),
@@ -238,8 +231,8 @@ func New(cfg Config) (*Disker, error) {
 		done:      make(chan struct{}),
 		consumers: make(map[string]*consumer),
 		senders:   make(map[string]*senderHandlers),
-		waiters:   make(map[string]*waiter),
 	}
+	d.rq = newRequester(d)
 	d.health.d = d
 	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
 	d.opCtx, d.opCancel = context.WithCancel(context.Background())
@@ -304,12 +297,12 @@ func (d *Disker) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	d.unhandling.Wait()
-	d.requests.Wait() // they return ErrClosed, or end their last broker call
+	d.rq.requests.Wait() // they return ErrClosed, or end their last broker call
 
 	d.bgCancel() // the monitor, the heartbeat, the reply readers
 	d.wg.Wait()
 	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	d.deleteInbox(dctx)
+	d.rq.close(dctx)
 	if err := d.b.Deregister(dctx, d.id); err != nil {
 		d.log.Warn("disker: cannot leave the registry of workers; the entry expires by itself", "error", err)
 	}

@@ -3,19 +3,11 @@ package disker
 import (
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/diskerhq/disker/internal/broker"
 )
 
 // MaxNameLength is the longest receiver or sender name, in bytes.
 const MaxNameLength = 200
-
-// inboxPrefix starts the name of an instance's private reply address, the
-// sender of its Requests. Users cannot pick such a name: '_' is not allowed
-// at the start of a user's name.
-const inboxPrefix = broker.InboxPrefix
 
 // validName reports why name is not a valid receiver or sender name, or ""
 // when it is. A name is 1..MaxNameLength bytes of [A-Za-z0-9._:-] and does
@@ -59,9 +51,6 @@ func checkName(field, name string) error {
 	}
 	return nil
 }
-
-// isInbox reports whether name is an instance's private reply address.
-func isInbox(name string) bool { return strings.HasPrefix(name, inboxPrefix) }
 
 // crockford is the Crockford base32 alphabet: ids sort as their creation
 // time does.

@@ -25,9 +25,9 @@ type senderHandlers struct {
 	reader  *replyReader
 }
 
-// replyReader reads one sender's reply stream.
+// replyReader is the goroutine that reads one reply stream (a sender's,
+// or the inbox).
 type replyReader struct {
-	sender string
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -77,10 +77,10 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 	}
 	var err error
 	switch {
-	case isInbox(msg.Sender):
+	case msg.fromInbox:
 		// A Request's inbox: the reply counts if it is appended before the
-		// deadline (see broker.InboxPrefix), and never re-creates an inbox
-		// that has gone.
+		// deadline (see broker.Inbox), and never re-creates an inbox that
+		// has gone.
 		err = d.b.ReplyInbox(ctx, &env, msg.brokerDeadline)
 	case msg.Timeout > 0:
 		err = d.b.Reply(ctx, &env, broker.ReplyTimed)
@@ -122,7 +122,7 @@ func (d *Disker) addSenderHandler(sender string, set func(*senderHandlers) bool)
 		return ErrDuplicate
 	}
 	if s.reader == nil {
-		s.reader = d.startReader(sender)
+		s.reader = d.startReader(func(ctx context.Context) { d.readReplies(ctx, sender) })
 		d.monitor.pin(sender)
 	}
 	return nil
@@ -147,30 +147,48 @@ func (d *Disker) removeSenderHandler(sender string, clear func(*senderHandlers) 
 	return nil
 }
 
-// startReader starts reading sender's reply stream. Call with d.mu held.
-func (d *Disker) startReader(sender string) *replyReader {
+// startReader starts run, a reading loop, until the reader is cancelled
+// or the instance closes. Call with d.mu held.
+func (d *Disker) startReader(run func(ctx context.Context)) *replyReader {
 	ctx, cancel := context.WithCancel(d.bgCtx)
-	r := &replyReader{sender: sender, cancel: cancel, done: make(chan struct{})}
+	r := &replyReader{cancel: cancel, done: make(chan struct{})}
 	d.wg.Go(func() {
 		defer close(r.done)
-		d.readReplies(ctx, sender)
+		run(ctx)
 	})
 	return r
 }
 
 // readReplies reads sender's reply stream until ctx ends, hands each entry
-// to its handler (or to the waiting Request for the inbox), and acknowledges
-// each entry after its handler returned.
+// to its handler, and acknowledges each entry after its handler returned.
 func (d *Disker) readReplies(ctx context.Context, sender string) {
-	acks := newAcker(d, "sender", sender, func(ctx context.Context, refs ...string) error {
-		return d.b.AckReplies(ctx, sender, refs...)
-	})
-	defer acks.close(ctx) // ctx has ended by then: one try per batch
-	var bo backoff
 	// One params value for the loop's life: a read allocates none.
 	rp := broker.ReadRepliesParams{Sender: sender, Consumer: d.id, Max: replyBatch, Block: d.cfg.ReceiverBlockTimeout, Lease: replyLease}
+	d.readLoop(ctx, sender, replyStream{
+		read: func(ctx context.Context) ([]broker.Reply, error) { return d.b.ReadReplies(ctx, &rp) },
+		ack: func(ctx context.Context, refs ...string) error {
+			return d.b.AckReplies(ctx, sender, refs...)
+		},
+		handle: func(ctx context.Context, r *broker.Reply) { d.dispatchReply(ctx, sender, r) },
+	})
+}
+
+// replyStream is how a reading loop reads, acknowledges and hands on the
+// entries of one reply stream.
+type replyStream struct {
+	read   func(ctx context.Context) ([]broker.Reply, error)
+	ack    func(ctx context.Context, refs ...string) error
+	handle func(ctx context.Context, r *broker.Reply)
+}
+
+// readLoop reads s, the reply stream of name, until ctx ends, hands each
+// entry on, and acknowledges each entry after it was handled.
+func (d *Disker) readLoop(ctx context.Context, name string, s replyStream) {
+	acks := newAcker(d, "sender", name, s.ack)
+	defer acks.close(ctx) // ctx has ended by then: one try per batch
+	var bo backoff
 	for ctx.Err() == nil {
-		rs, err := d.b.ReadReplies(ctx, &rp)
+		rs, err := s.read(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, broker.ErrClosed) {
 				return
@@ -184,20 +202,13 @@ func (d *Disker) readReplies(ctx context.Context, sender string) {
 		bo.reset()
 		d.health.ok()
 		for i := range rs {
-			d.dispatchReply(ctx, sender, &rs[i])
+			s.handle(ctx, &rs[i])
 			acks.add(rs[i].Ref) // even when ctx ended: the handler ran
-		}
-		if len(rs) > 0 && isInbox(sender) {
-			yieldToWoken() // the Requests it handed replies to
 		}
 	}
 }
 
 func (d *Disker) dispatchReply(ctx context.Context, sender string, r *broker.Reply) {
-	if isInbox(sender) {
-		d.deliverOutcome(r) // Request counts its own timeouts
-		return
-	}
 	if r.Kind == broker.KindTimeout {
 		d.timedOut.Add(1)
 		if d.onEvent != nil {

@@ -32,22 +32,6 @@ var (
 	ErrClosed = errors.New("disker: broker closed")
 )
 
-// InboxPrefix starts the names of private reply addresses, inboxes:
-// senders that only the process sending from them reads (disker's Request
-// uses "_inbox." and the instance id), whose state the process bounds with
-// ExpireSender.
-//
-// A timed request from an inbox has no pending timeout in the broker. Its
-// outcome is decided by the order of the inbox's reply stream, whose
-// entries carry the broker time at which they were appended (Reply.At):
-// ReplyInbox appends a reply and accepts it only if its time is before the
-// deadline, and the requester, when it gives up, appends a marker
-// (GiveUp). Every accepted reply is in the stream before any marker at or
-// after the deadline, so the one reader, reading in order, sees the first
-// accepted reply before such a marker, or the marker alone: exactly one
-// outcome, decided by broker time.
-const InboxPrefix = "_inbox."
-
 // Envelope is a message as a broker stores and moves it.
 type Envelope struct {
 	// ID is the message id, unique across all messages; set by the client.
@@ -73,6 +57,10 @@ type Envelope struct {
 	// (for instance, a request that was dead-lettered). Empty on success.
 	ErrorCode string
 	ErrorText string
+	// FromInbox is set on a request sent with Inbox.SendRequest: Sender is
+	// the requester's inbox, and a reply to it goes through
+	// Inbox.ReplyInbox. The broker sets it; it travels with the message.
+	FromInbox bool
 }
 
 // Delivery is one leased delivery of a message to a consumer.
@@ -105,13 +93,13 @@ type ReplyMode int
 
 // The modes of Reply.
 const (
-	// ReplyUntimed is for a request without a timeout from a durable sender
-	// (one whose state ExpireSender does not manage): the reply is always
+	// ReplyUntimed is for a request without a timeout from a named sender
+	// (not an inbox: replies to an inbox use ReplyInbox): the reply is always
 	// appended, creating the sender's reply stream if need be, and waits
 	// there for the sender's next reader.
 	ReplyUntimed ReplyMode = iota
-	// ReplyTimed is for a request with a timeout from a sender that is not
-	// an inbox (replies to an inbox use ReplyInbox): one atomic step accepts
+	// ReplyTimed is for a request with a timeout from a named sender (not
+	// an inbox): one atomic step accepts
 	// the reply only if the request is still pending and its deadline has
 	// not passed (broker time), settling it; otherwise ErrLate.
 	ReplyTimed
@@ -187,6 +175,7 @@ type Broker interface {
 	Clock
 	Queue
 	Replies
+	Inbox
 	DeadLetters
 	Locks
 	Registry
@@ -209,14 +198,8 @@ type Queue interface {
 	// Send queues env for env.Receiver in one atomic step. If env.Timeout > 0
 	// it also records, in the same step, a pending timeout under env.Sender
 	// with deadline broker-now+Timeout, and returns that deadline; otherwise
-	// the zero time. From an inbox (InboxPrefix) it records no pending
-	// timeout (see InboxPrefix), and broker-now may be the broker's clock as
-	// this client estimates it (within a round trip); then, when an error
-	// wrapping ErrUnavailable leaves it unknown whether env was queued (the
-	// connection broke after the write, and the answer was lost), Send
-	// still returns the deadline env would carry, for the requester to
-	// settle the request; with an error that leaves env surely not queued
-	// (no connection could be made), the zero time.
+	// the zero time. A request from an inbox is sent with
+	// Inbox.SendRequest instead.
 	Send(ctx context.Context, env *Envelope) (deadline time.Time, err error)
 
 	// SendBatch sends each of envs as Send would, each in its own atomic
@@ -253,7 +236,8 @@ type Queue interface {
 }
 
 // Replies is a named sender's reply stream: replies, timeout notices, and
-// the pending timeouts that produce them.
+// the pending timeouts that produce them. (A requester's private address
+// is an Inbox.)
 type Replies interface {
 	// Reply delivers reply (reply.Receiver is the original sender,
 	// reply.InReplyTo the request id) to the sender's reply stream, if mode
@@ -266,9 +250,59 @@ type Replies interface {
 	// sender's reply stream. It returns how many it settled.
 	ExpireTimeouts(ctx context.Context, sender string, max int) (int, error)
 
-	// ReplyInbox appends reply (reply.Receiver is an inbox, see
-	// InboxPrefix; reply.InReplyTo the request id) to the inbox's reply
-	// stream while the inbox is open (see ExpireSender). It returns ErrLate
+	// ReadReplies reads up to max entries of sender's reply stream for
+	// consumer (instances of one sender share the stream as competing
+	// consumers), blocking up to block. Entries must be acknowledged with
+	// AckReplies; unacknowledged ones are redelivered after lease.
+	ReadReplies(ctx context.Context, p *ReadRepliesParams) ([]Reply, error)
+
+	// AckReplies removes entries of sender's reply stream.
+	AckReplies(ctx context.Context, sender string, refs ...string) error
+}
+
+// Inbox is the private reply address of a requester (disker's Request):
+// an address that only the process that opened it reads, whose state lives
+// as long as that process keeps it open.
+//
+// A timed request from an inbox has no pending timeout in the broker. Its
+// outcome is decided by the order of the inbox's reply stream, whose
+// entries carry the broker time at which they were appended (Reply.At):
+// ReplyInbox appends a reply and accepts it only if its time is before the
+// deadline, and the requester, when it gives up, appends a marker
+// (GiveUp). Every accepted reply is in the stream before any marker at or
+// after the deadline, so the one reader, reading in order, sees the first
+// accepted reply before such a marker, or the marker alone: exactly one
+// outcome, decided by broker time.
+type Inbox interface {
+	// SendRequest queues env, a request from the inbox env.Sender, for
+	// env.Receiver in one atomic step, and sets env.FromInbox (the message
+	// carries it, so that its reply goes through ReplyInbox). It records no
+	// pending timeout. If env.Timeout > 0 it returns the deadline the
+	// message carries: broker-now+Timeout, where broker-now may be the
+	// broker's clock as this client estimates it (within a round trip).
+	// When an error wrapping ErrUnavailable leaves it unknown whether env
+	// was queued (the connection broke after the write, and the answer was
+	// lost), SendRequest still returns that deadline, for the requester to
+	// settle the request; with an error that leaves env surely not queued
+	// (no connection could be made), the zero time.
+	SendRequest(ctx context.Context, env *Envelope) (deadline time.Time, err error)
+
+	// KeepInbox opens inbox, or renews it: its reply stream exists from
+	// then on (so that ReplyInbox and GiveUp accept entries) and is deleted,
+	// with the entries not yet acknowledged, ttl (> 0) from now, broker
+	// time, unless KeepInbox is called again before; a later call replaces
+	// the expiry. The owner calls it while alive (disker: at each
+	// heartbeat), so the state of a crashed owner vanishes by itself.
+	KeepInbox(ctx context.Context, inbox string, ttl time.Duration) error
+
+	// CloseInbox deletes inbox's state now and closes it. Once the state
+	// is gone (closed, or expired), ReplyInbox and GiveUp return ErrLate
+	// and write nothing, and ReadInbox finds nothing.
+	CloseInbox(ctx context.Context, inbox string) error
+
+	// ReplyInbox appends reply (reply.Receiver is the inbox of the request
+	// reply.InReplyTo, whose Envelope.FromInbox was set) to the inbox's
+	// reply stream while the inbox is open (see KeepInbox). It returns ErrLate
 	// when the inbox is not open, and writes nothing then; and when
 	// deadline is not zero and the entry's time (Reply.At) is not before
 	// it: the entry stays in the stream, where the requester ignores it.
@@ -279,45 +313,21 @@ type Replies interface {
 
 	// GiveUp appends to the reply stream of inbox, while it is open, a
 	// marker for request id (Kind KindTimeout, Env holding the id), and
-	// returns the entry as ReadReplies will return it. A requester that
+	// returns the entry as ReadInbox will return it. A requester that
 	// stops waiting calls it: its outcome is the first reply before its
 	// deadline that precedes the marker in the stream, if any, else the
 	// marker. A marker at or after the deadline therefore settles the
 	// request for good. It returns ErrLate when the inbox is not open.
 	GiveUp(ctx context.Context, inbox, id string) (Reply, error)
 
-	// ExpireSender bounds the life of sender's state: its reply stream
-	// (with the entries not yet acknowledged) and its pending timeouts
-	// (with their messages) are deleted ttl from now, broker time, unless
-	// ExpireSender is called again before; a later call replaces the
-	// expiry. State that sender's timed Sends add meanwhile expires with
-	// the rest. With ttl > 0 it also opens sender's reply address: the
-	// reply stream exists from then on (so that ReplyInbox and GiveUp
-	// accept entries) until it expires. ttl 0 deletes the state now and
-	// closes the address.
-	//
-	// It is for private reply addresses that live as long as their owner,
-	// which calls it again while alive (disker's inbox: at each
-	// heartbeat, and with 0 on Close). Once the state is gone, ReplyInbox,
-	// GiveUp and a ReplyTimed reply to sender return ErrLate and write
-	// nothing, ExpireTimeouts finds nothing pending, and ReadReplies finds
-	// nothing; a ReplyUntimed reply would re-create the reply stream for
-	// good, so replies to such a sender must not use it.
-	// Dead letters of sender (reply-stream entries that were not replies,
-	// written by a foreign writer) are not part of it.
-	ExpireSender(ctx context.Context, sender string, ttl time.Duration) error
+	// ReadInbox reads up to max entries of inbox's reply stream, blocking
+	// up to block. The inbox has one reader: a broker delivers each of its
+	// entries once, in the order they were appended.
+	ReadInbox(ctx context.Context, inbox string, max int, block time.Duration) ([]Reply, error)
 
-	// ReadReplies reads up to max entries of sender's reply stream for
-	// consumer (instances of one sender share the stream as competing
-	// consumers), blocking up to block. Entries must be acknowledged with
-	// AckReplies; unacknowledged ones are redelivered after lease. The reply
-	// stream of an inbox (InboxPrefix) has one reader: a broker delivers
-	// each of its entries once, in the order they were appended, and its
-	// AckReplies may remove every entry up to the newest ref given.
-	ReadReplies(ctx context.Context, p *ReadRepliesParams) ([]Reply, error)
-
-	// AckReplies removes entries of sender's reply stream.
-	AckReplies(ctx context.Context, sender string, refs ...string) error
+	// AckInbox removes entries of inbox's reply stream that were read: it
+	// may remove every entry up to the newest ref given.
+	AckInbox(ctx context.Context, inbox string, refs ...string) error
 }
 
 // DeadLetters is a receiver's dead-letter stream.

@@ -28,7 +28,7 @@ func TestConformanceShared(t *testing.T) {
 	})
 }
 
-// checkEmpty fails t if b holds queues, replies, timeouts or expiring senders, which a drained
+// checkEmpty fails t if b holds queues, replies, timeouts or open inboxes, which a drained
 // subtest must not leave behind. Dead letters, locks and workers are
 // checked by the suite itself.
 func checkEmpty(t *testing.T, b *Broker) {
@@ -36,9 +36,9 @@ func checkEmpty(t *testing.T, b *Broker) {
 	c := b.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.queues) != 0 || len(c.replies) != 0 || len(c.timeouts) != 0 || len(c.dead) != 0 || len(c.senders) != 0 {
-		t.Errorf("left behind: %d queues, %d reply streams, %d timeout sets, %d dead-letter lists, %d expiring senders",
-			len(c.queues), len(c.replies), len(c.timeouts), len(c.dead), len(c.senders))
+	if len(c.queues) != 0 || len(c.replies) != 0 || len(c.timeouts) != 0 || len(c.dead) != 0 || len(c.inboxes) != 0 {
+		t.Errorf("left behind: %d queues, %d reply streams, %d timeout sets, %d dead-letter lists, %d open inboxes",
+			len(c.queues), len(c.replies), len(c.timeouts), len(c.dead), len(c.inboxes))
 	}
 }
 

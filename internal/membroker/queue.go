@@ -52,13 +52,14 @@ func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time
 }
 
 // put queues env, encoded as raw, with its pending timeout if it has one
-// (none from an inbox: see broker.InboxPrefix), and returns its deadline.
+// (none for a request from an inbox: see broker.Inbox), and returns its
+// deadline.
 // Call with c.mu held.
 func (c *core) put(env *broker.Envelope, raw []byte) time.Time {
 	var deadline time.Time
 	if env.Timeout > 0 {
 		deadline = c.now().Add(env.Timeout)
-		if !isInbox(env.Sender) {
+		if !env.FromInbox {
 			c.pendingTimeouts(env.Sender).put(env.ID, deadline, raw)
 		}
 	}

@@ -321,7 +321,7 @@ func TestInboxWritesMerge(t *testing.T) {
 		return b.flushInbox(cmds)
 	}, func(v any) inboxResult { return inboxResult{err: fmt.Errorf("panic: %v", v)} })
 	const inbox, writers, each = "_inbox.merge", 32, 20
-	if err := b.ExpireSender(ctx, inbox, time.Minute); err != nil {
+	if err := b.KeepInbox(ctx, inbox, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup

@@ -23,8 +23,7 @@ const maxBatch = 1000
 
 // Send queues env: one XADD, or for a message with a timeout one script
 // that also records the pending timeout under env.Sender (two steps on
-// Redis Cluster when the names' slots differ: see sendTimedSplit; from an
-// inbox, one XADD: see inboxXadd).
+// Redis Cluster when the names' slots differ: see sendTimedSplit).
 func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, error) {
 	if err := b.check(); err != nil {
 		return time.Time{}, err
@@ -35,35 +34,20 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 	data := rueidis.BinaryString(wire.Encode(env))
 	switch b.sendKind(env) {
 	case sendPlain:
-		if err := b.client.Do(ctx, b.xadd(env, data, "")).Error(); err != nil {
-			return time.Time{}, b.fail(ctx, "send", err)
-		}
-		return time.Time{}, nil
+		return time.Time{}, b.sendPlain(ctx, env, data)
 	case sendSplit:
 		return b.sendTimedSplit(ctx, env, data)
-	case sendInbox:
-		now, err := b.estimateNow(ctx)
-		if err != nil {
-			return time.Time{}, err
-		}
-		deadline, cmd := b.inboxXadd(env, data, now)
-		res, err := b.doInbox(ctx, cmd)
-		if err == nil {
-			err = res.Error()
-		}
-		if err != nil {
-			if !mayHaveRun(err) {
-				deadline = time.Time{}
-			}
-			return deadline, b.fail(ctx, "send", err) // see broker.Broker.Send
-		}
-		return deadline, nil
 	}
 	res, err := scriptSendTimed.Exec(ctx, b.client, b.sendTimedKeys(env), sendTimedArgs(env, data)).ToString()
 	if err != nil {
 		return time.Time{}, b.fail(ctx, "send", err)
 	}
 	return parseDeadline(res)
+}
+
+// sendPlain queues env, encoded as data, with one XADD.
+func (b *Broker) sendPlain(ctx context.Context, env *broker.Envelope, data string) error {
+	return b.failIf(ctx, "send", b.client.Do(ctx, b.xadd(env, data, "")).Error())
 }
 
 // mayHaveRun reports whether a command that failed with err may have run
@@ -83,32 +67,16 @@ const (
 	sendPlain = iota // no timeout: one XADD
 	sendTimed        // script send_timed
 	sendSplit        // on a Cluster, across slots: sendTimedSplit
-	sendInbox        // from an inbox: inboxXadd
 )
 
 func (b *Broker) sendKind(env *broker.Envelope) int {
 	switch {
 	case env.Timeout <= 0:
 		return sendPlain
-	case isInbox(env.Sender):
-		return sendInbox
 	case b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
 		return sendSplit
 	}
 	return sendTimed
-}
-
-// inboxXadd returns the deadline of env, a timed message from an inbox,
-// and the XADD that queues it with that deadline. No pending timeout is
-// recorded: the outcome is decided in the inbox's reply stream (see
-// broker.InboxPrefix, ReplyInbox and GiveUp). The deadline comes from now,
-// Redis time as this client estimates it (within a round trip of TIME):
-// it only needs to be one value that the requester, the worker and the
-// replier share, and the decision itself is by Redis time, the ids of the
-// reply stream's entries.
-func (b *Broker) inboxXadd(env *broker.Envelope, data string, now time.Time) (time.Time, rueidis.Completed) {
-	deadline := now.Add(env.Timeout).Truncate(time.Millisecond)
-	return deadline, b.xadd(env, data, strconv.FormatInt(deadline.UnixMilli(), 10))
 }
 
 // execOK returns the first error among the replies of a transaction
@@ -202,23 +170,6 @@ func (b *Broker) sendRun(ctx context.Context, kind int, envs []*broker.Envelope,
 		for i, r := range b.client.DoMulti(ctx, cmds...) {
 			if err := r.Error(); err != nil {
 				errs[i], failed = b.fail(ctx, "send", err), true
-			}
-		}
-	case sendInbox:
-		now, err := b.estimateNow(ctx)
-		if err != nil {
-			for i := range errs {
-				errs[i] = err
-			}
-			return true
-		}
-		cmds := make(rueidis.Commands, len(envs))
-		for i, env := range envs {
-			deadlines[i], cmds[i] = b.inboxXadd(env, rueidis.BinaryString(wire.Encode(env)), now)
-		}
-		for i, r := range b.client.DoMulti(ctx, cmds...) {
-			if err := r.Error(); err != nil {
-				deadlines[i], errs[i], failed = time.Time{}, b.fail(ctx, "send", err), true
 			}
 		}
 	case sendTimed:

@@ -587,12 +587,12 @@ func TestSendFromInboxUnknownOutcome(t *testing.T) {
 	req.Sender, req.Timeout = "_inbox.x", time.Minute
 	// A first send sets the clock a send from an inbox uses, and the
 	// connection it goes on.
-	if _, err := viaProxy.Send(ctx, req); err != nil {
+	if _, err := viaProxy.SendRequest(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	req.ID = "m2"
 	proxy.SetCut(true)
-	dl, err := viaProxy.Send(ctx, req)
+	dl, err := viaProxy.SendRequest(ctx, req)
 	if !errors.Is(err, broker.ErrUnavailable) || dl.IsZero() {
 		t.Fatalf("send with its answer lost = %v, %v; want ErrUnavailable with the deadline", dl, err)
 	}
@@ -601,7 +601,7 @@ func TestSendFromInboxUnknownOutcome(t *testing.T) {
 	}
 	s.Kill()
 	req.ID = "m3"
-	dl, err = direct.Send(ctx, req)
+	dl, err = direct.SendRequest(ctx, req)
 	if !errors.Is(err, broker.ErrUnavailable) || !dl.IsZero() {
 		t.Fatalf("send to a server that is down = %v, %v; want ErrUnavailable and no deadline", dl, err)
 	}

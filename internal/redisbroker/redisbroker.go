@@ -109,7 +109,7 @@ type Broker struct {
 	pruned       sync.Map // stream key -> time.Time of the last prune
 
 	// offset is Redis time minus local time, in ns, as the last Now
-	// measured it (synced says whether one did): the clock of sendInbox.
+	// measured it (synced says whether one did): the clock of SendRequest.
 	offset atomic.Int64
 	synced atomic.Bool
 	// cursors maps an inbox to the id of the last entry readInbox read.

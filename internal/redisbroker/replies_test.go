@@ -22,6 +22,15 @@ func readAll(t *testing.T, b *Broker, sender, consumer string) []broker.Reply {
 	return rs
 }
 
+func readInbox(t *testing.T, b *Broker, inbox string) []broker.Reply {
+	t.Helper()
+	rs, err := b.ReadInbox(ctxT(t), inbox, 100, 0)
+	if err != nil {
+		t.Fatalf("ReadInbox: %v", err)
+	}
+	return rs
+}
+
 func TestReplyUntimed(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
@@ -305,10 +314,11 @@ func TestReplyRacesExpire(t *testing.T) {
 	}
 }
 
-// TestExpireSenderKeys looks at the keys: ExpireSender puts an expiry on
-// the inbox's reply stream, a timed send from the inbox records no pending
-// timeout, the keys vanish when the expiry passes, and ttl 0 deletes them.
-func TestExpireSenderKeys(t *testing.T) {
+// TestInboxKeys looks at the keys: KeepInbox puts an expiry on the
+// inbox's reply stream, a timed request from the inbox records no pending
+// timeout, the keys vanish when the expiry passes, and CloseInbox deletes
+// them.
+func TestInboxKeys(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	ctx := ctxT(t)
@@ -316,13 +326,13 @@ func TestExpireSenderKeys(t *testing.T) {
 	const s = "_inbox.x"
 	stateOf := func(s string) {
 		t.Helper()
-		if err := b.ExpireSender(ctx, s, time.Minute); err != nil {
-			t.Fatalf("ExpireSender: %v", err)
+		if err := b.KeepInbox(ctx, s, time.Minute); err != nil {
+			t.Fatalf("KeepInbox: %v", err)
 		}
 		req := env("m-"+s, "orders")
 		req.Sender = s
 		req.Timeout = time.Hour
-		if _, err := b.Send(ctx, req); err != nil {
+		if _, err := b.SendRequest(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.ReplyInbox(ctx, &broker.Envelope{ID: "r", Receiver: s, InReplyTo: "m0"}, time.Time{}); err != nil {
@@ -340,18 +350,18 @@ func TestExpireSenderKeys(t *testing.T) {
 	if n, _ := do(t, rc, "EXISTS", b.keys.timeouts(s), b.keys.timedMessages(s)).AsInt64(); n != 0 {
 		t.Fatal("a timed send from an inbox recorded a pending timeout")
 	}
-	if err := b.ExpireSender(ctx, s, 0); err != nil {
+	if err := b.CloseInbox(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range senderKeys(s) {
 		if n, _ := do(t, rc, "EXISTS", k).AsInt64(); n != 0 {
-			t.Fatalf("%s exists after ExpireSender 0", k)
+			t.Fatalf("%s exists after CloseInbox", k)
 		}
 	}
 
 	const s2 = "_inbox.y"
 	stateOf(s2)
-	if err := b.ExpireSender(ctx, s2, 100*time.Millisecond); err != nil {
+	if err := b.KeepInbox(ctx, s2, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the keys of "+s2+" to expire", func() bool {
@@ -379,7 +389,7 @@ func TestInboxSend(t *testing.T) {
 	b := newBroker(t)
 	ctx := ctxT(t)
 	const inbox = "_inbox.send"
-	if err := b.ExpireSender(ctx, inbox, time.Minute); err != nil {
+	if err := b.KeepInbox(ctx, inbox, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	before, err := b.Now(ctx)
@@ -390,10 +400,7 @@ func TestInboxSend(t *testing.T) {
 		t.Helper()
 		req := env(id, "inbox-orders")
 		req.Sender, req.Timeout = inbox, timeout
-		if b.sendKind(req) != sendInbox {
-			t.Fatalf("a timed send from an inbox does not take the inbox path")
-		}
-		dl, err := b.Send(ctx, req)
+		dl, err := b.SendRequest(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -419,7 +426,7 @@ func TestInboxSend(t *testing.T) {
 	if err := b.ReplyInbox(ctx, reply, before.Add(-time.Second)); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("ReplyInbox with a deadline already passed: %v, want ErrLate", err)
 	}
-	rs := readAll(t, b, inbox, "c")
+	rs := readInbox(t, b, inbox)
 	if len(rs) != 2 || rs[0].RequestID != "m1" || rs[0].Kind != broker.KindReply {
 		t.Fatalf("ReadReplies = %+v; want the two replies to m1", rs)
 	}
@@ -442,9 +449,9 @@ func TestInboxSend(t *testing.T) {
 }
 
 // TestInboxReadsInOrderWithoutGroup: an inbox's replies are read once, in
-// order, from a cursor, without entering a pending list; AckReplies trims
+// order, from a cursor, without entering a pending list; AckInbox trims
 // what was read and no more; a malformed entry is dead-lettered and the
-// reader carries on; ExpireSender 0 forgets the cursor.
+// reader carries on; CloseInbox forgets the cursor.
 func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
@@ -452,13 +459,13 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 	rc := rawClient(t, srv)
 	const inbox = "_inbox.read"
 	r := b.keys.replies(inbox)
-	if err := b.ExpireSender(ctx, inbox, time.Minute); err != nil {
+	if err := b.KeepInbox(ctx, inbox, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
 		req := env(fmt.Sprint("q", i), "inbox-read")
 		req.Sender, req.Timeout = inbox, time.Hour
-		dl, err := b.Send(ctx, req)
+		dl, err := b.SendRequest(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -474,7 +481,7 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 		}
 		return fmt.Sprint(out)
 	}
-	first, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: inbox, Consumer: "c", Max: 2, Block: 0, Lease: time.Minute})
+	first, err := b.ReadInbox(ctx, inbox, 2, 0)
 	if err != nil || ids(first) != "[q0 q1]" {
 		t.Fatalf("first read = %s, %v; want [q0 q1]", ids(first), err)
 	}
@@ -484,7 +491,7 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 		t.Fatalf("%d inbox entries pending in the group, want 0: the inbox is read without it", c)
 	}
 	// The ack of q1 trims q0 and q1, not q2, which was not read yet.
-	if err := b.AckReplies(ctx, inbox, first[1].Ref, "junk"); err != nil {
+	if err := b.AckInbox(ctx, inbox, first[1].Ref, "junk"); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := do(t, rc, "XLEN", r).AsInt64(); n != 1 {
@@ -495,26 +502,26 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 	if err := b.Reply(ctx, rep, broker.ReplyUntimed); err != nil {
 		t.Fatal(err)
 	}
-	second, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: inbox, Consumer: "c", Max: 10, Block: 0, Lease: time.Minute})
+	second, err := b.ReadInbox(ctx, inbox, 10, 0)
 	if err != nil || ids(second) != "[q2 q9]" {
 		t.Fatalf("second read = %s, %v; want [q2 q9] (the malformed entry dead-lettered)", ids(second), err)
 	}
 	if dl, _ := do(t, rc, "XLEN", b.keys.deadLetters(inbox)).AsInt64(); dl != 1 {
 		t.Fatalf("%d dead letters of the inbox, want 1", dl)
 	}
-	if again, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: inbox, Consumer: "c", Max: 10, Block: 0, Lease: time.Minute}); err != nil || len(again) != 0 {
+	if again, err := b.ReadInbox(ctx, inbox, 10, 0); err != nil || len(again) != 0 {
 		t.Fatalf("third read = %s, %v; want nothing: entries are read once", ids(again), err)
 	}
-	if err := b.AckReplies(ctx, inbox, second[1].Ref, second[0].Ref); err != nil {
+	if err := b.AckInbox(ctx, inbox, second[1].Ref, second[0].Ref); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := do(t, rc, "XLEN", r).AsInt64(); n != 0 {
 		t.Fatalf("XLEN = %d after every entry was acked, want 0", n)
 	}
-	if err := b.ExpireSender(ctx, inbox, 0); err != nil {
+	if err := b.CloseInbox(ctx, inbox); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := b.cursors.Load(inbox); ok {
-		t.Fatal("ExpireSender 0 kept the inbox's cursor")
+		t.Fatal("CloseInbox kept the inbox's cursor")
 	}
 }

@@ -204,14 +204,14 @@ func inboxRoundTrips(t *testing.T, b *Broker, receiver string) {
 	t.Helper()
 	ctx := ctxT(t)
 	const inbox = "_inbox.left"
-	if err := b.ExpireSender(ctx, inbox, time.Hour); err != nil {
+	if err := b.KeepInbox(ctx, inbox, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	var deadline time.Time
 	for _, id := range []string{"i1", "i2"} {
 		e := env(id, receiver)
 		e.Sender, e.Timeout = inbox, time.Hour
-		dl, err := b.Send(ctx, e)
+		dl, err := b.SendRequest(ctx, e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,14 +232,14 @@ func inboxRoundTrips(t *testing.T, b *Broker, receiver string) {
 	if err := b.Ack(ctx, receiver, ds[0].Ref, ds[1].Ref); err != nil {
 		t.Fatal(err)
 	}
-	rs := readAll(t, b, inbox, "c")
+	rs := readInbox(t, b, inbox)
 	if len(rs) != 2 {
 		t.Fatalf("inbox entries = %+v", rs)
 	}
-	if err := b.AckReplies(ctx, inbox, rs[1].Ref); err != nil {
+	if err := b.AckInbox(ctx, inbox, rs[1].Ref); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.ExpireSender(ctx, inbox, 0); err != nil {
+	if err := b.CloseInbox(ctx, inbox); err != nil {
 		t.Fatal(err)
 	}
 }

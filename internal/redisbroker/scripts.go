@@ -262,28 +262,22 @@ local pt, pm, pr = KEYS[1], KEYS[2], KEYS[3]
 return deadline
 `)
 
-// scriptExpireSender bounds the life of a sender's state.
-var scriptExpireSender = rueidis.NewLuaScript(`-- expire_sender
--- KEYS[1] -> the sender's reply stream P:{S}:r
--- KEYS[2] -> its delayed zset P:{S}:rdelay
--- KEYS[3] -> the sender's pending timeouts P:{S}:t
--- KEYS[4] -> the sender's timed messages P:{S}:tm
--- ARGV[1] -> ttl in ms; "0" deletes the keys now
--- With a ttl, creates the reply stream with its group "g" if missing (the
--- sender's address is open) and sets every existing key to expire ttl from
--- now. send_timed gives t and tm the reply stream's expiry when it creates
--- them.
+// scriptExpireInbox bounds the life of an inbox's state.
+var scriptExpireInbox = rueidis.NewLuaScript(`-- expire_inbox
+-- KEYS[1] -> the inbox's reply stream P:{I}:r
+-- ARGV[1] -> ttl in ms; "0" deletes the stream now
+-- With a ttl, creates the reply stream (with a group "g", the way to create
+-- an empty stream) if missing, which opens the inbox, and sets it to
+-- expire ttl from now.
 -- Returns 1.
 if ARGV[1] == '0' then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  redis.call('DEL', KEYS[1])
   return 1
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('XGROUP', 'CREATE', KEYS[1], 'g', '0', 'MKSTREAM')
 end
-for _, k in ipairs(KEYS) do
-  redis.call('PEXPIRE', k, ARGV[1])
-end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 `)
 

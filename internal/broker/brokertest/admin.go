@@ -179,10 +179,10 @@ func testStats(t *testing.T, b broker.Broker) {
 func inboxTraffic(t *testing.T, b broker.Broker, r string) {
 	t.Helper()
 	ib := inboxName()
-	expireSender(t, b, ib, longLease)
+	keepInbox(t, b, ib, longLease)
 	answered, abandoned := timedEnv(ib, r, "answered", longLease), timedEnv(ib, r, "abandoned", longLease)
-	deadline := send(t, b, answered)
-	send(t, b, abandoned)
+	deadline := sendRequest(t, b, answered)
+	sendRequest(t, b, abandoned)
 	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch from an inbox: got %d, want 2", len(ds))
@@ -192,12 +192,12 @@ func inboxTraffic(t *testing.T, b broker.Broker, r string) {
 	}
 	giveUp(t, b, ib, abandoned.ID)
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
-	if rs := readReplies(t, b, broker.ReadRepliesParams{Sender: ib, Consumer: "c", Max: 10, Block: 0, Lease: longLease}); len(rs) != 2 {
+	if rs := readInbox(t, b, ib, 10); len(rs) != 2 {
 		t.Fatalf("ReadReplies of the inbox: got %+v, want a reply and a marker", rs)
 	} else {
-		ackReplies(t, b, ib, rs)
+		ackInbox(t, b, ib, rs)
 	}
-	expireSender(t, b, ib, 0)
+	closeInbox(t, b, ib)
 }
 
 // testNothingLeftBehind runs every kind of traffic through a receiver and a
@@ -243,11 +243,11 @@ func testNothingLeftBehind(t *testing.T, b broker.Broker) {
 	if n, err := b.PurgeDeadLetters(ctxT(t), r); err != nil || n != 1 {
 		t.Fatalf("PurgeDeadLetters: got %d, %v", n, err)
 	}
-	rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 10, Block: 0, Lease: longLease})
+	rs := readInbox(t, b, s, 10)
 	if len(rs) != 4 {
 		t.Fatalf("ReadReplies: got %d entries, want 3 replies and 1 notice", len(rs))
 	}
-	ackReplies(t, b, s, rs)
+	ackInbox(t, b, s, rs)
 	inboxTraffic(t, b, r)
 	if !acquire(t, b, r, "w", longLease) {
 		t.Fatalf("Acquire: got false")
