@@ -128,7 +128,7 @@ func (c *consumer) stop(ctx context.Context) error {
 func (c *consumer) fetchLoop() {
 	defer close(c.loopDone)
 	d := c.d
-	var bo backoff
+	var bo pacer
 	// One params value for the loop's life: a Fetch allocates none.
 	fp := broker.FetchParams{Receiver: c.name, Consumer: d.id, Block: d.cfg.ReceiverBlockTimeout, Lease: c.o.lease, MaxAttempts: c.o.maxAttempts}
 	for c.fetchCtx.Err() == nil {
@@ -176,7 +176,7 @@ func yieldToWoken() {
 
 // holdLock takes or renews the exclusive lock when due. It returns false,
 // after waiting, when this instance does not hold it.
-func (c *consumer) holdLock(bo *backoff) bool {
+func (c *consumer) holdLock(bo *pacer) bool {
 	d := c.d
 	if c.lockHeld.Load() && time.Now().Before(c.lockRenewAt) {
 		return true
@@ -217,7 +217,7 @@ func (c *consumer) dispatch(ds []broker.Delivery) {
 	now := time.Now()
 	for i := range ds {
 		dl := ds[i]
-		deadline := c.d.clock.local(dl.Deadline)
+		deadline := c.d.b.Local(dl.Deadline)
 		if !deadline.IsZero() && !now.Before(deadline) {
 			c.drop(&dl)
 			continue

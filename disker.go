@@ -180,7 +180,6 @@ type Disker struct {
 	host    string
 	started time.Time
 
-	clock   clock
 	health  health
 	monitor *monitor
 
@@ -239,7 +238,7 @@ func New(cfg Config) (*Disker, error) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := d.clock.sync(ctx, b); err != nil {
+	if _, err := b.Now(ctx); err != nil { // measures the broker's clock
 		_ = b.Close()
 		d.bgCancel()
 		d.opCancel()

@@ -2,9 +2,10 @@ package disker
 
 import (
 	"context"
-	"math/rand/v2"
 	"runtime"
 	"time"
+
+	"github.com/diskerhq/disker/internal/backoff"
 )
 
 // Handler handles the messages of a receiver.
@@ -79,11 +80,7 @@ func DefaultConcurrency() int { return max(16, 4*runtime.GOMAXPROCS(0)) }
 // again: 100ms doubled with each attempt, capped at 30s, with jitter (a
 // random delay between half and all of it).
 func DefaultBackoff(attempt int) time.Duration {
-	d := 30 * time.Second
-	if attempt < 10 {
-		d = min(d, 100*time.Millisecond<<max(attempt-1, 0))
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff.Delay(100*time.Millisecond, 30*time.Second, max(attempt-1, 0))
 }
 
 type handleOptions struct {

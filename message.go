@@ -261,7 +261,7 @@ func (d *Disker) messageOf(env *broker.Envelope, deadline time.Time, attempt int
 		Headers:       env.Headers,
 		FireAndForget: env.FireAndForget,
 		Timeout:       env.Timeout,
-		Deadline:      d.clock.local(deadline),
+		Deadline:      d.b.Local(deadline),
 		Attempt:       attempt,
 		InReplyTo:     env.InReplyTo,
 

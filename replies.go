@@ -186,7 +186,7 @@ type replyStream struct {
 func (d *Disker) readLoop(ctx context.Context, name string, s replyStream) {
 	acks := newAcker(d, "sender", name, s.ack)
 	defer acks.close(ctx) // ctx has ended by then: one try per batch
-	var bo backoff
+	var bo pacer
 	for ctx.Err() == nil {
 		rs, err := s.read(ctx)
 		if err != nil {

@@ -302,7 +302,7 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 func (r *requester) giveUp(id string, deadline time.Time, timedOut bool) (broker.Reply, error) {
 	d := r.d
 	stop := time.Now().Add(cancelGrace)
-	var bo backoff
+	var bo pacer
 	for {
 		ctx, cancel := context.WithTimeout(d.opCtx, 5*time.Second)
 		m, err := d.b.GiveUp(ctx, r.name, id)

@@ -188,8 +188,12 @@ type Broker interface {
 
 // Clock is the broker's time, which decides deadlines and leases.
 type Clock interface {
-	// Now returns the broker's clock.
+	// Now returns the broker's clock, and measures the offset of the local
+	// clock to it (see Offset).
 	Now(ctx context.Context) (time.Time, error)
+	// Local turns broker time t into local time by the offset the last Now
+	// measured; the zero time stays zero.
+	Local(t time.Time) time.Time
 }
 
 // Queue is a receiver's queue: sending, leased delivery, and the end of a

@@ -50,6 +50,9 @@ type Broker struct {
 	closed    atomic.Bool
 	done      chan struct{}
 	closeOnce sync.Once
+	// offset is the broker's clock minus the local one, as the last Now
+	// measured it: the clock of Local.
+	offset broker.Offset
 }
 
 var _ broker.Broker = (*Broker)(nil)
@@ -114,8 +117,14 @@ func (b *Broker) Now(ctx context.Context) (time.Time, error) {
 	if err := b.check(ctx); err != nil {
 		return time.Time{}, err
 	}
-	return b.c.now(), nil
+	sent := time.Now()
+	now := b.c.now()
+	b.offset.Measure(sent, now, time.Now())
+	return now, nil
 }
+
+// Local turns the broker's time t into local time (see broker.Clock).
+func (b *Broker) Local(t time.Time) time.Time { return b.offset.Local(t) }
 
 // check returns the error a call must fail with before it starts, if any.
 func (b *Broker) check(ctx context.Context) error {

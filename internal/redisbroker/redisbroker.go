@@ -108,10 +108,9 @@ type Broker struct {
 	pruneEvery   time.Duration
 	pruned       sync.Map // stream key -> time.Time of the last prune
 
-	// offset is Redis time minus local time, in ns, as the last Now
-	// measured it (synced says whether one did): the clock of SendRequest.
-	offset atomic.Int64
-	synced atomic.Bool
+	// offset is Redis time minus local time, as the last Now measured it:
+	// the clock of SendRequest, and of Local.
+	offset broker.Offset
 	// cursors maps an inbox to the id of the last entry readInbox read.
 	cursors sync.Map
 
@@ -305,19 +304,20 @@ func (b *Broker) Now(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("redisbroker: now: TIME answered %q", v)
 	}
 	now := time.Unix(sec, usec*1000)
-	// Redis read its clock about half way through the round trip.
-	b.offset.Store(int64(now.Sub(sent.Add(got.Sub(sent) / 2))))
-	b.synced.Store(true)
+	b.offset.Measure(sent, now, got)
 	return now, nil
 }
+
+// Local turns Redis time t into local time (see broker.Clock).
+func (b *Broker) Local(t time.Time) time.Time { return b.offset.Local(t) }
 
 // estimateNow returns Redis time as the last Now measured the offset of
 // the local clock, calling Now if none did.
 func (b *Broker) estimateNow(ctx context.Context) (time.Time, error) {
-	if !b.synced.Load() {
-		return b.Now(ctx)
+	if now, ok := b.offset.Estimate(); ok {
+		return now, nil
 	}
-	return time.Now().Add(time.Duration(b.offset.Load())), nil
+	return b.Now(ctx)
 }
 
 func (b *Broker) check() error {
