@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -453,4 +454,9 @@ func (c *consumer) stats() ReceiverLocalStats {
 		DeadLettered: c.deadLettered.Load(),
 		Expired:      c.expired.Load(),
 	}
+}
+
+// logAttrs are the attributes of a delivery in logs.
+func logAttrs(receiver, id string, attempt int) []any {
+	return []any{slog.String("receiver", receiver), slog.String("id", id), slog.Int("attempt", attempt)}
 }

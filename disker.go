@@ -18,7 +18,7 @@ import (
 
 // Defaults of the Config fields.
 const (
-	DefaultMaxConnectionPoolSize   = 10
+	DefaultMaxConnectionPoolSize   = 4
 	DefaultReceiverBlockTimeout    = time.Second
 	DefaultTimeoutMonitorFrequency = time.Second
 	DefaultKeyPrefix               = "disker"
@@ -41,9 +41,12 @@ type Config struct {
 	// the embedded in-memory broker: instances in one process with the same
 	// NAME share it ("" and "mem://" mean NAME "default").
 	RedisURL string
-	// MaxConnectionPoolSize is how many connections to Redis carry the
-	// commands; default 10. Blocking reads use connections of their own, so
-	// no number of receivers starves the others.
+	// MaxConnectionPoolSize bounds the connections to Redis that carry the
+	// commands, which are pipelined on them: the broker opens the largest
+	// power of two that is at most this, at most GOMAXPROCS and at most 4
+	// (more connections only make smaller pipelined batches); default 4.
+	// Blocking reads use connections of their own, so no number of
+	// receivers starves the others.
 	MaxConnectionPoolSize int
 	// ReceiverBlockTimeout is how long a blocking read waits for messages
 	// before it looks again; default 1s.

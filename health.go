@@ -3,7 +3,6 @@ package disker
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -52,23 +51,3 @@ func (h *health) ok() {
 		h.d.emit(Event{Kind: EventAvailable})
 	}
 }
-
-// wrapBroker gives a broker error the package prefix if it lacks one, and
-// turns the broker's ErrClosed into ErrClosed.
-func wrapBroker(op string, err error) error {
-	if errors.Is(err, broker.ErrClosed) {
-		return ErrClosed
-	}
-	if strings.HasPrefix(err.Error(), "disker: ") {
-		return err
-	}
-	return &opError{op: op, err: err}
-}
-
-type opError struct {
-	op  string
-	err error
-}
-
-func (e *opError) Error() string { return "disker: " + e.op + ": " + e.err.Error() }
-func (e *opError) Unwrap() error { return e.err }
