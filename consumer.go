@@ -164,10 +164,10 @@ func (c *consumer) fetchLoop() {
 }
 
 // yieldToWoken lets the goroutines that a reading loop has just woken
-// (handlers, waiting Requests) run before the loop issues its next read.
-// Without it, a lone round trip's p50 was 15% longer on the 2-CPU machine
-// measured, and no different on one CPU (BENCHMARKS.md, "Yielding
-// to the woken"). The likely cause: the next read's command readies the
+// (handlers, waiting Requests) run before the loop issues its next read:
+// without it a lone round trip takes longer on a machine with more than
+// one CPU (BENCHMARKS.md has the figures). The likely cause: the next
+// read's command readies the
 // client's writer goroutine, which takes the woken goroutine's place as the
 // next to run on this P, so the woken one waits for another P to be woken
 // to steal it, a wake-up across CPUs.

@@ -110,8 +110,8 @@ func WithConcurrency(n int) HandleOption {
 // WithPrefetch lets this instance fetch up to n of the receiver's messages
 // beyond its free handler slots, to wait in line for the next free one;
 // default 0. It keeps the handlers busy when messages come faster than a
-// fetch's round trip to the broker (measured: a quarter more no-op
-// messages per second with n equal to the concurrency, under a backlog).
+// fetch's round trip to the broker (BENCHMARKS.md has the figures, with n
+// equal to the concurrency, under a backlog).
 // A message waiting in line is leased to this instance like one being
 // handled (no other instance takes it), its lease is extended, and it is
 // not started after its deadline or once the instance stops (it is then

@@ -179,12 +179,11 @@ func New(cfg Config) (*Broker, error) {
 
 // ringScale is rueidis's RingScaleEachConn: every connection, each
 // dedicated one of a blocking read included, gets a ring of 2^ringScale
-// slots, each with a sync.Cond and a channel. rueidis's default, 10
-// (1,024 slots), made creating the connections 71% of the CPU of a test
-// with 1,000 senders that each read their replies (one blocking connection
-// each), and starved the other tests of its process; 8 made that test a
-// third faster, and left BenchmarkRequest and BenchmarkSendHandle level
-// (nine rounds in turns). A blocking connection carries one command at a
+// slots, each with a sync.Cond and a channel. With rueidis's default, 10,
+// creating the connections took most of the CPU of a test with 1,000
+// senders that each read their replies (one blocking connection each);
+// 8 makes them cheaper and leaves the benchmarks level (BENCHMARKS.md has
+// the figures). A blocking connection carries one command at a
 // time, and the pipelined ones hold 256 calls in flight each (a DoMulti
 // is one), beyond which callers wait.
 const ringScale = 8
