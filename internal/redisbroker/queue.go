@@ -110,7 +110,7 @@ func (b *Broker) xadd(env *broker.Envelope, data, deadline string) rueidis.Compl
 }
 
 func (b *Broker) sendTimedKeys(env *broker.Envelope) []string {
-	return []string{b.keys.queue(env.Receiver), b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender), b.keys.replies(env.Sender)}
+	return []string{b.keys.queue(env.Receiver), b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)}
 }
 
 func sendTimedArgs(env *broker.Envelope, data string) []string {
@@ -203,7 +203,7 @@ func (b *Broker) sendRun(ctx context.Context, kind int, envs []*broker.Envelope,
 // returned no id): the sender still sees exactly one outcome.
 func (b *Broker) sendTimedSplit(ctx context.Context, env *broker.Envelope, data string) (time.Time, error) {
 	t, tm := b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)
-	res, err := scriptPendTimed.Exec(ctx, b.client, []string{t, tm, b.keys.replies(env.Sender)},
+	res, err := scriptPendTimed.Exec(ctx, b.client, []string{t, tm},
 		[]string{data, env.ID, msString(env.Timeout)}).ToString()
 	if err != nil {
 		return time.Time{}, b.fail(ctx, "send", err)
