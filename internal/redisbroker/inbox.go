@@ -178,7 +178,7 @@ func (b *Broker) CloseInbox(ctx context.Context, inbox string) error {
 	return b.expireInbox(ctx, inbox, 0)
 }
 
-// expireInbox runs the script expire_inbox: the inbox's keys expire ttl
+// expireInbox runs the script inbox_expire: the inbox's keys expire ttl
 // from now, or are deleted for ttl 0.
 func (b *Broker) expireInbox(ctx context.Context, inbox string, ttl time.Duration) error {
 	err := scriptExpireInbox.Exec(ctx, b.client,

@@ -19,9 +19,11 @@ func env(id, receiver string) *broker.Envelope {
 		Headers: map[string]string{"h": "v"}}
 }
 
-func fetch1(t *testing.T, b *Broker, receiver, consumer string, lease time.Duration, maxAttempts int) []broker.Delivery {
+// fetch1 fetches up to 10 deliveries (p.Max) without blocking (p.Block).
+func fetch1(t *testing.T, b *Broker, p broker.FetchParams) []broker.Delivery {
 	t.Helper()
-	ds, err := b.Fetch(ctxT(t), &broker.FetchParams{Receiver: receiver, Consumer: consumer, Max: 10, Block: 0, Lease: lease, MaxAttempts: maxAttempts})
+	p.Max, p.Block = 10, 0
+	ds, err := b.Fetch(ctxT(t), &p)
 	if err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
@@ -37,7 +39,7 @@ func TestSendFetchAck(t *testing.T) {
 	if err != nil || !deadline.IsZero() {
 		t.Fatalf("Send = %v, %v; want zero deadline, nil", deadline, err)
 	}
-	ds := fetch1(t, b, "orders", "c1", time.Minute, 5)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "c1", Lease: time.Minute, MaxAttempts: 5})
 	if len(ds) != 1 {
 		t.Fatalf("Fetch returned %d deliveries, want 1", len(ds))
 	}
@@ -45,7 +47,7 @@ func TestSendFetchAck(t *testing.T) {
 	if !reflect.DeepEqual(d.Env, *want) || d.Attempt != 1 || !d.Deadline.IsZero() || d.Ref == "" {
 		t.Fatalf("delivery = %+v, want %+v attempt 1, no deadline", d, *want)
 	}
-	if again := fetch1(t, b, "orders", "c2", time.Minute, 5); len(again) != 0 {
+	if again := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "c2", Lease: time.Minute, MaxAttempts: 5}); len(again) != 0 {
 		t.Fatalf("a leased message was delivered again: %+v", again)
 	}
 	st, err := b.Stats(ctx, "orders")
@@ -105,7 +107,7 @@ func TestSendTimedSetsDeadline(t *testing.T) {
 	if deadline.Before(before.Add(time.Hour).Truncate(time.Millisecond)) || deadline.After(after.Add(time.Hour)) {
 		t.Fatalf("deadline %v not within [%v, %v] + 1h", deadline, before, after)
 	}
-	ds := fetch1(t, b, "orders", "c", time.Minute, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})
 	if len(ds) != 1 || !ds[0].Deadline.Equal(deadline) || ds[0].Env.Timeout != time.Hour {
 		t.Fatalf("delivery %+v, want deadline %v", ds, deadline)
 	}
@@ -193,13 +195,13 @@ func TestReclaimAfterLeaseExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := 50 * time.Millisecond
-	first := fetch1(t, b, "r", "A", lease, 5)
+	first := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 5})
 	if len(first) != 1 || first[0].Attempt != 1 {
 		t.Fatalf("first Fetch = %+v", first)
 	}
 	var second []broker.Delivery
 	eventually(t, "the message to be reclaimed", func() bool {
-		second = fetch1(t, b, "r", "B", lease, 5)
+		second = fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 5})
 		return len(second) > 0
 	})
 	if len(second) != 1 || second[0].Attempt != 2 || second[0].Ref != first[0].Ref || second[0].Env.ID != "m1" {
@@ -224,7 +226,7 @@ func TestExtendResetsLease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ds := fetch1(t, b, "r", "A", lease, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 0})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch = %+v", ds)
 	}
@@ -239,7 +241,7 @@ func TestExtendResetsLease(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(lost, []string{"bogus", "1-1"}) {
 		t.Fatalf("Extend = %v, %v; want only the unknown refs lost", lost, err)
 	}
-	got := fetch1(t, b, "r", "B", lease, 0)
+	got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 0})
 	if len(got) != 1 || got[0].Env.ID != "control" || got[0].Attempt != 2 {
 		t.Fatalf("Fetch by B = %+v; want only control, attempt 2", got)
 	}
@@ -254,7 +256,7 @@ func TestRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lease = time.Hour
-	d := fetch1(t, b, "r", "A", lease, 0)[0]
+	d := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 0})[0]
 	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "B", Ref: d.Ref, Delay: 0, Lease: lease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry by a non-holder = %v; want ErrLeaseLost", err)
 	}
@@ -265,10 +267,10 @@ func TestRetry(t *testing.T) {
 	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: d.Ref, Delay: 30 * time.Minute, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
-	if got := fetch1(t, b, "r", "B", lease, 0); len(got) != 0 {
+	if got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 0}); len(got) != 0 {
 		t.Fatalf("redelivered before the delay: %+v", got)
 	}
-	got := fetch1(t, b, "r", "B", 30*time.Minute, 0)
+	got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: 30 * time.Minute, MaxAttempts: 0})
 	if len(got) != 1 || got[0].Attempt != 2 {
 		t.Fatalf("Fetch with lease = lease-delay: %+v; want the message at attempt 2", got)
 	}
@@ -276,7 +278,7 @@ func TestRetry(t *testing.T) {
 	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "B", Ref: d.Ref, Delay: 0, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
-	got = fetch1(t, b, "r", "C", lease, 0)
+	got = fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "C", Lease: lease, MaxAttempts: 0})
 	if len(got) != 1 || got[0].Attempt != 3 || got[0].Env.ID != "m1" {
 		t.Fatalf("after Retry(0): %+v; want attempt 3", got)
 	}
@@ -292,7 +294,7 @@ func TestRetryLongerThanLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := 20 * time.Millisecond
-	d := fetch1(t, b, "r", "A", lease, 0)[0]
+	d := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 0})[0]
 	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: d.Ref, Delay: time.Hour, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +306,7 @@ func TestRetryLongerThanLease(t *testing.T) {
 			return n.Sub(now) > lease
 		})
 		now, _ = b.Now(ctx)
-		if got := fetch1(t, b, "r", "B", lease, 0); len(got) != 0 {
+		if got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 0}); len(got) != 0 {
 			t.Fatalf("redelivered before the delay: %+v", got)
 		}
 	}
@@ -315,7 +317,7 @@ func TestRetryLongerThanLease(t *testing.T) {
 	if err := do(t, raw, "ZADD", b.keys.delayed("r"), "0", d.Ref).Error(); err != nil {
 		t.Fatal(err)
 	}
-	got := fetch1(t, b, "r", "B", lease, 0)
+	got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 0})
 	if len(got) != 1 || got[0].Attempt != 2 {
 		t.Fatalf("after the delay: %+v; want attempt 2", got)
 	}
@@ -336,7 +338,7 @@ func TestDeadLetterAfterMaxAttempts(t *testing.T) {
 	}
 	const lease = time.Hour
 	for attempt := 1; attempt <= 2; attempt++ {
-		ds := fetch1(t, b, "r", "A", lease, 2)
+		ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 2})
 		if len(ds) != 1 || ds[0].Attempt != attempt {
 			t.Fatalf("attempt %d: %+v", attempt, ds)
 		}
@@ -344,7 +346,7 @@ func TestDeadLetterAfterMaxAttempts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ds := fetch1(t, b, "r", "A", lease, 2); len(ds) != 0 {
+	if ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 2}); len(ds) != 0 {
 		t.Fatalf("delivered beyond max attempts: %+v", ds)
 	}
 	dls, err := b.DeadLetters(ctx, "r", 10)
@@ -363,7 +365,7 @@ func TestDeadLetterAfterMaxAttempts(t *testing.T) {
 	if n, err := b.RetryDeadLetters(ctx, "r"); err != nil || n != 1 {
 		t.Fatalf("RetryDeadLetters = %d, %v", n, err)
 	}
-	ds := fetch1(t, b, "r", "A", lease, 2)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 2})
 	if len(ds) != 1 || ds[0].Attempt != 1 || ds[0].Env.ID != "m1" || !ds[0].Deadline.Equal(deadline) {
 		t.Fatalf("after RetryDeadLetters: %+v; want m1 attempt 1 deadline %v", ds, deadline)
 	}
@@ -387,7 +389,7 @@ func TestUndecodableEntriesGoToDeadLetters(t *testing.T) {
 	if _, err := b.Send(ctx, env("good", "r")); err != nil {
 		t.Fatal(err)
 	}
-	ds := fetch1(t, b, "r", "c", time.Minute, 5)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 5})
 	if len(ds) != 1 || ds[0].Env.ID != "good" {
 		t.Fatalf("Fetch = %+v; want only the good message", ds)
 	}
@@ -434,7 +436,7 @@ func TestDeadLetterRetryPurge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ds := fetch1(t, b, "r", "c", time.Minute, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})
 	for _, d := range ds {
 		if err := b.DeadLetter(ctx, "r", d, "failed: "+d.Env.ID); err != nil {
 			t.Fatal(err)
@@ -450,7 +452,7 @@ func TestDeadLetterRetryPurge(t *testing.T) {
 	if n, err := b.RetryDeadLetters(ctx, "r", dls[1].Ref, "bogus", "1-1"); err != nil || n != 1 {
 		t.Fatalf("RetryDeadLetters(b) = %d, %v", n, err)
 	}
-	if got := fetch1(t, b, "r", "c", time.Minute, 0); len(got) != 1 || got[0].Env.ID != "b" {
+	if got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(got) != 1 || got[0].Env.ID != "b" {
 		t.Fatalf("after retry: %+v", got)
 	}
 	if n, err := b.PurgeDeadLetters(ctx, "r", dls[0].Ref, "bogus"); err != nil || n != 1 {
@@ -554,7 +556,7 @@ func TestSendBatchPartialFailure(t *testing.T) {
 	if !strings.Contains(err.Error(), "2 of 4 messages not sent; message 1") {
 		t.Fatalf("error text %q does not say what failed", err)
 	}
-	ds := fetch1(t, b, "fine", "c", time.Minute, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "fine", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})
 	if len(ds) != 2 || ds[0].Env.ID != "m1" || ds[1].Env.ID != "m3" {
 		t.Fatalf("Fetch fine = %+v; want m1 then m3", ds)
 	}

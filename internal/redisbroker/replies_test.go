@@ -414,7 +414,7 @@ func TestInboxSend(t *testing.T) {
 	if lo, hi := before.Add(time.Hour).Add(-5*time.Millisecond), after.Add(time.Hour).Add(5*time.Millisecond); dl.Before(lo) || dl.After(hi) {
 		t.Fatalf("deadline %v, want within [%v, %v]", dl, lo, hi)
 	}
-	ds := fetch1(t, b, "inbox-orders", "c", time.Minute, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "inbox-orders", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})
 	if len(ds) != 1 || ds[0].Env.ID != "m1" || !ds[0].Deadline.Equal(dl) {
 		t.Fatalf("Fetch = %+v; want m1 with deadline %v", ds, dl)
 	}
@@ -443,7 +443,7 @@ func TestInboxSend(t *testing.T) {
 	other := newBroker(t)
 	other.keys = b.keys
 	send(other, "m2", time.Hour)
-	if ds := fetch1(t, b, "inbox-orders", "c", time.Minute, 0); len(ds) != 1 || ds[0].Env.ID != "m2" || ds[0].Deadline.IsZero() {
+	if ds := fetch1(t, b, broker.FetchParams{Receiver: "inbox-orders", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(ds) != 1 || ds[0].Env.ID != "m2" || ds[0].Deadline.IsZero() {
 		t.Fatalf("Fetch = %+v; want m2 with its deadline", ds)
 	}
 }

@@ -40,7 +40,7 @@ func TestRedisRestart(t *testing.T) {
 	if _, err := b.Send(ctx, env("m2", "orders")); err != nil {
 		t.Fatal(err)
 	}
-	leased := fetch1(t, b, "orders", "A", time.Hour, 0)
+	leased := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "A", Lease: time.Hour, MaxAttempts: 0})
 	if len(leased) != 2 {
 		t.Fatalf("Fetch = %+v", leased)
 	}
@@ -88,7 +88,7 @@ func TestRedisRestart(t *testing.T) {
 	if ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "empty", Consumer: "A", Max: 1, Block: 10 * time.Millisecond, Lease: time.Hour, MaxAttempts: 0}); err != nil || len(ds) != 0 {
 		t.Fatalf("blocking Fetch after restart = %+v, %v", ds, err)
 	}
-	ds := fetch1(t, b, "orders", "A", time.Hour, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "A", Lease: time.Hour, MaxAttempts: 0})
 	if len(ds) != 1 || ds[0].Env.ID != "m3" {
 		t.Fatalf("Fetch after restart = %+v; want m3", ds)
 	}
@@ -118,7 +118,7 @@ func TestRedisRestartWithoutData(t *testing.T) {
 	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
 		t.Fatal(err)
 	}
-	d := fetch1(t, b, "r", "A", time.Hour, 0)
+	d := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: time.Hour, MaxAttempts: 0})
 	s.Restart()
 	eventually(t, "the broker to reconnect", func() bool {
 		_, err := b.Now(ctx)
@@ -219,7 +219,7 @@ func inboxRoundTrips(t *testing.T, b *Broker, receiver string) {
 			deadline = dl
 		}
 	}
-	ds := fetch1(t, b, receiver, "A", time.Hour, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: receiver, Consumer: "A", Lease: time.Hour, MaxAttempts: 0})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch = %+v", ds)
 	}
@@ -263,7 +263,7 @@ func TestNoKeysLeftBehind(t *testing.T) {
 		}
 	}
 	const lease = time.Hour
-	ds := fetch1(t, b, "orders", "A", lease, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "A", Lease: lease, MaxAttempts: 0})
 	if len(ds) != 7 {
 		t.Fatalf("Fetch = %d deliveries", len(ds))
 	}
@@ -284,7 +284,7 @@ func TestNoKeysLeftBehind(t *testing.T) {
 	if _, err := b.PurgeDeadLetters(ctx, "orders"); err != nil {
 		t.Fatal(err)
 	}
-	again := fetch1(t, b, "orders", "B", lease, 0)
+	again := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "B", Lease: lease, MaxAttempts: 0})
 	if len(again) != 1 || again[0].Env.ID != "m4" {
 		t.Fatalf("retried = %+v", again)
 	}
@@ -380,7 +380,7 @@ func TestQueueDeletedUnderTheBroker(t *testing.T) {
 	b := newBroker(t)
 	raw := rawClient(t, srv)
 	ctx := ctxT(t)
-	if ds := fetch1(t, b, "r", "c", time.Minute, 0); len(ds) != 0 {
+	if ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(ds) != 0 {
 		t.Fatal(ds)
 	}
 	if err := do(t, raw, "DEL", b.keys.queue("r")).Error(); err != nil {
@@ -389,7 +389,7 @@ func TestQueueDeletedUnderTheBroker(t *testing.T) {
 	if _, err := b.Send(ctx, env("m", "r")); err != nil {
 		t.Fatal(err)
 	}
-	if ds := fetch1(t, b, "r", "c", time.Minute, 0); len(ds) != 1 {
+	if ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(ds) != 1 {
 		t.Fatalf("Fetch after the queue was deleted = %+v", ds)
 	}
 }

@@ -253,7 +253,7 @@ return deadline
 `)
 
 // scriptExpireInbox bounds the life of an inbox's state.
-var scriptExpireInbox = rueidis.NewLuaScript(`-- expire_inbox
+var scriptExpireInbox = rueidis.NewLuaScript(`-- inbox_expire
 -- KEYS[1] -> the inbox's reply stream P:{I}:r
 -- ARGV[1] -> ttl in ms; "0" deletes the stream now
 -- With a ttl, creates the reply stream (with a group "g", the way to create

@@ -154,23 +154,23 @@ func testReceivers(t *testing.T, b broker.Broker) {
 
 func testStats(t *testing.T, b broker.Broker) {
 	r := name("recv")
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 	for range 4 {
 		send(t, b, newEnv(r, "x"))
 	}
-	checkStats(t, b, r, 4, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 4, Pending: 0, DeadLetters: 0})
 	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 2, Block: 0, Lease: longLease, MaxAttempts: 10})
-	checkStats(t, b, r, 2, 2, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 2, Pending: 2, DeadLetters: 0})
 	deadLetter(t, b, r, ds[0], "no")
-	checkStats(t, b, r, 2, 1, 1)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 2, Pending: 1, DeadLetters: 1})
 	ack(t, b, r, ds[1].Ref)
-	checkStats(t, b, r, 2, 0, 1)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 2, Pending: 0, DeadLetters: 1})
 	ds = fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
 	if n, err := b.PurgeDeadLetters(ctxT(t), r); err != nil || n != 1 {
 		t.Fatalf("PurgeDeadLetters: got %d, %v", n, err)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 // inboxTraffic sends two timed requests to r from an inbox, replies to one
@@ -238,7 +238,7 @@ func testNothingLeftBehind(t *testing.T, b broker.Broker) {
 	}
 	deadLetter(t, b, r, ds[5], "bad")
 	ack(t, b, r, ds[0].Ref, ds[1].Ref, ds[2].Ref, ds[3].Ref)
-	again := pollFetch(t, b, r, "w", longLease, 10)
+	again := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Lease: longLease, MaxAttempts: 10})
 	ack(t, b, r, again[0].Ref)
 	if n, err := b.PurgeDeadLetters(ctxT(t), r); err != nil || n != 1 {
 		t.Fatalf("PurgeDeadLetters: got %d, %v", n, err)
@@ -254,8 +254,8 @@ func testNothingLeftBehind(t *testing.T, b broker.Broker) {
 	}
 	release(t, b, r, "w")
 
-	checkStats(t, b, r, 0, 0, 0)
-	checkStats(t, b, s, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
+	checkStats(t, b, broker.ReceiverStats{Receiver: s, Queued: 0, Pending: 0, DeadLetters: 0})
 	if rs := receivers(t, b); rs[r] || rs[s] {
 		t.Fatalf("Receivers lists %s or %s after a drained run: %v", r, s, rs)
 	}

@@ -202,13 +202,14 @@ func fetchOne(t *testing.T, b broker.Broker, receiver, consumer string, lease ti
 	return ds[0]
 }
 
-// pollFetch fetches with short blocks until it has a delivery, failing
-// after Patience.
-func pollFetch(t *testing.T, b broker.Broker, receiver, consumer string, lease time.Duration, maxAttempts int) []broker.Delivery {
+// pollFetch fetches with short blocks (p.Block) up to 10 deliveries
+// (p.Max) until it has one, failing after Patience.
+func pollFetch(t *testing.T, b broker.Broker, p broker.FetchParams) []broker.Delivery {
 	t.Helper()
+	p.Max, p.Block = 10, pollBlock
 	var ds []broker.Delivery
-	eventually(t, "a delivery of "+receiver+" to "+consumer, func() bool {
-		ds = fetch(t, b, broker.FetchParams{Receiver: receiver, Consumer: consumer, Max: 10, Block: pollBlock, Lease: lease, MaxAttempts: maxAttempts})
+	eventually(t, "a delivery of "+p.Receiver+" to "+p.Consumer, func() bool {
+		ds = fetch(t, b, p)
 		return len(ds) > 0
 	})
 	return ds
@@ -230,11 +231,12 @@ func stats(t *testing.T, b broker.Broker, receiver string) broker.ReceiverStats 
 	return st
 }
 
-// checkStats compares receiver's stats with queued, pending and dead.
-func checkStats(t *testing.T, b broker.Broker, receiver string, queued, pending, dead int64) {
+// checkStats compares the stats of want.Receiver with want's Queued,
+// Pending and DeadLetters (Length is their sum).
+func checkStats(t *testing.T, b broker.Broker, want broker.ReceiverStats) {
 	t.Helper()
-	want := broker.ReceiverStats{Receiver: receiver, Queued: queued, Pending: pending, DeadLetters: dead, Length: queued + pending}
-	if got := stats(t, b, receiver); got != want {
+	want.Length = want.Queued + want.Pending
+	if got := stats(t, b, want.Receiver); got != want {
 		t.Fatalf("Stats: got %+v, want %+v", got, want)
 	}
 }

@@ -103,7 +103,7 @@ func testInboxReply(t *testing.T, b broker.Broker) {
 		t.Fatalf("ReplyInbox to a name that is not an open inbox: got %v, want ErrLate", err)
 	}
 	closeInbox(t, b, ib)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 // testInboxGiveUp shows GiveUp's markers: each is an entry in order after
@@ -287,5 +287,5 @@ func testInboxReplyRacesGiveUp(t *testing.T, b broker.Broker) {
 	t.Logf("%d replies accepted, %d timed out", accepted, n-accepted)
 	drainQueue(t, b, r)
 	closeInbox(t, b, ib)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }

@@ -94,8 +94,9 @@ func senderState(t *testing.T, b broker.Broker, inbox, receiver string) (timed, 
 // checkSenderGone checks that inbox's state is gone: it is closed, its
 // reply is no more, and nothing can be appended. It reads the reply
 // stream last: on Redis a read re-creates it.
-func checkSenderGone(t *testing.T, b broker.Broker, inbox string, timed, plain *broker.Envelope, deadline time.Time) {
+func checkSenderGone(t *testing.T, b broker.Broker, timed, plain *broker.Envelope, deadline time.Time) {
 	t.Helper()
+	inbox := timed.Sender
 	ctx := ctxT(t)
 	if err := b.ReplyInbox(ctx, replyTo(plain, "after"), time.Time{}); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("ReplyInbox to an inbox whose state is gone: got %v, want ErrLate", err)
@@ -119,7 +120,7 @@ func testInboxLapses(t *testing.T, b broker.Broker) {
 	set := brokerNow(t, b)
 	timed, plain, deadline := senderState(t, b, s, r)
 	waitBrokerTime(t, b, set.Add(shortLease+expirySlack))
-	checkSenderGone(t, b, s, timed, plain, deadline)
+	checkSenderGone(t, b, timed, plain, deadline)
 	closeInbox(t, b, s) // the read re-created the Redis stream
 }
 
@@ -167,7 +168,7 @@ func testInboxClose(t *testing.T, b broker.Broker) {
 	keepInbox(t, b, s, longLease)
 	timed, plain, deadline := senderState(t, b, s, r)
 	closeInbox(t, b, s)
-	checkSenderGone(t, b, s, timed, plain, deadline)
+	checkSenderGone(t, b, timed, plain, deadline)
 	closeInbox(t, b, s) // idempotent; and the read re-created the Redis stream
 
 	never := inboxName()
@@ -186,5 +187,5 @@ func testInboxClose(t *testing.T, b broker.Broker) {
 	if err := b.CloseInbox(ctxT(t), ""); err == nil {
 		t.Fatalf("CloseInbox with an empty inbox: got nil, want an error")
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }

@@ -59,6 +59,6 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 		}
 	}
 	// Nothing was done: the message is still there, never delivered.
-	checkStats(t, b, r, 1, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 1, Pending: 0, DeadLetters: 0})
 	ack(t, b, r, fetchOne(t, b, r, "c", longLease).Ref)
 }

@@ -35,20 +35,20 @@ func testSendFetchAck(t *testing.T, b broker.Broker) {
 	if deadline := send(t, b, env); !deadline.IsZero() {
 		t.Fatalf("Send of an untimed message: got deadline %v, want zero", deadline)
 	}
-	checkStats(t, b, r, 1, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 1, Pending: 0, DeadLetters: 0})
 
 	d := fetchOne(t, b, r, "c1", longLease)
 	checkEnv(t, "Fetch", d.Env, env)
 	if d.Ref == "" || d.Attempt != 1 || !d.Deadline.IsZero() {
 		t.Fatalf("Fetch: got ref %q attempt %d deadline %v, want a ref, attempt 1, no deadline", d.Ref, d.Attempt, d.Deadline)
 	}
-	checkStats(t, b, r, 0, 1, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 1, DeadLetters: 0})
 	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c2", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}); len(ds) != 0 {
 		t.Fatalf("second Fetch while leased: got %+v, want nothing", ds)
 	}
 
 	ack(t, b, r, d.Ref)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c1", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}); len(ds) != 0 {
 		t.Fatalf("Fetch after Ack: got %+v, want nothing", ds)
 	}
@@ -64,7 +64,7 @@ func testSendFetchAck(t *testing.T, b broker.Broker) {
 	d2 := fetchOne(t, b, r, "c1", shortLease)
 	checkEnv(t, "Fetch after the sender changed its envelope", d2.Env, want)
 	d2.Env.Content[0] = 'Y'
-	ds := pollFetch(t, b, r, "c2", shortLease, 10)
+	ds := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c2", Lease: shortLease, MaxAttempts: 10})
 	checkEnv(t, "redelivery after the consumer changed its delivery", ds[0].Env, want)
 	ack(t, b, r, ds[0].Ref)
 }
@@ -80,7 +80,7 @@ func testSendValidation(t *testing.T, b broker.Broker) {
 	if _, err := b.Send(ctx, big); err == nil {
 		t.Fatalf("Send of %d bytes: got no error", len(big.Content))
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 	if receivers(t, b)[r] {
 		t.Fatalf("Receivers lists %s after rejected sends", r)
 	}
@@ -144,7 +144,7 @@ func testSendBatch(t *testing.T, b broker.Broker) {
 	if _, err := b.SendBatch(ctx, []*broker.Envelope{newEnv(r1, "x"), nil}); err == nil {
 		t.Fatalf("SendBatch with a nil envelope: got no error")
 	}
-	checkStats(t, b, r1, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r1, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testFetchOrderAndMax(t *testing.T, b broker.Broker) {
@@ -169,7 +169,7 @@ func testFetchOrderAndMax(t *testing.T, b broker.Broker) {
 		refs[d.Ref] = true
 		ack(t, b, r, d.Ref)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testFetchEmpty(t *testing.T, b broker.Broker) {
@@ -288,7 +288,7 @@ func testCompetingConsumers(t *testing.T, b broker.Broker) {
 	if len(seen) != n {
 		t.Fatalf("competing consumers got %d distinct messages, want %d", len(seen), n)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testLeaseExpiryRedelivers(t *testing.T, b broker.Broker) {
@@ -296,7 +296,7 @@ func testLeaseExpiryRedelivers(t *testing.T, b broker.Broker) {
 	env := newEnv(r, "job")
 	send(t, b, env)
 	d1 := fetchOne(t, b, r, "dies", shortLease)
-	ds := pollFetch(t, b, r, "lives", shortLease, 10)
+	ds := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "lives", Lease: shortLease, MaxAttempts: 10})
 	if len(ds) != 1 {
 		t.Fatalf("redelivery: got %d deliveries, want 1", len(ds))
 	}
@@ -305,9 +305,9 @@ func testLeaseExpiryRedelivers(t *testing.T, b broker.Broker) {
 	if d2.Ref != d1.Ref || d2.Attempt != 2 {
 		t.Fatalf("redelivery: got ref %q attempt %d, want ref %q attempt 2", d2.Ref, d2.Attempt, d1.Ref)
 	}
-	checkStats(t, b, r, 0, 1, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 1, DeadLetters: 0})
 	ack(t, b, r, d2.Ref)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testExtendKeepsLease(t *testing.T, b broker.Broker) {
@@ -340,7 +340,7 @@ func testExtendKeepsLease(t *testing.T, b broker.Broker) {
 			}
 		}
 		if !stolen {
-			checkStats(t, b, r, 0, 1, 0)
+			checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 1, DeadLetters: 0})
 			ack(t, b, r, d.Ref)
 			return
 		}
@@ -361,10 +361,10 @@ func testExtendReportsLost(t *testing.T, b broker.Broker) {
 	}
 	// A message whose lease expired and that another consumer took is lost
 	// to the first; one that is acknowledged is lost to everybody.
-	taken := pollFetch(t, b, r, "second", shortLease, 10)
+	taken := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "second", Lease: shortLease, MaxAttempts: 10})
 	if len(taken) != 2 {
 		// Both expired together, but a poll may catch them apart.
-		taken = append(taken, pollFetch(t, b, r, "second", shortLease, 10)...)
+		taken = append(taken, pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "second", Lease: shortLease, MaxAttempts: 10})...)
 	}
 	lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: r, Consumer: "first", Refs: []string{ds[0].Ref, ds[1].Ref}, Lease: longLease})
 	if err != nil {
@@ -382,7 +382,7 @@ func testExtendReportsLost(t *testing.T, b broker.Broker) {
 		t.Fatalf("Extend after Ack of %s: got lost %v, want just it", taken[0].Ref, lost)
 	}
 	ack(t, b, r, taken[1].Ref)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testAckIdempotent(t *testing.T, b broker.Broker) {
@@ -396,7 +396,7 @@ func testAckIdempotent(t *testing.T, b broker.Broker) {
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
 	ack(t, b, r)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testRetryWithDelay(t *testing.T, b broker.Broker) {
@@ -418,7 +418,7 @@ func testRetryWithDelay(t *testing.T, b broker.Broker) {
 	if err := b.Retry(ctx, &broker.RetryParams{Receiver: r, Consumer: "other", Ref: ds[0].Ref, Delay: 0, Lease: longLease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry by a consumer that does not hold the lease: got %v, want ErrLeaseLost", err)
 	}
-	got := pollFetch(t, b, r, "second", longLease, 10)
+	got := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "second", Lease: longLease, MaxAttempts: 10})
 	if len(got) != 1 {
 		t.Fatalf("Fetch after the retry delay: got %d deliveries, want only the one retried soon", len(got))
 	}
@@ -432,9 +432,9 @@ func testRetryWithDelay(t *testing.T, b broker.Broker) {
 	if more := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "second", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}); len(more) != 0 {
 		t.Fatalf("Fetch before the %v retry delay: got %+v", longLease/2, more)
 	}
-	checkStats(t, b, r, 0, 2, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 2, DeadLetters: 0})
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testMaxAttemptsDeadLetters(t *testing.T, b broker.Broker) {
@@ -442,7 +442,7 @@ func testMaxAttemptsDeadLetters(t *testing.T, b broker.Broker) {
 	env := newEnv(r, "poison")
 	send(t, b, env)
 	fetchOne(t, b, r, "c1", shortLease)
-	ds := pollFetch(t, b, r, "c2", shortLease, 2)
+	ds := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c2", Lease: shortLease, MaxAttempts: 2})
 	if ds[0].Attempt != 2 {
 		t.Fatalf("second delivery: got attempt %d, want 2", ds[0].Attempt)
 	}
@@ -459,7 +459,7 @@ func testMaxAttemptsDeadLetters(t *testing.T, b broker.Broker) {
 	if len(dls) != 1 || dl.Attempts != 2 || !strings.Contains(dl.Reason, "lease expired") || dl.Ref == "" || dl.At.IsZero() || dl.Raw != nil {
 		t.Fatalf("dead letters: got %+v, want one with 2 attempts, a lease expiry reason, a ref and a time", dls)
 	}
-	checkStats(t, b, r, 0, 0, 1)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 1})
 	if n, err := b.PurgeDeadLetters(ctxT(t), r); err != nil || n != 1 {
 		t.Fatalf("PurgeDeadLetters: got %d, %v; want 1", n, err)
 	}
@@ -486,7 +486,7 @@ func testDeadLetterRetryPurge(t *testing.T, b broker.Broker) {
 	deadLetter(t, b, r, ds[0], "reason one")
 	deadLetter(t, b, r, ds[1], "reason two")
 	ack(t, b, r, ds[2].Ref)
-	checkStats(t, b, r, 0, 0, 2)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 2})
 	if !receivers(t, b)[r] {
 		t.Fatalf("Receivers does not list %s, which holds dead letters", r)
 	}
@@ -515,7 +515,7 @@ func testDeadLetterRetryPurge(t *testing.T, b broker.Broker) {
 	if n, err := b.RetryDeadLetters(ctx, r, dls[0].Ref); err != nil || n != 1 {
 		t.Fatalf("RetryDeadLetters: got %d, %v; want 1", n, err)
 	}
-	checkStats(t, b, r, 1, 0, 1)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 1, Pending: 0, DeadLetters: 1})
 	d := fetchOne(t, b, r, "c", longLease)
 	checkEnv(t, "retried dead letter", d.Env, m1)
 	if d.Attempt != 1 {
@@ -540,7 +540,7 @@ func testDeadLetterRetryPurge(t *testing.T, b broker.Broker) {
 	if dls := deadLetters(t, b, r); len(dls) != 0 {
 		t.Fatalf("DeadLetters after purge: got %+v", dls)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 	if receivers(t, b)[r] {
 		t.Fatalf("Receivers lists %s, which holds nothing", r)
 	}
@@ -568,7 +568,7 @@ func testRetryAllDeadLetters(t *testing.T, b broker.Broker) {
 	checkEnv(t, "first retried", ds[0].Env, m1)
 	checkEnv(t, "second retried", ds[1].Env, m2)
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testUndecodableEntry(t *testing.T, b broker.Broker) {
@@ -600,13 +600,13 @@ func testUndecodableEntry(t *testing.T, b broker.Broker) {
 	if len(dls) != 1 || dls[0].Env.ID != "" || string(dls[0].Raw) != string(raw) || dls[0].Reason == "" {
 		t.Fatalf("DeadLetters: got %+v, want the raw entry with a reason", dls)
 	}
-	checkStats(t, b, r, 0, 0, 1)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 1})
 	if n, err := b.RetryDeadLetters(ctx, r); err != nil || n != 0 {
 		t.Fatalf("RetryDeadLetters of an undecodable entry: got %d, %v; want 0 (it stays)", n, err)
 	}
-	checkStats(t, b, r, 0, 0, 1)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 1})
 	if n, err := b.PurgeDeadLetters(ctx, r, dls[0].Ref); err != nil || n != 1 {
 		t.Fatalf("PurgeDeadLetters: got %d, %v; want 1", n, err)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }

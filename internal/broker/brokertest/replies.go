@@ -181,7 +181,7 @@ func testExpireTimeoutsMax(t *testing.T, b broker.Broker) {
 	for _, d := range ds {
 		ack(t, b, r, d.Ref)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 // testNoTimeoutBeforeDeadline expires timeouts as fast as it can and
@@ -335,7 +335,7 @@ func testReplyRacesTimeout(t *testing.T, b broker.Broker) {
 	t.Logf("%d replies accepted, %d timed out", replies, notices)
 
 	drainQueue(t, b, r)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testReplyStreamConsumers(t *testing.T, b broker.Broker) {
