@@ -74,7 +74,7 @@ func (a *acker) run() {
 			}
 		}
 		gather.Stop()
-		var bo backoff
+		var bo pacer
 		for {
 			err := a.ack(d.opCtx, batch...)
 			if err == nil {

@@ -150,7 +150,9 @@ func (d *Disker) Receivers(ctx context.Context) ([]string, error) {
 	}
 	out := rs[:0]
 	for _, r := range rs {
-		if !isInbox(r) {
+		// Not a name a user can choose: Disker's own (such as the
+		// dead letters of an inbox).
+		if validName(r) == "" {
 			out = append(out, r)
 		}
 	}

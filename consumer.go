@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -128,7 +129,9 @@ func (c *consumer) stop(ctx context.Context) error {
 func (c *consumer) fetchLoop() {
 	defer close(c.loopDone)
 	d := c.d
-	var bo backoff
+	var bo pacer
+	// One params value for the loop's life: a Fetch allocates none.
+	fp := broker.FetchParams{Receiver: c.name, Consumer: d.id, Block: d.cfg.ReceiverBlockTimeout, Lease: c.o.lease, MaxAttempts: c.o.maxAttempts}
 	for c.fetchCtx.Err() == nil {
 		if c.o.exclusive && !c.holdLock(&bo) {
 			continue
@@ -141,7 +144,8 @@ func (c *consumer) fetchLoop() {
 			}
 			continue
 		}
-		ds, err := d.b.Fetch(c.fetchCtx, c.name, d.id, free, d.cfg.ReceiverBlockTimeout, c.o.lease, c.o.maxAttempts)
+		fp.Max = free
+		ds, err := d.b.Fetch(c.fetchCtx, &fp)
 		if err != nil {
 			if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
 				return
@@ -160,10 +164,10 @@ func (c *consumer) fetchLoop() {
 }
 
 // yieldToWoken lets the goroutines that a reading loop has just woken
-// (handlers, waiting Requests) run before the loop issues its next read.
-// Without it, a lone round trip's p50 was 15% longer on the 2-CPU machine
-// measured, and no different on one CPU (BENCHMARKS.md, "Yielding
-// to the woken"). The likely cause: the next read's command readies the
+// (handlers, waiting Requests) run before the loop issues its next read:
+// without it a lone round trip takes longer on a machine with more than
+// one CPU (BENCHMARKS.md has the figures). The likely cause: the next
+// read's command readies the
 // client's writer goroutine, which takes the woken goroutine's place as the
 // next to run on this P, so the woken one waits for another P to be woken
 // to steal it, a wake-up across CPUs.
@@ -173,7 +177,7 @@ func yieldToWoken() {
 
 // holdLock takes or renews the exclusive lock when due. It returns false,
 // after waiting, when this instance does not hold it.
-func (c *consumer) holdLock(bo *backoff) bool {
+func (c *consumer) holdLock(bo *pacer) bool {
 	d := c.d
 	if c.lockHeld.Load() && time.Now().Before(c.lockRenewAt) {
 		return true
@@ -214,7 +218,7 @@ func (c *consumer) dispatch(ds []broker.Delivery) {
 	now := time.Now()
 	for i := range ds {
 		dl := ds[i]
-		deadline := c.d.clock.local(dl.Deadline)
+		deadline := c.d.b.Local(dl.Deadline)
 		if !deadline.IsZero() && !now.Before(deadline) {
 			c.drop(&dl)
 			continue
@@ -317,7 +321,7 @@ func (c *consumer) call(ctx context.Context, msg *Message) (resp []byte, err err
 
 func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duration) {
 	d := c.d
-	if !msg.FireAndForget && msg.Sender != "" && (resp != nil || isInbox(msg.Sender)) {
+	if !msg.FireAndForget && msg.Sender != "" && (resp != nil || msg.fromInbox) {
 		if resp == nil {
 			resp = []byte{}
 		}
@@ -372,7 +376,7 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 	}
 	delay := max(c.o.backoff(msg.Attempt), 0)
 	d.log.Warn("disker: handler failed; will retry", append(attrs, "error", err, "delay", delay)...)
-	if err := d.b.Retry(d.opCtx, c.name, d.id, t.dl.Ref, delay, c.o.lease); err != nil {
+	if err := d.b.Retry(d.opCtx, &broker.RetryParams{Receiver: c.name, Consumer: d.id, Ref: t.dl.Ref, Delay: delay, Lease: c.o.lease}); err != nil {
 		if !errors.Is(err, broker.ErrLeaseLost) {
 			d.health.fail("retry", err)
 			d.log.Warn("disker: cannot schedule the retry; the message returns when its lease ends", append(attrs, "error", err)...)
@@ -403,6 +407,7 @@ func (c *consumer) keepLeases() {
 	tick := time.NewTicker(c.o.lease / 3)
 	defer tick.Stop()
 	var refs []string
+	ep := broker.ExtendParams{Receiver: c.name, Consumer: d.id, Lease: c.o.lease}
 	for {
 		select {
 		case <-c.keeperStop:
@@ -418,7 +423,8 @@ func (c *consumer) keepLeases() {
 		if len(refs) == 0 {
 			continue
 		}
-		lost, err := d.b.Extend(d.opCtx, c.name, d.id, refs, c.o.lease)
+		ep.Refs = refs
+		lost, err := d.b.Extend(d.opCtx, &ep)
 		if err != nil {
 			d.health.fail("extend leases", err)
 			continue
@@ -448,4 +454,9 @@ func (c *consumer) stats() ReceiverLocalStats {
 		DeadLettered: c.deadLettered.Load(),
 		Expired:      c.expired.Load(),
 	}
+}
+
+// logAttrs are the attributes of a delivery in logs.
+func logAttrs(receiver, id string, attempt int) []any {
+	return []any{slog.String("receiver", receiver), slog.String("id", id), slog.Int("attempt", attempt)}
 }

@@ -548,7 +548,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 		// A thief with a 1ms lease sees the delivery as expired.
 		var stolen []broker.Delivery
 		waitFor(t, 10*time.Second, "the theft", func() bool {
-			stolen, err = b.Fetch(ctx, "stolen", "thief", 1, 0, time.Millisecond, 0)
+			stolen, err = b.Fetch(ctx, &broker.FetchParams{Receiver: "stolen", Consumer: "thief", Max: 1, Block: 0, Lease: time.Millisecond, MaxAttempts: 0})
 			return err == nil && len(stolen) == 1
 		})
 		if stolen[0].Env.ID != id || stolen[0].Attempt != 2 {
@@ -559,7 +559,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 		}
 		// The worker did not acknowledge: the thief still holds it.
 		waitFor(t, 10*time.Second, "the worker to let go", func() bool { return d.LocalStats().Receivers["stolen"].InFlight == 0 })
-		if lost, err := b.Extend(ctx, "stolen", "thief", []string{stolen[0].Ref}, time.Minute); err != nil || len(lost) != 0 {
+		if lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: "stolen", Consumer: "thief", Refs: []string{stolen[0].Ref}, Lease: time.Minute}); err != nil || len(lost) != 0 {
 			t.Fatalf("thief's Extend = %v, %v; want the lease still held", lost, err)
 		}
 		if s := d.LocalStats().Receivers["stolen"]; s.Processed != 0 || s.Failed != 0 {

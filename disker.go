@@ -19,7 +19,7 @@ import (
 
 // Defaults of the Config fields.
 const (
-	DefaultMaxConnectionPoolSize   = 10
+	DefaultMaxConnectionPoolSize   = 4
 	DefaultReceiverBlockTimeout    = time.Second
 	DefaultTimeoutMonitorFrequency = time.Second
 	DefaultKeyPrefix               = "disker"
@@ -48,9 +48,12 @@ type Config struct {
 	// a private CA, a client certificate for a Redis that requires one, a
 	// server name. It is ignored for "redis://" and the in-memory broker.
 	TLSConfig *tls.Config
-	// MaxConnectionPoolSize is how many connections to Redis carry the
-	// commands; default 10. Blocking reads use connections of their own, so
-	// no number of receivers starves the others.
+	// MaxConnectionPoolSize bounds the connections to Redis that carry the
+	// commands, which are pipelined on them: the broker opens the largest
+	// power of two that is at most this, at most GOMAXPROCS and at most 4
+	// (more connections only make smaller pipelined batches); default 4.
+	// Blocking reads use connections of their own, so no number of
+	// receivers starves the others.
 	MaxConnectionPoolSize int
 	// ReceiverBlockTimeout is how long a blocking read waits for messages
 	// before it looks again; default 1s.
@@ -185,11 +188,9 @@ type Disker struct {
 	log     *slog.Logger
 	onEvent func(Event)
 	id      string
-	inbox   string
 	host    string
 	started time.Time
 
-	clock   clock
 	health  health
 	monitor *monitor
 
@@ -203,17 +204,12 @@ type Disker struct {
 	done     chan struct{} // closed when Close is done
 	closeErr error
 
-	mu          sync.Mutex
-	consumers   map[string]*consumer
-	unhandling  sync.WaitGroup // Unhandle calls in progress
-	senders     map[string]*senderHandlers
-	inboxReader *replyReader
+	mu         sync.Mutex
+	consumers  map[string]*consumer
+	unhandling sync.WaitGroup // Unhandle calls in progress
+	senders    map[string]*senderHandlers
 
-	ib       inbox
-	requests sync.WaitGroup // Requests in progress
-
-	waitMu  sync.Mutex
-	waiters map[string]*waiter
+	rq *requester // Request's side: the inbox
 
 	sent, replied, late, timedOut atomic.Int64
 }
@@ -241,7 +237,6 @@ func New(cfg Config) (*Disker, error) {
 		log:       cfg.Logger,
 		onEvent:   cfg.OnEvent,
 		id:        cfg.InstanceID,
-		inbox:     inboxPrefix + cfg.InstanceID,
 		host:      host,
 		started:   time.Now(),
 		monitor:   newMonitor(),
@@ -249,15 +244,15 @@ func New(cfg Config) (*Disker, error) {
 		done:      make(chan struct{}),
 		consumers: make(map[string]*consumer),
 		senders:   make(map[string]*senderHandlers),
-		waiters:   make(map[string]*waiter),
 	}
+	d.rq = newRequester(d)
 	d.health.d = d
 	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
 	d.opCtx, d.opCancel = context.WithCancel(context.Background())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := d.clock.sync(ctx, b); err != nil {
+	if _, err := b.Now(ctx); err != nil { // measures the broker's clock
 		_ = b.Close()
 		d.bgCancel()
 		d.opCancel()
@@ -315,12 +310,12 @@ func (d *Disker) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	d.unhandling.Wait()
-	d.requests.Wait() // they return ErrClosed, or end their last broker call
+	d.rq.requests.Wait() // they return ErrClosed, or end their last broker call
 
 	d.bgCancel() // the monitor, the heartbeat, the reply readers
 	d.wg.Wait()
 	dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	d.deleteInbox(dctx)
+	d.rq.close(dctx)
 	if err := d.b.Deregister(dctx, d.id); err != nil {
 		d.log.Warn("disker: cannot leave the registry of workers; the entry expires by itself", "error", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/diskerhq/disker/internal/broker"
 	"github.com/diskerhq/disker/pool"
@@ -123,3 +124,24 @@ func timeoutErr(id string, ctxErr error) error {
 	}
 	return fmt.Errorf("%w: request %s: %w", ErrTimeout, id, ctxErr)
 }
+
+// wrapBroker gives a broker error the package prefix if it lacks one, and
+// turns the broker's ErrClosed into ErrClosed.
+func wrapBroker(op string, err error) error {
+	if errors.Is(err, broker.ErrClosed) {
+		return ErrClosed
+	}
+	if strings.HasPrefix(err.Error(), "disker: ") {
+		return err
+	}
+	return &opError{op: op, err: err}
+}
+
+type opError struct {
+	op  string
+	err error
+}
+
+func (e *opError) Error() string { return "disker: " + e.op + ": " + e.err.Error() }
+
+func (e *opError) Unwrap() error { return e.err }

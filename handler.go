@@ -2,9 +2,10 @@ package disker
 
 import (
 	"context"
-	"math/rand/v2"
 	"runtime"
 	"time"
+
+	"github.com/diskerhq/disker/internal/backoff"
 )
 
 // Handler handles the messages of a receiver.
@@ -79,11 +80,7 @@ func DefaultConcurrency() int { return max(16, 4*runtime.GOMAXPROCS(0)) }
 // again: 100ms doubled with each attempt, capped at 30s, with jitter (a
 // random delay between half and all of it).
 func DefaultBackoff(attempt int) time.Duration {
-	d := 30 * time.Second
-	if attempt < 10 {
-		d = min(d, 100*time.Millisecond<<max(attempt-1, 0))
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff.Delay(100*time.Millisecond, 30*time.Second, max(attempt-1, 0))
 }
 
 type handleOptions struct {
@@ -113,8 +110,8 @@ func WithConcurrency(n int) HandleOption {
 // WithPrefetch lets this instance fetch up to n of the receiver's messages
 // beyond its free handler slots, to wait in line for the next free one;
 // default 0. It keeps the handlers busy when messages come faster than a
-// fetch's round trip to the broker (measured: a quarter more no-op
-// messages per second with n equal to the concurrency, under a backlog).
+// fetch's round trip to the broker (BENCHMARKS.md has the figures, with n
+// equal to the concurrency, under a backlog).
 // A message waiting in line is leased to this instance like one being
 // handled (no other instance takes it), its lease is extended, and it is
 // not started after its deadline or once the instance stops (it is then

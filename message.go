@@ -53,6 +53,9 @@ type Message struct {
 	// brokerDeadline is Deadline in the broker's clock, as delivered: a
 	// reply to a Request is judged against it (see Disker.reply).
 	brokerDeadline time.Time
+	// fromInbox says the message is a Request's, sent from its requester's
+	// inbox: the reply goes there (see Disker.reply).
+	fromInbox bool
 	// replyHeaders are the headers of the reply (SetReplyHeader).
 	replyHeaders map[string]string
 }
@@ -224,23 +227,28 @@ func (d *Disker) send(ctx context.Context, m *Message, id string) (time.Time, er
 		return time.Time{}, ErrClosed
 	}
 	env := envelope(m, id)
-	if m.Timeout > 0 && !isInbox(m.Sender) {
+	if m.Timeout > 0 {
 		// Watch before sending: the monitor must know the sender by the time
-		// the deadline passes. An inbox has no pending timeouts: Request
-		// settles its own (see broker.InboxPrefix).
+		// the deadline passes.
 		d.monitor.watch(m.Sender, time.Now().Add(m.Timeout))
 	}
 	bdl, err := d.b.Send(ctx, env)
+	return bdl, d.afterSend(m, id, err)
+}
+
+// afterSend counts the send of m under id, which ended with err, and
+// returns err as Send returns it.
+func (d *Disker) afterSend(m *Message, id string, err error) error {
 	if err != nil {
 		d.health.fail("send", err)
-		return bdl, wrapBroker("send", err) // bdl: see broker.Broker.Send
+		return wrapBroker("send", err)
 	}
 	d.health.ok()
 	d.sent.Add(1)
 	if d.onEvent != nil {
 		d.emit(Event{Kind: EventSent, Receiver: m.Receiver, Sender: m.Sender, MessageID: id})
 	}
-	return bdl, nil
+	return nil
 }
 
 // envelope returns the envelope of m, sent under id.
@@ -266,11 +274,12 @@ func (d *Disker) messageOf(env *broker.Envelope, deadline time.Time, attempt int
 		Headers:       env.Headers,
 		FireAndForget: env.FireAndForget,
 		Timeout:       env.Timeout,
-		Deadline:      d.clock.local(deadline),
+		Deadline:      d.b.Local(deadline),
 		Attempt:       attempt,
 		InReplyTo:     env.InReplyTo,
 
 		brokerDeadline: deadline,
+		fromInbox:      env.FromInbox,
 	}
 	if env.ErrorCode != "" {
 		m.Error = &RemoteError{Code: env.ErrorCode, Text: env.ErrorText}

@@ -1,21 +1,11 @@
 package disker
 
 import (
-	"math/rand/v2"
 	"strconv"
-	"strings"
-	"time"
-
-	"github.com/diskerhq/disker/internal/broker"
 )
 
 // MaxNameLength is the longest receiver or sender name, in bytes.
 const MaxNameLength = 200
-
-// inboxPrefix starts the name of an instance's private reply address, the
-// sender of its Requests. Users cannot pick such a name: '_' is not allowed
-// at the start of a user's name.
-const inboxPrefix = broker.InboxPrefix
 
 // validName reports why name is not a valid receiver or sender name, or ""
 // when it is. A name is 1..MaxNameLength bytes of [A-Za-z0-9._:-] and does
@@ -58,31 +48,4 @@ func checkName(field, name string) error {
 		return invalid(field, "%q %s", name, r)
 	}
 	return nil
-}
-
-// isInbox reports whether name is an instance's private reply address.
-func isInbox(name string) bool { return strings.HasPrefix(name, inboxPrefix) }
-
-// crockford is the Crockford base32 alphabet: ids sort as their creation
-// time does.
-const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
-
-// newID returns a new message id: 26 characters of Crockford base32 over 48
-// bits of Unix milliseconds and 80 random bits, so ids are unique and sort
-// by creation time (to the millisecond). The random bits come from the
-// runtime's ChaCha8 generator, seeded by the system: no syscall per id.
-func newID() string { return idAt(time.Now().UnixMilli()) }
-
-// idAt returns a new id made at ms Unix milliseconds.
-func idAt(ms int64) string {
-	hi := uint64(ms)<<16 | rand.Uint64()&0xffff
-	lo := rand.Uint64()
-	var out [26]byte
-	// 128 bits as 26 base32 digits: the first digit carries the top 3 bits.
-	for i := 25; i >= 0; i-- {
-		out[i] = crockford[lo&31]
-		lo = lo>>5 | hi<<59
-		hi >>= 5
-	}
-	return string(out[:])
 }

@@ -20,7 +20,7 @@ func (d *Disker) runHeartbeat(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := d.clock.sync(ctx, d.b); err != nil {
+			if _, err := d.b.Now(ctx); err != nil { // measures the broker's clock again
 				if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
 					d.health.fail("now", err)
 				}
@@ -34,7 +34,7 @@ func (d *Disker) runHeartbeat(ctx context.Context) {
 // heartbeat records the instance as live for 3 heartbeat intervals, and
 // renews the expiry of its inbox.
 func (d *Disker) heartbeat(ctx context.Context) {
-	d.heartbeatInbox(ctx)
+	d.rq.heartbeat(ctx)
 	if err := d.b.Heartbeat(ctx, d.workerInfo(), 3*d.cfg.HeartbeatInterval); err != nil {
 		if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
 			d.health.fail("heartbeat", err)

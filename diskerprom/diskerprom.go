@@ -189,11 +189,12 @@ func (c *Collector) Observe(e disker.Event) {
 // the broker is reachable.
 func (c *Collector) BrokerAvailable() bool { return c.available.Load() }
 
-// senderLabel keeps the private reply addresses of Request ("_inbox.ID",
-// one per instance) from making a new series for every process.
+// senderLabel keeps Disker's own names (those a user cannot choose, which
+// start with '_', such as the private reply address of each instance's
+// Requests) from making a new series for every process: they share one.
 func senderLabel(s string) string {
-	if strings.HasPrefix(s, "_inbox.") {
-		return "_inbox"
+	if strings.HasPrefix(s, "_") {
+		return "_disker"
 	}
 	return s
 }

@@ -1,8 +1,9 @@
 package pool
 
 import (
-	"math/rand/v2"
 	"time"
+
+	"github.com/diskerhq/disker/internal/backoff"
 )
 
 // This file is the pool's supervision: background construction with
@@ -137,15 +138,7 @@ func (p *Pool[W]) builder() {
 // RestartBackoff doubled per further failure, capped at MaxRestartBackoff,
 // and jittered down by up to half so that pools do not retry in step.
 func (p *Pool[W]) backoffLocked() time.Duration {
-	d := p.backoff
-	for i := 1; i < p.streak && d < p.maxBack; i++ {
-		d *= 2
-	}
-	d = min(d, p.maxBack)
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff.Delay(p.backoff, p.maxBack, max(p.streak-1, 0))
 }
 
 // failedLocked records a failed construction and degrades the pool when

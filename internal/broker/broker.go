@@ -32,22 +32,6 @@ var (
 	ErrClosed = errors.New("disker: broker closed")
 )
 
-// InboxPrefix starts the names of private reply addresses, inboxes:
-// senders that only the process sending from them reads (disker's Request
-// uses "_inbox." and the instance id), whose state the process bounds with
-// ExpireSender.
-//
-// A timed request from an inbox has no pending timeout in the broker. Its
-// outcome is decided by the order of the inbox's reply stream, whose
-// entries carry the broker time at which they were appended (Reply.At):
-// ReplyInbox appends a reply and accepts it only if its time is before the
-// deadline, and the requester, when it gives up, appends a marker
-// (GiveUp). Every accepted reply is in the stream before any marker at or
-// after the deadline, so the one reader, reading in order, sees the first
-// accepted reply before such a marker, or the marker alone: exactly one
-// outcome, decided by broker time.
-const InboxPrefix = "_inbox."
-
 // Envelope is a message as a broker stores and moves it.
 type Envelope struct {
 	// ID is the message id, unique across all messages; set by the client.
@@ -73,6 +57,10 @@ type Envelope struct {
 	// (for instance, a request that was dead-lettered). Empty on success.
 	ErrorCode string
 	ErrorText string
+	// FromInbox is set on a request sent with Inbox.SendRequest: Sender is
+	// the requester's inbox, and a reply to it goes through
+	// Inbox.ReplyInbox. The broker sets it; it travels with the message.
+	FromInbox bool
 }
 
 // Delivery is one leased delivery of a message to a consumer.
@@ -105,13 +93,13 @@ type ReplyMode int
 
 // The modes of Reply.
 const (
-	// ReplyUntimed is for a request without a timeout from a durable sender
-	// (one whose state ExpireSender does not manage): the reply is always
+	// ReplyUntimed is for a request without a timeout from a named sender
+	// (not an inbox: replies to an inbox use ReplyInbox): the reply is always
 	// appended, creating the sender's reply stream if need be, and waits
 	// there for the sender's next reader.
 	ReplyUntimed ReplyMode = iota
-	// ReplyTimed is for a request with a timeout from a sender that is not
-	// an inbox (replies to an inbox use ReplyInbox): one atomic step accepts
+	// ReplyTimed is for a request with a timeout from a named sender (not
+	// an inbox): one atomic step accepts
 	// the reply only if the request is still pending and its deadline has
 	// not passed (broker time), settling it; otherwise ErrLate.
 	ReplyTimed
@@ -175,23 +163,47 @@ type ReceiverStats struct {
 	Length      int64 // all entries in the queue stream (queued + pending)
 }
 
-// Broker is the storage engine. Every method is safe for concurrent use.
-// Each state change that must be atomic is one atomic step in the broker.
+// Broker is the storage engine: the composition of one small interface
+// per concern. Every method is safe for concurrent use. Each state change
+// that must be atomic is one atomic step in the broker.
+//
+// A new operation (a delayed send, a priority, a dedup key, a pause) is one
+// method on the interface of its concern (or a new interface embedded
+// here), one params type with a Validate in params.go when it takes more
+// than three arguments, and one case in brokertest that every broker runs.
 type Broker interface {
-	// Now returns the broker's clock.
-	Now(ctx context.Context) (time.Time, error)
+	Clock
+	Queue
+	Replies
+	Inbox
+	DeadLetters
+	Locks
+	Registry
+	Admin
 
+	// Close releases the broker's resources. Calls after Close return
+	// ErrClosed.
+	Close() error
+}
+
+// Clock is the broker's time, which decides deadlines and leases.
+type Clock interface {
+	// Now returns the broker's clock, and measures the offset of the local
+	// clock to it (see Offset).
+	Now(ctx context.Context) (time.Time, error)
+	// Local turns broker time t into local time by the offset the last Now
+	// measured; the zero time stays zero.
+	Local(t time.Time) time.Time
+}
+
+// Queue is a receiver's queue: sending, leased delivery, and the end of a
+// delivery (ack, retry, dead letter).
+type Queue interface {
 	// Send queues env for env.Receiver in one atomic step. If env.Timeout > 0
 	// it also records, in the same step, a pending timeout under env.Sender
 	// with deadline broker-now+Timeout, and returns that deadline; otherwise
-	// the zero time. From an inbox (InboxPrefix) it records no pending
-	// timeout (see InboxPrefix), and broker-now may be the broker's clock as
-	// this client estimates it (within a round trip); then, when an error
-	// wrapping ErrUnavailable leaves it unknown whether env was queued (the
-	// connection broke after the write, and the answer was lost), Send
-	// still returns the deadline env would carry, for the requester to
-	// settle the request; with an error that leaves env surely not queued
-	// (no connection could be made), the zero time.
+	// the zero time. A request from an inbox is sent with
+	// Inbox.SendRequest instead.
 	Send(ctx context.Context, env *Envelope) (deadline time.Time, err error)
 
 	// SendBatch sends each of envs as Send would, each in its own atomic
@@ -209,23 +221,28 @@ type Broker interface {
 	// block. A message delivered more than maxAttempts times, or one that
 	// does not decode, is moved to the dead-letter stream instead of being
 	// returned. It returns an empty slice, not an error, when nothing came.
-	Fetch(ctx context.Context, receiver, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]Delivery, error)
+	Fetch(ctx context.Context, p *FetchParams) ([]Delivery, error)
 
 	// Extend renews the leases of refs held by consumer. It returns the refs
 	// whose lease was lost (the consumer no longer holds them).
-	Extend(ctx context.Context, receiver, consumer string, refs []string, lease time.Duration) (lost []string, err error)
+	Extend(ctx context.Context, p *ExtendParams) (lost []string, err error)
 
 	// Ack removes delivered messages for good.
 	Ack(ctx context.Context, receiver string, refs ...string) error
 
 	// Retry gives up consumer's lease on ref so that the message is delivered
 	// again after delay. ErrLeaseLost if consumer does not hold it.
-	Retry(ctx context.Context, receiver, consumer, ref string, delay, lease time.Duration) error
+	Retry(ctx context.Context, p *RetryParams) error
 
 	// DeadLetter atomically removes ref from the queue and appends the
 	// message to the receiver's dead-letter stream with reason.
 	DeadLetter(ctx context.Context, receiver string, d Delivery, reason string) error
+}
 
+// Replies is a named sender's reply stream: replies, timeout notices, and
+// the pending timeouts that produce them. (A requester's private address
+// is an Inbox.)
+type Replies interface {
 	// Reply delivers reply (reply.Receiver is the original sender,
 	// reply.InReplyTo the request id) to the sender's reply stream, if mode
 	// accepts it (see ReplyMode); otherwise it writes nothing and returns
@@ -237,9 +254,59 @@ type Broker interface {
 	// sender's reply stream. It returns how many it settled.
 	ExpireTimeouts(ctx context.Context, sender string, max int) (int, error)
 
-	// ReplyInbox appends reply (reply.Receiver is an inbox, see
-	// InboxPrefix; reply.InReplyTo the request id) to the inbox's reply
-	// stream while the inbox is open (see ExpireSender). It returns ErrLate
+	// ReadReplies reads up to max entries of sender's reply stream for
+	// consumer (instances of one sender share the stream as competing
+	// consumers), blocking up to block. Entries must be acknowledged with
+	// AckReplies; unacknowledged ones are redelivered after lease.
+	ReadReplies(ctx context.Context, p *ReadRepliesParams) ([]Reply, error)
+
+	// AckReplies removes entries of sender's reply stream.
+	AckReplies(ctx context.Context, sender string, refs ...string) error
+}
+
+// Inbox is the private reply address of a requester (disker's Request):
+// an address that only the process that opened it reads, whose state lives
+// as long as that process keeps it open.
+//
+// A timed request from an inbox has no pending timeout in the broker. Its
+// outcome is decided by the order of the inbox's reply stream, whose
+// entries carry the broker time at which they were appended (Reply.At):
+// ReplyInbox appends a reply and accepts it only if its time is before the
+// deadline, and the requester, when it gives up, appends a marker
+// (GiveUp). Every accepted reply is in the stream before any marker at or
+// after the deadline, so the one reader, reading in order, sees the first
+// accepted reply before such a marker, or the marker alone: exactly one
+// outcome, decided by broker time.
+type Inbox interface {
+	// SendRequest queues env, a request from the inbox env.Sender, for
+	// env.Receiver in one atomic step, and sets env.FromInbox (the message
+	// carries it, so that its reply goes through ReplyInbox). It records no
+	// pending timeout. If env.Timeout > 0 it returns the deadline the
+	// message carries: broker-now+Timeout, where broker-now may be the
+	// broker's clock as this client estimates it (within a round trip).
+	// When an error wrapping ErrUnavailable leaves it unknown whether env
+	// was queued (the connection broke after the write, and the answer was
+	// lost), SendRequest still returns that deadline, for the requester to
+	// settle the request; with an error that leaves env surely not queued
+	// (no connection could be made), the zero time.
+	SendRequest(ctx context.Context, env *Envelope) (deadline time.Time, err error)
+
+	// KeepInbox opens inbox, or renews it: its reply stream exists from
+	// then on (so that ReplyInbox and GiveUp accept entries) and is deleted,
+	// with the entries not yet acknowledged, ttl (> 0) from now, broker
+	// time, unless KeepInbox is called again before; a later call replaces
+	// the expiry. The owner calls it while alive (disker: at each
+	// heartbeat), so the state of a crashed owner vanishes by itself.
+	KeepInbox(ctx context.Context, inbox string, ttl time.Duration) error
+
+	// CloseInbox deletes inbox's state now and closes it. Once the state
+	// is gone (closed, or expired), ReplyInbox and GiveUp return ErrLate
+	// and write nothing, and ReadInbox finds nothing.
+	CloseInbox(ctx context.Context, inbox string) error
+
+	// ReplyInbox appends reply (reply.Receiver is the inbox of the request
+	// reply.InReplyTo, whose Envelope.FromInbox was set) to the inbox's
+	// reply stream while the inbox is open (see KeepInbox). It returns ErrLate
 	// when the inbox is not open, and writes nothing then; and when
 	// deadline is not zero and the entry's time (Reply.At) is not before
 	// it: the entry stays in the stream, where the requester ignores it.
@@ -250,46 +317,25 @@ type Broker interface {
 
 	// GiveUp appends to the reply stream of inbox, while it is open, a
 	// marker for request id (Kind KindTimeout, Env holding the id), and
-	// returns the entry as ReadReplies will return it. A requester that
+	// returns the entry as ReadInbox will return it. A requester that
 	// stops waiting calls it: its outcome is the first reply before its
 	// deadline that precedes the marker in the stream, if any, else the
 	// marker. A marker at or after the deadline therefore settles the
 	// request for good. It returns ErrLate when the inbox is not open.
 	GiveUp(ctx context.Context, inbox, id string) (Reply, error)
 
-	// ExpireSender bounds the life of sender's state: its reply stream
-	// (with the entries not yet acknowledged) and its pending timeouts
-	// (with their messages) are deleted ttl from now, broker time, unless
-	// ExpireSender is called again before; a later call replaces the
-	// expiry. State that sender's timed Sends add meanwhile expires with
-	// the rest. With ttl > 0 it also opens sender's reply address: the
-	// reply stream exists from then on (so that ReplyInbox and GiveUp
-	// accept entries) until it expires. ttl 0 deletes the state now and
-	// closes the address.
-	//
-	// It is for private reply addresses that live as long as their owner,
-	// which calls it again while alive (disker's inbox: at each
-	// heartbeat, and with 0 on Close). Once the state is gone, ReplyInbox,
-	// GiveUp and a ReplyTimed reply to sender return ErrLate and write
-	// nothing, ExpireTimeouts finds nothing pending, and ReadReplies finds
-	// nothing; a ReplyUntimed reply would re-create the reply stream for
-	// good, so replies to such a sender must not use it.
-	// Dead letters of sender (reply-stream entries that were not replies,
-	// written by a foreign writer) are not part of it.
-	ExpireSender(ctx context.Context, sender string, ttl time.Duration) error
+	// ReadInbox reads up to max entries of inbox's reply stream, blocking
+	// up to block. The inbox has one reader: a broker delivers each of its
+	// entries once, in the order they were appended.
+	ReadInbox(ctx context.Context, inbox string, max int, block time.Duration) ([]Reply, error)
 
-	// ReadReplies reads up to max entries of sender's reply stream for
-	// consumer (instances of one sender share the stream as competing
-	// consumers), blocking up to block. Entries must be acknowledged with
-	// AckReplies; unacknowledged ones are redelivered after lease. The reply
-	// stream of an inbox (InboxPrefix) has one reader: a broker delivers
-	// each of its entries once, in the order they were appended, and its
-	// AckReplies may remove every entry up to the newest ref given.
-	ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]Reply, error)
+	// AckInbox removes entries of inbox's reply stream that were read: it
+	// may remove every entry up to the newest ref given.
+	AckInbox(ctx context.Context, inbox string, refs ...string) error
+}
 
-	// AckReplies removes entries of sender's reply stream.
-	AckReplies(ctx context.Context, sender string, refs ...string) error
-
+// DeadLetters is a receiver's dead-letter stream.
+type DeadLetters interface {
 	// DeadLetters lists up to max dead letters of receiver, oldest first.
 	DeadLetters(ctx context.Context, receiver string, max int) ([]DeadLetter, error)
 	// RetryDeadLetters moves the given dead letters (all when refs is empty)
@@ -299,17 +345,29 @@ type Broker interface {
 	// PurgeDeadLetters deletes the given dead letters (all when refs is
 	// empty) and returns how many it deleted.
 	PurgeDeadLetters(ctx context.Context, receiver string, refs ...string) (int, error)
+}
 
+// Locks are the exclusive locks of receivers (a receiver served by one
+// worker at a time).
+type Locks interface {
 	// Acquire takes or renews the exclusive lock of receiver for owner for
 	// ttl. It returns false when another owner holds it.
 	Acquire(ctx context.Context, receiver, owner string, ttl time.Duration) (bool, error)
 	// Release gives up owner's lock of receiver, if held.
 	Release(ctx context.Context, receiver, owner string) error
+}
 
+// Registry is the registry of live workers.
+type Registry interface {
 	// Heartbeat records info as live for ttl.
 	Heartbeat(ctx context.Context, info WorkerInfo, ttl time.Duration) error
 	// Deregister removes a worker from the registry.
 	Deregister(ctx context.Context, id string) error
+}
+
+// Admin answers what an operator asks: the live workers, the receivers,
+// and a receiver's queue.
+type Admin interface {
 	// Workers lists the live workers.
 	Workers(ctx context.Context) ([]WorkerInfo, error)
 
@@ -318,10 +376,6 @@ type Broker interface {
 	Receivers(ctx context.Context) ([]string, error)
 	// Stats returns a snapshot of receiver's queue.
 	Stats(ctx context.Context, receiver string) (ReceiverStats, error)
-
-	// Close releases the broker's resources. Calls after Close return
-	// ErrClosed.
-	Close() error
 }
 
 // BatchError is SendBatch's error when some envelopes were not sent.

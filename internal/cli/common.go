@@ -39,7 +39,7 @@ type connFlags struct {
 func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&c.redisURL, "redis-url", defaultRedisURL, "Redis to use: redis://[user:pass@]host:port/db, rediss:// for TLS, or mem://NAME for the in-process broker")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "disker", "prefix of every Redis key Disker uses")
-	fs.IntVar(&c.maxConns, "max-connections", 10, "size of the Redis connection pool")
+	fs.IntVar(&c.maxConns, "max-connections", disker.DefaultMaxConnectionPoolSize, "bound on the pipelined Redis connections that carry commands (the largest power of two at most this, GOMAXPROCS and 4)")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "with rediss://, trust the CA certificates in this PEM file instead of the system's")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "with rediss://, present this client certificate (PEM; needs --tls-key)")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "with rediss://, the private key of --tls-cert (PEM)")

@@ -94,7 +94,7 @@ func TestTimeoutAtDeadline(t *testing.T) {
 	if n := of(b.ExpireTimeouts(ctx, "s", 10)).must(t); n != 1 {
 		t.Fatalf("ExpireTimeouts at the deadline: settled %d, want 1", n)
 	}
-	rs := of(b.ReadReplies(ctx, "s", "c", 10, 0, time.Minute)).must(t)
+	rs := of(b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "s", Consumer: "c", Max: 10, Block: 0, Lease: time.Minute})).must(t)
 	if len(rs) != 2 || rs[0].Kind != broker.KindReply || rs[0].RequestID != "m1" || rs[1].Kind != broker.KindTimeout || rs[1].RequestID != "m2" {
 		t.Fatalf("reply stream: got %+v, want the reply to m1 then the notice of m2", rs)
 	}
@@ -108,11 +108,13 @@ func TestLeaseAndRetryEdges(t *testing.T) {
 	ctx := context.Background()
 	const lease = 10 * time.Second
 	of(b.Send(ctx, &broker.Envelope{ID: "m", Receiver: "r"})).must(t)
-	d := of(b.Fetch(ctx, "r", "a", 1, 0, lease, 0)).must(t)[0]
-	fetchB := func() []broker.Delivery { return of(b.Fetch(ctx, "r", "b", 1, 0, lease, 0)).must(t) }
+	d := of(b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "a", Max: 1, Block: 0, Lease: lease, MaxAttempts: 0})).must(t)[0]
+	fetchB := func() []broker.Delivery {
+		return of(b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "b", Max: 1, Block: 0, Lease: lease, MaxAttempts: 0})).must(t)
+	}
 
 	clk.Add(lease / 2)
-	if lost := of(b.Extend(ctx, "r", "a", []string{d.Ref}, lease)).must(t); len(lost) != 0 {
+	if lost := of(b.Extend(ctx, &broker.ExtendParams{Receiver: "r", Consumer: "a", Refs: []string{d.Ref}, Lease: lease})).must(t); len(lost) != 0 {
 		t.Fatalf("Extend: lost %v", lost)
 	}
 	clk.Add(lease - time.Nanosecond)
@@ -126,22 +128,22 @@ func TestLeaseAndRetryEdges(t *testing.T) {
 	}
 
 	// b retries after three leases: the delay, not the lease, decides.
-	if err := b.Retry(ctx, "r", "b", d.Ref, 3*lease, lease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "b", Ref: d.Ref, Delay: 3 * lease, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Add(3*lease - time.Nanosecond)
-	if got := of(b.Fetch(ctx, "r", "c", 1, 0, lease, 0)).must(t); len(got) != 0 {
+	if got := of(b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 1, Block: 0, Lease: lease, MaxAttempts: 0})).must(t); len(got) != 0 {
 		t.Fatalf("Fetch before the retry delay: got %+v", got)
 	}
 	clk.Add(time.Nanosecond)
-	got = of(b.Fetch(ctx, "r", "c", 1, 0, lease, 3)).must(t)
+	got = of(b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 1, Block: 0, Lease: lease, MaxAttempts: 3})).must(t)
 	if len(got) != 1 || got[0].Attempt != 3 {
 		t.Fatalf("Fetch at the retry delay: got %+v, want attempt 3", got)
 	}
 
 	// At maxAttempts 3, the next expiry dead-letters it.
 	clk.Add(lease)
-	if got := of(b.Fetch(ctx, "r", "d", 1, 0, lease, 3)).must(t); len(got) != 0 {
+	if got := of(b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "d", Max: 1, Block: 0, Lease: lease, MaxAttempts: 3})).must(t); len(got) != 0 {
 		t.Fatalf("Fetch beyond maxAttempts: got %+v", got)
 	}
 	dls := of(b.DeadLetters(ctx, "r", 10)).must(t)

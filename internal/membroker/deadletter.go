@@ -65,10 +65,10 @@ func (d *deadList) remove(de *deadEntry) {
 
 // DeadLetters lists up to max dead letters of receiver, oldest first.
 func (b *Broker) DeadLetters(ctx context.Context, receiver string, max int) ([]broker.DeadLetter, error) {
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return nil, err
 	}
-	if err := needPositive("max", max); err != nil {
+	if err := broker.CheckPositive("max", max); err != nil {
 		return nil, err
 	}
 	if err := b.lock(ctx); err != nil {
@@ -99,7 +99,7 @@ func (b *Broker) DeadLetters(ctx context.Context, receiver string, max int) ([]b
 // at 1; a message keeps its deadline. Entries that do not decode stay. It
 // returns how many moved.
 func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...string) (int, error) {
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return 0, err
 	}
 	if err := b.lock(ctx); err != nil {
@@ -126,7 +126,7 @@ func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...
 // PurgeDeadLetters deletes the dead letters refs (all when refs is empty)
 // of receiver and returns how many it deleted.
 func (b *Broker) PurgeDeadLetters(ctx context.Context, receiver string, refs ...string) (int, error) {
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return 0, err
 	}
 	if err := b.lock(ctx); err != nil {

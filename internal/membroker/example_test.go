@@ -22,7 +22,7 @@ func Example() {
 	}
 
 	// A worker leases it, replies and acknowledges it.
-	ds, _ := b.Fetch(ctx, "resize", "worker-1", 10, time.Second, 30*time.Second, 3)
+	ds, _ := b.Fetch(ctx, &broker.FetchParams{Receiver: "resize", Consumer: "worker-1", Max: 10, Block: time.Second, Lease: 30 * time.Second, MaxAttempts: 3})
 	d := ds[0]
 	fmt.Printf("worker got %s, attempt %d\n", d.Env.Content, d.Attempt)
 	reply := &broker.Envelope{ID: "r1", Sender: "resize", Receiver: d.Env.Sender, InReplyTo: d.Env.ID, Content: []byte("cat-small.png")}
@@ -37,7 +37,7 @@ func Example() {
 	_ = b.Ack(ctx, "resize", d.Ref)
 
 	// The dispatcher reads its reply stream.
-	rs, _ := b.ReadReplies(ctx, "web", "web-1", 10, time.Second, 30*time.Second)
+	rs, _ := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "web", Consumer: "web-1", Max: 10, Block: time.Second, Lease: 30 * time.Second})
 	fmt.Printf("reply to %s: %s\n", rs[0].RequestID, rs[0].Env.Content)
 	_ = b.AckReplies(ctx, "web", rs[0].Ref)
 	// Output:
@@ -55,7 +55,7 @@ func ExampleShared() {
 	// Closing one handle leaves the broker to the others.
 	_ = dispatcher.Close()
 
-	ds, _ := worker.Fetch(ctx, "jobs", "w1", 1, 0, time.Minute, 0)
+	ds, _ := worker.Fetch(ctx, &broker.FetchParams{Receiver: "jobs", Consumer: "w1", Max: 1, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	fmt.Println(string(ds[0].Env.Content))
 	_ = worker.Ack(ctx, "jobs", ds[0].Ref)
 	// Output: hello

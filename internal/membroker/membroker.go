@@ -17,7 +17,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +50,9 @@ type Broker struct {
 	closed    atomic.Bool
 	done      chan struct{}
 	closeOnce sync.Once
+	// offset is the broker's clock minus the local one, as the last Now
+	// measured it: the clock of Local.
+	offset broker.Offset
 }
 
 var _ broker.Broker = (*Broker)(nil)
@@ -115,8 +117,14 @@ func (b *Broker) Now(ctx context.Context) (time.Time, error) {
 	if err := b.check(ctx); err != nil {
 		return time.Time{}, err
 	}
-	return b.c.now(), nil
+	sent := time.Now()
+	now := b.c.now()
+	b.offset.Measure(sent, now, time.Now())
+	return now, nil
 }
+
+// Local turns the broker's time t into local time (see broker.Clock).
+func (b *Broker) Local(t time.Time) time.Time { return b.offset.Local(t) }
 
 // check returns the error a call must fail with before it starts, if any.
 func (b *Broker) check(ctx context.Context) error {
@@ -130,15 +138,15 @@ func (b *Broker) check(ctx context.Context) error {
 }
 
 // lock takes the state's mutex for an operation, failing if b is closed or
-// ctx is done, and drops the senders whose state expired. The caller must
+// ctx is done, and drops the inboxes whose state expired. The caller must
 // unlock when it gets nil.
 func (b *Broker) lock(ctx context.Context) error {
 	if err := b.check(ctx); err != nil {
 		return err
 	}
 	b.c.mu.Lock()
-	if len(b.c.senders) > 0 {
-		b.c.expireSenders(b.c.now())
+	if len(b.c.inboxes) > 0 {
+		b.c.expireInboxes(b.c.now())
 	}
 	return nil
 }
@@ -158,10 +166,10 @@ type core struct {
 	timeouts    map[string]*timeoutSet // sender -> its pending timeouts
 	locks       map[string]lockEntry   // receiver -> its exclusive lock
 	workers     map[string]workerEntry // worker id -> its registration
-	// senders holds when the state of each sender under ExpireSender
+	// inboxes holds when the state of each open inbox (KeepInbox)
 	// expires; nextExpiry is at or before the earliest of them (zero when
-	// there is none). An expired sender is dropped by the next lock.
-	senders    map[string]time.Time
+	// there is none). An expired inbox is dropped by the next lock.
+	inboxes    map[string]time.Time
 	nextExpiry time.Time
 }
 
@@ -174,7 +182,7 @@ func newCore(opts Options) *core {
 		timeouts: make(map[string]*timeoutSet),
 		locks:    make(map[string]lockEntry),
 		workers:  make(map[string]workerEntry),
-		senders:  make(map[string]time.Time),
+		inboxes:  make(map[string]time.Time),
 	}
 	if c.now == nil {
 		c.now = time.Now
@@ -248,23 +256,3 @@ func (b *Broker) wait(ctx context.Context, ch <-chan struct{}, due time.Duration
 		return false, broker.ErrClosed
 	}
 }
-
-// needName returns a validation error naming field when name is empty.
-func needName(field, name string) error {
-	if name == "" {
-		return fmt.Errorf("membroker: %s is empty", field)
-	}
-	return nil
-}
-
-// needPositive returns a validation error naming field when v is not > 0.
-func needPositive[T int | time.Duration](field string, v T) error {
-	if v <= 0 {
-		return fmt.Errorf("membroker: %s must be positive, got %v", field, v)
-	}
-	return nil
-}
-
-// isInbox reports whether sender is a private reply address (see
-// broker.InboxPrefix).
-func isInbox(sender string) bool { return strings.HasPrefix(sender, broker.InboxPrefix) }

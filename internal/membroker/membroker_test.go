@@ -28,7 +28,7 @@ func TestConformanceShared(t *testing.T) {
 	})
 }
 
-// checkEmpty fails t if b holds queues, replies, timeouts or expiring senders, which a drained
+// checkEmpty fails t if b holds queues, replies, timeouts or open inboxes, which a drained
 // subtest must not leave behind. Dead letters, locks and workers are
 // checked by the suite itself.
 func checkEmpty(t *testing.T, b *Broker) {
@@ -36,9 +36,9 @@ func checkEmpty(t *testing.T, b *Broker) {
 	c := b.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.queues) != 0 || len(c.replies) != 0 || len(c.timeouts) != 0 || len(c.dead) != 0 || len(c.senders) != 0 {
-		t.Errorf("left behind: %d queues, %d reply streams, %d timeout sets, %d dead-letter lists, %d expiring senders",
-			len(c.queues), len(c.replies), len(c.timeouts), len(c.dead), len(c.senders))
+	if len(c.queues) != 0 || len(c.replies) != 0 || len(c.timeouts) != 0 || len(c.dead) != 0 || len(c.inboxes) != 0 {
+		t.Errorf("left behind: %d queues, %d reply streams, %d timeout sets, %d dead-letter lists, %d open inboxes",
+			len(c.queues), len(c.replies), len(c.timeouts), len(c.dead), len(c.inboxes))
 	}
 }
 
@@ -59,7 +59,7 @@ func TestSharedMaxMessageSize(t *testing.T) {
 	if _, err := big.Send(ctx, env); err != nil {
 		t.Fatalf("Send of 2 MiB through a handle with a 4 MiB limit: %v", err)
 	}
-	ds, err := small.Fetch(ctx, "r", "c", 10, 0, time.Minute, 0)
+	ds, err := small.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || len(ds) != 1 || len(ds[0].Env.Content) != 2<<20 {
 		t.Fatalf("Fetch through the other handle: got %d deliveries, %v; want the 2 MiB message", len(ds), err)
 	}
@@ -73,7 +73,7 @@ func TestSharedMaxMessageSize(t *testing.T) {
 	if err := big.Ack(ctx, "r", ds[0].Ref); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := big.ReadReplies(ctx, "s", "c", 10, 0, time.Minute)
+	rs, err := big.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "s", Consumer: "c", Max: 10, Block: 0, Lease: time.Minute})
 	if err != nil || len(rs) != 1 {
 		t.Fatalf("ReadReplies: got %d, %v", len(rs), err)
 	}

@@ -52,13 +52,14 @@ func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time
 }
 
 // put queues env, encoded as raw, with its pending timeout if it has one
-// (none from an inbox: see broker.InboxPrefix), and returns its deadline.
+// (none for a request from an inbox: see broker.Inbox), and returns its
+// deadline.
 // Call with c.mu held.
 func (c *core) put(env *broker.Envelope, raw []byte) time.Time {
 	var deadline time.Time
 	if env.Timeout > 0 {
 		deadline = c.now().Add(env.Timeout)
-		if !isInbox(env.Sender) {
+		if !env.FromInbox {
 			c.pendingTimeouts(env.Sender).put(env.ID, deadline, raw)
 		}
 	}
@@ -77,7 +78,7 @@ func (b *Broker) checkSize(env *broker.Envelope) error {
 // as a foreign or corrupt writer might. It exists for tests of undecodable
 // entries (it implements brokertest.RawInjector).
 func (b *Broker) InjectRaw(ctx context.Context, receiver string, raw []byte) error {
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
 	}
 	if err := b.lock(ctx); err != nil {
@@ -88,15 +89,17 @@ func (b *Broker) InjectRaw(ctx context.Context, receiver string, raw []byte) err
 	return nil
 }
 
-// Fetch leases up to max messages of receiver to consumer: first pending
-// ones idle for at least lease (their lease expired, or their retry delay
-// passed), then new ones, blocking up to block when there are none. A
-// message that would be delivered more than maxAttempts times (0 means no
-// limit), or that does not decode, goes to the dead-letter list instead.
-func (b *Broker) Fetch(ctx context.Context, receiver, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]broker.Delivery, error) {
-	if err := validateRead("receiver", receiver, consumer, max, lease); err != nil {
+// Fetch leases up to p.Max messages of p.Receiver to p.Consumer: first
+// pending ones idle for at least p.Lease (their lease expired, or their
+// retry delay passed), then new ones, blocking up to p.Block when there are
+// none. A message that would be delivered more than p.MaxAttempts times (0
+// means no limit), or that does not decode, goes to the dead-letter list
+// instead.
+func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Delivery, error) {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	receiver, consumer, max, lease, maxAttempts := p.Receiver, p.Consumer, p.Max, p.Lease, p.MaxAttempts
 	c := b.c
 	out := []broker.Delivery{}
 	take := func(s *stream, now time.Time) int {
@@ -120,7 +123,7 @@ func (b *Broker) Fetch(ctx context.Context, receiver, consumer string, max int, 
 		}
 		return len(out)
 	}
-	err := b.read(ctx, receiver, c.queue, block, lease, take)
+	err := b.read(ctx, receiver, c.queue, p.Block, lease, take)
 	if err != nil {
 		return nil, err
 	}
@@ -138,19 +141,6 @@ func (c *core) lease(receiver string, s *stream, e *entry, consumer string, now 
 		return broker.Delivery{}, false
 	}
 	return broker.Delivery{Env: env, Ref: e.ref, Deadline: e.deadline, Attempt: e.count}, true
-}
-
-func validateRead(field, name, consumer string, max int, lease time.Duration) error {
-	if err := needName(field, name); err != nil {
-		return err
-	}
-	if err := needName("consumer", consumer); err != nil {
-		return err
-	}
-	if err := needPositive("max", max); err != nil {
-		return err
-	}
-	return needPositive("lease", lease)
 }
 
 // read runs take on the stream of name (got by get, which creates it) until
@@ -194,18 +184,13 @@ func (b *Broker) read(ctx context.Context, name string, get func(string) *stream
 	}
 }
 
-// Extend renews the leases of the refs consumer holds and returns the refs
-// it no longer holds.
-func (b *Broker) Extend(ctx context.Context, receiver, consumer string, refs []string, lease time.Duration) ([]string, error) {
-	if err := needName("receiver", receiver); err != nil {
+// Extend renews the leases of the refs p.Consumer holds and returns the
+// refs it no longer holds.
+func (b *Broker) Extend(ctx context.Context, p *broker.ExtendParams) ([]string, error) {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if err := needName("consumer", consumer); err != nil {
-		return nil, err
-	}
-	if err := needPositive("lease", lease); err != nil {
-		return nil, err
-	}
+	receiver, consumer, refs := p.Receiver, p.Consumer, p.Refs
 	if err := b.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -230,7 +215,7 @@ func (b *Broker) Extend(ctx context.Context, receiver, consumer string, refs []s
 // Ack removes the entries refs from receiver's queue for good. Unknown refs
 // are ignored.
 func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error {
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
 	}
 	if err := b.lock(ctx); err != nil {
@@ -246,25 +231,14 @@ func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error
 	return nil
 }
 
-// Retry makes ref, which consumer holds, reclaimable by a Fetch with lease
-// after delay: as if it had last been delivered lease-delay ago. It returns
-// broker.ErrLeaseLost when consumer does not hold ref.
-func (b *Broker) Retry(ctx context.Context, receiver, consumer, ref string, delay, lease time.Duration) error {
-	if err := needName("receiver", receiver); err != nil {
+// Retry makes p.Ref, which p.Consumer holds, reclaimable by a Fetch with
+// p.Lease after p.Delay: as if it had last been delivered Lease-Delay ago.
+// It returns broker.ErrLeaseLost when the consumer does not hold the ref.
+func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
+	if err := p.Validate(); err != nil {
 		return err
 	}
-	if err := needName("consumer", consumer); err != nil {
-		return err
-	}
-	if err := needName("ref", ref); err != nil {
-		return err
-	}
-	if delay < 0 {
-		return fmt.Errorf("membroker: delay is negative: %v", delay)
-	}
-	if err := needPositive("lease", lease); err != nil {
-		return err
-	}
+	receiver, consumer, ref, delay, lease := p.Receiver, p.Consumer, p.Ref, p.Delay, p.Lease
 	if err := b.lock(ctx); err != nil {
 		return err
 	}
@@ -283,10 +257,10 @@ func (b *Broker) Retry(ctx context.Context, receiver, consumer, ref string, dela
 // when the entry is no longer in the queue (acknowledged or dead-lettered
 // already).
 func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Delivery, reason string) error {
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
 	}
-	if err := needName("Delivery.Ref", d.Ref); err != nil {
+	if err := broker.CheckName("Delivery.Ref", d.Ref); err != nil {
 		return err
 	}
 	if err := b.lock(ctx); err != nil {

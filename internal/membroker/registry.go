@@ -24,13 +24,13 @@ type workerEntry struct {
 // Acquire takes or renews the exclusive lock of receiver for owner for ttl.
 // It returns false while another owner holds an unexpired lock.
 func (b *Broker) Acquire(ctx context.Context, receiver, owner string, ttl time.Duration) (bool, error) {
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return false, err
 	}
-	if err := needName("owner", owner); err != nil {
+	if err := broker.CheckName("owner", owner); err != nil {
 		return false, err
 	}
-	if err := needPositive("ttl", ttl); err != nil {
+	if err := broker.CheckPositive("ttl", ttl); err != nil {
 		return false, err
 	}
 	if err := b.lock(ctx); err != nil {
@@ -47,10 +47,10 @@ func (b *Broker) Acquire(ctx context.Context, receiver, owner string, ttl time.D
 
 // Release gives up owner's lock of receiver, if owner holds it.
 func (b *Broker) Release(ctx context.Context, receiver, owner string) error {
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
 	}
-	if err := needName("owner", owner); err != nil {
+	if err := broker.CheckName("owner", owner); err != nil {
 		return err
 	}
 	if err := b.lock(ctx); err != nil {
@@ -66,10 +66,10 @@ func (b *Broker) Release(ctx context.Context, receiver, owner string) error {
 // Heartbeat records info as live for ttl, with LastSeen set to broker-now.
 // It also forgets expired workers and locks.
 func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time.Duration) error {
-	if err := needName("WorkerInfo.ID", info.ID); err != nil {
+	if err := broker.CheckName("WorkerInfo.ID", info.ID); err != nil {
 		return err
 	}
-	if err := needPositive("ttl", ttl); err != nil {
+	if err := broker.CheckPositive("ttl", ttl); err != nil {
 		return err
 	}
 	if err := b.lock(ctx); err != nil {
@@ -100,7 +100,7 @@ func (c *core) sweep(now time.Time) {
 
 // Deregister removes worker id from the registry.
 func (b *Broker) Deregister(ctx context.Context, id string) error {
-	if err := needName("id", id); err != nil {
+	if err := broker.CheckName("id", id); err != nil {
 		return err
 	}
 	if err := b.lock(ctx); err != nil {
@@ -159,7 +159,7 @@ func (b *Broker) Receivers(ctx context.Context) ([]string, error) {
 
 // Stats returns a snapshot of receiver's queue.
 func (b *Broker) Stats(ctx context.Context, receiver string) (broker.ReceiverStats, error) {
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return broker.ReceiverStats{}, err
 	}
 	if err := b.lock(ctx); err != nil {

@@ -114,10 +114,10 @@ func (b *Broker) encodeReply(reply *broker.Envelope) ([]byte, error) {
 	if reply == nil {
 		return nil, errors.New("membroker: reply is nil")
 	}
-	if err := needName("Envelope.Receiver", reply.Receiver); err != nil {
+	if err := broker.CheckName("Envelope.Receiver", reply.Receiver); err != nil {
 		return nil, err
 	}
-	if err := needName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
+	if err := broker.CheckName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
 		return nil, err
 	}
 	if err := b.checkSize(reply); err != nil {
@@ -140,122 +140,14 @@ func (c *core) appendReply(sender string, raw []byte, kind broker.ReplyKind, req
 	return e
 }
 
-// ReplyInbox appends reply to its inbox's reply stream while the inbox is
-// open, and accepts it when its time is before deadline (or deadline is
-// zero). See broker.Broker.
-func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
-	raw, err := b.encodeReply(reply)
-	if err != nil {
-		return err
-	}
-	if !isInbox(reply.Receiver) {
-		return fmt.Errorf("membroker: ReplyInbox: %q is not an inbox", reply.Receiver)
-	}
-	if err := b.lock(ctx); err != nil {
-		return err
-	}
-	defer b.c.mu.Unlock()
-	if _, open := b.c.senders[reply.Receiver]; !open {
-		return broker.ErrLate
-	}
-	e := b.c.appendReply(reply.Receiver, raw, broker.KindReply, reply.InReplyTo)
-	if !deadline.IsZero() && !e.at.Before(deadline) {
-		return broker.ErrLate
-	}
-	return nil
-}
-
-// GiveUp appends a marker for request id to inbox's reply stream while the
-// inbox is open. See broker.Broker.
-func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, error) {
-	if err := needName("inbox", inbox); err != nil {
-		return broker.Reply{}, err
-	}
-	if !isInbox(inbox) {
-		return broker.Reply{}, fmt.Errorf("membroker: GiveUp: %q is not an inbox", inbox)
-	}
-	if err := needName("id", id); err != nil {
-		return broker.Reply{}, err
-	}
-	env := broker.Envelope{ID: id, Sender: inbox}
-	raw := encode(&env)
-	if err := b.lock(ctx); err != nil {
-		return broker.Reply{}, err
-	}
-	defer b.c.mu.Unlock()
-	if _, open := b.c.senders[inbox]; !open {
-		return broker.Reply{}, broker.ErrLate
-	}
-	e := b.c.appendReply(inbox, raw, broker.KindTimeout, id)
-	return broker.Reply{Ref: e.ref, Kind: e.kind, RequestID: id, Env: env, At: e.at}, nil
-}
-
-// ExpireSender makes sender's reply stream and pending timeouts expire ttl
-// from now (broker clock), and opens sender's address for ReplyInbox and
-// GiveUp until then; ttl 0 deletes them now and closes the address. Expired state
-// is deleted by the next call through any handle.
-func (b *Broker) ExpireSender(ctx context.Context, sender string, ttl time.Duration) error {
-	if err := needName("sender", sender); err != nil {
-		return err
-	}
-	if ttl < 0 {
-		return fmt.Errorf("membroker: ttl must be >= 0, got %v", ttl)
-	}
-	if err := b.lock(ctx); err != nil {
-		return err
-	}
-	defer b.c.mu.Unlock()
-	c := b.c
-	if ttl == 0 {
-		c.dropSender(sender)
-		return nil
-	}
-	at := c.now().Add(ttl)
-	c.senders[sender] = at
-	if c.nextExpiry.IsZero() || at.Before(c.nextExpiry) {
-		c.nextExpiry = at
-	}
-	return nil
-}
-
-// expireSenders deletes the state of the senders whose expiry is not after
-// now. Callers hold mu.
-func (c *core) expireSenders(now time.Time) {
-	if now.Before(c.nextExpiry) {
-		return
-	}
-	c.nextExpiry = time.Time{}
-	for s, at := range c.senders {
-		if !now.Before(at) {
-			c.dropSender(s)
-			continue
-		}
-		if c.nextExpiry.IsZero() || at.Before(c.nextExpiry) {
-			c.nextExpiry = at
-		}
-	}
-}
-
-// dropSender deletes sender's reply stream and pending timeouts and closes
-// its address. Readers blocked on the stream wake and find a new, empty
-// one. Callers hold mu.
-func (c *core) dropSender(sender string) {
-	delete(c.senders, sender)
-	delete(c.timeouts, sender)
-	if s := c.replies[sender]; s != nil {
-		delete(c.replies, sender)
-		s.wake()
-	}
-}
-
 // ExpireTimeouts settles up to max pending timeouts of sender whose deadline
 // is not after broker-now, earliest first, appending a timeout notice for
 // each to the sender's reply stream. It returns how many it settled.
 func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (int, error) {
-	if err := needName("sender", sender); err != nil {
+	if err := broker.CheckName("sender", sender); err != nil {
 		return 0, err
 	}
-	if err := needPositive("max", max); err != nil {
+	if err := broker.CheckPositive("max", max); err != nil {
 		return 0, err
 	}
 	if err := b.lock(ctx); err != nil {
@@ -279,16 +171,21 @@ func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (in
 	return n, nil
 }
 
-// ReadReplies leases up to max entries of sender's reply stream to
-// consumer: first those whose lease expired, then new ones, blocking up to
-// block when there are none. An inbox's entries are delivered once, in
-// order: none is delivered again.
-func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]broker.Reply, error) {
-	if err := validateRead("sender", sender, consumer, max, lease); err != nil {
+// ReadReplies leases up to p.Max entries of p.Sender's reply stream to
+// p.Consumer: first those whose lease expired, then new ones, blocking up
+// to p.Block when there are none.
+func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) ([]broker.Reply, error) {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	return b.readReplies(ctx, p, false)
+}
+
+// readReplies reads p.Sender's reply stream; an inbox's entries are
+// delivered once, in order: none is delivered again.
+func (b *Broker) readReplies(ctx context.Context, p *broker.ReadRepliesParams, inbox bool) ([]broker.Reply, error) {
+	sender, consumer, max, lease := p.Sender, p.Consumer, p.Max, p.Lease
 	out := []broker.Reply{}
-	inbox := isInbox(sender)
 	take := func(s *stream, now time.Time) int {
 		if !inbox {
 			for e := range s.expired(now, lease) {
@@ -303,7 +200,7 @@ func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max i
 		}
 		return len(out)
 	}
-	if err := b.read(ctx, sender, b.c.replyStream, block, lease, take); err != nil {
+	if err := b.read(ctx, sender, b.c.replyStream, p.Block, lease, take); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -324,9 +221,13 @@ func (c *core) leaseReply(s *stream, e *entry, consumer string, now time.Time, o
 // AckReplies removes the entries refs of sender's reply stream. Unknown
 // refs are ignored.
 func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) error {
-	if err := needName("sender", sender); err != nil {
+	if err := broker.CheckName("sender", sender); err != nil {
 		return err
 	}
+	return b.ackReplies(ctx, sender, refs)
+}
+
+func (b *Broker) ackReplies(ctx context.Context, sender string, refs []string) error {
 	if err := b.lock(ctx); err != nil {
 		return err
 	}

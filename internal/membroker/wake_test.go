@@ -22,7 +22,7 @@ type fetched struct {
 func goFetch(b *Broker, receiver, consumer string, lease time.Duration) <-chan fetched {
 	ch := make(chan fetched, 1)
 	go func() {
-		ds, err := b.Fetch(context.Background(), receiver, consumer, 10, time.Minute, lease, 0)
+		ds, err := b.Fetch(context.Background(), &broker.FetchParams{Receiver: receiver, Consumer: consumer, Max: 10, Block: time.Minute, Lease: lease, MaxAttempts: 0})
 		ch <- fetched{ds, err}
 	}()
 	return ch
@@ -78,7 +78,7 @@ func TestFetchWakesWhenLeaseExpires(t *testing.T) {
 	defer b.Close()
 	const lease = 100 * time.Millisecond
 	sendOne(t, b, "r")
-	if ds, err := b.Fetch(context.Background(), "r", "a", 1, 0, lease, 0); err != nil || len(ds) != 1 {
+	if ds, err := b.Fetch(context.Background(), &broker.FetchParams{Receiver: "r", Consumer: "a", Max: 1, Block: 0, Lease: lease, MaxAttempts: 0}); err != nil || len(ds) != 1 {
 		t.Fatalf("Fetch: %v, %v", ds, err)
 	}
 	f := await(t, "Fetch blocked on an expiring lease", goFetch(b, "r", "b", lease))
@@ -93,13 +93,13 @@ func TestFetchWakesOnRetry(t *testing.T) {
 	b := New(Options{})
 	defer b.Close()
 	sendOne(t, b, "r")
-	ds, err := b.Fetch(context.Background(), "r", "a", 1, 0, time.Hour, 0)
+	ds, err := b.Fetch(context.Background(), &broker.FetchParams{Receiver: "r", Consumer: "a", Max: 1, Block: 0, Lease: time.Hour, MaxAttempts: 0})
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("Fetch: %v, %v", ds, err)
 	}
 	ch := goFetch(b, "r", "b", time.Hour)
 	waitWaiters(t, b, "r", 1)
-	if err := b.Retry(context.Background(), "r", "a", ds[0].Ref, 0, time.Hour); err != nil {
+	if err := b.Retry(context.Background(), &broker.RetryParams{Receiver: "r", Consumer: "a", Ref: ds[0].Ref, Delay: 0, Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if f := await(t, "Fetch blocked during a Retry", ch); len(f.ds) != 1 || f.ds[0].Attempt != 2 {
@@ -137,7 +137,7 @@ func TestFetchBlockEnds(t *testing.T) {
 	t.Parallel()
 	b := New(Options{})
 	defer b.Close()
-	ds, err := b.Fetch(context.Background(), "r", "a", 1, 10*time.Millisecond, time.Second, 0)
+	ds, err := b.Fetch(context.Background(), &broker.FetchParams{Receiver: "r", Consumer: "a", Max: 1, Block: 10 * time.Millisecond, Lease: time.Second, MaxAttempts: 0})
 	if err != nil || len(ds) != 0 {
 		t.Fatalf("got %+v, %v; want nothing", ds, err)
 	}
@@ -168,7 +168,7 @@ func TestShared(t *testing.T) {
 	if _, err := a.Send(ctx, &broker.Envelope{ID: "x", Receiver: "r"}); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Send on a closed handle: got %v, want ErrClosed", err)
 	}
-	ds, err := b.Fetch(ctx, "r", "c", 10, 0, time.Minute, 0)
+	ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("Fetch on the other handle: got %+v, %v; want the message sent on the first", ds, err)
 	}

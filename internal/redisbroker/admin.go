@@ -18,13 +18,13 @@ func (b *Broker) Acquire(ctx context.Context, receiver, owner string, ttl time.D
 	if err := b.check(); err != nil {
 		return false, err
 	}
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return false, err
 	}
-	if err := needName("owner", owner); err != nil {
+	if err := broker.CheckName("owner", owner); err != nil {
 		return false, err
 	}
-	if err := needPositive("ttl", ttl); err != nil {
+	if err := broker.CheckPositive("ttl", ttl); err != nil {
 		return false, err
 	}
 	n, err := scriptAcquire.Exec(ctx, b.client, []string{b.keys.lock(receiver)}, []string{owner, msString(ttl)}).AsInt64()
@@ -39,10 +39,10 @@ func (b *Broker) Release(ctx context.Context, receiver, owner string) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
 	}
-	if err := needName("owner", owner); err != nil {
+	if err := broker.CheckName("owner", owner); err != nil {
 		return err
 	}
 	err := scriptRelease.Exec(ctx, b.client, []string{b.keys.lock(receiver)}, []string{owner}).Error()
@@ -54,10 +54,10 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := needName("WorkerInfo.ID", info.ID); err != nil {
+	if err := broker.CheckName("WorkerInfo.ID", info.ID); err != nil {
 		return err
 	}
-	if err := needPositive("ttl", ttl); err != nil {
+	if err := broker.CheckPositive("ttl", ttl); err != nil {
 		return err
 	}
 	info.LastSeen = time.Time{}
@@ -75,7 +75,7 @@ func (b *Broker) Deregister(ctx context.Context, id string) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := needName("id", id); err != nil {
+	if err := broker.CheckName("id", id); err != nil {
 		return err
 	}
 	for _, r := range b.client.DoMulti(ctx,
@@ -199,7 +199,7 @@ func (b *Broker) Stats(ctx context.Context, receiver string) (broker.ReceiverSta
 	if err := b.check(); err != nil {
 		return broker.ReceiverStats{}, err
 	}
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return broker.ReceiverStats{}, err
 	}
 	v, err := scriptStats.Exec(ctx, b.client, []string{b.keys.queue(receiver), b.keys.deadLetters(receiver)}, nil).AsIntSlice()

@@ -121,7 +121,7 @@ func TestReceiversFromStreams(t *testing.T) {
 	if _, err := b.Send(ctx, env("m", "dead")); err != nil {
 		t.Fatal(err)
 	}
-	d := fetch1(t, b, "dead", "c", time.Minute, 0)[0]
+	d := fetch1(t, b, broker.FetchParams{Receiver: "dead", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})[0]
 	if err := b.DeadLetter(ctx, "dead", d, "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestReceiversFromStreams(t *testing.T) {
 		t.Fatalf("Receivers = %v, %v; want %v", rs, err, want)
 	}
 	// A drained queue no longer counts.
-	d = fetch1(t, b, "a", "c", time.Minute, 0)[0]
+	d = fetch1(t, b, broker.FetchParams{Receiver: "a", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})[0]
 	if err := b.Ack(ctx, "a", d.Ref); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestURLOptions(t *testing.T) {
 	if n, _ := do(t, raw, "EXISTS", b.keys.queue("r")).AsInt64(); n != 0 {
 		t.Fatal("the message went to database 0")
 	}
-	ds := fetch1(t, b, "r", "c", time.Minute, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})
 	if len(ds) != 1 {
 		t.Fatalf("Fetch on database 3 = %+v", ds)
 	}
@@ -230,7 +230,7 @@ func TestStatsCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ds, _ := b.Fetch(ctx, "r", "c", 2, 0, time.Minute, 0)
+	ds, _ := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 2, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err := b.DeadLetter(ctx, "r", ds[0], "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestClose(t *testing.T) {
 	ctx := ctxT(t)
 	blocked := make(chan error, 1)
 	go func() {
-		_, err := b.Fetch(ctx, "r", "c", 1, time.Minute, time.Minute, 0)
+		_, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 1, Block: time.Minute, Lease: time.Minute, MaxAttempts: 0})
 		blocked <- err
 	}()
 	raw := rawClient(t, s)
@@ -296,7 +296,7 @@ func TestTLSURL(t *testing.T) {
 	if _, err := b.Send(ctx, env("m", "r")); err != nil {
 		t.Fatal(err)
 	}
-	if ds := fetch1(t, b, "r", "c", time.Minute, 0); len(ds) != 1 {
+	if ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(ds) != 1 {
 		t.Fatalf("Fetch over TLS = %+v", ds)
 	}
 	// Without the CA, the server's certificate is not trusted.

@@ -242,7 +242,7 @@ func TestFlushReplies(t *testing.T) {
 		}
 	}
 	for s, n := range map[string]int{"web": 2, "api": 2} {
-		rs, err := b.ReadReplies(ctx, s, "c", 10, 0, time.Minute)
+		rs, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 10, Block: 0, Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +312,7 @@ func TestInboxWritesMerge(t *testing.T) {
 		return b.flushInbox(cmds)
 	}, func(v any) inboxResult { return inboxResult{err: fmt.Errorf("panic: %v", v)} })
 	const inbox, writers, each = "_inbox.merge", 32, 20
-	if err := b.ExpireSender(ctx, inbox, time.Minute); err != nil {
+	if err := b.KeepInbox(ctx, inbox, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup

@@ -31,7 +31,7 @@ func BenchmarkFireAndForget(b *testing.B) {
 					return
 				default:
 				}
-				ds, err := br.Fetch(ctx, "bench", fmt.Sprint("c", c), 64, 50*time.Millisecond, time.Minute, 0)
+				ds, err := br.Fetch(ctx, &broker.FetchParams{Receiver: "bench", Consumer: fmt.Sprint("c", c), Max: 64, Block: 50 * time.Millisecond, Lease: time.Minute, MaxAttempts: 0})
 				if err != nil {
 					b.Error(err)
 					return
@@ -96,7 +96,7 @@ func BenchmarkRequestReply(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				ds, err := br.Fetch(ctx, "svc", fmt.Sprint("w", c), 64, 50*time.Millisecond, time.Minute, 0)
+				ds, err := br.Fetch(ctx, &broker.FetchParams{Receiver: "svc", Consumer: fmt.Sprint("w", c), Max: 64, Block: 50 * time.Millisecond, Lease: time.Minute, MaxAttempts: 0})
 				if err != nil {
 					return
 				}
@@ -124,7 +124,7 @@ func BenchmarkRequestReply(b *testing.B) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			rs, err := br.ReadReplies(ctx, "client", "reader", 256, 50*time.Millisecond, time.Minute)
+			rs, err := br.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "client", Consumer: "reader", Max: 256, Block: 50 * time.Millisecond, Lease: time.Minute})
 			if err != nil {
 				return
 			}

@@ -91,7 +91,7 @@ func TestClusterTimedSendAcrossSlots(t *testing.T) {
 		return env, dl
 	}
 	env, dl := send(time.Minute)
-	ds, err := b.Fetch(ctx, receiver, "c", 10, time.Second, time.Minute, 0)
+	ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: "c", Max: 10, Block: time.Second, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || len(ds) != 1 || ds[0].Env.ID != env.ID || !ds[0].Deadline.Equal(dl) {
 		t.Fatalf("Fetch = %+v, %v; want %s with deadline %v", ds, err, env.ID, dl)
 	}
@@ -113,7 +113,7 @@ func TestClusterTimedSendAcrossSlots(t *testing.T) {
 		}
 		return n == 1
 	})
-	rs, err := b.ReadReplies(ctx, sender, "c", 10, time.Second, time.Minute)
+	rs, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: sender, Consumer: "c", Max: 10, Block: time.Second, Lease: time.Minute})
 	if err != nil || len(rs) != 2 || rs[0].Kind != broker.KindReply || rs[0].RequestID != env.ID ||
 		rs[1].Kind != broker.KindTimeout || rs[1].RequestID != late.ID {
 		t.Fatalf("ReadReplies = %+v, %v; want the reply to %s, then the notice of %s", rs, err, env.ID, late.ID)

@@ -13,10 +13,10 @@ func (b *Broker) DeadLetters(ctx context.Context, receiver string, max int) ([]b
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return nil, err
 	}
-	if err := needPositive("max", max); err != nil {
+	if err := broker.CheckPositive("max", max); err != nil {
 		return nil, err
 	}
 	entries, err := b.client.Do(ctx, b.client.B().Xrange().Key(b.keys.deadLetters(receiver)).Start("-").End("+").
@@ -48,7 +48,7 @@ func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...
 	if err := b.check(); err != nil {
 		return 0, err
 	}
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return 0, err
 	}
 	keys := []string{b.keys.queue(receiver), b.keys.deadLetters(receiver)}
@@ -106,7 +106,7 @@ func (b *Broker) PurgeDeadLetters(ctx context.Context, receiver string, refs ...
 	if err := b.check(); err != nil {
 		return 0, err
 	}
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return 0, err
 	}
 	dlq := b.keys.deadLetters(receiver)

@@ -29,7 +29,7 @@ func Example() {
 		return
 	}
 
-	ds, _ := b.Fetch(ctx, "orders", "worker-1", 10, time.Second, 30*time.Second, 5)
+	ds, _ := b.Fetch(ctx, &broker.FetchParams{Receiver: "orders", Consumer: "worker-1", Max: 10, Block: time.Second, Lease: 30 * time.Second, MaxAttempts: 5})
 	d := ds[0]
 	fmt.Printf("worker got %s: %s (attempt %d)\n", d.Env.ID, d.Env.Content, d.Attempt)
 	err = b.Reply(ctx, &broker.Envelope{ID: "r1", Receiver: d.Env.Sender, InReplyTo: d.Env.ID, Content: []byte("order 42")}, broker.ReplyTimed)
@@ -40,7 +40,7 @@ func Example() {
 	err = b.Reply(ctx, &broker.Envelope{ID: "r2", Receiver: "web", InReplyTo: "m1"}, broker.ReplyTimed)
 	fmt.Println("second reply:", err)
 
-	rs, _ := b.ReadReplies(ctx, "web", "web-1", 10, time.Second, 30*time.Second)
+	rs, _ := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "web", Consumer: "web-1", Max: 10, Block: time.Second, Lease: 30 * time.Second})
 	fmt.Printf("sender got a reply to %s: %s\n", rs[0].RequestID, rs[0].Env.Content)
 	_ = b.AckReplies(ctx, "web", rs[0].Ref)
 	// Output:

@@ -23,8 +23,7 @@ const maxBatch = 1000
 
 // Send queues env: one XADD, or for a message with a timeout one script
 // that also records the pending timeout under env.Sender (two steps on
-// Redis Cluster when the names' slots differ: see sendTimedSplit; from an
-// inbox, one XADD: see inboxXadd).
+// Redis Cluster when the names' slots differ: see sendTimedSplit).
 func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, error) {
 	if err := b.check(); err != nil {
 		return time.Time{}, err
@@ -35,35 +34,20 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 	data := rueidis.BinaryString(wire.Encode(env))
 	switch b.sendKind(env) {
 	case sendPlain:
-		if err := b.client.Do(ctx, b.xadd(env, data, "")).Error(); err != nil {
-			return time.Time{}, b.fail(ctx, "send", err)
-		}
-		return time.Time{}, nil
+		return time.Time{}, b.sendPlain(ctx, env, data)
 	case sendSplit:
 		return b.sendTimedSplit(ctx, env, data)
-	case sendInbox:
-		now, err := b.estimateNow(ctx)
-		if err != nil {
-			return time.Time{}, err
-		}
-		deadline, cmd := b.inboxXadd(env, data, now)
-		res, err := b.doInbox(ctx, cmd)
-		if err == nil {
-			err = res.Error()
-		}
-		if err != nil {
-			if !mayHaveRun(err) {
-				deadline = time.Time{}
-			}
-			return deadline, b.fail(ctx, "send", err) // see broker.Broker.Send
-		}
-		return deadline, nil
 	}
 	res, err := scriptSendTimed.Exec(ctx, b.client, b.sendTimedKeys(env), sendTimedArgs(env, data)).ToString()
 	if err != nil {
 		return time.Time{}, b.fail(ctx, "send", err)
 	}
 	return parseDeadline(res)
+}
+
+// sendPlain queues env, encoded as data, with one XADD.
+func (b *Broker) sendPlain(ctx context.Context, env *broker.Envelope, data string) error {
+	return b.failIf(ctx, "send", b.client.Do(ctx, b.xadd(env, data, "")).Error())
 }
 
 // mayHaveRun reports whether a command that failed with err may have run
@@ -83,32 +67,16 @@ const (
 	sendPlain = iota // no timeout: one XADD
 	sendTimed        // script send_timed
 	sendSplit        // on a Cluster, across slots: sendTimedSplit
-	sendInbox        // from an inbox: inboxXadd
 )
 
 func (b *Broker) sendKind(env *broker.Envelope) int {
 	switch {
 	case env.Timeout <= 0:
 		return sendPlain
-	case isInbox(env.Sender):
-		return sendInbox
 	case b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
 		return sendSplit
 	}
 	return sendTimed
-}
-
-// inboxXadd returns the deadline of env, a timed message from an inbox,
-// and the XADD that queues it with that deadline. No pending timeout is
-// recorded: the outcome is decided in the inbox's reply stream (see
-// broker.InboxPrefix, ReplyInbox and GiveUp). The deadline comes from now,
-// Redis time as this client estimates it (within a round trip of TIME):
-// it only needs to be one value that the requester, the worker and the
-// replier share, and the decision itself is by Redis time, the ids of the
-// reply stream's entries.
-func (b *Broker) inboxXadd(env *broker.Envelope, data string, now time.Time) (time.Time, rueidis.Completed) {
-	deadline := now.Add(env.Timeout).Truncate(time.Millisecond)
-	return deadline, b.xadd(env, data, strconv.FormatInt(deadline.UnixMilli(), 10))
 }
 
 // execOK returns the first error among the replies of a transaction
@@ -142,7 +110,7 @@ func (b *Broker) xadd(env *broker.Envelope, data, deadline string) rueidis.Compl
 }
 
 func (b *Broker) sendTimedKeys(env *broker.Envelope) []string {
-	return []string{b.keys.queue(env.Receiver), b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender), b.keys.replies(env.Sender)}
+	return []string{b.keys.queue(env.Receiver), b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)}
 }
 
 func sendTimedArgs(env *broker.Envelope, data string) []string {
@@ -204,23 +172,6 @@ func (b *Broker) sendRun(ctx context.Context, kind int, envs []*broker.Envelope,
 				errs[i], failed = b.fail(ctx, "send", err), true
 			}
 		}
-	case sendInbox:
-		now, err := b.estimateNow(ctx)
-		if err != nil {
-			for i := range errs {
-				errs[i] = err
-			}
-			return true
-		}
-		cmds := make(rueidis.Commands, len(envs))
-		for i, env := range envs {
-			deadlines[i], cmds[i] = b.inboxXadd(env, rueidis.BinaryString(wire.Encode(env)), now)
-		}
-		for i, r := range b.client.DoMulti(ctx, cmds...) {
-			if err := r.Error(); err != nil {
-				deadlines[i], errs[i], failed = time.Time{}, b.fail(ctx, "send", err), true
-			}
-		}
 	case sendTimed:
 		execs := make([]rueidis.LuaExec, len(envs))
 		for i, env := range envs {
@@ -252,7 +203,7 @@ func (b *Broker) sendRun(ctx context.Context, kind int, envs []*broker.Envelope,
 // returned no id): the sender still sees exactly one outcome.
 func (b *Broker) sendTimedSplit(ctx context.Context, env *broker.Envelope, data string) (time.Time, error) {
 	t, tm := b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)
-	res, err := scriptPendTimed.Exec(ctx, b.client, []string{t, tm, b.keys.replies(env.Sender)},
+	res, err := scriptPendTimed.Exec(ctx, b.client, []string{t, tm},
 		[]string{data, env.ID, msString(env.Timeout)}).ToString()
 	if err != nil {
 		return time.Time{}, b.fail(ctx, "send", err)
@@ -295,7 +246,7 @@ func (b *Broker) InjectRaw(ctx context.Context, receiver string, raw []byte) err
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
 	}
 	err := b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.queue(receiver)).Id("*").FieldValue().
@@ -317,7 +268,21 @@ type entry struct {
 	fields  map[string]string
 }
 
-// fetch returns up to max entries of stream for consumer. At most every
+// streamKeys are the keys a fetch of one stream touches, and the name of
+// the operation for errors.
+type streamKeys struct {
+	op      string
+	stream  string // the queue or reply stream
+	dlq     string // its dead-letter stream
+	delayed string // its delayed zset
+}
+
+// queueKeys returns the streamKeys of receiver's queue.
+func (b *Broker) queueKeys(receiver string) streamKeys {
+	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver)}
+}
+
+// fetch returns up to p.Max entries of s.stream for p.Consumer. At most every
 // reclaimEvery per stream (and at once after this broker's Retry, or when
 // the group is missing) it runs the fetch script, which reclaims expired
 // leases and due retries, dead-letters entries past maxAttempts and reads
@@ -326,7 +291,8 @@ type entry struct {
 // connection (it answers at once when entries are waiting, so a read
 // without BLOCK before it would only add a round trip), else a pipelined
 // one.
-func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]entry, error) {
+func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams) ([]entry, error) {
+	op, stream, consumer, max, block := s.op, s.stream, p.Consumer, p.Max, p.Block
 	var entries []entry
 	script := b.reclaimDue(stream)
 	if !script && block <= 0 {
@@ -344,7 +310,7 @@ func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, con
 	if script {
 		var dead int64
 		var err error
-		entries, dead, err = b.reclaim(ctx, op, stream, dlq, delayed, consumer, max, lease, maxAttempts)
+		entries, dead, err = b.reclaim(ctx, s, p)
 		if err != nil || dead > 0 {
 			return entries, err
 		}
@@ -364,7 +330,7 @@ func (b *Broker) fetch(ctx context.Context, op string, stream, dlq, delayed, con
 		// The group is missing: Redis lost its data (a restart without
 		// persistence) or the stream was deleted. The fetch script creates
 		// it again and reads what is there, such as messages sent since.
-		entries, _, err = b.reclaim(ctx, op, stream, dlq, delayed, consumer, max, lease, maxAttempts)
+		entries, _, err = b.reclaim(ctx, s, p)
 		return entries, err
 	case rueidis.IsRedisNil(err):
 		return entries, nil
@@ -391,13 +357,14 @@ func (b *Broker) blockingCtx(ctx context.Context) (context.Context, func()) {
 }
 
 // reclaim runs the fetch script.
-func (b *Broker) reclaim(ctx context.Context, op string, stream, dlq, delayed, consumer string, max int, lease time.Duration, maxAttempts int) ([]entry, int64, error) {
+func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchParams) ([]entry, int64, error) {
+	op, stream := s.op, s.stream
 	prune := "0"
 	if b.dueForPrune(stream) {
 		prune = msString(b.pruneIdle)
 	}
-	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, dlq, delayed},
-		[]string{consumer, strconv.Itoa(max), msString(lease), strconv.Itoa(max0(maxAttempts)), prune}).ToArray()
+	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed},
+		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune}).ToArray()
 	if err != nil {
 		b.forceReclaim(stream)
 		return nil, 0, b.fail(ctx, op, err)
@@ -482,21 +449,21 @@ func scriptEntry(m rueidis.RedisMessage) (entry, error) {
 	return e, nil
 }
 
-// Fetch leases up to max messages of receiver to consumer. See
+// Fetch leases up to p.Max messages of p.Receiver to p.Consumer. See
 // broker.Broker. maxAttempts 0 means no limit. A message retried with a
 // delay, or whose lease expired, is reclaimed by a Fetch at most
 // reclaimEvery (100ms) after that moment, or right after a Retry through
 // this broker; a Fetch blocked in Redis notices it when its block time
 // ends.
-func (b *Broker) Fetch(ctx context.Context, receiver, consumer string, max int, block, lease time.Duration, maxAttempts int) ([]broker.Delivery, error) {
+func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Delivery, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	if err := validateRead("receiver", receiver, consumer, max, lease); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	q, dlq, delayed := b.keys.queue(receiver), b.keys.deadLetters(receiver), b.keys.delayed(receiver)
-	entries, err := b.fetch(ctx, "fetch", q, dlq, delayed, consumer, max, block, lease, maxAttempts)
+	s := b.queueKeys(p.Receiver)
+	entries, err := b.fetch(ctx, &s, p)
 	if err != nil {
 		return nil, err
 	}
@@ -510,7 +477,7 @@ func (b *Broker) Fetch(ctx context.Context, receiver, consumer string, max int, 
 			err = errors.New("the entry has no m field")
 		}
 		if err != nil {
-			if err := b.bury(ctx, "fetch", q, dlq, delayed, e.id, "undecodable message: "+err.Error(), e.attempt, true); err != nil {
+			if err := b.bury(ctx, &s, e.id, "undecodable message: "+err.Error(), e.attempt, true); err != nil {
 				return nil, err
 			}
 			continue
@@ -524,44 +491,26 @@ func (b *Broker) Fetch(ctx context.Context, receiver, consumer string, max int, 
 	return out, nil
 }
 
-func validateRead(field, name, consumer string, max int, lease time.Duration) error {
-	if err := needName(field, name); err != nil {
-		return err
-	}
-	if err := needName("consumer", consumer); err != nil {
-		return err
-	}
-	if err := needPositive("max", max); err != nil {
-		return err
-	}
-	return needPositive("lease", lease)
-}
-
 // bury moves entry id of stream to dlq; it reports whether it was there.
-func (b *Broker) bury(ctx context.Context, op, stream, dlq, delayed, id, reason string, attempts int, bad bool) error {
+func (b *Broker) bury(ctx context.Context, s *streamKeys, id, reason string, attempts int, bad bool) error {
 	flag := "0"
 	if bad {
 		flag = "1"
 	}
-	err := scriptBury.Exec(ctx, b.client, []string{stream, dlq, delayed},
+	err := scriptBury.Exec(ctx, b.client, []string{s.stream, s.dlq, s.delayed},
 		[]string{id, reason, strconv.Itoa(attempts), flag}).Error()
-	return b.failIf(ctx, op, err)
+	return b.failIf(ctx, s.op, err)
 }
 
-// Extend renews consumer's leases of refs and returns those it lost.
-func (b *Broker) Extend(ctx context.Context, receiver, consumer string, refs []string, lease time.Duration) ([]string, error) {
+// Extend renews p.Consumer's leases of p.Refs and returns those it lost.
+func (b *Broker) Extend(ctx context.Context, p *broker.ExtendParams) ([]string, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	if err := needName("receiver", receiver); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if err := needName("consumer", consumer); err != nil {
-		return nil, err
-	}
-	if err := needPositive("lease", lease); err != nil {
-		return nil, err
-	}
+	receiver, consumer, refs := p.Receiver, p.Consumer, p.Refs
 	var lost []string
 	for _, ref := range refs {
 		if !validRef(ref) {
@@ -628,7 +577,7 @@ func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
 	}
 	return b.ack(ctx, "ack", b.keys.queue(receiver), b.keys.delayed(receiver), refs)
@@ -653,28 +602,17 @@ func (b *Broker) ack(ctx context.Context, op, stream, delayed string, refs []str
 	return nil
 }
 
-// Retry makes ref, held by consumer, reclaimable after delay. A delay
+// Retry makes p.Ref, held by p.Consumer, reclaimable after p.Delay. A delay
 // shorter than the lease ages the entry (idle = lease - delay); a longer one
 // parks it in the delayed zset until it is due.
-func (b *Broker) Retry(ctx context.Context, receiver, consumer, ref string, delay, lease time.Duration) error {
+func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := needName("receiver", receiver); err != nil {
+	if err := p.Validate(); err != nil {
 		return err
 	}
-	if err := needName("consumer", consumer); err != nil {
-		return err
-	}
-	if err := needName("ref", ref); err != nil {
-		return err
-	}
-	if delay < 0 {
-		return fmt.Errorf("redisbroker: delay is negative: %v", delay)
-	}
-	if err := needPositive("lease", lease); err != nil {
-		return err
-	}
+	receiver, consumer, ref, delay, lease := p.Receiver, p.Consumer, p.Ref, p.Delay, p.Lease
 	if !validRef(ref) {
 		return broker.ErrLeaseLost
 	}
@@ -700,10 +638,10 @@ func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Deliv
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := needName("receiver", receiver); err != nil {
+	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
 	}
-	if err := needName("Delivery.Ref", d.Ref); err != nil {
+	if err := broker.CheckName("Delivery.Ref", d.Ref); err != nil {
 		return err
 	}
 	if !validRef(d.Ref) {

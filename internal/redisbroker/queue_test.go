@@ -19,9 +19,11 @@ func env(id, receiver string) *broker.Envelope {
 		Headers: map[string]string{"h": "v"}}
 }
 
-func fetch1(t *testing.T, b *Broker, receiver, consumer string, lease time.Duration, maxAttempts int) []broker.Delivery {
+// fetch1 fetches up to 10 deliveries (p.Max) without blocking (p.Block).
+func fetch1(t *testing.T, b *Broker, p broker.FetchParams) []broker.Delivery {
 	t.Helper()
-	ds, err := b.Fetch(ctxT(t), receiver, consumer, 10, 0, lease, maxAttempts)
+	p.Max, p.Block = 10, 0
+	ds, err := b.Fetch(ctxT(t), &p)
 	if err != nil {
 		t.Fatalf("Fetch: %v", err)
 	}
@@ -37,7 +39,7 @@ func TestSendFetchAck(t *testing.T) {
 	if err != nil || !deadline.IsZero() {
 		t.Fatalf("Send = %v, %v; want zero deadline, nil", deadline, err)
 	}
-	ds := fetch1(t, b, "orders", "c1", time.Minute, 5)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "c1", Lease: time.Minute, MaxAttempts: 5})
 	if len(ds) != 1 {
 		t.Fatalf("Fetch returned %d deliveries, want 1", len(ds))
 	}
@@ -45,7 +47,7 @@ func TestSendFetchAck(t *testing.T) {
 	if !reflect.DeepEqual(d.Env, *want) || d.Attempt != 1 || !d.Deadline.IsZero() || d.Ref == "" {
 		t.Fatalf("delivery = %+v, want %+v attempt 1, no deadline", d, *want)
 	}
-	if again := fetch1(t, b, "orders", "c2", time.Minute, 5); len(again) != 0 {
+	if again := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "c2", Lease: time.Minute, MaxAttempts: 5}); len(again) != 0 {
 		t.Fatalf("a leased message was delivered again: %+v", again)
 	}
 	st, err := b.Stats(ctx, "orders")
@@ -73,15 +75,15 @@ func TestFetchOrderAndMax(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ds, err := b.Fetch(ctx, "r", "c", 2, 0, time.Minute, 0)
+	ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 2, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || len(ds) != 2 || ds[0].Env.ID != "a" || ds[1].Env.ID != "b" {
 		t.Fatalf("Fetch max 2 = %+v, %v; want a, b", ds, err)
 	}
-	ds, err = b.Fetch(ctx, "r", "c", 2, 0, time.Minute, 0)
+	ds, err = b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 2, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || len(ds) != 1 || ds[0].Env.ID != "c" {
 		t.Fatalf("second Fetch = %+v, %v; want c", ds, err)
 	}
-	ds, err = b.Fetch(ctx, "r", "c", 2, 0, time.Minute, 0)
+	ds, err = b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 2, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || ds == nil || len(ds) != 0 {
 		t.Fatalf("Fetch of an empty queue = %#v, %v; want an empty slice", ds, err)
 	}
@@ -105,7 +107,7 @@ func TestSendTimedSetsDeadline(t *testing.T) {
 	if deadline.Before(before.Add(time.Hour).Truncate(time.Millisecond)) || deadline.After(after.Add(time.Hour)) {
 		t.Fatalf("deadline %v not within [%v, %v] + 1h", deadline, before, after)
 	}
-	ds := fetch1(t, b, "orders", "c", time.Minute, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})
 	if len(ds) != 1 || !ds[0].Deadline.Equal(deadline) || ds[0].Env.Timeout != time.Hour {
 		t.Fatalf("delivery %+v, want deadline %v", ds, deadline)
 	}
@@ -143,7 +145,7 @@ func TestFetchBlocksUntilSend(t *testing.T) {
 	got := make(chan []broker.Delivery, 1)
 	errc := make(chan error, 1)
 	go func() {
-		ds, err := b.Fetch(ctx, "r", "c", 10, 20*time.Second, time.Minute, 0)
+		ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: 20 * time.Second, Lease: time.Minute, MaxAttempts: 0})
 		got <- ds
 		errc <- err
 	}()
@@ -160,7 +162,7 @@ func TestFetchBlockEndsEmpty(t *testing.T) {
 	t.Parallel()
 	// IOTimeout shorter than the block time must not break blocking reads.
 	b := newBrokerOn(t, srv, Config{IOTimeout: 50 * time.Millisecond})
-	ds, err := b.Fetch(ctxT(t), "r", "c", 10, 300*time.Millisecond, time.Minute, 0)
+	ds, err := b.Fetch(ctxT(t), &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: 300 * time.Millisecond, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || ds == nil || len(ds) != 0 {
 		t.Fatalf("Fetch on an empty queue = %#v, %v; want an empty slice", ds, err)
 	}
@@ -172,7 +174,7 @@ func TestFetchContextCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctxT(t))
 	errc := make(chan error, 1)
 	go func() {
-		_, err := b.Fetch(ctx, "r", "c", 10, time.Minute, time.Minute, 0)
+		_, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: time.Minute, Lease: time.Minute, MaxAttempts: 0})
 		errc <- err
 	}()
 	cancel()
@@ -193,23 +195,23 @@ func TestReclaimAfterLeaseExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := 50 * time.Millisecond
-	first := fetch1(t, b, "r", "A", lease, 5)
+	first := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 5})
 	if len(first) != 1 || first[0].Attempt != 1 {
 		t.Fatalf("first Fetch = %+v", first)
 	}
 	var second []broker.Delivery
 	eventually(t, "the message to be reclaimed", func() bool {
-		second = fetch1(t, b, "r", "B", lease, 5)
+		second = fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 5})
 		return len(second) > 0
 	})
 	if len(second) != 1 || second[0].Attempt != 2 || second[0].Ref != first[0].Ref || second[0].Env.ID != "m1" {
 		t.Fatalf("reclaimed = %+v; want m1 at attempt 2", second)
 	}
-	lost, err := b.Extend(ctx, "r", "A", []string{first[0].Ref}, lease)
+	lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: "r", Consumer: "A", Refs: []string{first[0].Ref}, Lease: lease})
 	if err != nil || !reflect.DeepEqual(lost, []string{first[0].Ref}) {
 		t.Fatalf("Extend by the old holder = %v, %v; want the ref lost", lost, err)
 	}
-	if err := b.Retry(ctx, "r", "A", first[0].Ref, 0, lease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: first[0].Ref, Delay: 0, Lease: lease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry by the old holder = %v; want ErrLeaseLost", err)
 	}
 }
@@ -224,22 +226,22 @@ func TestExtendResetsLease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ds := fetch1(t, b, "r", "A", lease, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 0})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch = %+v", ds)
 	}
 	// Retry with no delay makes both reclaimable at once (idle = lease)...
 	for _, d := range ds {
-		if err := b.Retry(ctx, "r", "A", d.Ref, 0, lease); err != nil {
+		if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: d.Ref, Delay: 0, Lease: lease}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// ...and Extend renews the first: idle 0 again.
-	lost, err := b.Extend(ctx, "r", "A", []string{ds[0].Ref, "bogus", "1-1"}, lease)
+	lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: "r", Consumer: "A", Refs: []string{ds[0].Ref, "bogus", "1-1"}, Lease: lease})
 	if err != nil || !reflect.DeepEqual(lost, []string{"bogus", "1-1"}) {
 		t.Fatalf("Extend = %v, %v; want only the unknown refs lost", lost, err)
 	}
-	got := fetch1(t, b, "r", "B", lease, 0)
+	got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 0})
 	if len(got) != 1 || got[0].Env.ID != "control" || got[0].Attempt != 2 {
 		t.Fatalf("Fetch by B = %+v; want only control, attempt 2", got)
 	}
@@ -254,29 +256,29 @@ func TestRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	const lease = time.Hour
-	d := fetch1(t, b, "r", "A", lease, 0)[0]
-	if err := b.Retry(ctx, "r", "B", d.Ref, 0, lease); !errors.Is(err, broker.ErrLeaseLost) {
+	d := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 0})[0]
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "B", Ref: d.Ref, Delay: 0, Lease: lease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry by a non-holder = %v; want ErrLeaseLost", err)
 	}
-	if err := b.Retry(ctx, "r", "A", "bogus", 0, lease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: "bogus", Delay: 0, Lease: lease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry of a bogus ref = %v; want ErrLeaseLost", err)
 	}
 	// A delay shorter than the lease ages the entry: idle = lease - delay.
-	if err := b.Retry(ctx, "r", "A", d.Ref, 30*time.Minute, lease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: d.Ref, Delay: 30 * time.Minute, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
-	if got := fetch1(t, b, "r", "B", lease, 0); len(got) != 0 {
+	if got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 0}); len(got) != 0 {
 		t.Fatalf("redelivered before the delay: %+v", got)
 	}
-	got := fetch1(t, b, "r", "B", 30*time.Minute, 0)
+	got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: 30 * time.Minute, MaxAttempts: 0})
 	if len(got) != 1 || got[0].Attempt != 2 {
 		t.Fatalf("Fetch with lease = lease-delay: %+v; want the message at attempt 2", got)
 	}
 	// Delay 0: at once.
-	if err := b.Retry(ctx, "r", "B", d.Ref, 0, lease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "B", Ref: d.Ref, Delay: 0, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
-	got = fetch1(t, b, "r", "C", lease, 0)
+	got = fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "C", Lease: lease, MaxAttempts: 0})
 	if len(got) != 1 || got[0].Attempt != 3 || got[0].Env.ID != "m1" {
 		t.Fatalf("after Retry(0): %+v; want attempt 3", got)
 	}
@@ -292,8 +294,8 @@ func TestRetryLongerThanLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := 20 * time.Millisecond
-	d := fetch1(t, b, "r", "A", lease, 0)[0]
-	if err := b.Retry(ctx, "r", "A", d.Ref, time.Hour, lease); err != nil {
+	d := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 0})[0]
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: d.Ref, Delay: time.Hour, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 	// Many leases pass; the entry stays parked with its holder.
@@ -304,18 +306,18 @@ func TestRetryLongerThanLease(t *testing.T) {
 			return n.Sub(now) > lease
 		})
 		now, _ = b.Now(ctx)
-		if got := fetch1(t, b, "r", "B", lease, 0); len(got) != 0 {
+		if got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 0}); len(got) != 0 {
 			t.Fatalf("redelivered before the delay: %+v", got)
 		}
 	}
-	if lost, err := b.Extend(ctx, "r", "A", []string{d.Ref}, lease); err != nil || len(lost) != 0 {
+	if lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: "r", Consumer: "A", Refs: []string{d.Ref}, Lease: lease}); err != nil || len(lost) != 0 {
 		t.Fatalf("holder lost a parked entry: %v, %v", lost, err)
 	}
 	// Bring the due time to now: the next Fetch takes it.
 	if err := do(t, raw, "ZADD", b.keys.delayed("r"), "0", d.Ref).Error(); err != nil {
 		t.Fatal(err)
 	}
-	got := fetch1(t, b, "r", "B", lease, 0)
+	got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 0})
 	if len(got) != 1 || got[0].Attempt != 2 {
 		t.Fatalf("after the delay: %+v; want attempt 2", got)
 	}
@@ -336,15 +338,15 @@ func TestDeadLetterAfterMaxAttempts(t *testing.T) {
 	}
 	const lease = time.Hour
 	for attempt := 1; attempt <= 2; attempt++ {
-		ds := fetch1(t, b, "r", "A", lease, 2)
+		ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 2})
 		if len(ds) != 1 || ds[0].Attempt != attempt {
 			t.Fatalf("attempt %d: %+v", attempt, ds)
 		}
-		if err := b.Retry(ctx, "r", "A", ds[0].Ref, 0, lease); err != nil {
+		if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: ds[0].Ref, Delay: 0, Lease: lease}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if ds := fetch1(t, b, "r", "A", lease, 2); len(ds) != 0 {
+	if ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 2}); len(ds) != 0 {
 		t.Fatalf("delivered beyond max attempts: %+v", ds)
 	}
 	dls, err := b.DeadLetters(ctx, "r", 10)
@@ -363,7 +365,7 @@ func TestDeadLetterAfterMaxAttempts(t *testing.T) {
 	if n, err := b.RetryDeadLetters(ctx, "r"); err != nil || n != 1 {
 		t.Fatalf("RetryDeadLetters = %d, %v", n, err)
 	}
-	ds := fetch1(t, b, "r", "A", lease, 2)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: lease, MaxAttempts: 2})
 	if len(ds) != 1 || ds[0].Attempt != 1 || ds[0].Env.ID != "m1" || !ds[0].Deadline.Equal(deadline) {
 		t.Fatalf("after RetryDeadLetters: %+v; want m1 attempt 1 deadline %v", ds, deadline)
 	}
@@ -387,7 +389,7 @@ func TestUndecodableEntriesGoToDeadLetters(t *testing.T) {
 	if _, err := b.Send(ctx, env("good", "r")); err != nil {
 		t.Fatal(err)
 	}
-	ds := fetch1(t, b, "r", "c", time.Minute, 5)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 5})
 	if len(ds) != 1 || ds[0].Env.ID != "good" {
 		t.Fatalf("Fetch = %+v; want only the good message", ds)
 	}
@@ -407,7 +409,7 @@ func TestUndecodableEntriesGoToDeadLetters(t *testing.T) {
 	// The blocking read path dead-letters too.
 	done := make(chan []broker.Delivery, 1)
 	go func() {
-		ds, _ := b.Fetch(ctx, "r", "c", 10, 10*time.Second, time.Minute, 5)
+		ds, _ := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: 10 * time.Second, Lease: time.Minute, MaxAttempts: 5})
 		done <- ds
 	}()
 	eventually(t, "the fetch to block", func() bool {
@@ -434,7 +436,7 @@ func TestDeadLetterRetryPurge(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ds := fetch1(t, b, "r", "c", time.Minute, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})
 	for _, d := range ds {
 		if err := b.DeadLetter(ctx, "r", d, "failed: "+d.Env.ID); err != nil {
 			t.Fatal(err)
@@ -450,7 +452,7 @@ func TestDeadLetterRetryPurge(t *testing.T) {
 	if n, err := b.RetryDeadLetters(ctx, "r", dls[1].Ref, "bogus", "1-1"); err != nil || n != 1 {
 		t.Fatalf("RetryDeadLetters(b) = %d, %v", n, err)
 	}
-	if got := fetch1(t, b, "r", "c", time.Minute, 0); len(got) != 1 || got[0].Env.ID != "b" {
+	if got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(got) != 1 || got[0].Env.ID != "b" {
 		t.Fatalf("after retry: %+v", got)
 	}
 	if n, err := b.PurgeDeadLetters(ctx, "r", dls[0].Ref, "bogus"); err != nil || n != 1 {
@@ -511,7 +513,7 @@ func TestConcurrentAckManyRefs(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	ds, err := b.Fetch(ctx, "r", "c", n, 0, time.Minute, 0)
+	ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: n, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 	if err != nil || len(ds) != n {
 		t.Fatalf("Fetch = %d, %v", len(ds), err)
 	}
@@ -519,7 +521,7 @@ func TestConcurrentAckManyRefs(t *testing.T) {
 	for i, d := range ds {
 		refs[i] = d.Ref
 	}
-	if lost, err := b.Extend(ctx, "r", "c", refs, time.Minute); err != nil || len(lost) != 0 {
+	if lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: "r", Consumer: "c", Refs: refs, Lease: time.Minute}); err != nil || len(lost) != 0 {
 		t.Fatalf("Extend of %d refs: lost %d, %v", n, len(lost), err)
 	}
 	if err := b.Ack(ctx, "r", refs...); err != nil {
@@ -557,7 +559,7 @@ func TestSendBatchPartialFailure(t *testing.T) {
 	if !strings.Contains(err.Error(), "2 of 4 messages not sent; message 1") {
 		t.Fatalf("error text %q does not say what failed", err)
 	}
-	ds := fetch1(t, b, "fine", "c", time.Minute, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "fine", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})
 	if len(ds) != 2 || ds[0].Env.ID != "m1" || ds[1].Env.ID != "m3" {
 		t.Fatalf("Fetch fine = %+v; want m1 then m3", ds)
 	}
@@ -590,12 +592,12 @@ func TestSendFromInboxUnknownOutcome(t *testing.T) {
 	req.Sender, req.Timeout = "_inbox.x", time.Minute
 	// A first send sets the clock a send from an inbox uses, and the
 	// connection it goes on.
-	if _, err := viaProxy.Send(ctx, req); err != nil {
+	if _, err := viaProxy.SendRequest(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	req.ID = "m2"
 	proxy.SetCut(true)
-	dl, err := viaProxy.Send(ctx, req)
+	dl, err := viaProxy.SendRequest(ctx, req)
 	if !errors.Is(err, broker.ErrUnavailable) || dl.IsZero() {
 		t.Fatalf("send with its answer lost = %v, %v; want ErrUnavailable with the deadline", dl, err)
 	}
@@ -604,7 +606,7 @@ func TestSendFromInboxUnknownOutcome(t *testing.T) {
 	}
 	s.Kill()
 	req.ID = "m3"
-	dl, err = direct.Send(ctx, req)
+	dl, err = direct.SendRequest(ctx, req)
 	if !errors.Is(err, broker.ErrUnavailable) || !dl.IsZero() {
 		t.Fatalf("send to a server that is down = %v, %v; want ErrUnavailable and no deadline", dl, err)
 	}

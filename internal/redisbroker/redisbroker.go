@@ -108,10 +108,9 @@ type Broker struct {
 	pruneEvery   time.Duration
 	pruned       sync.Map // stream key -> time.Time of the last prune
 
-	// offset is Redis time minus local time, in ns, as the last Now
-	// measured it (synced says whether one did): the clock of sendInbox.
-	offset atomic.Int64
-	synced atomic.Bool
+	// offset is Redis time minus local time, as the last Now measured it:
+	// the clock of SendRequest, and of Local.
+	offset broker.Offset
 	// cursors maps an inbox to the id of the last entry readInbox read.
 	cursors sync.Map
 
@@ -180,12 +179,11 @@ func New(cfg Config) (*Broker, error) {
 
 // ringScale is rueidis's RingScaleEachConn: every connection, each
 // dedicated one of a blocking read included, gets a ring of 2^ringScale
-// slots, each with a sync.Cond and a channel. rueidis's default, 10
-// (1,024 slots), made creating the connections 71% of the CPU of a test
-// with 1,000 senders that each read their replies (one blocking connection
-// each), and starved the other tests of its process; 8 made that test a
-// third faster, and left BenchmarkRequest and BenchmarkSendHandle level
-// (nine rounds in turns). A blocking connection carries one command at a
+// slots, each with a sync.Cond and a channel. With rueidis's default, 10,
+// creating the connections took most of the CPU of a test with 1,000
+// senders that each read their replies (one blocking connection each);
+// 8 makes them cheaper and leaves the benchmarks level (BENCHMARKS.md has
+// the figures). A blocking connection carries one command at a
 // time, and the pipelined ones hold 256 calls in flight each (a DoMulti
 // is one), beyond which callers wait.
 const ringScale = 8
@@ -305,19 +303,20 @@ func (b *Broker) Now(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("redisbroker: now: TIME answered %q", v)
 	}
 	now := time.Unix(sec, usec*1000)
-	// Redis read its clock about half way through the round trip.
-	b.offset.Store(int64(now.Sub(sent.Add(got.Sub(sent) / 2))))
-	b.synced.Store(true)
+	b.offset.Measure(sent, now, got)
 	return now, nil
 }
+
+// Local turns Redis time t into local time (see broker.Clock).
+func (b *Broker) Local(t time.Time) time.Time { return b.offset.Local(t) }
 
 // estimateNow returns Redis time as the last Now measured the offset of
 // the local clock, calling Now if none did.
 func (b *Broker) estimateNow(ctx context.Context) (time.Time, error) {
-	if !b.synced.Load() {
-		return b.Now(ctx)
+	if now, ok := b.offset.Estimate(); ok {
+		return now, nil
 	}
-	return time.Now().Add(time.Duration(b.offset.Load())), nil
+	return b.Now(ctx)
 }
 
 func (b *Broker) check() error {
@@ -365,20 +364,6 @@ func (b *Broker) fail(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("redisbroker: %s: %w", op, err)
 	}
 	return &unavailableError{op: op, addr: b.addr, err: err}
-}
-
-func needName(field, v string) error {
-	if v == "" {
-		return fmt.Errorf("redisbroker: %s is empty", field)
-	}
-	return nil
-}
-
-func needPositive[T int | time.Duration](field string, v T) error {
-	if v <= 0 {
-		return fmt.Errorf("redisbroker: %s must be > 0, got %v", field, v)
-	}
-	return nil
 }
 
 // ms returns d in whole milliseconds, at least 1 for a positive d.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -73,108 +72,13 @@ func (b *Broker) checkReply(reply *broker.Envelope) error {
 	if reply == nil {
 		return errors.New("redisbroker: reply is nil")
 	}
-	if err := needName("Envelope.Receiver", reply.Receiver); err != nil {
+	if err := broker.CheckName("Envelope.Receiver", reply.Receiver); err != nil {
 		return err
 	}
-	if err := needName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
+	if err := broker.CheckName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
 		return err
 	}
 	return b.checkSize(reply)
-}
-
-// ReplyInbox appends reply to its inbox's reply stream (see appendInbox).
-// The entry's id is Redis time: the reply is accepted when it is before
-// deadline (or deadline is zero), and otherwise the entry stays, for the
-// requester to ignore, and the call returns ErrLate. See broker.Broker.
-func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
-	if err := b.checkReply(reply); err != nil {
-		return err
-	}
-	if !isInbox(reply.Receiver) {
-		return fmt.Errorf("redisbroker: ReplyInbox: %q is not an inbox", reply.Receiver)
-	}
-	_, at, err := b.appendInbox(ctx, "reply", reply.Receiver, kindReply, reply.InReplyTo, rueidis.BinaryString(wire.Encode(reply)))
-	if err == nil && !deadline.IsZero() && !at.Before(deadline) {
-		return broker.ErrLate
-	}
-	return err
-}
-
-// GiveUp appends a marker for request id to inbox's reply stream (see
-// appendInbox). See broker.Broker.
-func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, error) {
-	if err := b.check(); err != nil {
-		return broker.Reply{}, err
-	}
-	if err := needName("inbox", inbox); err != nil {
-		return broker.Reply{}, err
-	}
-	if !isInbox(inbox) {
-		return broker.Reply{}, fmt.Errorf("redisbroker: GiveUp: %q is not an inbox", inbox)
-	}
-	if err := needName("id", id); err != nil {
-		return broker.Reply{}, err
-	}
-	ref, at, err := b.appendInbox(ctx, "give up", inbox, kindTimeout, id, "")
-	if err != nil {
-		return broker.Reply{}, err
-	}
-	return broker.Reply{Ref: ref, Kind: broker.KindTimeout, RequestID: id, Env: broker.Envelope{ID: id, Sender: inbox}, At: at}, nil
-}
-
-// appendInbox appends an entry of kind for request id to inbox's reply
-// stream with one XADD NOMKSTREAM (through doInbox), which writes nothing
-// once the inbox is gone (broker.ErrLate). It returns the entry's id and its
-// time.
-func (b *Broker) appendInbox(ctx context.Context, op, inbox, kind, id, data string) (string, time.Time, error) {
-	res, err := b.doInbox(ctx, b.client.B().Xadd().Key(b.keys.replies(inbox)).Nomkstream().Id("*").FieldValue().
-		FieldValue("k", kind).FieldValue("i", id).FieldValue("m", data).Build())
-	var ref string
-	if err == nil {
-		ref, err = res.ToString()
-	}
-	switch {
-	case rueidis.IsRedisNil(err):
-		return "", time.Time{}, broker.ErrLate
-	case err != nil:
-		return "", time.Time{}, b.fail(ctx, op, err)
-	}
-	at, ok := idTime(ref)
-	if !ok {
-		return "", time.Time{}, fmt.Errorf("redisbroker: %s: XADD answered the id %q", op, ref)
-	}
-	return ref, at, nil
-}
-
-// doInbox runs cmd, one write of a request from an inbox (its send, its
-// reply or a marker), in a round trip shared with the concurrent others:
-// under load, n of them cost one write system call and one read instead
-// of n of each (see batcher). A write still queued when ctx ends is not
-// made, and doInbox returns ctx's error.
-func (b *Broker) doInbox(ctx context.Context, cmd rueidis.Completed) (rueidis.RedisResult, error) {
-	if err := ctx.Err(); err != nil {
-		return rueidis.RedisResult{}, err
-	}
-	r, err := b.inboxWrites.do(ctx, cmd)
-	if err == nil {
-		err = r.err
-	}
-	return r.res, err
-}
-
-// inboxResult is the outcome of one command of a flushInbox.
-type inboxResult struct {
-	res rueidis.RedisResult
-	err error // the flush panicked
-}
-
-// flushInbox runs cmds in one round trip, in order, until Close.
-func (b *Broker) flushInbox(cmds []rueidis.Completed) []inboxResult {
-	out := make([]inboxResult, len(cmds))
-	for i, r := range b.client.DoMulti(b.closing, cmds...) {
-		out[i].res = r
-	}
-	return out
 }
 
 // idTime returns the time of a stream entry id, its milliseconds part.
@@ -242,41 +146,16 @@ func (b *Broker) flushReplies(replies []timedReply) []replyResult {
 	return out
 }
 
-// ExpireSender sets sender's reply stream and pending timeouts to expire
-// ttl from now (PEXPIRE), creating the reply stream if missing, or deletes
-// them for ttl 0, in one script.
-func (b *Broker) ExpireSender(ctx context.Context, sender string, ttl time.Duration) error {
-	if err := b.check(); err != nil {
-		return err
-	}
-	if err := needName("sender", sender); err != nil {
-		return err
-	}
-	if ttl < 0 {
-		return fmt.Errorf("redisbroker: ttl must be >= 0, got %v", ttl)
-	}
-	if ttl == 0 {
-		b.cursors.Delete(sender)
-	}
-	err := scriptExpireSender.Exec(ctx, b.client,
-		[]string{b.keys.replies(sender), b.keys.replyDelayed(sender), b.keys.timeouts(sender), b.keys.timedMessages(sender)},
-		[]string{msString(ttl)}).Error()
-	if err != nil {
-		return b.fail(ctx, "expire sender", err)
-	}
-	return nil
-}
-
 // ExpireTimeouts settles up to max of sender's pending timeouts whose
 // deadline passed, with a timeout notice each, in one script.
 func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (int, error) {
 	if err := b.check(); err != nil {
 		return 0, err
 	}
-	if err := needName("sender", sender); err != nil {
+	if err := broker.CheckName("sender", sender); err != nil {
 		return 0, err
 	}
-	if err := needPositive("max", max); err != nil {
+	if err := broker.CheckPositive("max", max); err != nil {
 		return 0, err
 	}
 	n, err := scriptExpire.Exec(ctx, b.client,
@@ -294,28 +173,31 @@ func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (in
 // to the dead-letter stream of the name; a reply whose envelope does not
 // decode is returned with ErrorCode ErrorCodeUndecodable, and a timeout
 // notice whose original does not decode with an Env holding only the id.
-func (b *Broker) ReadReplies(ctx context.Context, sender, consumer string, max int, block, lease time.Duration) ([]broker.Reply, error) {
+func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) ([]broker.Reply, error) {
 	if err := b.check(); err != nil {
 		return nil, err
 	}
-	if err := validateRead("sender", sender, consumer, max, lease); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if isInbox(sender) {
-		return b.readInbox(ctx, sender, max, block)
-	}
-	r, dlq, delayed := b.keys.replies(sender), b.keys.deadLetters(sender), b.keys.replyDelayed(sender)
-	entries, err := b.fetch(ctx, "read replies", r, dlq, delayed, consumer, max, block, lease, 0)
+	sender := p.Sender
+	s := b.replyKeys(sender)
+	entries, err := b.fetch(ctx, &s, &broker.FetchParams{Receiver: sender, Consumer: p.Consumer, Max: p.Max, Block: p.Block, Lease: p.Lease})
 	if err != nil {
 		return nil, err
 	}
 	return b.replyEntries(ctx, sender, entries)
 }
 
+// replyKeys returns the streamKeys of sender's reply stream.
+func (b *Broker) replyKeys(sender string) streamKeys {
+	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender)}
+}
+
 // replyEntries turns reply-stream entries into Replies, burying malformed
 // ones (see ReadReplies).
 func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entry) ([]broker.Reply, error) {
-	r, dlq, delayed := b.keys.replies(sender), b.keys.deadLetters(sender), b.keys.replyDelayed(sender)
+	s := b.replyKeys(sender)
 	out := make([]broker.Reply, 0, len(entries))
 	for _, e := range entries {
 		rep := broker.Reply{Ref: e.id, RequestID: e.fields["i"]}
@@ -327,7 +209,7 @@ func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entr
 			rep.Kind = broker.KindTimeout
 		}
 		if rep.Kind == 0 || rep.RequestID == "" {
-			if err := b.bury(ctx, "read replies", r, dlq, delayed, e.id, "malformed reply entry: no kind or request id", e.attempt, true); err != nil {
+			if err := b.bury(ctx, &s, e.id, "malformed reply entry: no kind or request id", e.attempt, true); err != nil {
 				return nil, err
 			}
 			continue
@@ -347,74 +229,13 @@ func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entr
 	return out, nil
 }
 
-// readInbox reads the reply stream of an inbox, which one reader of this
-// process reads: with XREAD from where its last read ended (a cursor kept
-// here), without the consumer group, so that no entry enters a pending
-// list and none needs an XACK; AckReplies trims what was read. A read
-// whose answer was lost leaves the cursor where it was, so nothing is
-// skipped; a process that crashed has nobody left to read its inbox.
-func (b *Broker) readInbox(ctx context.Context, sender string, max int, block time.Duration) ([]broker.Reply, error) {
-	r := b.keys.replies(sender)
-	cursor := "0-0"
-	if v, ok := b.cursors.Load(sender); ok {
-		cursor = v.(string)
-	}
-	var read map[string][]rueidis.XRangeEntry
-	var err error
-	if block <= 0 {
-		read, err = b.client.Do(ctx, b.client.B().Xread().Count(int64(max)).Streams().Key(r).Id(cursor).Build()).AsXRead()
-	} else {
-		if err := ctx.Err(); err != nil {
-			return nil, b.fail(ctx, "read replies", err)
-		}
-		bctx, stop := b.blockingCtx(ctx)
-		defer stop()
-		read, err = b.client.Do(bctx, b.client.B().Xread().Count(int64(max)).Block(ms(block)).Streams().Key(r).Id(cursor).Build()).AsXRead()
-	}
-	switch {
-	case rueidis.IsRedisNil(err):
-		return nil, nil
-	case err != nil:
-		return nil, b.fail(ctx, "read replies", err)
-	}
-	es := read[r]
-	if len(es) == 0 {
-		return nil, nil
-	}
-	b.cursors.Store(sender, es[len(es)-1].ID)
-	return b.replyEntries(ctx, sender, appendRead(nil, es))
-}
-
 // AckReplies deletes entries of sender's reply stream.
 func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if err := needName("sender", sender); err != nil {
+	if err := broker.CheckName("sender", sender); err != nil {
 		return err
-	}
-	if isInbox(sender) {
-		// Its one reader reads in order and acknowledges what it handed
-		// on: every entry up to the newest ref has been read. Trim below
-		// the id that follows it.
-		var ms, seq uint64
-		found := false
-		for _, ref := range refs {
-			m, s, ok := parseID(ref)
-			if ok && (!found || m > ms || m == ms && s > seq) {
-				ms, seq, found = m, s, true
-			}
-		}
-		if !found {
-			return nil
-		}
-		next := strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
-		err := b.client.Do(ctx, b.client.B().Xtrim().Key(b.keys.replies(sender)).Minid().Threshold(next).Build()).Error()
-		return b.failIf(ctx, "ack replies", err)
 	}
 	return b.ack(ctx, "ack replies", b.keys.replies(sender), b.keys.replyDelayed(sender), refs)
 }
-
-// isInbox reports whether sender is a private reply address (see
-// broker.InboxPrefix).
-func isInbox(sender string) bool { return strings.HasPrefix(sender, broker.InboxPrefix) }

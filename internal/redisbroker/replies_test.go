@@ -15,9 +15,18 @@ import (
 
 func readAll(t *testing.T, b *Broker, sender, consumer string) []broker.Reply {
 	t.Helper()
-	rs, err := b.ReadReplies(ctxT(t), sender, consumer, 100, 0, time.Minute)
+	rs, err := b.ReadReplies(ctxT(t), &broker.ReadRepliesParams{Sender: sender, Consumer: consumer, Max: 100, Block: 0, Lease: time.Minute})
 	if err != nil {
 		t.Fatalf("ReadReplies: %v", err)
+	}
+	return rs
+}
+
+func readInbox(t *testing.T, b *Broker, inbox string) []broker.Reply {
+	t.Helper()
+	rs, err := b.ReadInbox(ctxT(t), inbox, 100, 0)
+	if err != nil {
+		t.Fatalf("ReadInbox: %v", err)
 	}
 	return rs
 }
@@ -135,13 +144,13 @@ func TestReplyReclaimAfterLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := 30 * time.Millisecond
-	first, err := b.ReadReplies(ctx, "web", "A", 10, 0, lease)
+	first, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "web", Consumer: "A", Max: 10, Block: 0, Lease: lease})
 	if err != nil || len(first) != 1 {
 		t.Fatalf("ReadReplies = %+v, %v", first, err)
 	}
 	var second []broker.Reply
 	eventually(t, "the reply to be reclaimed", func() bool {
-		second, err = b.ReadReplies(ctx, "web", "B", 10, 0, lease)
+		second, err = b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "web", Consumer: "B", Max: 10, Block: 0, Lease: lease})
 		return err != nil || len(second) > 0
 	})
 	if err != nil || len(second) != 1 || second[0].Ref != first[0].Ref {
@@ -155,7 +164,7 @@ func TestReadRepliesBlocks(t *testing.T) {
 	ctx := ctxT(t)
 	got := make(chan []broker.Reply, 1)
 	go func() {
-		rs, _ := b.ReadReplies(ctx, "web", "c", 10, 20*time.Second, time.Minute)
+		rs, _ := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "web", Consumer: "c", Max: 10, Block: 20 * time.Second, Lease: time.Minute})
 		got <- rs
 	}()
 	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, broker.ReplyUntimed); err != nil {
@@ -272,7 +281,7 @@ func TestReplyRacesExpire(t *testing.T) {
 
 	outcomes := map[string][]broker.ReplyKind{}
 	for {
-		rs, err := b.ReadReplies(ctx, sender, "c", 1000, 0, time.Minute)
+		rs, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: sender, Consumer: "c", Max: 1000, Block: 0, Lease: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,10 +317,11 @@ func TestReplyRacesExpire(t *testing.T) {
 	}
 }
 
-// TestExpireSenderKeys looks at the keys: ExpireSender puts an expiry on
-// the inbox's reply stream, a timed send from the inbox records no pending
-// timeout, the keys vanish when the expiry passes, and ttl 0 deletes them.
-func TestExpireSenderKeys(t *testing.T) {
+// TestInboxKeys looks at the keys: KeepInbox puts an expiry on the
+// inbox's reply stream, a timed request from the inbox records no pending
+// timeout, the keys vanish when the expiry passes, and CloseInbox deletes
+// them.
+func TestInboxKeys(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	ctx := ctxT(t)
@@ -319,13 +329,13 @@ func TestExpireSenderKeys(t *testing.T) {
 	const s = "_inbox.x"
 	stateOf := func(s string) {
 		t.Helper()
-		if err := b.ExpireSender(ctx, s, time.Minute); err != nil {
-			t.Fatalf("ExpireSender: %v", err)
+		if err := b.KeepInbox(ctx, s, time.Minute); err != nil {
+			t.Fatalf("KeepInbox: %v", err)
 		}
 		req := env("m-"+s, "orders")
 		req.Sender = s
 		req.Timeout = time.Hour
-		if _, err := b.Send(ctx, req); err != nil {
+		if _, err := b.SendRequest(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.ReplyInbox(ctx, &broker.Envelope{ID: "r", Receiver: s, InReplyTo: "m0"}, time.Time{}); err != nil {
@@ -343,18 +353,18 @@ func TestExpireSenderKeys(t *testing.T) {
 	if n, _ := do(t, rc, "EXISTS", b.keys.timeouts(s), b.keys.timedMessages(s)).AsInt64(); n != 0 {
 		t.Fatal("a timed send from an inbox recorded a pending timeout")
 	}
-	if err := b.ExpireSender(ctx, s, 0); err != nil {
+	if err := b.CloseInbox(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range senderKeys(s) {
 		if n, _ := do(t, rc, "EXISTS", k).AsInt64(); n != 0 {
-			t.Fatalf("%s exists after ExpireSender 0", k)
+			t.Fatalf("%s exists after CloseInbox", k)
 		}
 	}
 
 	const s2 = "_inbox.y"
 	stateOf(s2)
-	if err := b.ExpireSender(ctx, s2, 100*time.Millisecond); err != nil {
+	if err := b.KeepInbox(ctx, s2, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the keys of "+s2+" to expire", func() bool {
@@ -382,7 +392,7 @@ func TestInboxSend(t *testing.T) {
 	b := newBroker(t)
 	ctx := ctxT(t)
 	const inbox = "_inbox.send"
-	if err := b.ExpireSender(ctx, inbox, time.Minute); err != nil {
+	if err := b.KeepInbox(ctx, inbox, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	before, err := b.Now(ctx)
@@ -393,10 +403,7 @@ func TestInboxSend(t *testing.T) {
 		t.Helper()
 		req := env(id, "inbox-orders")
 		req.Sender, req.Timeout = inbox, timeout
-		if b.sendKind(req) != sendInbox {
-			t.Fatalf("a timed send from an inbox does not take the inbox path")
-		}
-		dl, err := b.Send(ctx, req)
+		dl, err := b.SendRequest(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -410,7 +417,7 @@ func TestInboxSend(t *testing.T) {
 	if lo, hi := before.Add(time.Hour).Add(-5*time.Millisecond), after.Add(time.Hour).Add(5*time.Millisecond); dl.Before(lo) || dl.After(hi) {
 		t.Fatalf("deadline %v, want within [%v, %v]", dl, lo, hi)
 	}
-	ds := fetch1(t, b, "inbox-orders", "c", time.Minute, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "inbox-orders", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})
 	if len(ds) != 1 || ds[0].Env.ID != "m1" || !ds[0].Deadline.Equal(dl) {
 		t.Fatalf("Fetch = %+v; want m1 with deadline %v", ds, dl)
 	}
@@ -422,7 +429,7 @@ func TestInboxSend(t *testing.T) {
 	if err := b.ReplyInbox(ctx, reply, before.Add(-time.Second)); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("ReplyInbox with a deadline already passed: %v, want ErrLate", err)
 	}
-	rs := readAll(t, b, inbox, "c")
+	rs := readInbox(t, b, inbox)
 	if len(rs) != 2 || rs[0].RequestID != "m1" || rs[0].Kind != broker.KindReply {
 		t.Fatalf("ReadReplies = %+v; want the two replies to m1", rs)
 	}
@@ -439,15 +446,15 @@ func TestInboxSend(t *testing.T) {
 	other := newBroker(t)
 	other.keys = b.keys
 	send(other, "m2", time.Hour)
-	if ds := fetch1(t, b, "inbox-orders", "c", time.Minute, 0); len(ds) != 1 || ds[0].Env.ID != "m2" || ds[0].Deadline.IsZero() {
+	if ds := fetch1(t, b, broker.FetchParams{Receiver: "inbox-orders", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(ds) != 1 || ds[0].Env.ID != "m2" || ds[0].Deadline.IsZero() {
 		t.Fatalf("Fetch = %+v; want m2 with its deadline", ds)
 	}
 }
 
 // TestInboxReadsInOrderWithoutGroup: an inbox's replies are read once, in
-// order, from a cursor, without entering a pending list; AckReplies trims
+// order, from a cursor, without entering a pending list; AckInbox trims
 // what was read and no more; a malformed entry is dead-lettered and the
-// reader carries on; ExpireSender 0 forgets the cursor.
+// reader carries on; CloseInbox forgets the cursor.
 func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
@@ -455,13 +462,13 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 	rc := rawClient(t, srv)
 	const inbox = "_inbox.read"
 	r := b.keys.replies(inbox)
-	if err := b.ExpireSender(ctx, inbox, time.Minute); err != nil {
+	if err := b.KeepInbox(ctx, inbox, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
 		req := env(fmt.Sprint("q", i), "inbox-read")
 		req.Sender, req.Timeout = inbox, time.Hour
-		dl, err := b.Send(ctx, req)
+		dl, err := b.SendRequest(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -477,7 +484,7 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 		}
 		return fmt.Sprint(out)
 	}
-	first, err := b.ReadReplies(ctx, inbox, "c", 2, 0, time.Minute)
+	first, err := b.ReadInbox(ctx, inbox, 2, 0)
 	if err != nil || ids(first) != "[q0 q1]" {
 		t.Fatalf("first read = %s, %v; want [q0 q1]", ids(first), err)
 	}
@@ -487,7 +494,7 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 		t.Fatalf("%d inbox entries pending in the group, want 0: the inbox is read without it", c)
 	}
 	// The ack of q1 trims q0 and q1, not q2, which was not read yet.
-	if err := b.AckReplies(ctx, inbox, first[1].Ref, "junk"); err != nil {
+	if err := b.AckInbox(ctx, inbox, first[1].Ref, "junk"); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := do(t, rc, "XLEN", r).AsInt64(); n != 1 {
@@ -498,26 +505,26 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 	if err := b.Reply(ctx, rep, broker.ReplyUntimed); err != nil {
 		t.Fatal(err)
 	}
-	second, err := b.ReadReplies(ctx, inbox, "c", 10, 0, time.Minute)
+	second, err := b.ReadInbox(ctx, inbox, 10, 0)
 	if err != nil || ids(second) != "[q2 q9]" {
 		t.Fatalf("second read = %s, %v; want [q2 q9] (the malformed entry dead-lettered)", ids(second), err)
 	}
 	if dl, _ := do(t, rc, "XLEN", b.keys.deadLetters(inbox)).AsInt64(); dl != 1 {
 		t.Fatalf("%d dead letters of the inbox, want 1", dl)
 	}
-	if again, err := b.ReadReplies(ctx, inbox, "c", 10, 0, time.Minute); err != nil || len(again) != 0 {
+	if again, err := b.ReadInbox(ctx, inbox, 10, 0); err != nil || len(again) != 0 {
 		t.Fatalf("third read = %s, %v; want nothing: entries are read once", ids(again), err)
 	}
-	if err := b.AckReplies(ctx, inbox, second[1].Ref, second[0].Ref); err != nil {
+	if err := b.AckInbox(ctx, inbox, second[1].Ref, second[0].Ref); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := do(t, rc, "XLEN", r).AsInt64(); n != 0 {
 		t.Fatalf("XLEN = %d after every entry was acked, want 0", n)
 	}
-	if err := b.ExpireSender(ctx, inbox, 0); err != nil {
+	if err := b.CloseInbox(ctx, inbox); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := b.cursors.Load(inbox); ok {
-		t.Fatal("ExpireSender 0 kept the inbox's cursor")
+		t.Fatal("CloseInbox kept the inbox's cursor")
 	}
 }

@@ -18,7 +18,7 @@ func TestFetchContextDeadline(t *testing.T) {
 	b := newBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := b.Fetch(ctx, "r", "c", 10, time.Hour, time.Minute, 0)
+	_, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: time.Hour, Lease: time.Minute, MaxAttempts: 0})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Fetch past its context's deadline = %v; want DeadlineExceeded", err)
 	}
@@ -43,12 +43,12 @@ func TestRedisRestart(t *testing.T) {
 	if _, err := b.Send(ctx, env("m2", "orders")); err != nil {
 		t.Fatal(err)
 	}
-	leased := fetch1(t, b, "orders", "A", time.Hour, 0)
+	leased := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "A", Lease: time.Hour, MaxAttempts: 0})
 	if len(leased) != 2 {
 		t.Fatalf("Fetch = %+v", leased)
 	}
 	// Leave a dedicated connection in the pool of blocking reads.
-	if ds, err := b.Fetch(ctx, "empty", "A", 1, 10*time.Millisecond, time.Hour, 0); err != nil || len(ds) != 0 {
+	if ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "empty", Consumer: "A", Max: 1, Block: 10 * time.Millisecond, Lease: time.Hour, MaxAttempts: 0}); err != nil || len(ds) != 0 {
 		t.Fatalf("blocking Fetch = %+v, %v", ds, err)
 	}
 	if _, err := b.Send(ctx, env("m3", "orders")); err != nil {
@@ -59,7 +59,7 @@ func TestRedisRestart(t *testing.T) {
 	calls := map[string]func() error{
 		"Send": func() error { _, err := b.Send(ctx, env("x", "orders")); return err },
 		"Fetch": func() error {
-			_, err := b.Fetch(ctx, "orders", "A", 10, time.Second, time.Hour, 0)
+			_, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "orders", Consumer: "A", Max: 10, Block: time.Second, Lease: time.Hour, MaxAttempts: 0})
 			return err
 		},
 		"Reply": func() error {
@@ -88,10 +88,10 @@ func TestRedisRestart(t *testing.T) {
 	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, broker.ReplyTimed); err != nil {
 		t.Fatalf("timed Reply after restart: %v", err)
 	}
-	if ds, err := b.Fetch(ctx, "empty", "A", 1, 10*time.Millisecond, time.Hour, 0); err != nil || len(ds) != 0 {
+	if ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "empty", Consumer: "A", Max: 1, Block: 10 * time.Millisecond, Lease: time.Hour, MaxAttempts: 0}); err != nil || len(ds) != 0 {
 		t.Fatalf("blocking Fetch after restart = %+v, %v", ds, err)
 	}
-	ds := fetch1(t, b, "orders", "A", time.Hour, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "A", Lease: time.Hour, MaxAttempts: 0})
 	if len(ds) != 1 || ds[0].Env.ID != "m3" {
 		t.Fatalf("Fetch after restart = %+v; want m3", ds)
 	}
@@ -99,7 +99,7 @@ func TestRedisRestart(t *testing.T) {
 	for _, d := range leased {
 		refs = append(refs, d.Ref)
 	}
-	if lost, err := b.Extend(ctx, "orders", "A", refs, time.Hour); err != nil || len(lost) != 0 {
+	if lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: "orders", Consumer: "A", Refs: refs, Lease: time.Hour}); err != nil || len(lost) != 0 {
 		t.Fatalf("Extend after restart: lost %v, %v", lost, err)
 	}
 	if err := b.Ack(ctx, "orders", refs...); err != nil {
@@ -124,16 +124,16 @@ func TestRedisRestartWithoutData(t *testing.T) {
 	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
 		t.Fatal(err)
 	}
-	d := fetch1(t, b, "r", "A", time.Hour, 0)
+	d := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: time.Hour, MaxAttempts: 0})
 	s.Restart()
 	eventually(t, "the broker to reconnect", func() bool {
 		_, err := b.Now(ctx)
 		return err == nil
 	})
-	if lost, err := b.Extend(ctx, "r", "A", []string{d[0].Ref}, time.Hour); err != nil || len(lost) != 1 {
+	if lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: "r", Consumer: "A", Refs: []string{d[0].Ref}, Lease: time.Hour}); err != nil || len(lost) != 1 {
 		t.Fatalf("Extend of a lost queue = %v, %v; want the ref lost", lost, err)
 	}
-	if err := b.Retry(ctx, "r", "A", d[0].Ref, 0, time.Hour); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: d[0].Ref, Delay: 0, Lease: time.Hour}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry on a lost queue = %v; want ErrLeaseLost", err)
 	}
 	if _, err := b.Send(ctx, env("m2", "r")); err != nil {
@@ -141,7 +141,7 @@ func TestRedisRestartWithoutData(t *testing.T) {
 	}
 	got := make(chan []broker.Delivery, 1)
 	go func() {
-		ds, _ := b.Fetch(ctx, "r", "A", 10, 10*time.Second, time.Hour, 0)
+		ds, _ := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "A", Max: 10, Block: 10 * time.Second, Lease: time.Hour, MaxAttempts: 0})
 		got <- ds
 	}()
 	if ds := <-got; len(ds) != 1 || ds[0].Env.ID != "m2" {
@@ -169,7 +169,7 @@ func TestBlockedFetchesDoNotStarveSends(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					ds, err := b.Fetch(ctx, fmt.Sprint("r", i), "c", 1, 20*time.Second, time.Minute, 0)
+					ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: fmt.Sprint("r", i), Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute, MaxAttempts: 0})
 					if err != nil {
 						t.Error(err)
 						return
@@ -213,14 +213,14 @@ func inboxRoundTrips(t *testing.T, b *Broker, receiver string) {
 	t.Helper()
 	ctx := ctxT(t)
 	const inbox = "_inbox.left"
-	if err := b.ExpireSender(ctx, inbox, time.Hour); err != nil {
+	if err := b.KeepInbox(ctx, inbox, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	var deadline time.Time
 	for _, id := range []string{"i1", "i2"} {
 		e := env(id, receiver)
 		e.Sender, e.Timeout = inbox, time.Hour
-		dl, err := b.Send(ctx, e)
+		dl, err := b.SendRequest(ctx, e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,7 +228,7 @@ func inboxRoundTrips(t *testing.T, b *Broker, receiver string) {
 			deadline = dl
 		}
 	}
-	ds := fetch1(t, b, receiver, "A", time.Hour, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: receiver, Consumer: "A", Lease: time.Hour, MaxAttempts: 0})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch = %+v", ds)
 	}
@@ -241,14 +241,14 @@ func inboxRoundTrips(t *testing.T, b *Broker, receiver string) {
 	if err := b.Ack(ctx, receiver, ds[0].Ref, ds[1].Ref); err != nil {
 		t.Fatal(err)
 	}
-	rs := readAll(t, b, inbox, "c")
+	rs := readInbox(t, b, inbox)
 	if len(rs) != 2 {
 		t.Fatalf("inbox entries = %+v", rs)
 	}
-	if err := b.AckReplies(ctx, inbox, rs[1].Ref); err != nil {
+	if err := b.AckInbox(ctx, inbox, rs[1].Ref); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.ExpireSender(ctx, inbox, 0); err != nil {
+	if err := b.CloseInbox(ctx, inbox); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -272,7 +272,7 @@ func TestNoKeysLeftBehind(t *testing.T) {
 		}
 	}
 	const lease = time.Hour
-	ds := fetch1(t, b, "orders", "A", lease, 0)
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "A", Lease: lease, MaxAttempts: 0})
 	if len(ds) != 7 {
 		t.Fatalf("Fetch = %d deliveries", len(ds))
 	}
@@ -281,10 +281,10 @@ func TestNoKeysLeftBehind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := b.Retry(ctx, "orders", "A", ds[4].Ref, 0, lease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "orders", Consumer: "A", Ref: ds[4].Ref, Delay: 0, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Retry(ctx, "orders", "A", ds[5].Ref, 2*lease, lease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "orders", Consumer: "A", Ref: ds[5].Ref, Delay: 2 * lease, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.DeadLetter(ctx, "orders", ds[6], "no"); err != nil {
@@ -293,7 +293,7 @@ func TestNoKeysLeftBehind(t *testing.T) {
 	if _, err := b.PurgeDeadLetters(ctx, "orders"); err != nil {
 		t.Fatal(err)
 	}
-	again := fetch1(t, b, "orders", "B", lease, 0)
+	again := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "B", Lease: lease, MaxAttempts: 0})
 	if len(again) != 1 || again[0].Env.ID != "m4" {
 		t.Fatalf("retried = %+v", again)
 	}
@@ -356,12 +356,12 @@ func TestIdleConsumersArePruned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ds, _ := b.Fetch(ctx, "r", "gone", 1, 0, time.Hour, 0); len(ds) != 1 {
+	if ds, _ := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "gone", Max: 1, Block: 0, Lease: time.Hour, MaxAttempts: 0}); len(ds) != 1 {
 		t.Fatal("gone got nothing")
 	} else if err := b.Ack(ctx, "r", ds[0].Ref); err != nil {
 		t.Fatal(err)
 	}
-	if ds, _ := b.Fetch(ctx, "r", "holder", 1, 0, time.Hour, 0); len(ds) != 1 {
+	if ds, _ := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "holder", Max: 1, Block: 0, Lease: time.Hour, MaxAttempts: 0}); len(ds) != 1 {
 		t.Fatal("holder got nothing")
 	}
 	consumers := func() string {
@@ -377,7 +377,7 @@ func TestIdleConsumersArePruned(t *testing.T) {
 		return strings.Join(names, ",")
 	}
 	eventually(t, "gone to be pruned", func() bool {
-		if _, err := b.Fetch(ctx, "r", "new", 1, 0, time.Hour, 0); err != nil {
+		if _, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "new", Max: 1, Block: 0, Lease: time.Hour, MaxAttempts: 0}); err != nil {
 			t.Fatal(err)
 		}
 		return consumers() == "holder"
@@ -389,7 +389,7 @@ func TestQueueDeletedUnderTheBroker(t *testing.T) {
 	b := newBroker(t)
 	raw := rawClient(t, srv)
 	ctx := ctxT(t)
-	if ds := fetch1(t, b, "r", "c", time.Minute, 0); len(ds) != 0 {
+	if ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(ds) != 0 {
 		t.Fatal(ds)
 	}
 	if err := do(t, raw, "DEL", b.keys.queue("r")).Error(); err != nil {
@@ -398,7 +398,7 @@ func TestQueueDeletedUnderTheBroker(t *testing.T) {
 	if _, err := b.Send(ctx, env("m", "r")); err != nil {
 		t.Fatal(err)
 	}
-	if ds := fetch1(t, b, "r", "c", time.Minute, 0); len(ds) != 1 {
+	if ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(ds) != 1 {
 		t.Fatalf("Fetch after the queue was deleted = %+v", ds)
 	}
 }

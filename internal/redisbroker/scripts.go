@@ -216,34 +216,25 @@ var scriptSendTimed = rueidis.NewLuaScript(`-- send_timed
 -- KEYS[1] -> the receiver's queue stream P:{R}:q
 -- KEYS[2] -> the sender's pending timeouts P:{S}:t (zset: id -> deadline ms)
 -- KEYS[3] -> the sender's timed messages P:{S}:tm (hash: id -> envelope)
--- KEYS[4] -> the sender's reply stream P:{S}:r (only its expiry is read)
 -- ARGV[1] -> encoded envelope
 -- ARGV[2] -> message id
 -- ARGV[3] -> timeout in ms
 -- The only script that touches two names' keys (R and S): on Redis Cluster
 -- it runs only when both hash to one slot (else pend_timed, then an XADD).
--- When the reply stream has an expiry (set by expire_sender), t and tm take
--- it too: they may have just been created.
 -- Returns the deadline, unix ms.
 ` + luaNow + `
 local deadline = string.format('%.0f', now + tonumber(ARGV[3]))
 redis.call('XADD', KEYS[1], '*', 'm', ARGV[1], 'd', deadline)
-local pt, pm, pr = KEYS[2], KEYS[3], KEYS[4]
+local pt, pm = KEYS[2], KEYS[3]
 ` + luaPend + `
 return deadline
 `)
 
 // luaPend records the pending timeout of message ARGV[2] (envelope
-// ARGV[1]) with deadline in the sender's keys pt (t) and pm (tm), giving
-// them the expiry of pr (r) if it has one.
+// ARGV[1]) with deadline in the sender's keys pt (t) and pm (tm).
 const luaPend = `
 redis.call('ZADD', pt, deadline, ARGV[2])
 redis.call('HSET', pm, ARGV[2], ARGV[1])
-local ttl = redis.call('PTTL', pr)
-if ttl > 0 then
-  redis.call('PEXPIRE', pt, ttl)
-  redis.call('PEXPIRE', pm, ttl)
-end
 `
 
 // scriptPendTimed records a pending timeout without queueing the message:
@@ -251,39 +242,32 @@ end
 var scriptPendTimed = rueidis.NewLuaScript(`-- pend_timed
 -- KEYS[1] -> the sender's pending timeouts P:{S}:t (zset: id -> deadline ms)
 -- KEYS[2] -> the sender's timed messages P:{S}:tm (hash: id -> envelope)
--- KEYS[3] -> the sender's reply stream P:{S}:r (only its expiry is read)
 -- ARGV as send_timed. The caller then queues the message (XADD with d set
 -- to the deadline) in the receiver's slot, or cancels on failure.
 -- Returns the deadline, unix ms.
 ` + luaNow + `
 local deadline = string.format('%.0f', now + tonumber(ARGV[3]))
-local pt, pm, pr = KEYS[1], KEYS[2], KEYS[3]
+local pt, pm = KEYS[1], KEYS[2]
 ` + luaPend + `
 return deadline
 `)
 
-// scriptExpireSender bounds the life of a sender's state.
-var scriptExpireSender = rueidis.NewLuaScript(`-- expire_sender
--- KEYS[1] -> the sender's reply stream P:{S}:r
--- KEYS[2] -> its delayed zset P:{S}:rdelay
--- KEYS[3] -> the sender's pending timeouts P:{S}:t
--- KEYS[4] -> the sender's timed messages P:{S}:tm
--- ARGV[1] -> ttl in ms; "0" deletes the keys now
--- With a ttl, creates the reply stream with its group "g" if missing (the
--- sender's address is open) and sets every existing key to expire ttl from
--- now. send_timed gives t and tm the reply stream's expiry when it creates
--- them.
+// scriptExpireInbox bounds the life of an inbox's state.
+var scriptExpireInbox = rueidis.NewLuaScript(`-- inbox_expire
+-- KEYS[1] -> the inbox's reply stream P:{I}:r
+-- ARGV[1] -> ttl in ms; "0" deletes the stream now
+-- With a ttl, creates the reply stream (with a group "g", the way to create
+-- an empty stream) if missing, which opens the inbox, and sets it to
+-- expire ttl from now.
 -- Returns 1.
 if ARGV[1] == '0' then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  redis.call('DEL', KEYS[1])
   return 1
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('XGROUP', 'CREATE', KEYS[1], 'g', '0', 'MKSTREAM')
 end
-for _, k in ipairs(KEYS) do
-  redis.call('PEXPIRE', k, ARGV[1])
-end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 `)
 

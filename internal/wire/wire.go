@@ -11,7 +11,8 @@
 //	InReplyTo uvarint length, bytes
 //	ErrorCode uvarint length, bytes
 //	ErrorText uvarint length, bytes
-//	flags     byte: bit 0 is FireAndForget, other bits must be 0
+//	flags     byte: bit 0 is FireAndForget, bit 1 FromInbox, other bits
+//	          must be 0
 //	Timeout   varint (nanoseconds)
 //	Headers   uvarint count, then count pairs of (key, value), each a
 //	          uvarint length and bytes, keys strictly ascending
@@ -42,7 +43,12 @@ const MaxSize = 512 << 20
 // MaxHeaders is the largest number of headers Decode accepts.
 const MaxHeaders = 1 << 16
 
-const flagFireAndForget = 1
+// The bits of the flags byte.
+const (
+	flagFireAndForget = 1
+	flagFromInbox     = 2
+	flagsKnown        = flagFireAndForget | flagFromInbox
+)
 
 // ErrMalformed is wrapped by every error Decode returns.
 var ErrMalformed = errors.New("wire: malformed envelope")
@@ -71,6 +77,9 @@ func Encode(env *broker.Envelope) []byte {
 	var flags byte
 	if env.FireAndForget {
 		flags |= flagFireAndForget
+	}
+	if env.FromInbox {
+		flags |= flagFromInbox
 	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, int64(env.Timeout))
@@ -117,10 +126,11 @@ func Decode(data []byte) (broker.Envelope, error) {
 	env.ErrorCode = d.str("error_code")
 	env.ErrorText = d.str("error_text")
 	flags := d.byte("flags")
-	if d.err == nil && flags&^flagFireAndForget != 0 {
+	if d.err == nil && flags&^flagsKnown != 0 {
 		d.fail("flags", "unknown bits set")
 	}
 	env.FireAndForget = flags&flagFireAndForget != 0
+	env.FromInbox = flags&flagFromInbox != 0
 	env.Timeout = time.Duration(d.varint("timeout"))
 	count := d.uvarint("headers")
 	if d.err == nil && count > MaxHeaders {

@@ -154,23 +154,23 @@ func testReceivers(t *testing.T, b broker.Broker) {
 
 func testStats(t *testing.T, b broker.Broker) {
 	r := name("recv")
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 	for range 4 {
 		send(t, b, newEnv(r, "x"))
 	}
-	checkStats(t, b, r, 4, 0, 0)
-	ds := fetch(t, b, r, "c", 2, 0, longLease, 10)
-	checkStats(t, b, r, 2, 2, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 4, Pending: 0, DeadLetters: 0})
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 2, Block: 0, Lease: longLease, MaxAttempts: 10})
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 2, Pending: 2, DeadLetters: 0})
 	deadLetter(t, b, r, ds[0], "no")
-	checkStats(t, b, r, 2, 1, 1)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 2, Pending: 1, DeadLetters: 1})
 	ack(t, b, r, ds[1].Ref)
-	checkStats(t, b, r, 2, 0, 1)
-	ds = fetch(t, b, r, "c", 10, 0, longLease, 10)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 2, Pending: 0, DeadLetters: 1})
+	ds = fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
 	if n, err := b.PurgeDeadLetters(ctxT(t), r); err != nil || n != 1 {
 		t.Fatalf("PurgeDeadLetters: got %d, %v", n, err)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 // inboxTraffic sends two timed requests to r from an inbox, replies to one
@@ -179,11 +179,11 @@ func testStats(t *testing.T, b broker.Broker) {
 func inboxTraffic(t *testing.T, b broker.Broker, r string) {
 	t.Helper()
 	ib := inboxName()
-	expireSender(t, b, ib, longLease)
+	keepInbox(t, b, ib, longLease)
 	answered, abandoned := timedEnv(ib, r, "answered", longLease), timedEnv(ib, r, "abandoned", longLease)
-	deadline := send(t, b, answered)
-	send(t, b, abandoned)
-	ds := fetch(t, b, r, "w", 10, 0, longLease, 10)
+	deadline := sendRequest(t, b, answered)
+	sendRequest(t, b, abandoned)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch from an inbox: got %d, want 2", len(ds))
 	}
@@ -192,12 +192,12 @@ func inboxTraffic(t *testing.T, b broker.Broker, r string) {
 	}
 	giveUp(t, b, ib, abandoned.ID)
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
-	if rs := readReplies(t, b, ib, "c", 10, 0, longLease); len(rs) != 2 {
+	if rs := readInbox(t, b, ib, 10); len(rs) != 2 {
 		t.Fatalf("ReadReplies of the inbox: got %+v, want a reply and a marker", rs)
 	} else {
-		ackReplies(t, b, ib, rs)
+		ackInbox(t, b, ib, rs)
 	}
-	expireSender(t, b, ib, 0)
+	closeInbox(t, b, ib)
 }
 
 // testNothingLeftBehind runs every kind of traffic through a receiver and a
@@ -216,7 +216,7 @@ func testNothingLeftBehind(t *testing.T, b broker.Broker) {
 	for _, env := range []*broker.Envelope{alsoReplied, plain, retried, dead} {
 		send(t, b, env)
 	}
-	ds := fetch(t, b, r, "w", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 6 {
 		t.Fatalf("Fetch: got %d, want 6", len(ds))
 	}
@@ -233,33 +233,33 @@ func testNothingLeftBehind(t *testing.T, b broker.Broker) {
 	if n := expire(t, b, s, 10); n != 1 {
 		t.Fatalf("ExpireTimeouts: settled %d, want 1", n)
 	}
-	if err := b.Retry(ctxT(t), r, "w", ds[4].Ref, 0, longLease); err != nil {
+	if err := b.Retry(ctxT(t), &broker.RetryParams{Receiver: r, Consumer: "w", Ref: ds[4].Ref, Delay: 0, Lease: longLease}); err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
 	deadLetter(t, b, r, ds[5], "bad")
 	ack(t, b, r, ds[0].Ref, ds[1].Ref, ds[2].Ref, ds[3].Ref)
-	again := pollFetch(t, b, r, "w", longLease, 10)
+	again := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Lease: longLease, MaxAttempts: 10})
 	ack(t, b, r, again[0].Ref)
 	if n, err := b.PurgeDeadLetters(ctxT(t), r); err != nil || n != 1 {
 		t.Fatalf("PurgeDeadLetters: got %d, %v", n, err)
 	}
-	rs := readReplies(t, b, s, "c", 10, 0, longLease)
+	rs := readInbox(t, b, s, 10)
 	if len(rs) != 4 {
 		t.Fatalf("ReadReplies: got %d entries, want 3 replies and 1 notice", len(rs))
 	}
-	ackReplies(t, b, s, rs)
+	ackInbox(t, b, s, rs)
 	inboxTraffic(t, b, r)
 	if !acquire(t, b, r, "w", longLease) {
 		t.Fatalf("Acquire: got false")
 	}
 	release(t, b, r, "w")
 
-	checkStats(t, b, r, 0, 0, 0)
-	checkStats(t, b, s, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
+	checkStats(t, b, broker.ReceiverStats{Receiver: s, Queued: 0, Pending: 0, DeadLetters: 0})
 	if rs := receivers(t, b); rs[r] || rs[s] {
 		t.Fatalf("Receivers lists %s or %s after a drained run: %v", r, s, rs)
 	}
-	if rs := readReplies(t, b, s, "c", 10, 0, time.Millisecond); len(rs) != 0 {
+	if rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 10, Block: 0, Lease: time.Millisecond}); len(rs) != 0 {
 		t.Fatalf("ReadReplies after a drained run: got %+v", rs)
 	}
 	if n := expire(t, b, s, 10); n != 0 {
@@ -276,7 +276,7 @@ func testClose(t *testing.T, b broker.Broker) {
 	fetched := goFetch(ctx, b, r, "c", blockLong)
 	read := make(chan error, 1)
 	go func() {
-		_, err := b.ReadReplies(ctx, s, "c", 10, blockLong, longLease)
+		_, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 10, Block: blockLong, Lease: longLease})
 		read <- err
 	}()
 	// Give the calls time to block. The test holds whether they did or not
@@ -301,7 +301,7 @@ func testClose(t *testing.T, b broker.Broker) {
 	if _, err := b.Now(ctx); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Now after Close: got %v, want ErrClosed", err)
 	}
-	if _, err := b.Fetch(ctx, r, "c", 1, 0, longLease, 1); !errors.Is(err, broker.ErrClosed) {
+	if _, err := b.Fetch(ctx, &broker.FetchParams{Receiver: r, Consumer: "c", Max: 1, Block: 0, Lease: longLease, MaxAttempts: 1}); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Fetch after Close: got %v, want ErrClosed", err)
 	}
 }

@@ -52,6 +52,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Now", testNow},
 		{"SendFetchAck", testSendFetchAck},
 		{"SendValidation", testSendValidation},
+		{"InvalidParams", testInvalidParams},
 		{"SendBatch", testSendBatch},
 		{"FetchOrderAndMax", testFetchOrderAndMax},
 		{"FetchEmpty", testFetchEmpty},
@@ -77,9 +78,9 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"ReplyRacesTimeout", testReplyRacesTimeout},
 		{"ReplyStreamConsumers", testReplyStreamConsumers},
 		{"ReadRepliesWokenByReply", testReadRepliesWoken},
-		{"ExpireSenderLapses", testExpireSenderLapses},
-		{"ExpireSenderRefresh", testExpireSenderRefresh},
-		{"ExpireSenderZero", testExpireSenderZero},
+		{"InboxLapses", testInboxLapses},
+		{"InboxRefresh", testInboxRefresh},
+		{"InboxClose", testInboxClose},
 		{"Lock", testLock},
 		{"Workers", testWorkers},
 		{"Receivers", testReceivers},
@@ -182,11 +183,11 @@ func send(t *testing.T, b broker.Broker, env *broker.Envelope) time.Time {
 	return deadline
 }
 
-func fetch(t *testing.T, b broker.Broker, receiver, consumer string, max int, block, lease time.Duration, maxAttempts int) []broker.Delivery {
+func fetch(t *testing.T, b broker.Broker, p broker.FetchParams) []broker.Delivery {
 	t.Helper()
-	ds, err := b.Fetch(ctxT(t), receiver, consumer, max, block, lease, maxAttempts)
+	ds, err := b.Fetch(ctxT(t), &p)
 	if err != nil {
-		t.Fatalf("Fetch %s by %s: %v", receiver, consumer, err)
+		t.Fatalf("Fetch %s by %s: %v", p.Receiver, p.Consumer, err)
 	}
 	return ds
 }
@@ -194,20 +195,21 @@ func fetch(t *testing.T, b broker.Broker, receiver, consumer string, max int, bl
 // fetchOne fetches exactly one delivery without blocking.
 func fetchOne(t *testing.T, b broker.Broker, receiver, consumer string, lease time.Duration) broker.Delivery {
 	t.Helper()
-	ds := fetch(t, b, receiver, consumer, 10, 0, lease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: receiver, Consumer: consumer, Max: 10, Block: 0, Lease: lease, MaxAttempts: 10})
 	if len(ds) != 1 {
 		t.Fatalf("Fetch %s: got %d deliveries, want 1: %+v", receiver, len(ds), ds)
 	}
 	return ds[0]
 }
 
-// pollFetch fetches with short blocks until it has a delivery, failing
-// after Patience.
-func pollFetch(t *testing.T, b broker.Broker, receiver, consumer string, lease time.Duration, maxAttempts int) []broker.Delivery {
+// pollFetch fetches with short blocks (p.Block) up to 10 deliveries
+// (p.Max) until it has one, failing after Patience.
+func pollFetch(t *testing.T, b broker.Broker, p broker.FetchParams) []broker.Delivery {
 	t.Helper()
+	p.Max, p.Block = 10, pollBlock
 	var ds []broker.Delivery
-	eventually(t, "a delivery of "+receiver+" to "+consumer, func() bool {
-		ds = fetch(t, b, receiver, consumer, 10, pollBlock, lease, maxAttempts)
+	eventually(t, "a delivery of "+p.Receiver+" to "+p.Consumer, func() bool {
+		ds = fetch(t, b, p)
 		return len(ds) > 0
 	})
 	return ds
@@ -229,11 +231,12 @@ func stats(t *testing.T, b broker.Broker, receiver string) broker.ReceiverStats 
 	return st
 }
 
-// checkStats compares receiver's stats with queued, pending and dead.
-func checkStats(t *testing.T, b broker.Broker, receiver string, queued, pending, dead int64) {
+// checkStats compares the stats of want.Receiver with want's Queued,
+// Pending and DeadLetters (Length is their sum).
+func checkStats(t *testing.T, b broker.Broker, want broker.ReceiverStats) {
 	t.Helper()
-	want := broker.ReceiverStats{Receiver: receiver, Queued: queued, Pending: pending, DeadLetters: dead, Length: queued + pending}
-	if got := stats(t, b, receiver); got != want {
+	want.Length = want.Queued + want.Pending
+	if got := stats(t, b, want.Receiver); got != want {
 		t.Fatalf("Stats: got %+v, want %+v", got, want)
 	}
 }
@@ -247,11 +250,11 @@ func deadLetters(t *testing.T, b broker.Broker, receiver string) []broker.DeadLe
 	return dls
 }
 
-func readReplies(t *testing.T, b broker.Broker, sender, consumer string, max int, block, lease time.Duration) []broker.Reply {
+func readReplies(t *testing.T, b broker.Broker, p broker.ReadRepliesParams) []broker.Reply {
 	t.Helper()
-	rs, err := b.ReadReplies(ctxT(t), sender, consumer, max, block, lease)
+	rs, err := b.ReadReplies(ctxT(t), &p)
 	if err != nil {
-		t.Fatalf("ReadReplies %s by %s: %v", sender, consumer, err)
+		t.Fatalf("ReadReplies %s by %s: %v", p.Sender, p.Consumer, err)
 	}
 	return rs
 }

@@ -36,10 +36,10 @@ func checkOrder(t *testing.T, rs []broker.Reply) {
 func testInboxReply(t *testing.T, b broker.Broker) {
 	ctx := ctxT(t)
 	ib, r := inboxName(), name("recv")
-	expireSender(t, b, ib, longLease)
+	keepInbox(t, b, ib, longLease)
 	before := brokerNow(t, b).Truncate(time.Millisecond)
 	env := timedEnv(ib, r, "ping", longLease)
-	deadline := send(t, b, env)
+	deadline := sendRequest(t, b, env)
 	if deadline.Before(before.Add(env.Timeout - time.Millisecond)) {
 		t.Fatalf("Send from an inbox: got deadline %v, want at least broker time before Send %v + %v", deadline, before, env.Timeout)
 	}
@@ -57,7 +57,7 @@ func testInboxReply(t *testing.T, b broker.Broker) {
 			t.Fatalf("ReplyInbox before the deadline: %v", err)
 		}
 	}
-	rs := readReplies(t, b, ib, "c", 10, 0, longLease)
+	rs := readInbox(t, b, ib, 10)
 	if len(rs) != 2 {
 		t.Fatalf("ReadReplies: got %+v, want the two replies", rs)
 	}
@@ -71,20 +71,20 @@ func testInboxReply(t *testing.T, b broker.Broker) {
 		}
 	}
 	checkOrder(t, rs)
-	ackReplies(t, b, ib, rs)
+	ackInbox(t, b, ib, rs)
 	ack(t, b, r, d.Ref)
 
 	late := timedEnv(ib, r, "late", shortLease)
-	deadline = send(t, b, late)
+	deadline = sendRequest(t, b, late)
 	waitBrokerTime(t, b, deadline)
 	if err := b.ReplyInbox(ctx, replyTo(late, "too late"), deadline); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("ReplyInbox after the deadline: got %v, want ErrLate", err)
 	}
-	rs = readReplies(t, b, ib, "c", 10, 0, longLease)
+	rs = readInbox(t, b, ib, 10)
 	if len(rs) != 1 || rs[0].Kind != broker.KindReply || rs[0].At.Before(deadline) {
 		t.Fatalf("ReadReplies after a late reply: got %+v, want the late reply, at or after %v", rs, deadline)
 	}
-	ackReplies(t, b, ib, rs)
+	ackInbox(t, b, ib, rs)
 	ack(t, b, r, fetchOne(t, b, r, "w", longLease).Ref)
 
 	for _, c := range []struct {
@@ -92,15 +92,18 @@ func testInboxReply(t *testing.T, b broker.Broker) {
 		rep  *broker.Envelope
 	}{
 		{"nil", nil},
-		{"to a name that is not an inbox", replyTo(timedEnv(name("sender"), r, "x", time.Second), "x")},
 		{"without a request id", &broker.Envelope{ID: name("reply"), Receiver: ib}},
 	} {
 		if err := b.ReplyInbox(ctx, c.rep, deadline); err == nil || errors.Is(err, broker.ErrLate) {
 			t.Fatalf("ReplyInbox %s: got %v, want an error that is not ErrLate", c.what, err)
 		}
 	}
-	expireSender(t, b, ib, 0)
-	checkStats(t, b, r, 0, 0, 0)
+	// A name that was never opened as an inbox is an inbox that is gone.
+	if err := b.ReplyInbox(ctx, replyTo(timedEnv(name("sender"), r, "x", time.Second), "x"), deadline); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("ReplyInbox to a name that is not an open inbox: got %v, want ErrLate", err)
+	}
+	closeInbox(t, b, ib)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 // testInboxGiveUp shows GiveUp's markers: each is an entry in order after
@@ -109,9 +112,9 @@ func testInboxReply(t *testing.T, b broker.Broker) {
 func testInboxGiveUp(t *testing.T, b broker.Broker) {
 	ctx := ctxT(t)
 	ib, r := inboxName(), name("recv")
-	expireSender(t, b, ib, longLease)
+	keepInbox(t, b, ib, longLease)
 	env := timedEnv(ib, r, "ping", shortLease)
-	deadline := send(t, b, env)
+	deadline := sendRequest(t, b, env)
 
 	early := giveUp(t, b, ib, env.ID)
 	if early.Kind != broker.KindTimeout || early.RequestID != env.ID || early.Ref == "" || early.Env.ID != env.ID {
@@ -128,7 +131,7 @@ func testInboxGiveUp(t *testing.T, b broker.Broker) {
 	if final.At.Before(deadline) {
 		t.Fatalf("GiveUp after the deadline: the marker is at %v, before the deadline %v", final.At, deadline)
 	}
-	rs := readReplies(t, b, ib, "c", 10, 0, longLease)
+	rs := readInbox(t, b, ib, 10)
 	if len(rs) != 3 || rs[0].Ref != early.Ref || rs[1].Kind != broker.KindReply || rs[2].Ref != final.Ref {
 		t.Fatalf("ReadReplies: got %+v, want the early marker, the reply and the final marker, in order", rs)
 	}
@@ -138,13 +141,12 @@ func testInboxGiveUp(t *testing.T, b broker.Broker) {
 		}
 	}
 	checkOrder(t, rs)
-	ackReplies(t, b, ib, rs)
-	if rs := readReplies(t, b, ib, "c", 10, 0, longLease); len(rs) != 0 {
+	ackInbox(t, b, ib, rs)
+	if rs := readInbox(t, b, ib, 10); len(rs) != 0 {
 		t.Fatalf("ReadReplies after AckReplies: got %+v", rs)
 	}
 
 	for _, c := range []struct{ what, inbox, id string }{
-		{"of a name that is not an inbox", name("sender"), env.ID},
 		{"with an empty inbox", "", env.ID},
 		{"with an empty id", ib, ""},
 	} {
@@ -152,8 +154,11 @@ func testInboxGiveUp(t *testing.T, b broker.Broker) {
 			t.Fatalf("GiveUp %s: got %v, want an error that is not ErrLate", c.what, err)
 		}
 	}
+	if _, err := b.GiveUp(ctx, name("sender"), env.ID); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("GiveUp of a name that is not an open inbox: got %v, want ErrLate", err)
+	}
 	ack(t, b, r, fetchOne(t, b, r, "w", longLease).Ref)
-	expireSender(t, b, ib, 0)
+	closeInbox(t, b, ib)
 }
 
 // testInboxReplyRacesGiveUp races replies against the requesters' markers
@@ -166,7 +171,7 @@ func testInboxReplyRacesGiveUp(t *testing.T, b broker.Broker) {
 	const n, workers = 2000, 8
 	ib, r := inboxName(), name("recv")
 	ctx := ctxT(t)
-	expireSender(t, b, ib, longLease)
+	keepInbox(t, b, ib, longLease)
 
 	type request struct {
 		deadline time.Time
@@ -191,7 +196,7 @@ func testInboxReplyRacesGiveUp(t *testing.T, b broker.Broker) {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
 				env := timedEnv(ib, r, fmt.Sprint(i), time.Duration(1+i%2)*time.Millisecond)
-				deadline, err := b.Send(ctx, env)
+				deadline, err := b.SendRequest(ctx, env)
 				if err != nil {
 					fail(err)
 					return
@@ -241,7 +246,7 @@ func testInboxReplyRacesGiveUp(t *testing.T, b broker.Broker) {
 	replied, settled := map[string]bool{}, map[string]bool{}
 	var last broker.Reply
 	for {
-		rs := readReplies(t, b, ib, "c", 500, 0, longLease)
+		rs := readInbox(t, b, ib, 500)
 		if len(rs) == 0 {
 			break
 		}
@@ -262,7 +267,7 @@ func testInboxReplyRacesGiveUp(t *testing.T, b broker.Broker) {
 				settled[e.RequestID] = true
 			}
 		}
-		ackReplies(t, b, ib, rs)
+		ackInbox(t, b, ib, rs)
 	}
 	accepted := 0
 	for id, req := range reqs {
@@ -281,6 +286,6 @@ func testInboxReplyRacesGiveUp(t *testing.T, b broker.Broker) {
 	}
 	t.Logf("%d replies accepted, %d timed out", accepted, n-accepted)
 	drainQueue(t, b, r)
-	expireSender(t, b, ib, 0)
-	checkStats(t, b, r, 0, 0, 0)
+	closeInbox(t, b, ib)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }

@@ -35,21 +35,21 @@ func testSendFetchAck(t *testing.T, b broker.Broker) {
 	if deadline := send(t, b, env); !deadline.IsZero() {
 		t.Fatalf("Send of an untimed message: got deadline %v, want zero", deadline)
 	}
-	checkStats(t, b, r, 1, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 1, Pending: 0, DeadLetters: 0})
 
 	d := fetchOne(t, b, r, "c1", longLease)
 	checkEnv(t, "Fetch", d.Env, env)
 	if d.Ref == "" || d.Attempt != 1 || !d.Deadline.IsZero() {
 		t.Fatalf("Fetch: got ref %q attempt %d deadline %v, want a ref, attempt 1, no deadline", d.Ref, d.Attempt, d.Deadline)
 	}
-	checkStats(t, b, r, 0, 1, 0)
-	if ds := fetch(t, b, r, "c2", 10, 0, longLease, 10); len(ds) != 0 {
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 1, DeadLetters: 0})
+	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c2", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}); len(ds) != 0 {
 		t.Fatalf("second Fetch while leased: got %+v, want nothing", ds)
 	}
 
 	ack(t, b, r, d.Ref)
-	checkStats(t, b, r, 0, 0, 0)
-	if ds := fetch(t, b, r, "c1", 10, 0, longLease, 10); len(ds) != 0 {
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
+	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c1", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}); len(ds) != 0 {
 		t.Fatalf("Fetch after Ack: got %+v, want nothing", ds)
 	}
 
@@ -64,7 +64,7 @@ func testSendFetchAck(t *testing.T, b broker.Broker) {
 	d2 := fetchOne(t, b, r, "c1", shortLease)
 	checkEnv(t, "Fetch after the sender changed its envelope", d2.Env, want)
 	d2.Env.Content[0] = 'Y'
-	ds := pollFetch(t, b, r, "c2", shortLease, 10)
+	ds := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c2", Lease: shortLease, MaxAttempts: 10})
 	checkEnv(t, "redelivery after the consumer changed its delivery", ds[0].Env, want)
 	ack(t, b, r, ds[0].Ref)
 }
@@ -80,7 +80,7 @@ func testSendValidation(t *testing.T, b broker.Broker) {
 	if _, err := b.Send(ctx, big); err == nil {
 		t.Fatalf("Send of %d bytes: got no error", len(big.Content))
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 	if receivers(t, b)[r] {
 		t.Fatalf("Receivers lists %s after rejected sends", r)
 	}
@@ -115,7 +115,7 @@ func testSendBatch(t *testing.T, b broker.Broker) {
 		r    string
 		want []int
 	}{{r1, []int{0, 1, 3, 5}}, {r2, []int{2, 4}}} {
-		ds := fetch(t, b, w.r, "c", 10, 0, longLease, 10)
+		ds := fetch(t, b, broker.FetchParams{Receiver: w.r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 		if len(ds) != len(w.want) {
 			t.Fatalf("Fetch %s after SendBatch: got %d messages, want %d", w.r, len(ds), len(w.want))
 		}
@@ -131,7 +131,7 @@ func testSendBatch(t *testing.T, b broker.Broker) {
 		if err := b.Reply(ctx, replyTo(envs[i], "ok"), broker.ReplyTimed); err != nil {
 			t.Fatalf("ReplyTimed to batch message %d: got %v; want it accepted, its pending timeout recorded", i, err)
 		}
-		ackReplies(t, b, envs[i].Sender, readReplies(t, b, envs[i].Sender, "c", 10, 0, longLease))
+		ackReplies(t, b, envs[i].Sender, readReplies(t, b, broker.ReadRepliesParams{Sender: envs[i].Sender, Consumer: "c", Max: 10, Block: 0, Lease: longLease}))
 	}
 
 	if ds, err := b.SendBatch(ctx, nil); err != nil || len(ds) != 0 {
@@ -144,7 +144,7 @@ func testSendBatch(t *testing.T, b broker.Broker) {
 	if _, err := b.SendBatch(ctx, []*broker.Envelope{newEnv(r1, "x"), nil}); err == nil {
 		t.Fatalf("SendBatch with a nil envelope: got no error")
 	}
-	checkStats(t, b, r1, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r1, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testFetchOrderAndMax(t *testing.T, b broker.Broker) {
@@ -155,8 +155,8 @@ func testFetchOrderAndMax(t *testing.T, b broker.Broker) {
 		envs = append(envs, env)
 		send(t, b, env)
 	}
-	first := fetch(t, b, r, "c1", 3, 0, longLease, 10)
-	rest := fetch(t, b, r, "c1", 10, 0, longLease, 10)
+	first := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c1", Max: 3, Block: 0, Lease: longLease, MaxAttempts: 10})
+	rest := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c1", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(first) != 3 || len(rest) != 2 {
 		t.Fatalf("Fetch max 3 then max 10 of 5 messages: got %d and %d", len(first), len(rest))
 	}
@@ -169,15 +169,15 @@ func testFetchOrderAndMax(t *testing.T, b broker.Broker) {
 		refs[d.Ref] = true
 		ack(t, b, r, d.Ref)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testFetchEmpty(t *testing.T, b broker.Broker) {
 	r := name("recv")
-	if ds := fetch(t, b, r, "c1", 10, 0, longLease, 10); len(ds) != 0 {
+	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c1", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}); len(ds) != 0 {
 		t.Fatalf("Fetch of an empty queue: got %+v", ds)
 	}
-	if ds := fetch(t, b, r, "c1", 10, 100*time.Millisecond, longLease, 10); len(ds) != 0 {
+	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c1", Max: 10, Block: 100 * time.Millisecond, Lease: longLease, MaxAttempts: 10}); len(ds) != 0 {
 		t.Fatalf("blocking Fetch of an empty queue: got %+v", ds)
 	}
 }
@@ -191,7 +191,7 @@ type fetchResult struct {
 func goFetch(ctx context.Context, b broker.Broker, receiver, consumer string, block time.Duration) <-chan fetchResult {
 	ch := make(chan fetchResult, 1)
 	go func() {
-		ds, err := b.Fetch(ctx, receiver, consumer, 10, block, longLease, 10)
+		ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: consumer, Max: 10, Block: block, Lease: longLease, MaxAttempts: 10})
 		ch <- fetchResult{ds, err}
 	}()
 	return ch
@@ -257,7 +257,7 @@ func testCompetingConsumers(t *testing.T, b broker.Broker) {
 		consumer := fmt.Sprint("c", c)
 		wg.Go(func() {
 			for {
-				ds, err := b.Fetch(ctx, r, consumer, 3, 0, longLease, 10)
+				ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: r, Consumer: consumer, Max: 3, Block: 0, Lease: longLease, MaxAttempts: 10})
 				mu.Lock()
 				if err != nil {
 					errs.add(err)
@@ -288,7 +288,7 @@ func testCompetingConsumers(t *testing.T, b broker.Broker) {
 	if len(seen) != n {
 		t.Fatalf("competing consumers got %d distinct messages, want %d", len(seen), n)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testLeaseExpiryRedelivers(t *testing.T, b broker.Broker) {
@@ -296,7 +296,7 @@ func testLeaseExpiryRedelivers(t *testing.T, b broker.Broker) {
 	env := newEnv(r, "job")
 	send(t, b, env)
 	d1 := fetchOne(t, b, r, "dies", shortLease)
-	ds := pollFetch(t, b, r, "lives", shortLease, 10)
+	ds := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "lives", Lease: shortLease, MaxAttempts: 10})
 	if len(ds) != 1 {
 		t.Fatalf("redelivery: got %d deliveries, want 1", len(ds))
 	}
@@ -305,9 +305,9 @@ func testLeaseExpiryRedelivers(t *testing.T, b broker.Broker) {
 	if d2.Ref != d1.Ref || d2.Attempt != 2 {
 		t.Fatalf("redelivery: got ref %q attempt %d, want ref %q attempt 2", d2.Ref, d2.Attempt, d1.Ref)
 	}
-	checkStats(t, b, r, 0, 1, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 1, DeadLetters: 0})
 	ack(t, b, r, d2.Ref)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testExtendKeepsLease(t *testing.T, b broker.Broker) {
@@ -325,14 +325,14 @@ func testExtendKeepsLease(t *testing.T, b broker.Broker) {
 		for i := 0; i < 8 && !stolen; i++ {
 			<-time.After(lease / 4) // pacing: time must pass, there is no event to wait for
 			start := time.Now()
-			lost, err := b.Extend(ctx, r, "holder", []string{d.Ref}, lease)
+			lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: r, Consumer: "holder", Refs: []string{d.Ref}, Lease: lease})
 			if err != nil {
 				t.Fatalf("Extend: %v", err)
 			}
 			if len(lost) != 0 {
 				t.Fatalf("Extend %d of a lease nobody took: got lost %v", i, lost)
 			}
-			if ds := fetch(t, b, r, "thief", 10, 0, lease, 10); len(ds) > 0 {
+			if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "thief", Max: 10, Block: 0, Lease: lease, MaxAttempts: 10}); len(ds) > 0 {
 				if since := time.Since(start); since < lease-5*time.Millisecond {
 					t.Fatalf("round %d: a consumer took a message whose lease was extended %v ago, lease %v", round, since, lease)
 				}
@@ -340,7 +340,7 @@ func testExtendKeepsLease(t *testing.T, b broker.Broker) {
 			}
 		}
 		if !stolen {
-			checkStats(t, b, r, 0, 1, 0)
+			checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 1, DeadLetters: 0})
 			ack(t, b, r, d.Ref)
 			return
 		}
@@ -355,18 +355,18 @@ func testExtendReportsLost(t *testing.T, b broker.Broker) {
 	ctx := ctxT(t)
 	send(t, b, newEnv(r, "a"))
 	send(t, b, newEnv(r, "b"))
-	ds := fetch(t, b, r, "first", 10, 0, shortLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "first", Max: 10, Block: 0, Lease: shortLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch: got %d, want 2", len(ds))
 	}
 	// A message whose lease expired and that another consumer took is lost
 	// to the first; one that is acknowledged is lost to everybody.
-	taken := pollFetch(t, b, r, "second", shortLease, 10)
+	taken := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "second", Lease: shortLease, MaxAttempts: 10})
 	if len(taken) != 2 {
 		// Both expired together, but a poll may catch them apart.
-		taken = append(taken, pollFetch(t, b, r, "second", shortLease, 10)...)
+		taken = append(taken, pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "second", Lease: shortLease, MaxAttempts: 10})...)
 	}
-	lost, err := b.Extend(ctx, r, "first", []string{ds[0].Ref, ds[1].Ref}, longLease)
+	lost, err := b.Extend(ctx, &broker.ExtendParams{Receiver: r, Consumer: "first", Refs: []string{ds[0].Ref, ds[1].Ref}, Lease: longLease})
 	if err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
@@ -374,7 +374,7 @@ func testExtendReportsLost(t *testing.T, b broker.Broker) {
 		t.Fatalf("Extend of leases taken over: got lost %v, want both %s and %s", lost, ds[0].Ref, ds[1].Ref)
 	}
 	ack(t, b, r, taken[0].Ref)
-	lost, err = b.Extend(ctx, r, "second", []string{taken[0].Ref, taken[1].Ref}, longLease)
+	lost, err = b.Extend(ctx, &broker.ExtendParams{Receiver: r, Consumer: "second", Refs: []string{taken[0].Ref, taken[1].Ref}, Lease: longLease})
 	if err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
@@ -382,21 +382,21 @@ func testExtendReportsLost(t *testing.T, b broker.Broker) {
 		t.Fatalf("Extend after Ack of %s: got lost %v, want just it", taken[0].Ref, lost)
 	}
 	ack(t, b, r, taken[1].Ref)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testAckIdempotent(t *testing.T, b broker.Broker) {
 	r := name("recv")
 	send(t, b, newEnv(r, "a"))
 	send(t, b, newEnv(r, "b"))
-	ds := fetch(t, b, r, "c", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch: got %d, want 2", len(ds))
 	}
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
 	ack(t, b, r)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testRetryWithDelay(t *testing.T, b broker.Broker) {
@@ -405,20 +405,20 @@ func testRetryWithDelay(t *testing.T, b broker.Broker) {
 	later, soon := newEnv(r, "later"), newEnv(r, "soon")
 	send(t, b, later)
 	send(t, b, soon)
-	ds := fetch(t, b, r, "first", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "first", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch: got %d, want 2", len(ds))
 	}
-	if err := b.Retry(ctx, r, "first", ds[0].Ref, longLease/2, longLease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: r, Consumer: "first", Ref: ds[0].Ref, Delay: longLease / 2, Lease: longLease}); err != nil {
 		t.Fatalf("Retry after %v: %v", longLease/2, err)
 	}
-	if err := b.Retry(ctx, r, "first", ds[1].Ref, 100*time.Millisecond, longLease); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: r, Consumer: "first", Ref: ds[1].Ref, Delay: 100 * time.Millisecond, Lease: longLease}); err != nil {
 		t.Fatalf("Retry after 100ms: %v", err)
 	}
-	if err := b.Retry(ctx, r, "other", ds[0].Ref, 0, longLease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: r, Consumer: "other", Ref: ds[0].Ref, Delay: 0, Lease: longLease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry by a consumer that does not hold the lease: got %v, want ErrLeaseLost", err)
 	}
-	got := pollFetch(t, b, r, "second", longLease, 10)
+	got := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "second", Lease: longLease, MaxAttempts: 10})
 	if len(got) != 1 {
 		t.Fatalf("Fetch after the retry delay: got %d deliveries, want only the one retried soon", len(got))
 	}
@@ -426,15 +426,15 @@ func testRetryWithDelay(t *testing.T, b broker.Broker) {
 	if got[0].Attempt != 2 || got[0].Ref != ds[1].Ref {
 		t.Fatalf("retried message: got ref %q attempt %d, want ref %q attempt 2", got[0].Ref, got[0].Attempt, ds[1].Ref)
 	}
-	if err := b.Retry(ctx, r, "first", ds[1].Ref, 0, longLease); !errors.Is(err, broker.ErrLeaseLost) {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: r, Consumer: "first", Ref: ds[1].Ref, Delay: 0, Lease: longLease}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry by the consumer that lost the message: got %v, want ErrLeaseLost", err)
 	}
-	if more := fetch(t, b, r, "second", 10, 0, longLease, 10); len(more) != 0 {
+	if more := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "second", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}); len(more) != 0 {
 		t.Fatalf("Fetch before the %v retry delay: got %+v", longLease/2, more)
 	}
-	checkStats(t, b, r, 0, 2, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 2, DeadLetters: 0})
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testMaxAttemptsDeadLetters(t *testing.T, b broker.Broker) {
@@ -442,13 +442,13 @@ func testMaxAttemptsDeadLetters(t *testing.T, b broker.Broker) {
 	env := newEnv(r, "poison")
 	send(t, b, env)
 	fetchOne(t, b, r, "c1", shortLease)
-	ds := pollFetch(t, b, r, "c2", shortLease, 2)
+	ds := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c2", Lease: shortLease, MaxAttempts: 2})
 	if ds[0].Attempt != 2 {
 		t.Fatalf("second delivery: got attempt %d, want 2", ds[0].Attempt)
 	}
 	var dls []broker.DeadLetter
 	eventually(t, "the dead letter", func() bool {
-		if got := fetch(t, b, r, "c3", 10, pollBlock, shortLease, 2); len(got) != 0 {
+		if got := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c3", Max: 10, Block: pollBlock, Lease: shortLease, MaxAttempts: 2}); len(got) != 0 {
 			t.Fatalf("delivery beyond maxAttempts 2: %+v", got)
 		}
 		dls = deadLetters(t, b, r)
@@ -459,7 +459,7 @@ func testMaxAttemptsDeadLetters(t *testing.T, b broker.Broker) {
 	if len(dls) != 1 || dl.Attempts != 2 || !strings.Contains(dl.Reason, "lease expired") || dl.Ref == "" || dl.At.IsZero() || dl.Raw != nil {
 		t.Fatalf("dead letters: got %+v, want one with 2 attempts, a lease expiry reason, a ref and a time", dls)
 	}
-	checkStats(t, b, r, 0, 0, 1)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 1})
 	if n, err := b.PurgeDeadLetters(ctxT(t), r); err != nil || n != 1 {
 		t.Fatalf("PurgeDeadLetters: got %d, %v; want 1", n, err)
 	}
@@ -479,14 +479,14 @@ func testDeadLetterRetryPurge(t *testing.T, b broker.Broker) {
 	for _, m := range []*broker.Envelope{m1, m2, m3} {
 		send(t, b, m)
 	}
-	ds := fetch(t, b, r, "c", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 3 {
 		t.Fatalf("Fetch: got %d, want 3", len(ds))
 	}
 	deadLetter(t, b, r, ds[0], "reason one")
 	deadLetter(t, b, r, ds[1], "reason two")
 	ack(t, b, r, ds[2].Ref)
-	checkStats(t, b, r, 0, 0, 2)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 2})
 	if !receivers(t, b)[r] {
 		t.Fatalf("Receivers does not list %s, which holds dead letters", r)
 	}
@@ -515,7 +515,7 @@ func testDeadLetterRetryPurge(t *testing.T, b broker.Broker) {
 	if n, err := b.RetryDeadLetters(ctx, r, dls[0].Ref); err != nil || n != 1 {
 		t.Fatalf("RetryDeadLetters: got %d, %v; want 1", n, err)
 	}
-	checkStats(t, b, r, 1, 0, 1)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 1, Pending: 0, DeadLetters: 1})
 	d := fetchOne(t, b, r, "c", longLease)
 	checkEnv(t, "retried dead letter", d.Env, m1)
 	if d.Attempt != 1 {
@@ -540,7 +540,7 @@ func testDeadLetterRetryPurge(t *testing.T, b broker.Broker) {
 	if dls := deadLetters(t, b, r); len(dls) != 0 {
 		t.Fatalf("DeadLetters after purge: got %+v", dls)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 	if receivers(t, b)[r] {
 		t.Fatalf("Receivers lists %s, which holds nothing", r)
 	}
@@ -552,7 +552,7 @@ func testRetryAllDeadLetters(t *testing.T, b broker.Broker) {
 	m1, m2 := newEnv(r, "one"), newEnv(r, "two")
 	send(t, b, m1)
 	send(t, b, m2)
-	for _, d := range fetch(t, b, r, "c", 10, 0, longLease, 10) {
+	for _, d := range fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10}) {
 		deadLetter(t, b, r, d, "failed")
 	}
 	if n, err := b.RetryDeadLetters(ctx, r); err != nil || n != 2 {
@@ -561,14 +561,14 @@ func testRetryAllDeadLetters(t *testing.T, b broker.Broker) {
 	if n, err := b.RetryDeadLetters(ctx, r); err != nil || n != 0 {
 		t.Fatalf("RetryDeadLetters of none: got %d, %v; want 0", n, err)
 	}
-	ds := fetch(t, b, r, "c", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch of retried dead letters: got %d, want 2", len(ds))
 	}
 	checkEnv(t, "first retried", ds[0].Env, m1)
 	checkEnv(t, "second retried", ds[1].Env, m2)
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testUndecodableEntry(t *testing.T, b broker.Broker) {
@@ -587,7 +587,7 @@ func testUndecodableEntry(t *testing.T, b broker.Broker) {
 	// The consumer gets the good message and never the bad one.
 	var got []broker.Delivery
 	eventually(t, "the good message", func() bool {
-		got = append(got, fetch(t, b, r, "c", 10, pollBlock, longLease, 10)...)
+		got = append(got, fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Block: pollBlock, Lease: longLease, MaxAttempts: 10})...)
 		return len(got) > 0
 	})
 	if len(got) != 1 {
@@ -600,13 +600,13 @@ func testUndecodableEntry(t *testing.T, b broker.Broker) {
 	if len(dls) != 1 || dls[0].Env.ID != "" || string(dls[0].Raw) != string(raw) || dls[0].Reason == "" {
 		t.Fatalf("DeadLetters: got %+v, want the raw entry with a reason", dls)
 	}
-	checkStats(t, b, r, 0, 0, 1)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 1})
 	if n, err := b.RetryDeadLetters(ctx, r); err != nil || n != 0 {
 		t.Fatalf("RetryDeadLetters of an undecodable entry: got %d, %v; want 0 (it stays)", n, err)
 	}
-	checkStats(t, b, r, 0, 0, 1)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 1})
 	if n, err := b.PurgeDeadLetters(ctx, r, dls[0].Ref); err != nil || n != 1 {
 		t.Fatalf("PurgeDeadLetters: got %d, %v; want 1", n, err)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }

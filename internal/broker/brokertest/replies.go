@@ -54,7 +54,7 @@ func spinUntil(ctx context.Context, b broker.Broker, at time.Time) (time.Time, e
 func drainQueue(t *testing.T, b broker.Broker, receiver string) {
 	t.Helper()
 	for {
-		ds := fetch(t, b, receiver, "w", 500, 0, longLease, 10)
+		ds := fetch(t, b, broker.FetchParams{Receiver: receiver, Consumer: "w", Max: 500, Block: 0, Lease: longLease, MaxAttempts: 10})
 		if len(ds) == 0 {
 			return
 		}
@@ -104,13 +104,13 @@ func testTimedReplyAccepted(t *testing.T, b broker.Broker) {
 	if n := expire(t, b, s, 100); n != 0 {
 		t.Fatalf("ExpireTimeouts after the reply: settled %d, want 0", n)
 	}
-	rs := readReplies(t, b, s, "c1", 10, 0, longLease)
+	rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c1", Max: 10, Block: 0, Lease: longLease})
 	if len(rs) != 1 || rs[0].Kind != broker.KindReply || rs[0].RequestID != env.ID || rs[0].Ref == "" {
 		t.Fatalf("ReadReplies: got %+v, want the one reply to %s", rs, env.ID)
 	}
 	checkEnv(t, "reply", rs[0].Env, rep)
 	ackReplies(t, b, s, rs)
-	if rs := readReplies(t, b, s, "c1", 10, 0, longLease); len(rs) != 0 {
+	if rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c1", Max: 10, Block: 0, Lease: longLease}); len(rs) != 0 {
 		t.Fatalf("ReadReplies after AckReplies: got %+v", rs)
 	}
 	ack(t, b, r, d.Ref)
@@ -122,7 +122,7 @@ func testLateReply(t *testing.T, b broker.Broker) {
 	deadline := send(t, b, env)
 	waiting := timedEnv(s, r, "keeps waiting", longLease)
 	send(t, b, waiting)
-	ds := fetch(t, b, r, "worker", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "worker", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch: got %d, want 2", len(ds))
 	}
@@ -137,7 +137,7 @@ func testLateReply(t *testing.T, b broker.Broker) {
 	if n := expire(t, b, s, 100); n != 0 {
 		t.Fatalf("second ExpireTimeouts: settled %d, want 0", n)
 	}
-	rs := readReplies(t, b, s, "c1", 10, 0, longLease)
+	rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c1", Max: 10, Block: 0, Lease: longLease})
 	if len(rs) != 1 || rs[0].Kind != broker.KindTimeout || rs[0].RequestID != env.ID {
 		t.Fatalf("ReadReplies: got %+v, want one timeout notice for %s", rs, env.ID)
 	}
@@ -146,7 +146,7 @@ func testLateReply(t *testing.T, b broker.Broker) {
 	if err := reply(t, b, replyTo(waiting, "pong"), broker.ReplyTimed); err != nil {
 		t.Fatalf("Reply to a request still pending: got %v, want it accepted", err)
 	}
-	ackReplies(t, b, s, readReplies(t, b, s, "c1", 10, 0, longLease))
+	ackReplies(t, b, s, readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c1", Max: 10, Block: 0, Lease: longLease}))
 	ack(t, b, r, ds[0].Ref, ds[1].Ref)
 }
 
@@ -166,7 +166,7 @@ func testExpireTimeoutsMax(t *testing.T, b broker.Broker) {
 	if n := expire(t, b, s, 2); n != 1 {
 		t.Fatalf("ExpireTimeouts max 2 of the last 1: settled %d", n)
 	}
-	rs := readReplies(t, b, s, "c1", 10, 0, longLease)
+	rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c1", Max: 10, Block: 0, Lease: longLease})
 	for _, rep := range rs {
 		if rep.Kind != broker.KindTimeout || !ids[rep.RequestID] {
 			t.Fatalf("unexpected entry %+v", rep)
@@ -177,11 +177,11 @@ func testExpireTimeoutsMax(t *testing.T, b broker.Broker) {
 		t.Fatalf("ReadReplies: got %+v, want one notice for each of the 3", rs)
 	}
 	ackReplies(t, b, s, rs)
-	ds := fetch(t, b, r, "w", 10, 0, longLease, 10)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	for _, d := range ds {
 		ack(t, b, r, d.Ref)
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 // testNoTimeoutBeforeDeadline expires timeouts as fast as it can and
@@ -202,12 +202,12 @@ func testNoTimeoutBeforeDeadline(t *testing.T, b broker.Broker) {
 			}
 		}
 	}
-	rs := readReplies(t, b, s, "c", 100, 0, longLease)
+	rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 100, Block: 0, Lease: longLease})
 	if len(rs) != 20 {
 		t.Fatalf("ReadReplies: got %d notices, want 20", len(rs))
 	}
 	ackReplies(t, b, s, rs)
-	for _, d := range fetch(t, b, r, "w", 100, 0, longLease, 10) {
+	for _, d := range fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 100, Block: 0, Lease: longLease, MaxAttempts: 10}) {
 		ack(t, b, r, d.Ref)
 	}
 }
@@ -298,7 +298,7 @@ func testReplyRacesTimeout(t *testing.T, b broker.Broker) {
 
 	outcomes := map[string][]broker.Reply{}
 	for {
-		rs := readReplies(t, b, s, "c", 500, 0, longLease)
+		rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c", Max: 500, Block: 0, Lease: longLease})
 		if len(rs) == 0 {
 			break
 		}
@@ -335,7 +335,7 @@ func testReplyRacesTimeout(t *testing.T, b broker.Broker) {
 	t.Logf("%d replies accepted, %d timed out", replies, notices)
 
 	drainQueue(t, b, r)
-	checkStats(t, b, r, 0, 0, 0)
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
 func testReplyStreamConsumers(t *testing.T, b broker.Broker) {
@@ -347,8 +347,8 @@ func testReplyStreamConsumers(t *testing.T, b broker.Broker) {
 			t.Fatalf("untimed Reply: %v", err)
 		}
 	}
-	r1 := readReplies(t, b, s, "c1", 3, 0, longLease)
-	r2 := readReplies(t, b, s, "c2", 10, 0, shortLease)
+	r1 := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c1", Max: 3, Block: 0, Lease: longLease})
+	r2 := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c2", Max: 10, Block: 0, Lease: shortLease})
 	if len(r1) != 3 || len(r2) != 3 {
 		t.Fatalf("ReadReplies by two consumers: got %d and %d, want 3 and 3", len(r1), len(r2))
 	}
@@ -364,7 +364,7 @@ func testReplyStreamConsumers(t *testing.T, b broker.Broker) {
 	// c2 does not acknowledge: its replies go to c3 after the lease.
 	var r3 []broker.Reply
 	eventually(t, "redelivery of unacknowledged replies", func() bool {
-		r3 = append(r3, readReplies(t, b, s, "c3", 10, pollBlock, shortLease)...)
+		r3 = append(r3, readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c3", Max: 10, Block: pollBlock, Lease: shortLease})...)
 		return len(r3) >= 3
 	})
 	got := map[string]bool{}
@@ -377,7 +377,7 @@ func testReplyStreamConsumers(t *testing.T, b broker.Broker) {
 		}
 	}
 	ackReplies(t, b, s, r3)
-	if rs := readReplies(t, b, s, "c4", 10, 0, shortLease); len(rs) != 0 {
+	if rs := readReplies(t, b, broker.ReadRepliesParams{Sender: s, Consumer: "c4", Max: 10, Block: 0, Lease: shortLease}); len(rs) != 0 {
 		t.Fatalf("ReadReplies after acknowledging everything: got %+v", rs)
 	}
 }
@@ -390,7 +390,7 @@ func testReadRepliesWoken(t *testing.T, b broker.Broker) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		rs, err := b.ReadReplies(ctxT(t), s, "c1", 10, blockLong, longLease)
+		rs, err := b.ReadReplies(ctxT(t), &broker.ReadRepliesParams{Sender: s, Consumer: "c1", Max: 10, Block: blockLong, Lease: longLease})
 		ch <- result{rs, err}
 	}()
 	rep := &broker.Envelope{ID: name("reply"), Receiver: s, InReplyTo: name("req"), Content: []byte("hi")}
@@ -406,7 +406,7 @@ func testReadRepliesWoken(t *testing.T, b broker.Broker) {
 
 	ctx, cancel := context.WithCancel(ctxT(t))
 	go func() {
-		rs, err := b.ReadReplies(ctx, s, "c1", 10, blockLong, longLease)
+		rs, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: s, Consumer: "c1", Max: 10, Block: blockLong, Lease: longLease})
 		ch <- result{rs, err}
 	}()
 	cancel()

@@ -12,10 +12,49 @@ import (
 // Redis expires a key once its time is strictly past, to the millisecond.
 const expirySlack = 50 * time.Millisecond
 
-func expireSender(t *testing.T, b broker.Broker, sender string, ttl time.Duration) {
+func keepInbox(t *testing.T, b broker.Broker, inbox string, ttl time.Duration) {
 	t.Helper()
-	if err := b.ExpireSender(ctxT(t), sender, ttl); err != nil {
-		t.Fatalf("ExpireSender %s %v: %v", sender, ttl, err)
+	if err := b.KeepInbox(ctxT(t), inbox, ttl); err != nil {
+		t.Fatalf("KeepInbox %s %v: %v", inbox, ttl, err)
+	}
+}
+
+func closeInbox(t *testing.T, b broker.Broker, inbox string) {
+	t.Helper()
+	if err := b.CloseInbox(ctxT(t), inbox); err != nil {
+		t.Fatalf("CloseInbox %s: %v", inbox, err)
+	}
+}
+
+func sendRequest(t *testing.T, b broker.Broker, env *broker.Envelope) time.Time {
+	t.Helper()
+	deadline, err := b.SendRequest(ctxT(t), env)
+	if err != nil {
+		t.Fatalf("SendRequest %s: %v", env.ID, err)
+	}
+	if !env.FromInbox {
+		t.Fatalf("SendRequest %s did not set FromInbox", env.ID)
+	}
+	return deadline
+}
+
+func readInbox(t *testing.T, b broker.Broker, inbox string, max int) []broker.Reply {
+	t.Helper()
+	rs, err := b.ReadInbox(ctxT(t), inbox, max, 0)
+	if err != nil {
+		t.Fatalf("ReadInbox %s: %v", inbox, err)
+	}
+	return rs
+}
+
+func ackInbox(t *testing.T, b broker.Broker, inbox string, rs []broker.Reply) {
+	t.Helper()
+	refs := make([]string, len(rs))
+	for i, r := range rs {
+		refs[i] = r.Ref
+	}
+	if err := b.AckInbox(ctxT(t), inbox, refs...); err != nil {
+		t.Fatalf("AckInbox %s: %v", inbox, err)
 	}
 }
 
@@ -28,11 +67,10 @@ func brokerNow(t *testing.T, b broker.Broker) time.Time {
 	return now
 }
 
-// inboxName returns an inbox's name (see broker.InboxPrefix) unique to
-// this run.
-func inboxName() string { return broker.InboxPrefix + name("inbox") }
+// inboxName returns an inbox's name unique to this run.
+func inboxName() string { return name("inbox") }
 
-// senderState gives inbox, under ExpireSender, a timed request still
+// senderState gives inbox, open, a timed request still
 // waiting, a sent untimed one and an unread reply to it. It returns the
 // two messages and the timed one's deadline.
 func senderState(t *testing.T, b broker.Broker, inbox, receiver string) (timed, plain *broker.Envelope, deadline time.Time) {
@@ -40,9 +78,9 @@ func senderState(t *testing.T, b broker.Broker, inbox, receiver string) (timed, 
 	timed = timedEnv(inbox, receiver, "timed", longLease)
 	plain = newEnv(receiver, "plain")
 	plain.Sender = inbox
-	deadline = send(t, b, timed)
-	send(t, b, plain)
-	ds := fetch(t, b, receiver, "w", 10, 0, longLease, 10)
+	deadline = sendRequest(t, b, timed)
+	sendRequest(t, b, plain)
+	ds := fetch(t, b, broker.FetchParams{Receiver: receiver, Consumer: "w", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 	if len(ds) != 2 {
 		t.Fatalf("Fetch: got %d deliveries, want 2", len(ds))
 	}
@@ -56,8 +94,9 @@ func senderState(t *testing.T, b broker.Broker, inbox, receiver string) (timed, 
 // checkSenderGone checks that inbox's state is gone: it is closed, its
 // reply is no more, and nothing can be appended. It reads the reply
 // stream last: on Redis a read re-creates it.
-func checkSenderGone(t *testing.T, b broker.Broker, inbox string, timed, plain *broker.Envelope, deadline time.Time) {
+func checkSenderGone(t *testing.T, b broker.Broker, timed, plain *broker.Envelope, deadline time.Time) {
 	t.Helper()
+	inbox := timed.Sender
 	ctx := ctxT(t)
 	if err := b.ReplyInbox(ctx, replyTo(plain, "after"), time.Time{}); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("ReplyInbox to an inbox whose state is gone: got %v, want ErrLate", err)
@@ -68,41 +107,41 @@ func checkSenderGone(t *testing.T, b broker.Broker, inbox string, timed, plain *
 	if _, err := b.GiveUp(ctx, inbox, timed.ID); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("GiveUp in an inbox whose state is gone: got %v, want ErrLate", err)
 	}
-	if rs := readReplies(t, b, inbox, "c", 10, 0, longLease); len(rs) != 0 {
+	if rs := readInbox(t, b, inbox, 10); len(rs) != 0 {
 		t.Fatalf("ReadReplies of an inbox whose state is gone: got %+v", rs)
 	}
 }
 
-// testExpireSenderLapses shows an inbox's state, including what was added
-// after ExpireSender, vanishes when its ttl passes without a refresh.
-func testExpireSenderLapses(t *testing.T, b broker.Broker) {
+// testInboxLapses shows an inbox's state, including what was added
+// after KeepInbox, vanishes when its ttl passes without a refresh.
+func testInboxLapses(t *testing.T, b broker.Broker) {
 	s, r := inboxName(), name("recv")
-	expireSender(t, b, s, shortLease)
+	keepInbox(t, b, s, shortLease)
 	set := brokerNow(t, b)
 	timed, plain, deadline := senderState(t, b, s, r)
 	waitBrokerTime(t, b, set.Add(shortLease+expirySlack))
-	checkSenderGone(t, b, s, timed, plain, deadline)
-	expireSender(t, b, s, 0) // the read re-created the Redis stream
+	checkSenderGone(t, b, timed, plain, deadline)
+	closeInbox(t, b, s) // the read re-created the Redis stream
 }
 
-// testExpireSenderRefresh shows a later ExpireSender replaces the expiry
+// testInboxRefresh shows a later KeepInbox replaces the expiry
 // of the state that exists: a longer ttl keeps it past the first, a
 // shorter one ends it sooner.
-func testExpireSenderRefresh(t *testing.T, b broker.Broker) {
+func testInboxRefresh(t *testing.T, b broker.Broker) {
 	s, r := inboxName(), name("recv")
 	ctx := ctxT(t)
-	expireSender(t, b, s, longLease)
+	keepInbox(t, b, s, longLease)
 	timed, plain, deadline := senderState(t, b, s, r)
-	expireSender(t, b, s, time.Second)
-	expireSender(t, b, s, longLease)
+	keepInbox(t, b, s, time.Second)
+	keepInbox(t, b, s, longLease)
 	set := brokerNow(t, b)
 	waitBrokerTime(t, b, set.Add(time.Second+expirySlack))
 
-	rs := readReplies(t, b, s, "c", 10, 0, longLease)
+	rs := readInbox(t, b, s, 10)
 	if len(rs) != 1 || rs[0].RequestID != plain.ID {
 		t.Fatalf("ReadReplies after a refresh: got %+v, want the reply to %s", rs, plain.ID)
 	}
-	ackReplies(t, b, s, rs)
+	ackInbox(t, b, s, rs)
 	if err := b.ReplyInbox(ctx, replyTo(timed, "pong"), deadline); err != nil {
 		t.Fatalf("ReplyInbox before the deadline after a refresh: got %v, want it accepted", err)
 	}
@@ -110,37 +149,43 @@ func testExpireSenderRefresh(t *testing.T, b broker.Broker) {
 		t.Fatalf("ReplyInbox after a refresh: got %v, want it accepted", err)
 	}
 
-	expireSender(t, b, s, shortLease)
+	keepInbox(t, b, s, shortLease)
 	set = brokerNow(t, b)
 	waitBrokerTime(t, b, set.Add(shortLease+expirySlack))
 	if err := b.ReplyInbox(ctx, replyTo(plain, "after"), time.Time{}); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("ReplyInbox after a shorter ttl passed: got %v, want ErrLate", err)
 	}
-	if rs := readReplies(t, b, s, "c", 10, 0, longLease); len(rs) != 0 {
+	if rs := readInbox(t, b, s, 10); len(rs) != 0 {
 		t.Fatalf("ReadReplies after a shorter ttl passed: got %+v", rs)
 	}
-	expireSender(t, b, s, 0)
+	closeInbox(t, b, s)
 }
 
-// testExpireSenderZero shows ttl 0 deletes an inbox's state at once and
+// testInboxClose shows CloseInbox deletes an inbox's state at once and
 // closes it; replies that come later are refused and re-create nothing.
-func testExpireSenderZero(t *testing.T, b broker.Broker) {
+func testInboxClose(t *testing.T, b broker.Broker) {
 	s, r := inboxName(), name("recv")
-	expireSender(t, b, s, longLease)
+	keepInbox(t, b, s, longLease)
 	timed, plain, deadline := senderState(t, b, s, r)
-	expireSender(t, b, s, 0)
-	checkSenderGone(t, b, s, timed, plain, deadline)
-	expireSender(t, b, s, 0) // idempotent; and the read re-created the Redis stream
+	closeInbox(t, b, s)
+	checkSenderGone(t, b, timed, plain, deadline)
+	closeInbox(t, b, s) // idempotent; and the read re-created the Redis stream
 
 	never := inboxName()
 	if err := b.ReplyInbox(ctxT(t), &broker.Envelope{ID: name("reply"), Receiver: never, InReplyTo: name("req")}, time.Time{}); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("ReplyInbox to an inbox never opened: got %v, want ErrLate", err)
 	}
-	if err := b.ExpireSender(ctxT(t), "", time.Second); err == nil {
-		t.Fatalf("ExpireSender with an empty sender: got nil, want an error")
+	if err := b.KeepInbox(ctxT(t), "", time.Second); err == nil {
+		t.Fatalf("KeepInbox with an empty inbox: got nil, want an error")
 	}
-	if err := b.ExpireSender(ctxT(t), s, -time.Second); err == nil {
-		t.Fatalf("ExpireSender with a negative ttl: got nil, want an error")
+	if err := b.KeepInbox(ctxT(t), s, -time.Second); err == nil {
+		t.Fatalf("KeepInbox with a negative ttl: got nil, want an error")
 	}
-	checkStats(t, b, r, 0, 0, 0)
+	if err := b.KeepInbox(ctxT(t), s, 0); err == nil {
+		t.Fatalf("KeepInbox with a ttl of 0: got nil, want an error")
+	}
+	if err := b.CloseInbox(ctxT(t), ""); err == nil {
+		t.Fatalf("CloseInbox with an empty inbox: got nil, want an error")
+	}
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }

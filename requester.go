@@ -15,6 +15,138 @@ import (
 // it.
 const cancelGrace = 30 * time.Second
 
+// requester is the instance's side of Request: its private reply
+// address, the inbox, with the Requests waiting on it and the reader that
+// hands them their entries. How a Request is sent, waits and is settled is
+// decided here, and only here (the broker's side is broker.Inbox).
+//
+// The inbox's state in the broker, a reply stream, must not outlive the
+// instance, so it carries an expiry (broker.Inbox.KeepInbox): the first
+// Request opens the inbox with one, each heartbeat renews it, and Close
+// deletes the state once the Requests have returned
+// (broker.Inbox.CloseInbox). An instance that crashes leaves it to expire.
+// The expiry covers three heartbeat intervals past the later of now and
+// the latest deadline of a Request (plus inboxMargin), so a Request never
+// loses its state while the instance lives, even if a few heartbeats fail.
+//
+// Replies to it use broker.Inbox.ReplyInbox: once the inbox has gone, a
+// reply is dropped (the replier gets ErrLate) instead of re-creating a
+// reply stream that nobody reads.
+type requester struct {
+	d    *Disker
+	name string // the inbox's address: "_inbox." and the instance's id
+
+	reader   *replyReader   // started by the first Request; guarded by d.mu
+	requests sync.WaitGroup // Requests in progress
+
+	mu     sync.Mutex
+	open   bool      // the broker has it open (KeepInbox succeeded once)
+	until  time.Time // local time until which the broker keeps it, at least
+	latest time.Time // the latest deadline of a Request sent from it
+
+	waitMu  sync.Mutex
+	waiters map[string]*waiter
+}
+
+// newRequester returns the requester of d, whose inbox is not open yet.
+func newRequester(d *Disker) *requester {
+	// Users cannot pick such a name: '_' is not allowed at the start of a
+	// user's name (see ValidateName).
+	return &requester{d: d, name: "_inbox." + d.id, waiters: make(map[string]*waiter)}
+}
+
+// inboxMargin is how long after a Request's deadline the inbox must still
+// hold its state: the Request appends its marker at the deadline (again
+// if the broker's clock was behind), and the reader needs a block time to
+// read it.
+func (r *requester) inboxMargin() time.Duration {
+	return r.d.cfg.ReceiverBlockTimeout + 5*time.Second
+}
+
+// inboxTTL is the expiry of the inbox's state from now. Call with r.mu
+// held.
+func (r *requester) inboxTTL(now time.Time) time.Duration {
+	ttl := 3 * r.d.cfg.HeartbeatInterval
+	if wait := r.latest.Add(r.inboxMargin()).Sub(now); wait > 0 {
+		ttl += wait
+	}
+	return ttl
+}
+
+// renewInbox opens the inbox in the broker, or renews its expiry. Call
+// with r.mu held.
+func (r *requester) renewInbox(ctx context.Context) error {
+	now := time.Now()
+	ttl := r.inboxTTL(now)
+	if err := r.d.b.KeepInbox(ctx, r.name, ttl); err != nil {
+		return err
+	}
+	r.open, r.until = true, now.Add(ttl)
+	return nil
+}
+
+// ensureInbox makes the inbox ready for a Request with deadline (zero for
+// none): it starts reading it, counts the Request in for Close to wait on,
+// and makes sure the broker keeps the inbox past the deadline. On success
+// the caller must call r.requests.Done when the Request returns.
+func (r *requester) ensureInbox(ctx context.Context, deadline time.Time) error {
+	d := r.d
+	d.mu.Lock()
+	if d.closed.Load() {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	r.requests.Add(1)
+	if r.reader == nil {
+		r.reader = d.startReader(r.readInbox)
+	}
+	d.mu.Unlock()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if deadline.After(r.latest) {
+		r.latest = deadline
+	}
+	if r.open && (deadline.IsZero() || !deadline.Add(r.inboxMargin()).After(r.until)) {
+		return nil
+	}
+	if err := r.renewInbox(ctx); err != nil {
+		r.requests.Done()
+		if ctx.Err() == nil {
+			d.health.fail("keep inbox", err)
+		}
+		return wrapBroker("request", err)
+	}
+	return nil
+}
+
+// heartbeat renews the inbox's expiry, if it is open.
+func (r *requester) heartbeat(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.open {
+		return
+	}
+	if err := r.renewInbox(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
+		r.d.health.fail("keep inbox", err)
+	}
+}
+
+// close deletes the inbox's state in the broker, if it was opened.
+// Close calls it once the Requests have returned and the reader stopped.
+func (r *requester) close(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.open {
+		return
+	}
+	if err := r.d.b.CloseInbox(ctx, r.name); err != nil {
+		r.d.log.Warn("disker: cannot delete the inbox; it expires by itself", "inbox", r.name, "error", err)
+		return
+	}
+	r.open = false
+}
+
 // Request sends content to receiver and waits for the reply, which it
 // returns. The message is sent from this instance's private reply address
 // with ctx's deadline as its timeout (WithTimeout may shorten it), so the
@@ -36,7 +168,7 @@ const cancelGrace = 30 * time.Second
 // the message has no timeout: Request waits until ctx is cancelled.
 //
 // The private reply address, the inbox, is "_inbox." followed by the
-// instance's id. Its state in the broker (a reply stream) lives as long as
+// instance's id (see requester). Its state in the broker (a reply stream) lives as long as
 // the instance: it carries an expiry that the heartbeat renews
 // (Config.HeartbeatInterval; it always covers the deadlines of the
 // Requests in flight), Close deletes it once the Requests have returned,
@@ -74,7 +206,8 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 	if err := ctx.Err(); err != nil {
 		return nil, d.requestEnded(id, err)
 	}
-	if err := d.ensureInbox(ctx, dl); err != nil {
+	r := d.rq
+	if err := r.ensureInbox(ctx, dl); err != nil {
 		switch {
 		case errors.Is(err, ErrClosed):
 		case ctx.Err() != nil:
@@ -85,23 +218,23 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 		}
 		return nil, err
 	}
-	defer d.requests.Done()
-	msg.Sender = d.inbox
+	defer r.requests.Done()
+	msg.Sender = r.name
 
 	w := &waiter{ready: make(chan struct{}, 1)}
-	d.waitMu.Lock()
-	d.waiters[id] = w
-	d.waitMu.Unlock()
+	r.waitMu.Lock()
+	r.waiters[id] = w
+	r.waitMu.Unlock()
 	defer func() {
-		d.waitMu.Lock()
-		delete(d.waiters, id)
-		d.waitMu.Unlock()
+		r.waitMu.Lock()
+		delete(r.waiters, id)
+		r.waitMu.Unlock()
 	}()
 
 	// The send runs to its end even if ctx ends meanwhile (the broker bounds
 	// its I/O): an interrupted send would leave it unknown whether the
 	// message was queued, and so whether a reply may still be accepted.
-	deadline, err := d.send(context.WithoutCancel(ctx), &msg, id)
+	deadline, err := r.send(context.WithoutCancel(ctx), &msg, id)
 	var sendErr error
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) || deadline.IsZero() {
@@ -124,17 +257,17 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 	for {
 		select {
 		case <-w.ready:
-			r, ok := w.decide(deadline, marker.Ref)
+			e, ok := w.decide(deadline, marker.Ref)
 			switch {
 			case !ok:
 				continue
-			case r.Kind == broker.KindReply:
-				return d.outcome(id, &r)
+			case e.Kind == broker.KindReply:
+				return d.outcome(id, &e)
 			}
 			if ctx.Err() == context.DeadlineExceeded {
 				d.timedOut.Add(1)
 				if d.onEvent != nil {
-					d.emit(Event{Kind: EventTimedOut, Receiver: receiver, Sender: d.inbox, MessageID: id})
+					d.emit(Event{Kind: EventTimedOut, Receiver: receiver, Sender: r.name, MessageID: id})
 				}
 			}
 			if sendErr != nil {
@@ -148,7 +281,7 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 				return nil, d.requestEnded(id, ctx.Err())
 			}
 			ended = nil
-			if marker, err = d.giveUp(id, deadline, ctx.Err() == context.DeadlineExceeded); err != nil {
+			if marker, err = r.giveUp(id, deadline, ctx.Err() == context.DeadlineExceeded); err != nil {
 				return nil, fmt.Errorf("%w (and the request could not be settled: %v)", d.requestEnded(id, ctx.Err()), err)
 			}
 			t := time.NewTimer(cancelGrace)
@@ -166,12 +299,13 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 // the local one: that marker settles the request as timed out. While the
 // broker cannot be reached, it tries again for up to cancelGrace: until a
 // marker is in, a reply may still be accepted.
-func (d *Disker) giveUp(id string, deadline time.Time, timedOut bool) (broker.Reply, error) {
+func (r *requester) giveUp(id string, deadline time.Time, timedOut bool) (broker.Reply, error) {
+	d := r.d
 	stop := time.Now().Add(cancelGrace)
-	var bo backoff
+	var bo pacer
 	for {
 		ctx, cancel := context.WithTimeout(d.opCtx, 5*time.Second)
-		m, err := d.b.GiveUp(ctx, d.inbox, id)
+		m, err := d.b.GiveUp(ctx, r.name, id)
 		cancel()
 		switch {
 		case errors.Is(err, broker.ErrLate):
@@ -255,12 +389,45 @@ func (w *waiter) decide(deadline time.Time, marker string) (broker.Reply, bool) 
 }
 
 // deliverOutcome hands an inbox entry to the Request that waits for it, if
-// any (a Request that returned has gone).
-func (d *Disker) deliverOutcome(r *broker.Reply) {
-	d.waitMu.Lock()
-	w := d.waiters[r.RequestID]
-	d.waitMu.Unlock()
+// any (a Request that returned has gone). Request counts its own timeouts.
+func (r *requester) deliverOutcome(e *broker.Reply) {
+	r.waitMu.Lock()
+	w := r.waiters[e.RequestID]
+	r.waitMu.Unlock()
 	if w != nil {
-		w.add(r)
+		w.add(e)
 	}
+}
+
+// send sends m, a Request's message from the inbox, under id. It returns
+// the deadline in the broker's clock (zero if none), also with an error
+// that leaves it unknown whether m was queued (see broker.Inbox).
+func (r *requester) send(ctx context.Context, m *Message, id string) (time.Time, error) {
+	d := r.d
+	if d.closed.Load() {
+		return time.Time{}, ErrClosed
+	}
+	bdl, err := d.b.SendRequest(ctx, envelope(m, id))
+	return bdl, d.afterSend(m, id, err)
+}
+
+// readInbox reads the inbox until ctx ends and hands each entry to the
+// Request that waits for it.
+func (r *requester) readInbox(ctx context.Context) {
+	d := r.d
+	handed := false
+	d.readLoop(ctx, r.name, replyStream{
+		read: func(ctx context.Context) ([]broker.Reply, error) {
+			if handed {
+				yieldToWoken() // the Requests it handed entries to
+			}
+			rs, err := d.b.ReadInbox(ctx, r.name, replyBatch, d.cfg.ReceiverBlockTimeout)
+			handed = len(rs) > 0
+			return rs, err
+		},
+		ack: func(ctx context.Context, refs ...string) error {
+			return d.b.AckInbox(ctx, r.name, refs...)
+		},
+		handle: func(_ context.Context, e *broker.Reply) { r.deliverOutcome(e) },
+	})
 }

@@ -1,0 +1,64 @@
+package brokertest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// paramCase is a call with invalid params, and the Validate of its params.
+type paramCase struct {
+	name  string
+	valid func() error
+	call  func() error
+}
+
+// invalidCall returns the case of call with p.
+func invalidCall[P interface{ Validate() error }](name string, p P, call func(P) error) paramCase {
+	return paramCase{name: name, valid: p.Validate, call: func() error { return call(p) }}
+}
+
+// testInvalidParams shows that a broker rejects each params value that is
+// not valid with the error of its Validate, before it does anything: the
+// checks live in one place, and every broker answers the same.
+func testInvalidParams(t *testing.T, b broker.Broker) {
+	ctx := ctxT(t)
+	r := name("recv")
+	send(t, b, newEnv(r, "stays"))
+	fetch := func(p *broker.FetchParams) error { _, err := b.Fetch(ctx, p); return err }
+	extend := func(p *broker.ExtendParams) error { _, err := b.Extend(ctx, p); return err }
+	retry := func(p *broker.RetryParams) error { return b.Retry(ctx, p) }
+	read := func(p *broker.ReadRepliesParams) error { _, err := b.ReadReplies(ctx, p); return err }
+	refs := []string{"1-1"}
+	cases := []paramCase{
+		invalidCall("Fetch", &broker.FetchParams{Consumer: "c", Max: 1, Lease: longLease}, fetch),
+		invalidCall("Fetch", &broker.FetchParams{Receiver: r, Max: 1, Lease: longLease}, fetch),
+		invalidCall("Fetch", &broker.FetchParams{Receiver: r, Consumer: "c", Lease: longLease}, fetch),
+		invalidCall("Fetch", &broker.FetchParams{Receiver: r, Consumer: "c", Max: 1}, fetch),
+		invalidCall("Extend", &broker.ExtendParams{Consumer: "c", Refs: refs, Lease: longLease}, extend),
+		invalidCall("Extend", &broker.ExtendParams{Receiver: r, Refs: refs, Lease: longLease}, extend),
+		invalidCall("Extend", &broker.ExtendParams{Receiver: r, Consumer: "c", Refs: refs}, extend),
+		invalidCall("Retry", &broker.RetryParams{Consumer: "c", Ref: "1-1", Lease: longLease}, retry),
+		invalidCall("Retry", &broker.RetryParams{Receiver: r, Ref: "1-1", Lease: longLease}, retry),
+		invalidCall("Retry", &broker.RetryParams{Receiver: r, Consumer: "c", Lease: longLease}, retry),
+		invalidCall("Retry", &broker.RetryParams{Receiver: r, Consumer: "c", Ref: "1-1", Delay: -time.Second, Lease: longLease}, retry),
+		invalidCall("Retry", &broker.RetryParams{Receiver: r, Consumer: "c", Ref: "1-1"}, retry),
+		invalidCall("ReadReplies", &broker.ReadRepliesParams{Consumer: "c", Max: 1, Lease: longLease}, read),
+		invalidCall("ReadReplies", &broker.ReadRepliesParams{Sender: r, Max: 1, Lease: longLease}, read),
+		invalidCall("ReadReplies", &broker.ReadRepliesParams{Sender: r, Consumer: "c", Lease: longLease}, read),
+		invalidCall("ReadReplies", &broker.ReadRepliesParams{Sender: r, Consumer: "c", Max: 1}, read),
+	}
+	for _, tc := range cases {
+		want := tc.valid()
+		if want == nil {
+			t.Fatalf("%s: the case's params are valid; the suite is wrong", tc.name)
+		}
+		if got := tc.call(); got == nil || got.Error() != want.Error() {
+			t.Errorf("%s with invalid params: got %v, want Validate's error %q", tc.name, got, want)
+		}
+	}
+	// Nothing was done: the message is still there, never delivered.
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 1, Pending: 0, DeadLetters: 0})
+	ack(t, b, r, fetchOne(t, b, r, "c", longLease).Ref)
+}

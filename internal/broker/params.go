@@ -1,0 +1,164 @@
+package broker
+
+import (
+	"fmt"
+	"time"
+)
+
+// The parameters of the operations that take more than three arguments.
+// Each has one Validate, which every broker calls first: the checks of a
+// call live here, once, and both brokers reject bad input with the same
+// error (brokertest asserts it). Callers on a hot path keep one params
+// value per loop and pass a pointer to it, so a call allocates nothing.
+
+// FetchParams are the parameters of Queue.Fetch.
+type FetchParams struct {
+	// Receiver is the receiver whose queue is read.
+	Receiver string
+	// Consumer is the name the deliveries are leased to.
+	Consumer string
+	// Max is the most deliveries returned; > 0.
+	Max int
+	// Block is how long to wait when nothing is there; 0 (or less) does
+	// not block.
+	Block time.Duration
+	// Lease is how long the deliveries stay with Consumer; > 0.
+	Lease time.Duration
+	// MaxAttempts dead-letters a message delivered this many times
+	// instead of delivering it again; 0 (or less) means no limit.
+	MaxAttempts int
+}
+
+// Validate returns an error naming the first field that is not valid.
+func (p *FetchParams) Validate() error {
+	switch {
+	case p.Receiver == "":
+		return empty("FetchParams.Receiver")
+	case p.Consumer == "":
+		return empty("FetchParams.Consumer")
+	case p.Max <= 0:
+		return notPositive("FetchParams.Max", p.Max)
+	case p.Lease <= 0:
+		return notPositive("FetchParams.Lease", p.Lease)
+	}
+	return nil
+}
+
+// ExtendParams are the parameters of Queue.Extend.
+type ExtendParams struct {
+	// Receiver is the receiver whose deliveries are extended.
+	Receiver string
+	// Consumer is the holder of the leases.
+	Consumer string
+	// Refs are the deliveries' refs.
+	Refs []string
+	// Lease is the new lease, from now; > 0.
+	Lease time.Duration
+}
+
+// Validate returns an error naming the first field that is not valid.
+func (p *ExtendParams) Validate() error {
+	switch {
+	case p.Receiver == "":
+		return empty("ExtendParams.Receiver")
+	case p.Consumer == "":
+		return empty("ExtendParams.Consumer")
+	case p.Lease <= 0:
+		return notPositive("ExtendParams.Lease", p.Lease)
+	}
+	return nil
+}
+
+// RetryParams are the parameters of Queue.Retry.
+type RetryParams struct {
+	// Receiver is the receiver whose delivery is retried.
+	Receiver string
+	// Consumer is the holder of the delivery's lease.
+	Consumer string
+	// Ref is the delivery's ref.
+	Ref string
+	// Delay is how long until the message is delivered again; >= 0.
+	Delay time.Duration
+	// Lease is the lease the consumer holds the delivery for (a broker
+	// that ages leases to delay a retry needs it); > 0.
+	Lease time.Duration
+}
+
+// Validate returns an error naming the first field that is not valid.
+func (p *RetryParams) Validate() error {
+	switch {
+	case p.Receiver == "":
+		return empty("RetryParams.Receiver")
+	case p.Consumer == "":
+		return empty("RetryParams.Consumer")
+	case p.Ref == "":
+		return empty("RetryParams.Ref")
+	case p.Delay < 0:
+		return negative("RetryParams.Delay", p.Delay)
+	case p.Lease <= 0:
+		return notPositive("RetryParams.Lease", p.Lease)
+	}
+	return nil
+}
+
+// ReadRepliesParams are the parameters of Replies.ReadReplies.
+type ReadRepliesParams struct {
+	// Sender is the sender whose reply stream is read.
+	Sender string
+	// Consumer is the name the entries are leased to (instances of one
+	// sender share its stream as competing consumers).
+	Consumer string
+	// Max is the most entries returned; > 0.
+	Max int
+	// Block is how long to wait when nothing is there; 0 (or less) does
+	// not block.
+	Block time.Duration
+	// Lease is how long the entries stay with Consumer before another
+	// consumer may read them again; > 0.
+	Lease time.Duration
+}
+
+// Validate returns an error naming the first field that is not valid.
+func (p *ReadRepliesParams) Validate() error {
+	switch {
+	case p.Sender == "":
+		return empty("ReadRepliesParams.Sender")
+	case p.Consumer == "":
+		return empty("ReadRepliesParams.Consumer")
+	case p.Max <= 0:
+		return notPositive("ReadRepliesParams.Max", p.Max)
+	case p.Lease <= 0:
+		return notPositive("ReadRepliesParams.Lease", p.Lease)
+	}
+	return nil
+}
+
+// CheckName returns an error naming field when v is empty: the check of
+// a name argument of an operation without a params type, shared by the
+// brokers.
+func CheckName(field, v string) error {
+	if v == "" {
+		return empty(field)
+	}
+	return nil
+}
+
+// CheckPositive returns an error naming field when v is not > 0: the
+// check of a count or duration argument of an operation without a params
+// type, shared by the brokers.
+func CheckPositive[T int | time.Duration](field string, v T) error {
+	if v <= 0 {
+		return notPositive(field, v)
+	}
+	return nil
+}
+
+func empty(field string) error { return fmt.Errorf("broker: %s is empty", field) }
+
+func notPositive[T int | time.Duration](field string, v T) error {
+	return fmt.Errorf("broker: %s must be > 0, got %v", field, v)
+}
+
+func negative[T int | time.Duration](field string, v T) error {
+	return fmt.Errorf("broker: %s must be >= 0, got %v", field, v)
+}

@@ -1,0 +1,260 @@
+package redisbroker
+
+// The inbox: the private reply address of a requester (broker.Inbox). Its
+// request is one XADD that carries the deadline; its replies and markers
+// are XADD NOMKSTREAM to its reply stream, whose entry ids, Redis time,
+// decide the outcome; its one reader reads with XREAD and trims.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/wire"
+)
+
+// SendRequest queues env, a request from its inbox, marked FromInbox: one
+// XADD, which for a timed request carries the deadline (see inboxXadd).
+func (b *Broker) SendRequest(ctx context.Context, env *broker.Envelope) (time.Time, error) {
+	if err := b.check(); err != nil {
+		return time.Time{}, err
+	}
+	if err := broker.CheckSend(env, b.maxSize); err != nil {
+		return time.Time{}, fmt.Errorf("redisbroker: %w", err)
+	}
+	env.FromInbox = true
+	data := rueidis.BinaryString(wire.Encode(env))
+	if env.Timeout <= 0 {
+		return time.Time{}, b.sendPlain(ctx, env, data)
+	}
+	now, err := b.estimateNow(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	deadline, cmd := b.inboxXadd(env, data, now)
+	res, err := b.doInbox(ctx, cmd)
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		if !mayHaveRun(err) {
+			deadline = time.Time{}
+		}
+		return deadline, b.fail(ctx, "send", err) // see broker.Inbox.SendRequest
+	}
+	return deadline, nil
+}
+
+// inboxXadd returns the deadline of env, a timed message from an inbox,
+// and the XADD that queues it with that deadline. No pending timeout is
+// recorded: the outcome is decided in the inbox's reply stream (see
+// broker.Inbox, ReplyInbox and GiveUp). The deadline comes from now,
+// Redis time as this client estimates it (within a round trip of TIME):
+// it only needs to be one value that the requester, the worker and the
+// replier share, and the decision itself is by Redis time, the ids of the
+// reply stream's entries.
+func (b *Broker) inboxXadd(env *broker.Envelope, data string, now time.Time) (time.Time, rueidis.Completed) {
+	deadline := now.Add(env.Timeout).Truncate(time.Millisecond)
+	return deadline, b.xadd(env, data, strconv.FormatInt(deadline.UnixMilli(), 10))
+}
+
+// ReplyInbox appends reply to its inbox's reply stream (see appendInbox).
+// The entry's id is Redis time: the reply is accepted when it is before
+// deadline (or deadline is zero), and otherwise the entry stays, for the
+// requester to ignore, and the call returns ErrLate. See broker.Inbox.
+func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
+	if err := b.checkReply(reply); err != nil {
+		return err
+	}
+	_, at, err := b.appendInbox(ctx, "reply", reply.Receiver, kindReply, reply.InReplyTo, rueidis.BinaryString(wire.Encode(reply)))
+	if err == nil && !deadline.IsZero() && !at.Before(deadline) {
+		return broker.ErrLate
+	}
+	return err
+}
+
+// GiveUp appends a marker for request id to inbox's reply stream (see
+// appendInbox). See broker.Inbox.
+func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, error) {
+	if err := b.check(); err != nil {
+		return broker.Reply{}, err
+	}
+	if err := broker.CheckName("inbox", inbox); err != nil {
+		return broker.Reply{}, err
+	}
+	if err := broker.CheckName("id", id); err != nil {
+		return broker.Reply{}, err
+	}
+	ref, at, err := b.appendInbox(ctx, "give up", inbox, kindTimeout, id, "")
+	if err != nil {
+		return broker.Reply{}, err
+	}
+	return broker.Reply{Ref: ref, Kind: broker.KindTimeout, RequestID: id, Env: broker.Envelope{ID: id, Sender: inbox}, At: at}, nil
+}
+
+// appendInbox appends an entry of kind for request id to inbox's reply
+// stream with one XADD NOMKSTREAM (through doInbox), which writes nothing
+// once the inbox is gone (broker.ErrLate). It returns the entry's id and its
+// time.
+func (b *Broker) appendInbox(ctx context.Context, op, inbox, kind, id, data string) (string, time.Time, error) {
+	res, err := b.doInbox(ctx, b.client.B().Xadd().Key(b.keys.replies(inbox)).Nomkstream().Id("*").FieldValue().
+		FieldValue("k", kind).FieldValue("i", id).FieldValue("m", data).Build())
+	var ref string
+	if err == nil {
+		ref, err = res.ToString()
+	}
+	switch {
+	case rueidis.IsRedisNil(err):
+		return "", time.Time{}, broker.ErrLate
+	case err != nil:
+		return "", time.Time{}, b.fail(ctx, op, err)
+	}
+	at, ok := idTime(ref)
+	if !ok {
+		return "", time.Time{}, fmt.Errorf("redisbroker: %s: XADD answered the id %q", op, ref)
+	}
+	return ref, at, nil
+}
+
+// doInbox runs cmd, one write of a request from an inbox (its send, its
+// reply or a marker), in a round trip shared with the concurrent others:
+// under load, n of them cost one write system call and one read instead
+// of n of each (see batcher). A write still queued when ctx ends is not
+// made, and doInbox returns ctx's error.
+func (b *Broker) doInbox(ctx context.Context, cmd rueidis.Completed) (rueidis.RedisResult, error) {
+	if err := ctx.Err(); err != nil {
+		return rueidis.RedisResult{}, err
+	}
+	r, err := b.inboxWrites.do(ctx, cmd)
+	if err == nil {
+		err = r.err
+	}
+	return r.res, err
+}
+
+// inboxResult is the outcome of one command of a flushInbox.
+type inboxResult struct {
+	res rueidis.RedisResult
+	err error // the flush panicked
+}
+
+// flushInbox runs cmds in one round trip, in order, until Close.
+func (b *Broker) flushInbox(cmds []rueidis.Completed) []inboxResult {
+	out := make([]inboxResult, len(cmds))
+	for i, r := range b.client.DoMulti(b.closing, cmds...) {
+		out[i].res = r
+	}
+	return out
+}
+
+// KeepInbox opens inbox, or renews it: its reply stream, created if
+// missing, expires ttl from now (PEXPIRE), in one script.
+func (b *Broker) KeepInbox(ctx context.Context, inbox string, ttl time.Duration) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := broker.CheckName("inbox", inbox); err != nil {
+		return err
+	}
+	if err := broker.CheckPositive("ttl", ttl); err != nil {
+		return err
+	}
+	return b.expireInbox(ctx, inbox, ttl)
+}
+
+// CloseInbox deletes inbox's state, in one script.
+func (b *Broker) CloseInbox(ctx context.Context, inbox string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := broker.CheckName("inbox", inbox); err != nil {
+		return err
+	}
+	b.cursors.Delete(inbox)
+	return b.expireInbox(ctx, inbox, 0)
+}
+
+// expireInbox runs the script inbox_expire: the inbox's keys expire ttl
+// from now, or are deleted for ttl 0.
+func (b *Broker) expireInbox(ctx context.Context, inbox string, ttl time.Duration) error {
+	err := scriptExpireInbox.Exec(ctx, b.client,
+		[]string{b.keys.replies(inbox)}, []string{msString(ttl)}).Error()
+	return b.failIf(ctx, "expire inbox", err)
+}
+
+// ReadInbox reads the reply stream of an inbox, which one reader of this
+// process reads: with XREAD from where its last read ended (a cursor kept
+// here), without the consumer group, so that no entry enters a pending
+// list and none needs an XACK; AckInbox trims what was read. A read
+// whose answer was lost leaves the cursor where it was, so nothing is
+// skipped; a process that crashed has nobody left to read its inbox.
+func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block time.Duration) ([]broker.Reply, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := broker.CheckName("inbox", inbox); err != nil {
+		return nil, err
+	}
+	if err := broker.CheckPositive("max", max); err != nil {
+		return nil, err
+	}
+	r := b.keys.replies(inbox)
+	cursor := "0-0"
+	if v, ok := b.cursors.Load(inbox); ok {
+		cursor = v.(string)
+	}
+	var read map[string][]rueidis.XRangeEntry
+	var err error
+	if block <= 0 {
+		read, err = b.client.Do(ctx, b.client.B().Xread().Count(int64(max)).Streams().Key(r).Id(cursor).Build()).AsXRead()
+	} else {
+		if err := ctx.Err(); err != nil {
+			return nil, b.fail(ctx, "read replies", err)
+		}
+		bctx, stop := b.blockingCtx(ctx)
+		defer stop()
+		read, err = b.client.Do(bctx, b.client.B().Xread().Count(int64(max)).Block(ms(block)).Streams().Key(r).Id(cursor).Build()).AsXRead()
+	}
+	switch {
+	case rueidis.IsRedisNil(err):
+		return nil, nil
+	case err != nil:
+		return nil, b.fail(ctx, "read replies", err)
+	}
+	es := read[r]
+	if len(es) == 0 {
+		return nil, nil
+	}
+	b.cursors.Store(inbox, es[len(es)-1].ID)
+	return b.replyEntries(ctx, inbox, appendRead(nil, es))
+}
+
+// AckInbox trims inbox's reply stream: its one reader reads in order and
+// acknowledges what it handed on, so every entry up to the newest ref has
+// been read. It trims below the id that follows it.
+func (b *Broker) AckInbox(ctx context.Context, inbox string, refs ...string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := broker.CheckName("inbox", inbox); err != nil {
+		return err
+	}
+	var ms, seq uint64
+	found := false
+	for _, ref := range refs {
+		m, s, ok := parseID(ref)
+		if ok && (!found || m > ms || m == ms && s > seq) {
+			ms, seq, found = m, s, true
+		}
+	}
+	if !found {
+		return nil
+	}
+	next := strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq+1, 10)
+	err := b.client.Do(ctx, b.client.B().Xtrim().Key(b.keys.replies(inbox)).Minid().Threshold(next).Build()).Error()
+	return b.failIf(ctx, "ack inbox", err)
+}

@@ -1,0 +1,84 @@
+package disker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// Reply sends response as the reply to msg, a message this instance
+// received. It returns ErrFireAndForget for a fire-and-forget message and
+// ErrLate when msg has a timeout and was already settled (it timed out, or
+// was answered), or when msg came from a Request whose instance has gone:
+// the reply was dropped.
+//
+// For a Request the reply is judged against the deadline msg was delivered
+// with. A second reply to a Request before its deadline is not refused, but
+// only the first reaches the requester; nor is one refused that comes
+// before the deadline of a Request whose ctx was cancelled.
+//
+// A handler usually returns its response instead; Reply is for replying
+// from elsewhere, or before the handler returns.
+func (d *Disker) Reply(ctx context.Context, msg *Message, response []byte) error {
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	switch {
+	case msg == nil:
+		return invalid("Message", "must not be nil")
+	case msg.FireAndForget:
+		return ErrFireAndForget
+	case msg.ID == "":
+		return invalid("Message.ID", "must be set: reply to a received message")
+	case msg.Sender == "":
+		return invalid("Message.Sender", "must be set: it is the reply's address")
+	case len(response) > d.cfg.MaxMessageSize:
+		return invalid("response", "%d bytes is over the limit of %d (Config.MaxMessageSize)", len(response), d.cfg.MaxMessageSize)
+	}
+	return d.reply(ctx, msg, response, "", "")
+}
+
+// reply sends a reply (or an error reply when code is set) to msg's sender.
+func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code, text string) error {
+	env := broker.Envelope{
+		ID:        newID(),
+		Sender:    msg.Receiver,
+		Receiver:  msg.Sender,
+		Content:   response,
+		Headers:   msg.replyHeaders,
+		InReplyTo: msg.ID,
+		ErrorCode: code,
+		ErrorText: text,
+	}
+	var err error
+	switch {
+	case msg.fromInbox:
+		// A Request's inbox: the reply counts if it is appended before the
+		// deadline (see broker.Inbox), and never re-creates an inbox that
+		// has gone.
+		err = d.b.ReplyInbox(ctx, &env, msg.brokerDeadline)
+	case msg.Timeout > 0:
+		err = d.b.Reply(ctx, &env, broker.ReplyTimed)
+	default:
+		err = d.b.Reply(ctx, &env, broker.ReplyUntimed)
+	}
+	switch {
+	case err == nil:
+		d.health.ok()
+		d.replied.Add(1)
+		if d.onEvent != nil {
+			d.emit(Event{Kind: EventReplied, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt})
+		}
+		return nil
+	case errors.Is(err, broker.ErrLate):
+		d.late.Add(1)
+		if d.onEvent != nil {
+			d.emit(Event{Kind: EventLate, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: ErrLate})
+		}
+		return ErrLate
+	default:
+		d.health.fail("reply", err)
+		return wrapBroker("reply", err)
+	}
+}
