@@ -168,6 +168,9 @@ func testInboxGiveUp(t *testing.T, b broker.Broker) {
 // precedes the final marker must exist exactly when ReplyInbox accepted a
 // reply: exactly one outcome, which replier and requester agree on.
 func testInboxReplyRacesGiveUp(t *testing.T, b broker.Broker) {
+	if testing.Short() {
+		t.Skip("stress: 2,000 races; runs without -short")
+	}
 	const n, workers = 2000, 8
 	ib, r := inboxName(), name("recv")
 	ctx := ctxT(t)

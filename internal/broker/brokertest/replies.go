@@ -216,6 +216,9 @@ func testNoTimeoutBeforeDeadline(t *testing.T, b broker.Broker) {
 // times: each message must get exactly one outcome in the reply stream, the
 // one its Reply call reported.
 func testReplyRacesTimeout(t *testing.T, b broker.Broker) {
+	if testing.Short() {
+		t.Skip("stress: 2,000 races; runs without -short")
+	}
 	const n, repliers = 2000, 4
 	s, r := name("sender"), name("recv")
 	ctx := ctxT(t)
