@@ -327,7 +327,7 @@ func (a *app) checkWorkers(ctx context.Context, d *disker.Disker, receiver strin
 		return nil
 	}
 	if need {
-		return fmt.Errorf("no live worker serves %q (--require-worker); start one: disker worker --receiver %s ...", receiver, receiver)
+		return fmt.Errorf("no live worker serves %q (--require-worker); start one with: disker worker --receiver %s", receiver, receiver)
 	}
 	fmt.Fprintf(a.stderr, "disker: no live worker serves %q now; waiting for a reply all the same (--require-worker fails at once instead)\n", receiver)
 	return nil
