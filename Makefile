@@ -59,3 +59,16 @@ bench: ## Run Disker and its peers side by side (see BENCHMARKS.md); takes sever
 .PHONY: build
 build: ## Build the disker command into ./bin.
 	$(GO) build -o $(BIN)/disker ./cmd/disker
+
+CHAOS_TOPOLOGY ?= standalone
+CHAOS_DURATION ?= 10m
+CHAOS_SEED     ?=
+
+.PHONY: chaos
+chaos: deps ## Fault-injection run (RELIABILITY.md); CHAOS_TOPOLOGY, CHAOS_DURATION, CHAOS_SEED (default: random).
+	$(GO) build -o $(BIN)/chaos ./internal/chaos/cmd/chaos
+	$(BIN)/chaos -topology $(CHAOS_TOPOLOGY) -duration $(CHAOS_DURATION) $(if $(CHAOS_SEED),-seed $(CHAOS_SEED))
+
+.PHONY: chaos-ci
+chaos-ci: ## CI's short fault-injection run: 60 s on standalone Redis, seed 1; fails if an invariant breaks.
+	$(MAKE) chaos CHAOS_TOPOLOGY=standalone CHAOS_DURATION=60s CHAOS_SEED=1
