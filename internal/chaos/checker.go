@@ -458,7 +458,10 @@ func checkStarts(r *Report, op string, h *opHistory, slack time.Duration) {
 }
 
 // checkDuplicates counts deliveries after one that did not fail, and
-// explains each.
+// explains each. A fault explains a duplicate when it overlaps the time
+// from the send to the later start: the earlier delivery's lease began
+// when Redis handed it out, which may be well before its handler started
+// (its answer held up by a stalled connection, or its worker stopped).
 func checkDuplicates(r *Report, op string, h *opHistory, fi faultIndex) {
 	// By attempt: a stopped worker may start its attempt after the
 	// next one began elsewhere.
@@ -477,7 +480,7 @@ func checkDuplicates(r *Report, op string, h *opHistory, fi faultIndex) {
 		why := "unexplained"
 		if end != nil && (end.Result == ResultLeaseLost || end.Result == ResultStopped) {
 			why = "lease_lost"
-		} else if f := fi.explain(prev.Proc, min(prev.T, cur.T), max(prev.T, cur.T)); f != "" {
+		} else if f := fi.explain(prev.Proc, min(h.send.T, prev.T), max(prev.T, cur.T)); f != "" {
 			why = f
 		}
 		r.Duplicates[why]++

@@ -187,6 +187,16 @@ func TestCheck(t *testing.T) {
 		ok:    true,
 		check: func(r *Report) bool { return r.Duplicates["process_fault"] == 1 },
 	}, {
+		name: "duplicate whose first delivery was held up by a stall",
+		events: func() []Event {
+			h := &hist{}
+			h.sendFF("a", 0).fault(FaultStallConns, "proxy", 2, 2600)
+			h.handle("a", "w0.g1", 1, 2601, ResultOK).handle("a", "w1.g1", 2, 2700, ResultOK)
+			return h.final(0)
+		},
+		ok:    true,
+		check: func(r *Report) bool { return r.Duplicates["redis_fault"] == 1 },
+	}, {
 		name: "duplicate with no lease expiry nor fault",
 		events: func() []Event {
 			h := &hist{}
