@@ -22,11 +22,12 @@ type CheckOptions struct {
 	// handler reads the clock first thing, but a loaded machine may
 	// deschedule it in between. 0 means DefaultStartSlack.
 	StartSlack time.Duration
-	// FailoverLoss counts the acknowledged messages lost in a failover
-	// (Redis replicates asynchronously: what the old master acknowledged
-	// and had not passed on is gone) apart, in LostInFailover, rather
-	// than as Lost or NoOutcome: a message acknowledged less than
-	// failoverWindowMax before a failover began.
+	// FailoverLoss sets apart, in LostInFailover, the messages whose
+	// invariants broke because a failover lost writes (Redis replicates
+	// asynchronously: what the old master acknowledged and had not passed
+	// on is gone, a settled timeout may come back, a lost reply may be
+	// settled as a timeout): those sent less than failoverWindowMax before
+	// a failover began, or during it.
 	FailoverLoss bool
 }
 
@@ -56,9 +57,10 @@ type Report struct {
 	// that no handler completed and that are not dead letters.
 	Lost int `json:"lost"`
 	// LostInFailover counts, with CheckOptions.FailoverLoss, messages
-	// (untimed ones not handled, timed ones without an outcome) lost to a
-	// failover; LossWindow is the longest time from such a message's
-	// acknowledgement to the start of the failover that lost it.
+	// whose invariants broke in a failover (lost, no outcome, two
+	// outcomes, a disagreement); LossWindow is the longest time from such
+	// a message's send to the start of the failover (negative: sent
+	// during it).
 	LostInFailover int           `json:"lost_in_failover"`
 	LossWindow     time.Duration `json:"loss_window"`
 	// NoOutcome (invariant) counts acknowledged timed sends, and requests
@@ -121,7 +123,7 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "handler starts      %d, dead letters %d\n", r.Handled, r.DeadLetters)
 	fmt.Fprintf(&b, "lost                %d\n", r.Lost)
 	if r.LostInFailover > 0 {
-		fmt.Fprintf(&b, "lost in failover    %d (window: acknowledged up to %v before the failover)\n", r.LostInFailover, r.LossWindow.Round(time.Millisecond))
+		fmt.Fprintf(&b, "broken by failover  %d (window: sent up to %v before the failover began)\n", r.LostInFailover, r.LossWindow.Round(time.Millisecond))
 	}
 	fmt.Fprintf(&b, "no outcome          %d\n", r.NoOutcome)
 	fmt.Fprintf(&b, "two outcomes        %d (same outcome redelivered after a fault: %d)\n", r.MultiOutcome, r.RedeliveredOutcomes)
@@ -319,12 +321,17 @@ func Check(events []Event, opts CheckOptions) *Report {
 			r.Unknown++
 		}
 		r.Handled += len(h.starts)
-		if opts.FailoverLoss && lostInFailover(r, h, fi) {
-			continue
-		}
+		before := r.tally()
 		checkLost(r, op, h)
 		checkOutcomes(r, op, h, fi)
 		checkAgreement(r, op, h)
+		if opts.FailoverLoss && r.tally() != before {
+			if w, ok := fi.failoverWindow(h.send.T); ok {
+				r.untally(before)
+				r.LostInFailover++
+				r.LossWindow = max(r.LossWindow, w)
+			}
+		}
 		checkStarts(r, op, h, opts.StartSlack)
 		checkDuplicates(r, op, h, fi)
 	}
@@ -341,25 +348,32 @@ func Check(events []Event, opts CheckOptions) *Report {
 	return r
 }
 
-// lostInFailover counts h as lost to a failover when it was acknowledged
-// shortly before one or during it, and has no trace after: no handler
-// start and no outcome. The window measured is from the acknowledgement
-// to the failover's start (negative during it).
-func lostInFailover(r *Report, h *opHistory, fi faultIndex) bool {
-	if h.sent == nil || len(h.starts) > 0 || len(h.outcomes) > 0 || h.dead {
-		return false
-	}
+// tally is the counters that a failover may break, and the violations
+// listed.
+type tally [5]int
+
+func (r *Report) tally() tally {
+	return tally{r.Lost, r.NoOutcome, r.MultiOutcome, r.Disagreements, len(r.Violations)}
+}
+
+// untally restores the counters to t, dropping the violations listed
+// since.
+func (r *Report) untally(t tally) {
+	r.Lost, r.NoOutcome, r.MultiOutcome, r.Disagreements = t[0], t[1], t[2], t[3]
+	r.Violations = r.Violations[:t[4]]
+}
+
+// failoverWindow finds a failover that began less than failoverWindowMax
+// after a send at sent, or was under way then, and returns the time from
+// the send to its start (negative: sent during it).
+func (fi faultIndex) failoverWindow(sent int64) (time.Duration, bool) {
 	for _, f := range fi.faults {
-		// Writes to the old master go on until the clients follow the
-		// sentinel: up to the failover's end.
-		w := time.Duration(f.T - h.sent.T)
-		if f.Fault == FaultSentinelFailover && h.sent.T <= f.End && w < failoverWindowMax {
-			r.LostInFailover++
-			r.LossWindow = max(r.LossWindow, w)
-			return true
+		w := time.Duration(f.T - sent)
+		if f.Fault == FaultSentinelFailover && sent <= f.End && w < failoverWindowMax {
+			return w, true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // checkLost: an acknowledged untimed message must be handled or dead-lettered.

@@ -230,7 +230,7 @@ func TestCheck(t *testing.T) {
 		},
 		opts:  CheckOptions{FailoverLoss: true},
 		ok:    true,
-		check: func(r *Report) bool { return r.LostInFailover == 2 && r.LossWindow == 499*time.Millisecond },
+		check: func(r *Report) bool { return r.LostInFailover == 2 && r.LossWindow == 500*time.Millisecond },
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

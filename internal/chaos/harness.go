@@ -55,9 +55,9 @@ type Options struct {
 
 // backend is the Redis that a run uses, and the faults it allows.
 type backend struct {
-	url      string // for workers and producers
-	adminURL string // for the harness: straight to Redis
-	pauseAt  []string
+	url      string          // for workers and producers
+	adminURL string          // for the harness: straight to Redis
+	pauseAt  func() []string // the servers CLIENT PAUSE may pause
 	proxy    *proxy
 	server   *redistest.Server
 	sentinel *sentinelBackend
@@ -73,17 +73,17 @@ func startBackend(topology, dir string) (*backend, error) {
 			stop()
 			return nil, err
 		}
-		return &backend{url: px.URL(), adminURL: srv.URL(), pauseAt: []string{srv.Addr()}, proxy: px, server: srv,
+		return &backend{url: px.URL(), adminURL: srv.URL(), pauseAt: func() []string { return []string{srv.Addr()} }, proxy: px, server: srv,
 			stop: func() { px.close(); stop() }}, nil
 	case TopologyCluster:
 		c, stop := redistest.MustStartCluster(3)
-		return &backend{url: c.URL(), adminURL: c.URL(), pauseAt: c.Addrs(), stop: stop}, nil
+		return &backend{url: c.URL(), adminURL: c.URL(), pauseAt: c.Addrs, stop: stop}, nil
 	case TopologySentinel:
 		s, err := startSentinelBackend(dir)
 		if err != nil {
 			return nil, err
 		}
-		return &backend{url: s.s.URL(), adminURL: s.s.URL(), sentinel: s, stop: s.stop}, nil
+		return &backend{url: s.s.URL(), adminURL: s.s.URL(), pauseAt: s.master, sentinel: s, stop: s.stop}, nil
 	}
 	return nil, fmt.Errorf("chaos: Options.Topology: %q is not standalone, cluster or sentinel", topology)
 }
@@ -108,6 +108,7 @@ type harness struct {
 
 	mu      sync.Mutex
 	slots   []*slot
+	broken  error      // a fault that failed
 	redisMu sync.Mutex // one Redis fault at a time
 }
 
@@ -148,6 +149,9 @@ func Run(opts Options) (*Report, error) {
 	defer h.killAll()
 
 	h.injectFaults()
+	if h.broken != nil {
+		return nil, h.broken
+	}
 	rec.Record(Event{Kind: KindSettle})
 	settled, pending, err := h.settle()
 	if err != nil {
@@ -217,7 +221,20 @@ func (h *harness) injectFaults() {
 		case <-t.C:
 		}
 		f := h.pick()
-		wg.Go(func() { f(ctx) })
+		wg.Go(func() {
+			defer h.recoverFault()
+			f(ctx)
+		})
+	}
+}
+
+// recoverFault turns a panic in a fault (Redis that does not come back)
+// into the run's error, so that Run still stops what it started.
+func (h *harness) recoverFault() {
+	if v := recover(); v != nil {
+		h.mu.Lock()
+		h.broken = fmt.Errorf("chaos: a fault failed: %v", v)
+		h.mu.Unlock()
 	}
 }
 
@@ -273,8 +290,12 @@ func (h *harness) pick() func(ctx context.Context) {
 		}
 	case FaultClientPause:
 		d = d / 2
-		addr := h.be.pauseAt[idx%len(h.be.pauseAt)]
 		return func(ctx context.Context) {
+			addrs := h.be.pauseAt()
+			if len(addrs) == 0 {
+				return
+			}
+			addr := addrs[idx%len(addrs)]
 			h.redisFault(kind, addr, func() {
 				if err := redisCommand(addr, "CLIENT", "PAUSE", strconv.FormatInt(d.Milliseconds(), 10), "ALL"); err != nil {
 					fmt.Fprintf(os.Stderr, "chaos: CLIENT PAUSE: %v\n", err)
@@ -283,7 +304,16 @@ func (h *harness) pick() func(ctx context.Context) {
 			})
 		}
 	case FaultSentinelFailover:
-		return func(context.Context) { h.redisFault(kind, "sentinel", h.be.sentinel.failover) }
+		return func(context.Context) {
+			h.redisFault(kind, "sentinel", func() {
+				if err := h.be.sentinel.failover(); err != nil {
+					// The sentinel found no replica fit to promote: the
+					// fault is still recorded (it paused nothing, but
+					// the clients saw the attempt).
+					fmt.Fprintf(os.Stderr, "chaos: failover did not complete: %.300s\n", err)
+				}
+			})
+		}
 	}
 	panic("chaos: unknown fault " + kind)
 }

@@ -45,9 +45,26 @@ func startSentinelBackend(dir string) (sb *sentinelBackend, err error) {
 }
 
 // failover fails the master over to the replica and waits for the sentinel
-// to be back to a master and a replica.
-func (sb *sentinelBackend) failover() {
+// to be back to a master and a replica. It returns an error when that did
+// not happen within redistest.SentinelTimeout.
+func (sb *sentinelBackend) failover() (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("chaos: %v", v)
+		}
+	}()
 	sb.s.Failover(sb.tb)
+	return nil
+}
+
+// master returns the current master's address, or none when the sentinel
+// does not answer.
+func (sb *sentinelBackend) master() []string {
+	addr, err := sb.s.MasterAddr()
+	if err != nil {
+		return nil
+	}
+	return []string{addr}
 }
 
 func (sb *sentinelBackend) stop() {

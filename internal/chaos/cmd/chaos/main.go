@@ -53,7 +53,7 @@ func run(args []string) int {
 	fs.IntVar(&o.Producers, "producers", 3, "producer processes")
 	fs.StringVar(&o.Dir, "dir", "", "run directory (default: a new temporary directory)")
 	fs.DurationVar(&o.SettleTimeout, "settle", 2*time.Minute, "how long to wait for the system to settle after the faults")
-	history := fs.String("check", "", "only check the history in this run directory, and print the report")
+	history := fs.String("check", "", "only check the history in this run directory (of a run on -topology), and print the report")
 	_ = fs.Parse(args)
 
 	if *history != "" {
@@ -62,7 +62,7 @@ func run(args []string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		r := chaos.Check(events, chaos.CheckOptions{})
+		r := chaos.Check(events, chaos.CheckOptions{FailoverLoss: o.Topology == chaos.TopologySentinel})
 		fmt.Print(r)
 		return exitCode(r)
 	}
