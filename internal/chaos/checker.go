@@ -238,10 +238,12 @@ func Check(events []Event, opts CheckOptions) *Report {
 		}
 		return h
 	}
-	// A dead letter's error reply names its message by id only.
+	// A dead letter's error reply names its message by id only: the id of
+	// its send, or of its deliveries when its producer died before it
+	// recorded the send.
 	opOfID := map[string]string{}
 	for _, e := range events {
-		if e.Kind == KindSent {
+		if e.Kind == KindSent || e.Kind == KindStart {
 			opOfID[e.ID] = e.Op
 		}
 	}
@@ -250,7 +252,10 @@ func Check(events []Event, opts CheckOptions) *Report {
 	final := false
 	for i := range events {
 		e := events[i]
-		if id, ok := strings.CutPrefix(e.Op, "id:"); ok && opOfID[id] != "" {
+		if id, ok := strings.CutPrefix(e.Op, "id:"); ok {
+			if opOfID[id] == "" {
+				continue // the outcome of a send never recorded nor handled
+			}
 			e.Op = opOfID[id]
 		}
 		if first == 0 {
