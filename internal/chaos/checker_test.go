@@ -147,6 +147,16 @@ func TestCheck(t *testing.T) {
 		},
 		ok: true,
 	}, {
+		name: "a dead letter's error reply is matched by the id its handler saw",
+		events: func() []Event {
+			h := &hist{}
+			h.add(Event{T: ms(0), Proc: "p1.g1", Kind: KindSend, Op: "a", Mode: ModeTimed})
+			h.fault(FaultKillProducer, "p1.g1", 1, 1).handle("a", "w0.g1", 1, 10, ResultFailed)
+			h.outcome("id:id-a", "p0.g1", 20, ResultRemoteError).outcome("a", "p0.g1", 1100, ResultTimeout)
+			return h.final(0)
+		},
+		check: func(r *Report) bool { return r.MultiOutcome == 1 },
+	}, {
 		name: "late start",
 		events: func() []Event {
 			h := &hist{}
