@@ -78,11 +78,17 @@ type Report struct {
 	// reply was accepted while the sender saw a timeout, or whose sender
 	// saw a reply although every reply was refused as late.
 	Disagreements int `json:"disagreements"`
-	// LateStarts (invariant) counts handlers started after the deadline
-	// they were given (beyond StartSlack); MaxLateness is the latest
+	// LateStarts (invariant) counts handlers started after the message's
+	// deadline by Redis time (beyond StartSlack), or after the deadline
+	// they were given when that is not known; MaxLateness is the latest
 	// start relative to its deadline (negative: all started before).
 	LateStarts  int           `json:"late_starts"`
 	MaxLateness time.Duration `json:"max_lateness"`
+	// MaxDeadlineSkew is the largest difference between the deadline a
+	// handler was given (Message.Deadline, Redis's deadline translated by
+	// Disker's estimate of the clocks' offset) and the deadline in Redis
+	// time (see redisDeadline); starts are judged by the latter.
+	MaxDeadlineSkew time.Duration `json:"max_deadline_skew"`
 	// Duplicates counts deliveries of a message after one that did not
 	// fail (retries after a failure are not duplicates), by explanation:
 	// "lease_lost" (the earlier handler lost its lease), "process_fault"
@@ -128,7 +134,7 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "no outcome          %d\n", r.NoOutcome)
 	fmt.Fprintf(&b, "two outcomes        %d (same outcome redelivered after a fault: %d)\n", r.MultiOutcome, r.RedeliveredOutcomes)
 	fmt.Fprintf(&b, "disagreements       %d\n", r.Disagreements)
-	fmt.Fprintf(&b, "late starts         %d (latest start: %v from its deadline)\n", r.LateStarts, r.MaxLateness.Round(time.Millisecond))
+	fmt.Fprintf(&b, "late starts         %d (latest start: %v from its deadline; deadlines given off by up to %v)\n", r.LateStarts, r.MaxLateness.Round(time.Millisecond), r.MaxDeadlineSkew.Round(time.Millisecond))
 	fmt.Fprintf(&b, "duplicates          %s\n", counts(r.Duplicates))
 	fmt.Fprintf(&b, "pending at end      %d (settled: %v)\n", r.PendingAtEnd, r.Settled)
 	kinds := make([]string, 0, len(r.Recovery))
@@ -467,13 +473,42 @@ func checkStarts(r *Report, op string, h *opHistory, slack time.Duration) {
 		if s.Deadline == 0 {
 			continue
 		}
-		late := time.Duration(s.T - s.Deadline)
+		deadline := s.Deadline
+		if d, ok := redisDeadline(h); ok {
+			r.MaxDeadlineSkew = max(r.MaxDeadlineSkew, time.Duration(abs(s.Deadline-d)))
+			deadline = d
+		}
+		late := time.Duration(s.T - deadline)
 		r.MaxLateness = max(r.MaxLateness, late)
 		if late > slack {
 			r.LateStarts++
-			r.violate("op %s: attempt %d started %v after its deadline on %s", op, s.Attempt, late, s.Proc)
+			r.violate("op %s: attempt %d started %v after its deadline on %s (it was given %v)", op, s.Attempt, late, s.Proc,
+				time.Duration(s.T-s.Deadline))
 		}
 	}
+}
+
+// redisDeadline bounds a message's deadline in Redis time from above:
+// a timed Send's is Redis's time when it ran, at the latest when Send
+// returned, plus the timeout; a Request's is its context's deadline, set
+// as the send began. Redis runs on the harness's host, on its clock.
+func redisDeadline(h *opHistory) (int64, bool) {
+	switch {
+	case h.send.Timeout == 0:
+		return 0, false
+	case h.send.Mode == ModeRequest:
+		return h.send.T + h.send.Timeout, true
+	case h.sent != nil:
+		return h.sent.T + h.send.Timeout, true
+	}
+	return 0, false
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
 
 // checkDuplicates counts deliveries after one that did not fail, and

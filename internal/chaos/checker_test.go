@@ -177,6 +177,17 @@ func TestCheck(t *testing.T) {
 		},
 		ok: true,
 	}, {
+		name: "start judged by Redis's deadline, not by a skewed one the handler was given",
+		events: func() []Event {
+			h := &hist{}
+			h.sendTimed("a", 0)
+			h.add(Event{T: ms(900), Proc: "w0.g1", Kind: KindStart, Op: "a", ID: "id-a", Attempt: 1, Deadline: ms(600)})
+			h.add(Event{T: ms(905), Proc: "w0.g1", Kind: KindEnd, Op: "a", ID: "id-a", Attempt: 1, Result: ResultExpired})
+			return h.outcome("a", "p0.g1", 1100, ResultTimeout).final(0)
+		},
+		ok:    true,
+		check: func(r *Report) bool { return r.MaxDeadlineSkew == 401*time.Millisecond },
+	}, {
 		name: "duplicate after a lease expiry",
 		events: func() []Event {
 			h := &hist{}
