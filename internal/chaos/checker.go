@@ -29,6 +29,10 @@ type CheckOptions struct {
 	// settled as a timeout): those sent less than failoverWindowMax before
 	// a failover began, or during it.
 	FailoverLoss bool
+	// Lease is the workers' lease; 0 means the harness's (2s). A
+	// delivery more than a lease after the message's send may follow one
+	// whose lease ran out before its acknowledgement landed.
+	Lease time.Duration
 }
 
 // failoverWindowMax is how long before a failover an acknowledged message
@@ -93,7 +97,11 @@ type Report struct {
 	// fail (retries after a failure are not duplicates), by explanation:
 	// "lease_lost" (the earlier handler lost its lease), "process_fault"
 	// (its worker was killed or stopped), "redis_fault" (Redis was killed,
-	// paused or cut off in between), "unexplained" (invariant: must be 0).
+	// paused or cut off in between), "lease_expired" (no fault, but the
+	// later delivery came more than a lease after the send: the earlier
+	// one's lease may have run out before its acknowledgement landed, on
+	// a slow machine or while a connection recovered), "unexplained"
+	// (invariant: must be 0).
 	Duplicates map[string]int `json:"duplicates"`
 	// PendingAtEnd (invariant) counts messages still in the queues when the
 	// run ended; Settled (must be true) says whether everything settled
@@ -176,6 +184,7 @@ func counts(m map[string]int) string {
 type opHistory struct {
 	send     *Event
 	sent     *Event
+	failed   *Event // the send returned an error
 	outcomes []Event
 	starts   []Event
 	ends     []Event
@@ -231,6 +240,9 @@ func Check(events []Event, opts CheckOptions) *Report {
 	if opts.StartSlack == 0 {
 		opts.StartSlack = DefaultStartSlack
 	}
+	if opts.Lease == 0 {
+		opts.Lease = workerLease
+	}
 	r := &Report{
 		Ops: map[string]int{}, Faults: map[string]int{}, Duplicates: map[string]int{},
 		Recovery: map[string][2]time.Duration{}, MaxLateness: time.Duration(-1 << 62),
@@ -269,7 +281,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 		}
 		var h *opHistory
 		switch e.Kind {
-		case KindSend, KindSent, KindOutcome, KindStart, KindEnd, KindReply, KindDeadLetter:
+		case KindSend, KindSent, KindSendFailed, KindOutcome, KindStart, KindEnd, KindReply, KindDeadLetter:
 			if e.Op == "" {
 				r.violate("a %s event of %s names no op", e.Kind, e.Proc)
 				continue
@@ -282,6 +294,8 @@ func Check(events []Event, opts CheckOptions) *Report {
 			r.Ops[e.Mode]++
 		case KindSent:
 			h.sent = &e
+		case KindSendFailed:
+			h.failed = &e
 		case KindOutcome:
 			h.outcomes = append(h.outcomes, e)
 		case KindStart:
@@ -344,7 +358,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 			}
 		}
 		checkStarts(r, op, h, opts.StartSlack)
-		checkDuplicates(r, op, h, fi)
+		checkDuplicates(r, op, h, fi, opts.Lease)
 	}
 	if r.MaxLateness == time.Duration(-1<<62) {
 		r.MaxLateness = 0
@@ -414,8 +428,9 @@ func checkOutcomes(r *Report, op string, h *opHistory, fi faultIndex) {
 		required := h.sent != nil
 		if mode == ModeRequest {
 			// The requester settles its own requests: one that was killed
-			// cannot; one that lived must settle even an unknown send.
-			required = !fi.killed(h.send.Proc)
+			// cannot; one that lived must settle even an unknown send,
+			// unless it could not send at all (Redis unreachable).
+			required = !fi.killed(h.send.Proc) && h.failed == nil
 		}
 		if required {
 			r.NoOutcome++
@@ -516,7 +531,7 @@ func abs(n int64) int64 {
 // from the send to the later start: the earlier delivery's lease began
 // when Redis handed it out, which may be well before its handler started
 // (its answer held up by a stalled connection, or its worker stopped).
-func checkDuplicates(r *Report, op string, h *opHistory, fi faultIndex) {
+func checkDuplicates(r *Report, op string, h *opHistory, fi faultIndex, lease time.Duration) {
 	// By attempt: a stopped worker may start its attempt after the
 	// next one began elsewhere.
 	slices.SortStableFunc(h.starts, func(a, b Event) int { return a.Attempt - b.Attempt })
@@ -536,6 +551,8 @@ func checkDuplicates(r *Report, op string, h *opHistory, fi faultIndex) {
 			why = "lease_lost"
 		} else if f := fi.explain(prev.Proc, min(h.send.T, prev.T), max(prev.T, cur.T)); f != "" {
 			why = f
+		} else if time.Duration(cur.T-h.send.T) >= lease {
+			why = "lease_expired"
 		}
 		r.Duplicates[why]++
 		if why == "unexplained" {

@@ -218,10 +218,19 @@ func TestCheck(t *testing.T) {
 		ok:    true,
 		check: func(r *Report) bool { return r.Duplicates["redis_fault"] == 1 },
 	}, {
+		name: "duplicate a lease after the send, with no fault",
+		events: func() []Event {
+			h := &hist{}
+			h.sendFF("a", 0).handle("a", "w0.g1", 1, 10, ResultOK).handle("a", "w0.g1", 2, 2010, ResultOK)
+			return h.final(0)
+		},
+		ok:    true,
+		check: func(r *Report) bool { return r.Duplicates["lease_expired"] == 1 },
+	}, {
 		name: "duplicate with no lease expiry nor fault",
 		events: func() []Event {
 			h := &hist{}
-			h.sendFF("a", 0).handle("a", "w0.g1", 1, 10, ResultOK).handle("a", "w1.g1", 2, 2100, ResultOK)
+			h.sendFF("a", 0).handle("a", "w0.g1", 1, 10, ResultOK).handle("a", "w1.g1", 2, 500, ResultOK)
 			return h.final(0)
 		},
 		check: func(r *Report) bool { return r.Duplicates["unexplained"] == 1 },
@@ -233,12 +242,14 @@ func TestCheck(t *testing.T) {
 		},
 		check: func(r *Report) bool { return r.PendingAtEnd == 3 },
 	}, {
-		name: "a killed requester owes no outcome; a live one does",
+		name: "a killed requester owes no outcome, nor one that could not send; a live one does",
 		events: func() []Event {
 			h := &hist{}
 			h.add(Event{T: ms(0), Proc: "p1.g1", Kind: KindSend, Op: "a", Mode: ModeRequest})
 			h.fault(FaultKillProducer, "p1.g1", 10, 10)
 			h.add(Event{T: ms(0), Proc: "p0.g1", Kind: KindSend, Op: "b", Mode: ModeRequest})
+			h.add(Event{T: ms(0), Proc: "p0.g1", Kind: KindSend, Op: "c", Mode: ModeRequest})
+			h.add(Event{T: ms(1), Proc: "p0.g1", Kind: KindSendFailed, Op: "c", Err: "unreachable"})
 			return h.final(0)
 		},
 		check: func(r *Report) bool { return r.NoOutcome == 1 },
