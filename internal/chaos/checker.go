@@ -39,6 +39,10 @@ type CheckOptions struct {
 // may be lost in it, with CheckOptions.FailoverLoss.
 const failoverWindowMax = 10 * time.Second
 
+// pauseFailoverTail is how long after a CLIENT PAUSE of a Sentinel's master
+// the failover it may cause can take to complete.
+const pauseFailoverTail = 5 * time.Second
+
 // Report is what Check found in a history. The fields named as invariants
 // must be 0 (and Settled true) for the run to pass: see OK.
 type Report struct {
@@ -388,17 +392,29 @@ func (r *Report) untally(t tally) {
 	r.Violations = r.Violations[:t[4]]
 }
 
-// failoverWindow finds a failover that began less than failoverWindowMax
-// after a send at sent, or was under way then, and returns the time from
-// the send to its start (negative: sent during it).
-func (fi faultIndex) failoverWindow(sent int64) (time.Duration, bool) {
+// failoverWindow finds the failovers (and pauses that may have caused
+// one) that began less than failoverWindowMax after a send at sent, or
+// were under way then, and returns the time from the send to the start of
+// the first of them (negative: sent during it).
+func (fi faultIndex) failoverWindow(sent int64) (best time.Duration, found bool) {
 	for _, f := range fi.faults {
 		w := time.Duration(f.T - sent)
-		if f.Fault == FaultSentinelFailover && sent <= f.End && w < failoverWindowMax {
-			return w, true
+		// A CLIENT PAUSE longer than the sentinel's down-after time makes
+		// the sentinel fail the master over by itself, in the seconds
+		// after the pause.
+		end := f.End
+		switch f.Fault {
+		case FaultSentinelFailover:
+		case FaultClientPause:
+			end += int64(pauseFailoverTail)
+		default:
+			continue
+		}
+		if sent <= end && w < failoverWindowMax && (!found || w < best) {
+			best, found = w, true // the nearest that may have lost it
 		}
 	}
-	return 0, false
+	return best, found
 }
 
 // checkLost: an acknowledged untimed message must be handled or dead-lettered.
