@@ -95,7 +95,9 @@ type Report struct {
 	// MaxDeadlineSkew is the largest difference between the deadline a
 	// handler was given (Message.Deadline, Redis's deadline translated by
 	// Disker's estimate of the clocks' offset) and the deadline in Redis
-	// time (see redisDeadline); starts are judged by the latter.
+	// time (see redisDeadline), over requests and the timed sends that
+	// took less than tightSend (whose deadline is known that closely);
+	// starts are judged by the deadline in Redis time.
 	MaxDeadlineSkew time.Duration `json:"max_deadline_skew"`
 	// Duplicates counts deliveries of a message after one that did not
 	// fail (retries after a failure are not duplicates), by explanation:
@@ -506,7 +508,9 @@ func checkStarts(r *Report, op string, h *opHistory, slack time.Duration) {
 		}
 		deadline := s.Deadline
 		if d, ok := redisDeadline(h); ok {
-			r.MaxDeadlineSkew = max(r.MaxDeadlineSkew, time.Duration(abs(s.Deadline-d)))
+			if h.send.Mode == ModeRequest || time.Duration(h.sent.T-h.send.T) < tightSend {
+				r.MaxDeadlineSkew = max(r.MaxDeadlineSkew, time.Duration(abs(s.Deadline-d)))
+			}
 			deadline = d
 		}
 		late := time.Duration(s.T - deadline)
@@ -534,6 +538,10 @@ func redisDeadline(h *opHistory) (int64, bool) {
 	}
 	return 0, false
 }
+
+// tightSend is how fast a timed Send must have been for its deadline in
+// Redis time to be known closely enough to measure a skew.
+const tightSend = 20 * time.Millisecond
 
 func abs(n int64) int64 {
 	if n < 0 {
