@@ -525,12 +525,15 @@ func checkStarts(r *Report, op string, h *opHistory, slack time.Duration) {
 
 // redisDeadline bounds a message's deadline in Redis time from above:
 // a timed Send's is Redis's time when it ran, at the latest when Send
-// returned, plus the timeout; a Request's is its context's deadline, set
-// as the send began. Redis runs on the harness's host, on its clock.
+// returned, plus the timeout; a Request's is its context's deadline (the
+// send event records it; histories without it: the send's time plus the
+// timeout). Redis runs on the harness's host, on its clock.
 func redisDeadline(h *opHistory) (int64, bool) {
 	switch {
 	case h.send.Timeout == 0:
 		return 0, false
+	case h.send.Mode == ModeRequest && h.send.Deadline != 0:
+		return h.send.Deadline, true
 	case h.send.Mode == ModeRequest:
 		return h.send.T + h.send.Timeout, true
 	case h.sent != nil:

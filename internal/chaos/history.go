@@ -24,7 +24,7 @@ import (
 // Kinds of history events.
 const (
 	// KindSend: a producer is about to send Op (Mode; Timeout for timed
-	// sends and requests).
+	// sends and requests; Deadline, its context's, for a request).
 	KindSend = "send"
 	// KindSent: the broker acknowledged Op's send; ID is its message id.
 	KindSent = "sent"

@@ -278,9 +278,10 @@ func (p *producer) send(op, receiver, mode string, timeout time.Duration) {
 }
 
 func (p *producer) request(op, receiver string, timeout time.Duration) {
-	p.rec.Record(Event{Kind: KindSend, Op: op, Mode: ModeRequest, Timeout: int64(timeout)})
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	dl, _ := ctx.Deadline()
+	p.rec.Record(Event{Kind: KindSend, Op: op, Mode: ModeRequest, Timeout: int64(timeout), Deadline: dl.UnixNano()})
 	reply, err := p.d.Request(ctx, receiver, []byte(op))
 	var remote *disker.RemoteError
 	switch {
