@@ -82,3 +82,16 @@ build: ## Build the disker command into ./bin.
 .PHONY: build-otel
 build-otel: ## Build the disker command with OpenTelemetry tracing into ./bin/disker-otel.
 	cd diskerotel && $(GO) build -o $(BIN)/disker-otel ./cmd/disker
+
+CHAOS_TOPOLOGY ?= standalone
+CHAOS_DURATION ?= 10m
+CHAOS_SEED     ?=
+
+.PHONY: chaos
+chaos: deps ## Fault-injection run (RELIABILITY.md); CHAOS_TOPOLOGY, CHAOS_DURATION, CHAOS_SEED (default: random).
+	$(GO) build -o $(BIN)/chaos ./internal/chaos/cmd/chaos
+	$(BIN)/chaos -topology $(CHAOS_TOPOLOGY) -duration $(CHAOS_DURATION) $(if $(CHAOS_SEED),-seed $(CHAOS_SEED))
+
+.PHONY: chaos-ci
+chaos-ci: ## CI's short fault-injection run: 60 s on standalone Redis, seed 1; fails if an invariant breaks.
+	$(MAKE) chaos CHAOS_TOPOLOGY=standalone CHAOS_DURATION=60s CHAOS_SEED=1

@@ -1,0 +1,649 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// DefaultStartSlack is the default CheckOptions.StartSlack.
+const DefaultStartSlack = 200 * time.Millisecond
+
+// maxListed bounds how many violations a Report lists by name.
+const maxListed = 50
+
+// CheckOptions tune Check.
+type CheckOptions struct {
+	// StartSlack is how long after its deadline a handler's first
+	// instruction may run and still count as started in time: Disker
+	// checks the deadline just before it calls the handler, and the
+	// handler reads the clock first thing, but a loaded machine may
+	// deschedule it in between. 0 means DefaultStartSlack.
+	StartSlack time.Duration
+	// FailoverLoss sets apart, in LostInFailover, the messages whose
+	// invariants broke because a failover lost writes (Redis replicates
+	// asynchronously: what the old master acknowledged and had not passed
+	// on is gone, a settled timeout may come back, a lost reply may be
+	// settled as a timeout): those sent less than failoverWindowMax before
+	// a failover began, or during it.
+	FailoverLoss bool
+	// Lease is the workers' lease; 0 means the harness's (2s). A
+	// delivery more than a lease after the message's send may follow one
+	// whose lease ran out before its acknowledgement landed.
+	Lease time.Duration
+}
+
+// failoverWindowMax is how long before a failover an acknowledged message
+// may be lost in it, with CheckOptions.FailoverLoss.
+const failoverWindowMax = 10 * time.Second
+
+// pauseFailoverTail is how long after a CLIENT PAUSE of a Sentinel's master
+// the failover it may cause can take to complete.
+const pauseFailoverTail = 5 * time.Second
+
+// Report is what Check found in a history. The fields named as invariants
+// must be 0 (and Settled true) for the run to pass: see OK.
+type Report struct {
+	// Duration runs from the first event to the settle (the faults' end).
+	Duration time.Duration `json:"duration"`
+	// Ops counts the operations begun, by mode of send.
+	Ops map[string]int `json:"ops"`
+	// Acked counts sends (Send and SendBatch, not Request, which returns
+	// no id) the broker acknowledged; Unknown those whose result was not
+	// recorded or was an error (the message may or may not exist).
+	Acked   int `json:"acked"`
+	Unknown int `json:"unknown"`
+	// Faults counts the faults injected, by kind.
+	Faults map[string]int `json:"faults"`
+	// Handled counts handler starts; DeadLetters the dead letters found.
+	Handled     int `json:"handled"`
+	DeadLetters int `json:"dead_letters"`
+
+	// Lost (invariant) counts acknowledged fire-and-forget and batch sends
+	// that no handler completed and that are not dead letters.
+	Lost int `json:"lost"`
+	// LostInFailover counts, with CheckOptions.FailoverLoss, messages
+	// whose invariants broke in a failover (lost, no outcome, two
+	// outcomes, a disagreement); LossWindow is the longest time from such
+	// a message's send to the start of the failover (negative: sent
+	// during it).
+	LostInFailover int           `json:"lost_in_failover"`
+	LossWindow     time.Duration `json:"loss_window"`
+	// NoOutcome (invariant) counts acknowledged timed sends, and requests
+	// of a requester that stayed alive, with no outcome at the sender.
+	NoOutcome int `json:"no_outcome"`
+	// MultiOutcome (invariant) counts timed messages whose sender saw two
+	// different outcomes (a reply and a timeout).
+	MultiOutcome int `json:"multi_outcome"`
+	// RedeliveredOutcomes counts outcomes the sender saw a second time, of
+	// the same kind, after the instance that saw it first was killed or
+	// stopped or Redis failed before it acknowledged it; Unexplained
+	// ones are counted in MultiOutcome.
+	RedeliveredOutcomes int `json:"redelivered_outcomes"`
+	// Disagreements (invariant) counts messages whose replier was told its
+	// reply was accepted while the sender saw a timeout, or whose sender
+	// saw a reply although every reply was refused as late.
+	Disagreements int `json:"disagreements"`
+	// LateStarts (invariant) counts handlers started after the message's
+	// deadline by Redis time (beyond StartSlack), or after the deadline
+	// they were given when that is not known; MaxLateness is the latest
+	// start relative to its deadline (negative: all started before).
+	LateStarts  int           `json:"late_starts"`
+	MaxLateness time.Duration `json:"max_lateness"`
+	// MaxDeadlineSkew is the largest difference between the deadline a
+	// handler was given (Message.Deadline, Redis's deadline translated by
+	// Disker's estimate of the clocks' offset) and the deadline in Redis
+	// time (see redisDeadline), over requests and the timed sends that
+	// took less than tightSend (whose deadline is known that closely);
+	// starts are judged by the deadline in Redis time.
+	MaxDeadlineSkew time.Duration `json:"max_deadline_skew"`
+	// Duplicates counts deliveries of a message after one that did not
+	// fail (retries after a failure are not duplicates), by explanation:
+	// "lease_lost" (the earlier handler lost its lease), "process_fault"
+	// (its worker was killed or stopped), "redis_fault" (Redis was killed,
+	// paused or cut off in between), "lease_expired" (no fault, but the
+	// later delivery came more than a lease after the send: the earlier
+	// one's lease may have run out before its acknowledgement landed, on
+	// a slow machine or while a connection recovered), "unexplained"
+	// (invariant: must be 0).
+	Duplicates map[string]int `json:"duplicates"`
+	// PendingAtEnd (invariant) counts messages still in the queues when the
+	// run ended; Settled (must be true) says whether everything settled
+	// before the harness gave up waiting.
+	PendingAtEnd int64 `json:"pending_at_end"`
+	Settled      bool  `json:"settled"`
+	// Recovery gives, per kind of fault, the time from the fault's end
+	// until a send begun after it was acknowledged and a handler started
+	// after it completed: p50 and p99.
+	Recovery map[string][2]time.Duration `json:"recovery"`
+	// Violations names the first violations found.
+	Violations []string `json:"violations,omitempty"`
+}
+
+// OK reports whether every invariant held.
+func (r *Report) OK() bool {
+	return r.Lost == 0 && r.NoOutcome == 0 && r.MultiOutcome == 0 && r.Disagreements == 0 &&
+		r.LateStarts == 0 && r.Duplicates["unexplained"] == 0 && r.PendingAtEnd == 0 && r.Settled
+}
+
+func (r *Report) violate(format string, args ...any) {
+	if len(r.Violations) < maxListed {
+		r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// String renders the report as the rows of RELIABILITY.md's table.
+func (r *Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "duration            %v\n", r.Duration.Round(time.Second))
+	fmt.Fprintf(&b, "operations          %s (acked %d, unknown %d)\n", counts(r.Ops), r.Acked, r.Unknown)
+	fmt.Fprintf(&b, "faults              %s\n", counts(r.Faults))
+	fmt.Fprintf(&b, "handler starts      %d, dead letters %d\n", r.Handled, r.DeadLetters)
+	fmt.Fprintf(&b, "lost                %d\n", r.Lost)
+	if r.LostInFailover > 0 {
+		fmt.Fprintf(&b, "broken by failover  %d (window: sent up to %v before the failover began)\n", r.LostInFailover, r.LossWindow.Round(time.Millisecond))
+	}
+	fmt.Fprintf(&b, "no outcome          %d\n", r.NoOutcome)
+	fmt.Fprintf(&b, "two outcomes        %d (same outcome redelivered after a fault: %d)\n", r.MultiOutcome, r.RedeliveredOutcomes)
+	fmt.Fprintf(&b, "disagreements       %d\n", r.Disagreements)
+	fmt.Fprintf(&b, "late starts         %d (latest start: %v from its deadline; deadlines given off by up to %v)\n", r.LateStarts, r.MaxLateness.Round(time.Millisecond), r.MaxDeadlineSkew.Round(time.Millisecond))
+	fmt.Fprintf(&b, "duplicates          %s\n", counts(r.Duplicates))
+	fmt.Fprintf(&b, "pending at end      %d (settled: %v)\n", r.PendingAtEnd, r.Settled)
+	kinds := make([]string, 0, len(r.Recovery))
+	for k := range r.Recovery {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		p := r.Recovery[k]
+		fmt.Fprintf(&b, "recovery %-18s p50 %v, p99 %v\n", k, p[0].Round(time.Millisecond), p[1].Round(time.Millisecond))
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
+	}
+	if r.OK() {
+		b.WriteString("result              every invariant held\n")
+	} else {
+		b.WriteString("result              INVARIANT BROKEN\n")
+	}
+	return b.String()
+}
+
+func counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	total := 0
+	for k, n := range m {
+		keys = append(keys, k)
+		total += n
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return fmt.Sprintf("%d [%s]", total, strings.Join(parts, ", "))
+}
+
+// opHistory gathers the events of one operation.
+type opHistory struct {
+	send     *Event
+	sent     *Event
+	failed   *Event // the send returned an error
+	outcomes []Event
+	starts   []Event
+	ends     []Event
+	replies  []Event
+	dead     bool
+}
+
+// faultIndex answers whether a fault may explain what happened in a window.
+type faultIndex struct {
+	faults []Event
+}
+
+// redisSide tells the faults that touch Redis or the connections to it.
+var redisSide = map[string]bool{
+	FaultKillRedis: true, FaultResetConns: true, FaultStallConns: true,
+	FaultCutAnswers: true, FaultClientPause: true, FaultSentinelFailover: true,
+}
+
+// explain returns why something that proc did at from may have been done
+// again at to: "process_fault" when proc was killed or stopped in between,
+// "redis_fault" when Redis was, and "" when neither.
+func (fi faultIndex) explain(proc string, from, to int64) string {
+	redis := false
+	for _, f := range fi.faults {
+		if f.T > to || f.End < from {
+			continue
+		}
+		if f.Target == proc {
+			return "process_fault"
+		}
+		if redisSide[f.Fault] {
+			redis = true
+		}
+	}
+	if redis {
+		return "redis_fault"
+	}
+	return ""
+}
+
+func (fi faultIndex) killed(proc string) bool {
+	for _, f := range fi.faults {
+		if f.Target == proc && (f.Fault == FaultKillProducer || f.Fault == FaultKillWorker) {
+			return true
+		}
+	}
+	return false
+}
+
+// Check judges a history (all processes' events, sorted by time) against
+// the delivery contract.
+func Check(events []Event, opts CheckOptions) *Report {
+	if opts.StartSlack == 0 {
+		opts.StartSlack = DefaultStartSlack
+	}
+	if opts.Lease == 0 {
+		opts.Lease = workerLease
+	}
+	r := &Report{
+		Ops: map[string]int{}, Faults: map[string]int{}, Duplicates: map[string]int{},
+		Recovery: map[string][2]time.Duration{}, MaxLateness: time.Duration(-1 << 62),
+	}
+	ops := map[string]*opHistory{}
+	get := func(op string) *opHistory {
+		h := ops[op]
+		if h == nil {
+			h = &opHistory{}
+			ops[op] = h
+		}
+		return h
+	}
+	// A dead letter's error reply names its message by id only: the id of
+	// its send, or of its deliveries when its producer died before it
+	// recorded the send.
+	opOfID := map[string]string{}
+	for _, e := range events {
+		if e.Kind == KindSent || e.Kind == KindStart {
+			opOfID[e.ID] = e.Op
+		}
+	}
+	var fi faultIndex
+	var first, settle int64
+	final := false
+	for i := range events {
+		e := events[i]
+		if id, ok := strings.CutPrefix(e.Op, "id:"); ok {
+			if opOfID[id] == "" {
+				continue // the outcome of a send never recorded nor handled
+			}
+			e.Op = opOfID[id]
+		}
+		if first == 0 {
+			first = e.T
+		}
+		var h *opHistory
+		switch e.Kind {
+		case KindSend, KindSent, KindSendFailed, KindOutcome, KindStart, KindEnd, KindReply, KindDeadLetter:
+			if e.Op == "" {
+				r.violate("a %s event of %s names no op", e.Kind, e.Proc)
+				continue
+			}
+			h = get(e.Op)
+		}
+		switch e.Kind {
+		case KindSend:
+			h.send = &e
+			r.Ops[e.Mode]++
+		case KindSent:
+			h.sent = &e
+		case KindSendFailed:
+			h.failed = &e
+		case KindOutcome:
+			h.outcomes = append(h.outcomes, e)
+		case KindStart:
+			h.starts = append(h.starts, e)
+		case KindEnd:
+			h.ends = append(h.ends, e)
+		case KindReply:
+			h.replies = append(h.replies, e)
+		case KindDeadLetter:
+			h.dead = true
+			r.DeadLetters++
+		case KindFault:
+			fi.faults = append(fi.faults, e)
+			r.Faults[e.Fault]++
+		case KindSettle:
+			settle = e.T
+		case KindFinal:
+			final = true
+			r.PendingAtEnd = e.N
+			r.Settled = e.Result == ResultSettled
+		}
+	}
+	if settle == 0 && len(events) > 0 {
+		settle = events[len(events)-1].T
+	}
+	r.Duration = time.Duration(settle - first)
+	if !final {
+		r.violate("the history has no final event: the run did not finish")
+	}
+
+	names := make([]string, 0, len(ops))
+	for op := range ops {
+		names = append(names, op)
+	}
+	sort.Strings(names)
+	for _, op := range names {
+		h := ops[op]
+		if h.send == nil {
+			r.violate("op %s: handled or settled but never sent", op)
+			r.Lost++ // a message from nowhere: the history is broken
+			continue
+		}
+		switch {
+		case h.send.Mode == ModeRequest: // Request returns no id: neither
+		case h.sent != nil:
+			r.Acked++
+		default:
+			r.Unknown++
+		}
+		r.Handled += len(h.starts)
+		before := r.tally()
+		checkLost(r, op, h)
+		checkOutcomes(r, op, h, fi)
+		checkAgreement(r, op, h)
+		if opts.FailoverLoss && r.tally() != before {
+			if w, ok := fi.failoverWindow(h.send.T); ok {
+				r.untally(before)
+				r.LostInFailover++
+				r.LossWindow = max(r.LossWindow, w)
+			}
+		}
+		checkStarts(r, op, h, opts.StartSlack)
+		checkDuplicates(r, op, h, fi, opts.Lease)
+	}
+	if r.MaxLateness == time.Duration(-1<<62) {
+		r.MaxLateness = 0
+	}
+	if r.PendingAtEnd != 0 {
+		r.violate("%d messages still queued at the end", r.PendingAtEnd)
+	}
+	if final && !r.Settled {
+		r.violate("the system did not settle after the faults stopped")
+	}
+	recovery(r, events, fi)
+	return r
+}
+
+// tally is the counters that a failover may break, and the violations
+// listed.
+type tally [5]int
+
+func (r *Report) tally() tally {
+	return tally{r.Lost, r.NoOutcome, r.MultiOutcome, r.Disagreements, len(r.Violations)}
+}
+
+// untally restores the counters to t, dropping the violations listed
+// since.
+func (r *Report) untally(t tally) {
+	r.Lost, r.NoOutcome, r.MultiOutcome, r.Disagreements = t[0], t[1], t[2], t[3]
+	r.Violations = r.Violations[:t[4]]
+}
+
+// failoverWindow finds the failovers (and pauses that may have caused
+// one) that began less than failoverWindowMax after a send at sent, or
+// were under way then, and returns the time from the send to the start of
+// the first of them (negative: sent during it).
+func (fi faultIndex) failoverWindow(sent int64) (best time.Duration, found bool) {
+	for _, f := range fi.faults {
+		w := time.Duration(f.T - sent)
+		// A CLIENT PAUSE longer than the sentinel's down-after time makes
+		// the sentinel fail the master over by itself, in the seconds
+		// after the pause.
+		end := f.End
+		switch f.Fault {
+		case FaultSentinelFailover:
+		case FaultClientPause:
+			end += int64(pauseFailoverTail)
+		default:
+			continue
+		}
+		if sent <= end && w < failoverWindowMax && (!found || w < best) {
+			best, found = w, true // the nearest that may have lost it
+		}
+	}
+	return best, found
+}
+
+// checkLost: an acknowledged untimed message must be handled or dead-lettered.
+func checkLost(r *Report, op string, h *opHistory) {
+	if h.sent == nil || (h.send.Mode != ModeFireAndForget && h.send.Mode != ModeBatch) {
+		return
+	}
+	if h.dead {
+		return
+	}
+	for _, e := range h.ends {
+		if e.Result == ResultOK {
+			return
+		}
+	}
+	r.Lost++
+	r.violate("op %s (%s, id %s): acknowledged, never handled, not a dead letter", op, h.send.Mode, h.sent.ID)
+}
+
+// checkOutcomes: a timed message gets exactly one outcome at its sender.
+func checkOutcomes(r *Report, op string, h *opHistory, fi faultIndex) {
+	mode := h.send.Mode
+	if mode != ModeTimed && mode != ModeRequest {
+		return
+	}
+	if len(h.outcomes) == 0 {
+		required := h.sent != nil
+		if mode == ModeRequest {
+			// The requester settles its own requests: one that was killed
+			// cannot; one that lived must settle even an unknown send,
+			// unless it could not send at all (Redis unreachable).
+			required = !fi.killed(h.send.Proc) && h.failed == nil
+		}
+		if required {
+			r.NoOutcome++
+			r.violate("op %s (%s): no outcome at the sender", op, mode)
+		}
+		return
+	}
+	firstOut := h.outcomes[0]
+	for _, o := range h.outcomes[1:] {
+		if o.Result != firstOut.Result {
+			r.MultiOutcome++
+			r.violate("op %s (%s): two outcomes, %s then %s", op, mode, firstOut.Result, o.Result)
+			return
+		}
+		if fi.explain(firstOut.Proc, firstOut.T, o.T) == "" {
+			r.MultiOutcome++
+			r.violate("op %s (%s): outcome %s seen twice with no fault in between", op, mode, o.Result)
+			return
+		}
+		r.RedeliveredOutcomes++
+	}
+}
+
+// checkAgreement: replier and sender agree on whether the reply counted.
+func checkAgreement(r *Report, op string, h *opHistory) {
+	if len(h.outcomes) == 0 {
+		return
+	}
+	out := h.outcomes[0].Result
+	accepted, maybe := false, false
+	for _, e := range h.replies {
+		switch e.Result {
+		case ResultAccepted:
+			accepted = true
+		case ResultError:
+			maybe = true // the reply may have been written
+		}
+	}
+	if len(h.ends) < len(h.starts) {
+		maybe = true // a handler that did not record its end may have replied
+	}
+	switch {
+	case out == ResultTimeout && accepted:
+		r.Disagreements++
+		r.violate("op %s: reply accepted but the sender saw a timeout", op)
+	case out == ResultReply && !accepted && !maybe:
+		r.Disagreements++
+		r.violate("op %s: the sender saw a reply but no reply was accepted", op)
+	}
+}
+
+// checkStarts: no handler starts after the message's deadline.
+func checkStarts(r *Report, op string, h *opHistory, slack time.Duration) {
+	for _, s := range h.starts {
+		if s.Deadline == 0 {
+			continue
+		}
+		deadline := s.Deadline
+		if d, ok := redisDeadline(h); ok {
+			if h.send.Mode == ModeRequest || time.Duration(h.sent.T-h.send.T) < tightSend {
+				r.MaxDeadlineSkew = max(r.MaxDeadlineSkew, time.Duration(abs(s.Deadline-d)))
+			}
+			deadline = d
+		}
+		late := time.Duration(s.T - deadline)
+		r.MaxLateness = max(r.MaxLateness, late)
+		if late > slack {
+			r.LateStarts++
+			r.violate("op %s: attempt %d started %v after its deadline on %s (it was given %v)", op, s.Attempt, late, s.Proc,
+				time.Duration(s.T-s.Deadline))
+		}
+	}
+}
+
+// redisDeadline bounds a message's deadline in Redis time from above:
+// a timed Send's is Redis's time when it ran, at the latest when Send
+// returned, plus the timeout; a Request's is its context's deadline (the
+// send event records it; histories without it: the send's time plus the
+// timeout). Redis runs on the harness's host, on its clock.
+func redisDeadline(h *opHistory) (int64, bool) {
+	switch {
+	case h.send.Timeout == 0:
+		return 0, false
+	case h.send.Mode == ModeRequest && h.send.Deadline != 0:
+		return h.send.Deadline, true
+	case h.send.Mode == ModeRequest:
+		return h.send.T + h.send.Timeout, true
+	case h.sent != nil:
+		return h.sent.T + h.send.Timeout, true
+	}
+	return 0, false
+}
+
+// tightSend is how fast a timed Send must have been for its deadline in
+// Redis time to be known closely enough to measure a skew.
+const tightSend = 20 * time.Millisecond
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// checkDuplicates counts deliveries after one that did not fail, and
+// explains each. A fault explains a duplicate when it overlaps the time
+// from the send to the later start: the earlier delivery's lease began
+// when Redis handed it out, which may be well before its handler started
+// (its answer held up by a stalled connection, or its worker stopped).
+func checkDuplicates(r *Report, op string, h *opHistory, fi faultIndex, lease time.Duration) {
+	// By attempt: a stopped worker may start its attempt after the
+	// next one began elsewhere.
+	slices.SortStableFunc(h.starts, func(a, b Event) int { return a.Attempt - b.Attempt })
+	for i := 1; i < len(h.starts); i++ {
+		prev, cur := h.starts[i-1], h.starts[i]
+		var end *Event
+		for j := range h.ends {
+			if e := &h.ends[j]; e.Proc == prev.Proc && e.Attempt == prev.Attempt {
+				end = e
+			}
+		}
+		if end != nil && end.Result == ResultFailed {
+			continue // a retry
+		}
+		why := "unexplained"
+		if end != nil && (end.Result == ResultLeaseLost || end.Result == ResultStopped) {
+			why = "lease_lost"
+		} else if f := fi.explain(prev.Proc, min(h.send.T, prev.T), max(prev.T, cur.T)); f != "" {
+			why = f
+		} else if time.Duration(cur.T-h.send.T) >= lease {
+			why = "lease_expired"
+		}
+		r.Duplicates[why]++
+		if why == "unexplained" {
+			r.violate("op %s: attempt %d on %s after attempt %d on %s (%s) with no lease expiry or fault", op, cur.Attempt, cur.Proc, prev.Attempt, prev.Proc, endResult(end))
+		}
+	}
+}
+
+func endResult(e *Event) string {
+	if e == nil {
+		return "no end recorded"
+	}
+	return "ended " + e.Result
+}
+
+// recovery measures, for each fault, how long after its end the system
+// served again: a send begun after it acknowledged, and a handler started
+// after it completed.
+func recovery(r *Report, events []Event, fi faultIndex) {
+	type span struct{ begin, end int64 }
+	var sends, handles []span
+	sendAt := map[string]int64{}
+	startAt := map[string]int64{}
+	for _, e := range events {
+		switch e.Kind {
+		case KindSend:
+			sendAt[e.Op] = e.T
+		case KindSent:
+			if b, ok := sendAt[e.Op]; ok {
+				sends = append(sends, span{b, e.T})
+			}
+		case KindStart:
+			startAt[e.Proc+"/"+e.Op] = e.T
+		case KindEnd:
+			if b, ok := startAt[e.Proc+"/"+e.Op]; ok && e.Result == ResultOK {
+				handles = append(handles, span{b, e.T})
+			}
+		}
+	}
+	firstAfter := func(spans []span, t int64) (int64, bool) {
+		best, ok := int64(0), false
+		for _, s := range spans {
+			if s.begin >= t && (!ok || s.end < best) {
+				best, ok = s.end, true
+			}
+		}
+		return best, ok
+	}
+	byKind := map[string][]time.Duration{}
+	for _, f := range fi.faults {
+		s, ok1 := firstAfter(sends, f.End)
+		h, ok2 := firstAfter(handles, f.End)
+		if ok1 && ok2 {
+			byKind[f.Fault] = append(byKind[f.Fault], time.Duration(max(s, h)-f.End))
+		}
+	}
+	for k, ds := range byKind {
+		slices.Sort(ds)
+		r.Recovery[k] = [2]time.Duration{percentile(ds, 50), percentile(ds, 99)}
+	}
+}
+
+// percentile returns the nearest-rank p-th percentile of sorted ds.
+func percentile(ds []time.Duration, p int) time.Duration {
+	i := (len(ds)*p + 99) / 100
+	return ds[max(i-1, 0)]
+}

@@ -1,0 +1,203 @@
+// Package chaos is Disker's fault-injection harness: it runs real worker and
+// producer processes against a real Redis, injects faults at random (seeded),
+// records every operation and outcome as a history of JSON lines, and checks
+// the history against the delivery contract (see RELIABILITY.md).
+//
+// The harness ([Run]) and the processes it starts ([RunWorker],
+// [RunProducer]) live in one binary, cmd/chaos, which starts copies of
+// itself as workers and producers. [Check] reads a history and reports.
+package chaos
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Kinds of history events.
+const (
+	// KindSend: a producer is about to send Op (Mode; Timeout for timed
+	// sends and requests; Deadline, its context's, for a request).
+	KindSend = "send"
+	// KindSent: the broker acknowledged Op's send; ID is its message id.
+	KindSent = "sent"
+	// KindSendFailed: Op's send returned an error (Err): the message may
+	// or may not exist.
+	KindSendFailed = "send_failed"
+	// KindOutcome: the sender learnt Op's outcome (Result: reply, timeout
+	// or remote_error).
+	KindOutcome = "outcome"
+	// KindStart: a handler started Op (ID, Attempt, Deadline as the
+	// handler saw it, T by the host clock, which is Redis's clock: Redis
+	// runs on the same host).
+	KindStart = "start"
+	// KindEnd: a handler returned (Result: ok, failed, lease_lost,
+	// expired or stopped).
+	KindEnd = "end"
+	// KindReply: a worker's Reply returned (Result: accepted, late or
+	// error).
+	KindReply = "reply"
+	// KindIdle: a producer stopped sending and its calls returned.
+	KindIdle = "idle"
+	// KindFault: the harness injected a fault (Fault, Target) from T to
+	// End.
+	KindFault = "fault"
+	// KindDeadLetter: Op was found in a dead-letter stream at the end.
+	KindDeadLetter = "dead_letter"
+	// KindSettle: the faults stopped at T; the system settles from then.
+	KindSettle = "settle"
+	// KindFinal: the end of the run: N messages were still in the queues;
+	// Result says whether the system settled.
+	KindFinal = "final"
+)
+
+// Modes of send.
+const (
+	ModeFireAndForget = "ff"
+	ModeTimed         = "timed"
+	ModeRequest       = "request"
+	ModeBatch         = "batch"
+)
+
+// Results of operations.
+const (
+	ResultReply       = "reply"
+	ResultTimeout     = "timeout"
+	ResultRemoteError = "remote_error"
+	ResultOK          = "ok"
+	ResultFailed      = "failed"
+	ResultLeaseLost   = "lease_lost"
+	ResultExpired     = "expired"
+	ResultStopped     = "stopped"
+	ResultAccepted    = "accepted"
+	ResultLate        = "late"
+	ResultError       = "error"
+	ResultSettled     = "settled"
+	ResultNotSettled  = "not_settled"
+)
+
+// Kinds of fault.
+const (
+	FaultKillWorker       = "kill_worker"
+	FaultStopWorker       = "stop_worker"
+	FaultKillProducer     = "kill_producer"
+	FaultStopProducer     = "stop_producer"
+	FaultKillRedis        = "kill_redis"
+	FaultResetConns       = "reset_conns"
+	FaultStallConns       = "stall_conns"
+	FaultCutAnswers       = "cut_answers"
+	FaultClientPause      = "client_pause"
+	FaultSentinelFailover = "sentinel_failover"
+)
+
+// Event is one line of a history. Times are Unix nanoseconds by the host's
+// clock.
+type Event struct {
+	T        int64  `json:"t"`
+	Proc     string `json:"proc"`
+	Kind     string `json:"kind"`
+	Op       string `json:"op,omitempty"`
+	Mode     string `json:"mode,omitempty"`
+	Timeout  int64  `json:"timeout,omitempty"`
+	ID       string `json:"id,omitempty"`
+	Attempt  int    `json:"attempt,omitempty"`
+	Deadline int64  `json:"deadline,omitempty"`
+	Result   string `json:"result,omitempty"`
+	Err      string `json:"err,omitempty"`
+	Fault    string `json:"fault,omitempty"`
+	Target   string `json:"target,omitempty"`
+	End      int64  `json:"end,omitempty"`
+	N        int64  `json:"n,omitempty"`
+}
+
+// Recorder appends a process's events to its history file, one write per
+// event, so that what was recorded before a SIGKILL is in the file.
+type Recorder struct {
+	proc string
+	mu   sync.Mutex
+	f    *os.File
+}
+
+// NewRecorder creates the history file of process proc in dir.
+func NewRecorder(dir, proc string) (*Recorder, error) {
+	f, err := os.OpenFile(filepath.Join(dir, proc+".jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: history of %s: %w", proc, err)
+	}
+	return &Recorder{proc: proc, f: f}, nil
+}
+
+// Record stamps e with the process and, if unset, the time, and appends it.
+func (r *Recorder) Record(e Event) {
+	e.Proc = r.proc
+	if e.T == 0 {
+		e.T = time.Now().UnixNano()
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		panic(fmt.Sprintf("chaos: encode event: %v", err))
+	}
+	b = append(b, '\n')
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, err := r.f.Write(b); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: %s: write history: %v\n", r.proc, err)
+	}
+}
+
+// Close closes the history file.
+func (r *Recorder) Close() error {
+	return r.f.Close()
+}
+
+// ReadHistory reads every *.jsonl file in dir and returns their events
+// sorted by time. A last line cut short by a kill is skipped.
+func ReadHistory(dir string) ([]Event, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		return nil, fmt.Errorf("chaos: history: %w", err)
+	}
+	var events []Event
+	for _, name := range files {
+		es, err := readFile(name)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, es...)
+	}
+	sort.SliceStable(events, func(i, j int) bool { return events[i].T < events[j].T })
+	return events, nil
+}
+
+func readFile(name string) ([]Event, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: history: %w", err)
+	}
+	defer f.Close()
+	var events []Event
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		var e Event
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			continue // a line cut short by a kill
+		}
+		events = append(events, e)
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return nil, fmt.Errorf("chaos: history %s: %w", name, err)
+	}
+	return events, nil
+}

@@ -1,0 +1,323 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/diskerhq/disker"
+)
+
+// The names the processes use.
+const (
+	// Sender is the sender name every producer shares for its timed sends:
+	// whichever producer is alive settles the timeouts.
+	Sender = "chaos.sender"
+)
+
+// Receivers are the receivers every worker serves.
+var Receivers = []string{"chaos.q1", "chaos.q2"}
+
+// Timing of the processes, chosen so that a slow machine makes no false
+// violation: a lease lost to slowness is a duplicate explained by its
+// lease expiry, and timeouts are long against the handlers' work.
+const (
+	workerLease   = 2 * time.Second
+	monitorPeriod = 250 * time.Millisecond
+	blockTimeout  = 500 * time.Millisecond
+	maxAttempts   = 8
+	minTimeout    = 1 * time.Second
+	maxTimeout    = 8 * time.Second
+	maxWork       = 40 * time.Millisecond
+	producerConc  = 4
+	batchSize     = 5
+)
+
+// ProcConfig configures a worker or producer process.
+type ProcConfig struct {
+	// Name is the process's name in the history, such as "w1.g2".
+	Name string
+	// RedisURL is the broker the process uses.
+	RedisURL string
+	// Dir is the run directory, where the history goes.
+	Dir string
+	// Seed seeds the producer's choices.
+	Seed uint64
+}
+
+func newDisker(cfg ProcConfig) (*disker.Disker, error) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	var d *disker.Disker
+	var err error
+	// Redis may be down while the process starts: try until it is up.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		d, err = disker.New(disker.Config{
+			RedisURL:                cfg.RedisURL,
+			ReceiverBlockTimeout:    blockTimeout,
+			TimeoutMonitorFrequency: monitorPeriod,
+			Logger:                  log,
+			InstanceID:              "chaos-" + cfg.Name,
+		})
+		if err == nil || time.Now().After(deadline) {
+			return d, err
+		}
+		time.Sleep(100 * time.Millisecond) // a retry pace, not a wait for an event
+	}
+}
+
+// startProc opens the process's history and connects it to Redis.
+func startProc(cfg ProcConfig) (*Recorder, *disker.Disker, error) {
+	rec, err := NewRecorder(cfg.Dir, cfg.Name)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := newDisker(cfg)
+	if err != nil {
+		rec.Close()
+		return nil, nil, fmt.Errorf("chaos: %s: %w", cfg.Name, err)
+	}
+	return rec, d, nil
+}
+
+// opHash gives the deterministic behaviour of an operation's handler.
+func opHash(op string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(op))
+	return h.Sum32()
+}
+
+// RunWorker serves Receivers until SIGTERM or SIGINT, recording every
+// handler start and end and every reply. A handler works for up to
+// maxWork; one op in twenty fails its first attempt (and is retried); one
+// in a hundred fails for good (a dead letter).
+func RunWorker(cfg ProcConfig) error {
+	rec, d, err := startProc(cfg)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+	h := disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		start := time.Now()
+		op := string(m.Content)
+		e := Event{T: start.UnixNano(), Kind: KindStart, Op: op, ID: m.ID, Attempt: m.Attempt}
+		if !m.Deadline.IsZero() {
+			e.Deadline = m.Deadline.UnixNano()
+		}
+		rec.Record(e)
+		end := func(result string) {
+			rec.Record(Event{Kind: KindEnd, Op: op, ID: m.ID, Attempt: m.Attempt, Result: result})
+		}
+		hash := opHash(op)
+		t := time.NewTimer(time.Duration(hash%uint32(maxWork/time.Millisecond)) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			end(endCause(ctx))
+			return nil, ctx.Err()
+		}
+		switch {
+		case hash%100 == 7:
+			end(ResultFailed)
+			return nil, disker.NoRetry(errors.New("chaos: poison message"))
+		case hash%20 == 3 && m.Attempt == 1:
+			end(ResultFailed)
+			return nil, errors.New("chaos: first attempt fails")
+		}
+		if m.FireAndForget {
+			end(ResultOK)
+			return nil, nil
+		}
+		err := d.Reply(ctx, m, []byte(op))
+		switch {
+		case err == nil:
+			rec.Record(Event{Kind: KindReply, Op: op, ID: m.ID, Attempt: m.Attempt, Result: ResultAccepted})
+		case errors.Is(err, disker.ErrLate):
+			rec.Record(Event{Kind: KindReply, Op: op, ID: m.ID, Attempt: m.Attempt, Result: ResultLate})
+		default:
+			rec.Record(Event{Kind: KindReply, Op: op, ID: m.ID, Attempt: m.Attempt, Result: ResultError, Err: err.Error()})
+			end(ResultFailed)
+			return nil, err
+		}
+		end(ResultOK)
+		return nil, nil
+	})
+	for _, r := range Receivers {
+		if err := d.Handle(r, h, disker.WithLease(workerLease), disker.WithMaxAttempts(maxAttempts),
+			disker.WithConcurrency(8), disker.WithBackoff(func(int) time.Duration { return 50 * time.Millisecond })); err != nil {
+			return fmt.Errorf("chaos: worker %s: %w", cfg.Name, err)
+		}
+	}
+	waitSignal(syscall.SIGTERM, syscall.SIGINT)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return d.Close(ctx)
+}
+
+// endCause names why a handler's context ended.
+func endCause(ctx context.Context) string {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, disker.ErrLeaseLost):
+		return ResultLeaseLost
+	case errors.Is(cause, context.DeadlineExceeded):
+		return ResultExpired
+	}
+	return ResultStopped
+}
+
+func waitSignal(sigs ...os.Signal) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	<-ch
+	signal.Stop(ch)
+}
+
+// RunProducer sends until SIGTERM, then waits for its calls in flight
+// and keeps settling the shared sender's outcomes until SIGINT. It
+// records each send before it begins and its result after.
+func RunProducer(cfg ProcConfig) error {
+	rec, d, err := startProc(cfg)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+	if err := d.OnReply(Sender, disker.ReplyHandlerFunc(func(_ context.Context, m *disker.Message) {
+		result := ResultReply
+		if m.Error != nil {
+			result = ResultRemoteError
+		}
+		rec.Record(Event{Kind: KindOutcome, Op: opOfReply(m), ID: m.InReplyTo, Result: result})
+	})); err != nil {
+		return err
+	}
+	if err := d.OnTimeout(Sender, disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) {
+		rec.Record(Event{Kind: KindOutcome, Op: string(m.Content), ID: m.ID, Result: ResultTimeout})
+	})); err != nil {
+		return err
+	}
+	p := &producer{cfg: cfg, d: d, rec: rec}
+	sendCtx, stopSending := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for g := range producerConc {
+		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(g)))
+		wg.Go(func() { p.loop(sendCtx, rng, g) })
+	}
+	waitSignal(syscall.SIGTERM)
+	stopSending()
+	wg.Wait()
+	rec.Record(Event{Kind: KindIdle})
+	waitSignal(syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return d.Close(ctx)
+}
+
+// opOfReply gives the op a reply answers: the worker replies with the op.
+func opOfReply(m *disker.Message) string {
+	if m.Error != nil {
+		// A dead letter's error reply carries no content: the harness
+		// matches it by the request's id.
+		return "id:" + m.InReplyTo
+	}
+	return string(m.Content)
+}
+
+type producer struct {
+	cfg ProcConfig
+	d   *disker.Disker
+	rec *Recorder
+}
+
+// loop runs operations until ctx ends: a mix of fire-and-forget sends,
+// timed sends, requests and batches.
+func (p *producer) loop(ctx context.Context, rng *rand.Rand, g int) {
+	for n := 0; ctx.Err() == nil; n++ {
+		op := fmt.Sprintf("%s-%d-%d", p.cfg.Name, g, n)
+		receiver := Receivers[rng.IntN(len(Receivers))]
+		timeout := minTimeout + time.Duration(rng.Int64N(int64(maxTimeout-minTimeout)))
+		switch k := rng.IntN(10); {
+		case k < 3:
+			p.send(op, receiver, ModeFireAndForget, 0)
+		case k < 6:
+			p.send(op, receiver, ModeTimed, timeout)
+		case k < 9:
+			p.request(op, receiver, timeout)
+		default:
+			p.batch(op, receiver)
+		}
+		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // pacing
+	}
+}
+
+func (p *producer) send(op, receiver, mode string, timeout time.Duration) {
+	msg := disker.Message{Sender: Sender, Receiver: receiver, Content: []byte(op)}
+	if mode == ModeFireAndForget {
+		msg.FireAndForget = true
+	} else {
+		msg.Timeout = timeout
+	}
+	p.rec.Record(Event{Kind: KindSend, Op: op, Mode: mode, Timeout: int64(timeout)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := p.d.Send(ctx, msg)
+	if err != nil {
+		p.rec.Record(Event{Kind: KindSendFailed, Op: op, Err: err.Error()})
+		return
+	}
+	p.rec.Record(Event{Kind: KindSent, Op: op, ID: id})
+}
+
+func (p *producer) request(op, receiver string, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	p.rec.Record(Event{Kind: KindSend, Op: op, Mode: ModeRequest, Timeout: int64(timeout), Deadline: dl.UnixNano()})
+	reply, err := p.d.Request(ctx, receiver, []byte(op))
+	var remote *disker.RemoteError
+	switch {
+	case err == nil:
+		p.rec.Record(Event{Kind: KindOutcome, Op: op, ID: reply.InReplyTo, Result: ResultReply})
+	case errors.Is(err, disker.ErrTimeout):
+		p.rec.Record(Event{Kind: KindOutcome, Op: op, Result: ResultTimeout, Err: err.Error()})
+	case errors.As(err, &remote):
+		p.rec.Record(Event{Kind: KindOutcome, Op: op, Result: ResultRemoteError, Err: err.Error()})
+	default:
+		// Not sent (Redis unreachable at once): no outcome to expect.
+		p.rec.Record(Event{Kind: KindSendFailed, Op: op, Err: err.Error()})
+	}
+}
+
+func (p *producer) batch(op, receiver string) {
+	msgs := make([]disker.Message, batchSize)
+	for i := range msgs {
+		o := fmt.Sprintf("%s.%d", op, i)
+		msgs[i] = disker.Message{Receiver: receiver, Content: []byte(o), FireAndForget: true}
+		p.rec.Record(Event{Kind: KindSend, Op: o, Mode: ModeBatch})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ids, err := p.d.SendBatch(ctx, msgs)
+	var be *disker.BatchError
+	errors.As(err, &be)
+	for i, m := range msgs {
+		o := string(m.Content)
+		switch {
+		case i < len(ids) && ids[i] != "":
+			p.rec.Record(Event{Kind: KindSent, Op: o, ID: ids[i]})
+		case be != nil && i < len(be.Errs) && be.Errs[i] != nil:
+			p.rec.Record(Event{Kind: KindSendFailed, Op: o, Err: be.Errs[i].Error()})
+		case err != nil:
+			p.rec.Record(Event{Kind: KindSendFailed, Op: o, Err: err.Error()})
+		}
+	}
+}
