@@ -326,19 +326,29 @@ func (s *Sentinel) Failover(tb testing.TB) {
 
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	started := false
-	var last error
+	var (
+		started time.Time // when the sentinel last accepted SENTINEL FAILOVER
+		last    error
+	)
 	for time.Now().Before(deadline) {
-		if !started {
-			// The sentinel refuses while it thinks no replica fit to
-			// promote (NOGOODSLAVE): ask again until it agrees.
-			if _, last = q.do(s.sentinel.Addr(), "SENTINEL", "FAILOVER", SentinelMasterSet); last == nil {
-				started = true
-			} else {
-				last = fmt.Errorf("SENTINEL FAILOVER: %w", last)
+		// The sentinel refuses while it thinks no replica fit to promote
+		// (NOGOODSLAVE), and a failover it accepted can still abort for
+		// that reason (-failover-abort-no-good-slave) when its view of the
+		// replica is stale: ask until it agrees, and again when a failover
+		// it accepted has not moved the master within a second (while one
+		// is under way it answers INPROG, which changes nothing).
+		if started.IsZero() || time.Since(started) > time.Second {
+			if addr, err := s.masterAddr(q); err == nil && addr == oldAddr {
+				_, err := q.do(s.sentinel.Addr(), "SENTINEL", "FAILOVER", SentinelMasterSet)
+				switch {
+				case err == nil, strings.Contains(err.Error(), "INPROG"):
+					started = time.Now()
+				case started.IsZero():
+					last = fmt.Errorf("SENTINEL FAILOVER: %w", err)
+				}
 			}
 		}
-		if started {
+		if !started.IsZero() {
 			if last = s.failedOver(q, oldMaster, newMaster); last == nil {
 				return
 			}
