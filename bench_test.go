@@ -61,7 +61,7 @@ func BenchmarkSendHandle(b *testing.B) {
 		start := time.Now()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := producer.Send(ctx, disker.Message{Receiver: "bench", Content: content}, disker.WithFireAndForget()); err != nil {
+				if _, err := producer.Send(ctx, disker.Message{Receiver: "bench", Content: content}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -89,7 +89,7 @@ func BenchmarkRequest(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := client.Request(ctx, "bench", content)
+				_, err := client.Request(ctx, disker.Message{Receiver: "bench", Content: content})
 				cancel()
 				if err != nil {
 					b.Error(err)
@@ -117,7 +117,7 @@ func BenchmarkRequestLatency(b *testing.B) {
 		for range b.N {
 			t0 := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := client.Request(ctx, "bench", content)
+			_, err := client.Request(ctx, disker.Message{Receiver: "bench", Content: content})
 			cancel()
 			if err != nil {
 				b.Fatal(err)

@@ -13,7 +13,7 @@
 //	d.Handle("resize", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
 //		return resize(ctx, m.Content)
 //	}))
-//	reply, err := d.Request(ctx, "resize", img) // ctx's deadline is the timeout
+//	reply, err := d.Request(ctx, disker.Message{Receiver: "resize", Content: img}) // ctx's deadline is the timeout
 //
 // The delivery contract:
 //

@@ -62,10 +62,10 @@ func ExampleDisker_Request() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	reply, err := d.Request(ctx, "sum", []byte("2 40"))
+	reply, err := d.Request(ctx, disker.Message{Receiver: "sum", Content: []byte("2 40")})
 	fmt.Println(string(reply.Content), err)
 
-	_, err = d.Request(ctx, "sum", []byte("two"))
+	_, err = d.Request(ctx, disker.Message{Receiver: "sum", Content: []byte("two")})
 	var remote *disker.RemoteError
 	fmt.Println(errors.As(err, &remote), remote.Code)
 	// Output:
@@ -132,7 +132,7 @@ func ExampleDisker_SendBatch() {
 	for _, img := range []string{"a.png", "b.png", "c.png"} {
 		jobs = append(jobs, disker.Message{Receiver: "thumbnails", Content: []byte(img)})
 	}
-	ids, err := d.SendBatch(ctx, jobs, disker.WithFireAndForget())
+	ids, err := d.SendBatch(ctx, jobs)
 	if err != nil {
 		panic(err)
 	}

@@ -31,7 +31,7 @@ func TestReplyHeaders(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for _, content := range []string{"return", "reply"} {
-			reply, err := d.Request(ctx, "jobs", []byte(content))
+			reply, err := d.Request(ctx, disker.Message{Receiver: "jobs", Content: []byte(content)})
 			if err != nil {
 				t.Fatal(err)
 			}

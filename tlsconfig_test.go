@@ -33,7 +33,7 @@ func TestConfigTLSConfig(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	reply, err := d.Request(ctx, "echo", []byte("over TLS"))
+	reply, err := d.Request(ctx, disker.Message{Receiver: "echo", Content: []byte("over TLS")})
 	if err != nil || string(reply.Content) != "over TLS" {
 		t.Fatalf("Request over TLS: %v, %v", reply, err)
 	}

@@ -84,7 +84,7 @@ func ffDiskerWith(ctx context.Context, s *redisServer, n, batch int) (smp sample
 		if batch > 1 {
 			msgs := make([]disker.Message, batch)
 			for i := range msgs {
-				msgs[i] = disker.Message{Receiver: "bench-ff", Content: payload, FireAndForget: true}
+				msgs[i] = disker.Message{Receiver: "bench-ff", Content: payload}
 			}
 			return produce(ctx, n/batch, errc, func(ctx context.Context) error {
 				_, err := dispatcher.SendBatch(ctx, msgs)
@@ -92,7 +92,7 @@ func ffDiskerWith(ctx context.Context, s *redisServer, n, batch int) (smp sample
 			})
 		}
 		return produce(ctx, n, errc, func(ctx context.Context) error {
-			_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-ff", Content: payload}, disker.WithFireAndForget())
+			_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-ff", Content: payload})
 			return err
 		})
 	})
@@ -117,7 +117,7 @@ func rrDisker(ctx context.Context, s *redisServer, n, r int) (smp sample, err er
 	return runRequests(ctx, n, r, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, rrTimeout)
 		defer cancel()
-		reply, err := requester.Request(ctx, "bench-rr", payload)
+		reply, err := requester.Request(ctx, disker.Message{Receiver: "bench-rr", Content: payload})
 		if err != nil {
 			return err
 		}

@@ -49,7 +49,7 @@ func TestRedisCostWithThreePages(t *testing.T) {
 	defer lib.Close(context.Background())
 	msgs := make([]disker.Message, receivers)
 	for i := range msgs {
-		msgs[i] = disker.Message{Receiver: fmt.Sprintf("r%04d", i), Content: []byte("x"), FireAndForget: true}
+		msgs[i] = disker.Message{Receiver: fmt.Sprintf("r%04d", i), Content: []byte("x")}
 	}
 	if _, err := lib.SendBatch(context.Background(), msgs); err != nil {
 		t.Fatal(err)

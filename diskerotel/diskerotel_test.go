@@ -45,7 +45,7 @@ func TestSendAndTimeoutNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := tr.Send(ctx, d, disker.Message{Receiver: "jobs", Content: []byte("hi"), FireAndForget: true}); err != nil {
+	if _, err := tr.Send(ctx, d, disker.Message{Receiver: "jobs", Content: []byte("hi")}); err != nil {
 		t.Fatal(err)
 	}
 	lostID, err := tr.Send(ctx, d, disker.Message{Sender: "me", Receiver: "nobody", Content: []byte("hello?")}, disker.WithTimeout(100*time.Millisecond))

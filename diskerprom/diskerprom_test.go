@@ -125,7 +125,7 @@ func TestValuesEqualStats(t *testing.T) {
 	defer cancel()
 	send := func(receiver, content string) {
 		t.Helper()
-		if _, err := d.Send(ctx, disker.Message{Receiver: receiver, Content: []byte(content), FireAndForget: true}); err != nil {
+		if _, err := d.Send(ctx, disker.Message{Receiver: receiver, Content: []byte(content)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -128,7 +128,7 @@ func (f *fixture) deadLetter(t *testing.T, contents ...string) {
 		t.Fatal(err)
 	}
 	for _, c := range contents {
-		if _, err := f.dash.Send(ctx, disker.Message{Receiver: "jobs", Content: []byte(c), FireAndForget: true, Headers: map[string]string{"kind": "test"}}); err != nil {
+		if _, err := f.dash.Send(ctx, disker.Message{Receiver: "jobs", Content: []byte(c), Headers: map[string]string{"kind": "test"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -156,7 +156,7 @@ func TestSnapshotMatchesStatsAndWorkers(t *testing.T) {
 	f := newFixture(t, Config{})
 	ctx := context.Background()
 	for range 5 {
-		if _, err := f.dash.Request(ctx, "jobs", []byte("ok")); err != nil {
+		if _, err := f.dash.Request(ctx, disker.Message{Receiver: "jobs", Content: []byte("ok")}); err != nil {
 			t.Fatal(err)
 		}
 	}

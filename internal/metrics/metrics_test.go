@@ -52,12 +52,12 @@ func TestMetricsFromARealInstance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for range 4 {
-		if _, err := d.Request(ctx, "jobs", []byte("ok")); err != nil {
+		if _, err := d.Request(ctx, disker.Message{Receiver: "jobs", Content: []byte("ok")}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var re *disker.RemoteError
-	if _, err := d.Request(ctx, "jobs", []byte("fail")); !errors.As(err, &re) {
+	if _, err := d.Request(ctx, disker.Message{Receiver: "jobs", Content: []byte("fail")}); !errors.As(err, &re) {
 		t.Fatalf("Request(fail) = %v, want a RemoteError", err)
 	}
 
