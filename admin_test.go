@@ -236,7 +236,7 @@ func TestExclusiveReceiver(t *testing.T) {
 		// does not let it lapse.
 		slow := func(c *disker.Config) { c.HeartbeatInterval = time.Second }
 		for i := range instances {
-			d, err := disker.New(e.config(slow))
+			d, err := disker.New(context.Background(), e.config(slow))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -313,7 +313,7 @@ func TestExclusiveReceiver(t *testing.T) {
 func TestWorkersRegistry(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		a := e.open(func(c *disker.Config) { c.InstanceID = "worker-a" })
-		b, err := disker.New(e.config(func(c *disker.Config) { c.InstanceID = "worker-b" }))
+		b, err := disker.New(context.Background(), e.config(func(c *disker.Config) { c.InstanceID = "worker-b" }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,11 +351,11 @@ func TestWorkersRegistry(t *testing.T) {
 func TestNoKeysLeftBehind(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true, redisURL(t))
-	worker, err := disker.New(e.config())
+	worker, err := disker.New(context.Background(), e.config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := disker.New(e.config())
+	client, err := disker.New(context.Background(), e.config())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func benchBackends(b *testing.B, f func(b *testing.B, cfg disker.Config)) {
 var benchRuns atomic.Int64
 
 func openBench(b *testing.B, cfg disker.Config) *disker.Disker {
-	d, err := disker.New(cfg)
+	d, err := disker.New(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

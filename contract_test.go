@@ -180,7 +180,7 @@ func TestCloseDuringLoadLosesNothing(t *testing.T) {
 				return nil, context.Cause(ctx)
 			}
 		})
-		first, err := disker.New(e.config())
+		first, err := disker.New(context.Background(), e.config())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,7 @@ import (
 // reply through her reply handler.
 func Example() {
 	ctx := context.Background()
-	d, err := disker.New(disker.Config{RedisURL: "mem://example"}) // or "redis://host:6379/0"
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "mem://example"}) // or "redis://host:6379/0"
 	if err != nil {
 		panic(err)
 	}
@@ -44,7 +44,7 @@ func Example() {
 // Request sends and waits for the reply; the context's deadline is the
 // message's timeout.
 func ExampleDisker_Request() {
-	d, err := disker.New(disker.Config{RedisURL: "mem://example-request"})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "mem://example-request"})
 	if err != nil {
 		panic(err)
 	}
@@ -77,7 +77,7 @@ func ExampleDisker_Request() {
 // time. It stays registered until removed.
 func ExampleDisker_OnTimeout() {
 	ctx := context.Background()
-	d, err := disker.New(disker.Config{RedisURL: "mem://example-timeout", TimeoutMonitorFrequency: 10 * time.Millisecond})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "mem://example-timeout", TimeoutMonitorFrequency: 10 * time.Millisecond})
 	if err != nil {
 		panic(err)
 	}
@@ -115,7 +115,7 @@ func ExampleValidateName() {
 // worker that handles them one at a time, in order.
 func ExampleDisker_SendBatch() {
 	ctx := context.Background()
-	d, err := disker.New(disker.Config{RedisURL: "mem://example-batch"})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "mem://example-batch"})
 	if err != nil {
 		panic(err)
 	}

@@ -41,7 +41,7 @@ func TestInboxDeletedOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	client, err := disker.New(e.config())
+	client, err := disker.New(context.Background(), e.config())
 	if err != nil {
 		t.Fatal(err)
 	}

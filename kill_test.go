@@ -45,7 +45,7 @@ func runChild() int {
 		cfg.TimeoutMonitorFrequency = 20 * time.Millisecond
 		cfg.ReceiverBlockTimeout = 100 * time.Millisecond
 	}
-	d, err := disker.New(cfg)
+	d, err := disker.New(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2

@@ -130,7 +130,8 @@ func WithTimeout(d time.Duration) SendOption {
 //
 // Send returns a *ValidationError for bad input, an error wrapping
 // ErrUnavailable when the broker cannot be reached, and ErrClosed after
-// Close.
+// Close. It blocks for one round trip to the broker, never past ctx's end
+// (see "Which calls block" in the package documentation).
 func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (string, error) {
 	o := sendOptionsOf(opts)
 	if err := d.validateMessage(&msg, &o); err != nil {

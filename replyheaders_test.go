@@ -13,7 +13,7 @@ import (
 // whether the handler returns its response or calls Reply.
 func TestReplyHeaders(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
-		d, err := disker.New(e.config())
+		d, err := disker.New(context.Background(), e.config())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -263,7 +263,7 @@ func TestTimeoutNoticeReachesOtherInstance(t *testing.T) {
 		if err := other.OnTimeout("shared", disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) { timeouts <- m.ID })); err != nil {
 			t.Fatal(err)
 		}
-		sender, err := disker.New(e.config())
+		sender, err := disker.New(context.Background(), e.config())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -46,7 +46,7 @@ func TestConfigValidation(t *testing.T) {
 		{"Config.RedisURL", disker.Config{RedisURL: "redis://%zz"}},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
-			d, err := disker.New(tc.cfg)
+			d, err := disker.New(context.Background(), tc.cfg)
 			if d != nil {
 				t.Fatal("New returned an instance with an error")
 			}
@@ -58,7 +58,7 @@ func TestConfigValidation(t *testing.T) {
 func TestNewUnreachableRedis(t *testing.T) {
 	t.Parallel()
 	// Port 1 on loopback: nothing listens there.
-	d, err := disker.New(disker.Config{RedisURL: "redis://127.0.0.1:1/0", Logger: testLogger()})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "redis://127.0.0.1:1/0", Logger: testLogger()})
 	if d != nil || !errors.Is(err, disker.ErrUnavailable) || !strings.HasPrefix(err.Error(), "disker: ") {
 		t.Fatalf("New = %v, %v; want an error wrapping ErrUnavailable", d, err)
 	}
@@ -204,7 +204,7 @@ func TestBadInput(t *testing.T) {
 
 func TestCallsAfterClose(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
-		d, err := disker.New(e.config())
+		d, err := disker.New(context.Background(), e.config())
 		if err != nil {
 			t.Fatal(err)
 		}

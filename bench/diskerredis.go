@@ -16,11 +16,11 @@ import (
 const closeGrace = 30 * time.Second
 
 func newDiskerPair(s *redisServer) (dispatcher, worker *disker.Disker, err error) {
-	dispatcher, err = disker.New(disker.Config{RedisURL: s.url()})
+	dispatcher, err = disker.New(context.Background(), disker.Config{RedisURL: s.url()})
 	if err != nil {
 		return nil, nil, err
 	}
-	worker, err = disker.New(disker.Config{RedisURL: s.url()})
+	worker, err = disker.New(context.Background(), disker.Config{RedisURL: s.url()})
 	if err != nil {
 		_ = closeDiskers(dispatcher)
 		return nil, nil, err

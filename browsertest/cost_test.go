@@ -42,7 +42,7 @@ func TestRedisCostWithThreePages(t *testing.T) {
 	const receivers, interval, window = 1000, time.Second, 8 * time.Second
 	srv := redistest.Start(t)
 	prefix := redistest.Prefix(t)
-	lib, err := disker.New(disker.Config{RedisURL: srv.URL(), KeyPrefix: prefix})
+	lib, err := disker.New(context.Background(), disker.Config{RedisURL: srv.URL(), KeyPrefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func BenchmarkRequest(b *testing.B) {
 				cfg.OnEvent = tr.Observe
 				h = tr.Handler(echo)
 			}
-			d, err := disker.New(cfg)
+			d, err := disker.New(context.Background(), cfg)
 			if err != nil {
 				b.Fatal(err)
 			}

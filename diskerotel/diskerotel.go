@@ -28,7 +28,7 @@
 // depend on OpenTelemetry. Wire it like this:
 //
 //	tr := diskerotel.New()
-//	d, err := disker.New(disker.Config{RedisURL: url, OnEvent: tr.Observe})
+//	d, err := disker.New(ctx, disker.Config{RedisURL: url, OnEvent: tr.Observe})
 //	...
 //	d.Handle("jobs", tr.Handler(h))
 //	id, err := tr.Send(ctx, d, disker.Message{Sender: "me", Receiver: "jobs", Content: b})

@@ -25,7 +25,7 @@ func TestSendAndTimeoutNotice(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
 	tr := diskerotel.New(diskerotel.WithTracerProvider(tp))
-	d, err := disker.New(disker.Config{RedisURL: srv.URL(), Logger: slog.New(slog.DiscardHandler), OnEvent: tr.Observe,
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: srv.URL(), Logger: slog.New(slog.DiscardHandler), OnEvent: tr.Observe,
 		TimeoutMonitorFrequency: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

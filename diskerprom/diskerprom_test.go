@@ -97,7 +97,7 @@ func TestRegisterTwice(t *testing.T) {
 func TestValuesEqualStats(t *testing.T) {
 	c := diskerprom.New(diskerprom.Options{Receivers: []string{"backlog"}})
 	all := diskerprom.New(diskerprom.Options{AllReceivers: true})
-	d, err := disker.New(disker.Config{
+	d, err := disker.New(context.Background(), disker.Config{
 		RedisURL: redisURL, KeyPrefix: redistest.Prefix(t), Logger: slog.New(slog.DiscardHandler),
 		OnEvent: func(e disker.Event) { c.Observe(e); all.Observe(e) },
 	})

@@ -44,7 +44,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // instance opens a Disker instance on the test's own key prefix.
 func instance(t *testing.T, prefix string) *disker.Disker {
 	t.Helper()
-	d, err := disker.New(disker.Config{RedisURL: redisURL, KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 200 * time.Millisecond})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: redisURL, KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

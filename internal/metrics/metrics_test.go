@@ -34,7 +34,7 @@ func get(t *testing.T, url string) (int, string) {
 // sends to it, and reads the metrics over HTTP.
 func TestMetricsFromARealInstance(t *testing.T) {
 	m := New()
-	d, err := disker.New(disker.Config{RedisURL: "mem://metrics-test", OnEvent: m.Observe, Logger: slog.New(slog.DiscardHandler)})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "mem://metrics-test", OnEvent: m.Observe, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
