@@ -235,6 +235,7 @@ type Disker struct {
 	rq *requester // Request's side: the inbox
 
 	sent, replied, late, timedOut atomic.Int64
+	unhandledReplies              atomic.Int64 // see LocalStats.UnhandledReplies
 }
 
 // New connects to the broker that cfg selects and starts the instance: the
