@@ -8,12 +8,20 @@
 // name is its reply address, and its [ReplyHandler] ([Disker.OnReply])
 // receives it. [Disker.Request] sends and waits for the reply in one call.
 //
+// Send, SendBatch and Request all take a [Message]: what a message is lives
+// in its fields (Receiver, Content, Headers, and Sender, its reply
+// address), how it is sent in a [SendOption] ([WithTimeout]). A message
+// without a Sender is fire-and-forget: nobody gets its reply, as with
+// `disker send` without --from.
+//
 //	d, err := disker.New(ctx, disker.Config{RedisURL: "redis://localhost:6379/0"})
 //	...
 //	d.Handle("resize", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
 //		return resize(ctx, m.Content)
 //	}))
 //	reply, err := d.Request(ctx, disker.Message{Receiver: "resize", Content: img}) // ctx's deadline is the timeout
+//	id, err := d.Send(ctx, disker.Message{Sender: "me", Receiver: "resize", Content: img}, disker.WithTimeout(time.Minute))
+//	_, err = d.Send(ctx, disker.Message{Receiver: "audit", Content: entry}) // fire-and-forget
 //
 // The delivery contract:
 //
