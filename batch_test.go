@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,14 @@ func TestSendBatchValidation(t *testing.T) {
 			if !errors.As(err, &ve) || ve.Field != c.field || ids != nil {
 				t.Fatalf("SendBatch with a bad message: got %v, %v; want a ValidationError for %s", ids, err, c.field)
 			}
+		}
+		// The options apply to every message: a timeout on a fire-and-forget
+		// one fails the batch, naming the option and the message.
+		timed := disker.Message{Sender: "s", Receiver: "valid"}
+		ids, err := d.SendBatch(ctx, []disker.Message{timed, timed, ok}, disker.WithTimeout(time.Second))
+		var ve *disker.ValidationError
+		if !errors.As(err, &ve) || ve.Field != "WithTimeout" || !strings.Contains(ve.Reason, "msgs[2]") || ids != nil {
+			t.Fatalf("SendBatch with a timed fire-and-forget message: got %v, %v; want a ValidationError for WithTimeout at msgs[2]", ids, err)
 		}
 		st, err := d.Stats(ctx, "valid")
 		if err != nil || st.Queued != 0 {
