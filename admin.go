@@ -102,6 +102,10 @@ type LocalStats struct {
 	// timeout notices for messages sent with Send, and Requests that
 	// timed out.
 	TimedOut int64
+	// UnhandledReplies counts the replies to a sender that had a
+	// TimeoutHandler but no ReplyHandler here: the default reply handler
+	// logged them (see OnTimeout).
+	UnhandledReplies int64
 }
 
 // LocalStats returns this instance's counters. It does no I/O.
@@ -112,6 +116,8 @@ func (d *Disker) LocalStats() LocalStats {
 		Replied:   d.replied.Load(),
 		Late:      d.late.Load(),
 		TimedOut:  d.timedOut.Load(),
+
+		UnhandledReplies: d.unhandledReplies.Load(),
 	}
 	d.mu.Lock()
 	for name, c := range d.consumers {

@@ -46,33 +46,33 @@ func TestRequest(t *testing.T) {
 		}
 
 		t.Run("round trip", func(t *testing.T) {
-			r, err := d.Request(ctxTimeout(t, 10*time.Second), "echo", []byte("ping"), disker.WithHeader("h", "1"))
+			r, err := d.Request(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "echo", Content: []byte("ping"), Headers: map[string]string{"h": "1"}})
 			if err != nil || string(r.Content) != "echo:ping" || r.Sender != "echo" || r.InReplyTo == "" {
 				t.Fatalf("Request = %+v, %v; want echo:ping from echo", r, err)
 			}
 		})
 		t.Run("nil response is an empty reply", func(t *testing.T) {
-			r, err := d.Request(ctxTimeout(t, 10*time.Second), "silent", []byte("x"))
+			r, err := d.Request(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "silent", Content: []byte("x")})
 			if err != nil || len(r.Content) != 0 {
 				t.Fatalf("Request = %+v, %v; want an empty reply", r, err)
 			}
 		})
 		t.Run("no timeout without a deadline", func(t *testing.T) {
-			r, err := d.Request(context.Background(), "echo", []byte("x"))
+			r, err := d.Request(context.Background(), disker.Message{Receiver: "echo", Content: []byte("x")})
 			if err != nil || string(r.Content) != "echo:x" {
 				t.Fatalf("Request = %+v, %v", r, err)
 			}
 		})
 		for _, receiver := range []string{"sleepy", "nobody"} {
 			t.Run("timeout "+receiver, func(t *testing.T) {
-				_, err := d.Request(ctxTimeout(t, 100*time.Millisecond), receiver, nil)
+				_, err := d.Request(ctxTimeout(t, 100*time.Millisecond), disker.Message{Receiver: receiver})
 				if !errors.Is(err, disker.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("Request = %v, want ErrTimeout and DeadlineExceeded", err)
 				}
 			})
 		}
 		t.Run("WithTimeout", func(t *testing.T) {
-			_, err := d.Request(context.Background(), "sleepy", nil, disker.WithTimeout(50*time.Millisecond))
+			_, err := d.Request(context.Background(), disker.Message{Receiver: "sleepy"}, disker.WithTimeout(50*time.Millisecond))
 			if !errors.Is(err, disker.ErrTimeout) {
 				t.Fatalf("Request = %v, want ErrTimeout", err)
 			}
@@ -80,7 +80,7 @@ func TestRequest(t *testing.T) {
 		t.Run("cancelled", func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(50*time.Millisecond, cancel)
-			_, err := d.Request(ctx, "sleepy", nil)
+			_, err := d.Request(ctx, disker.Message{Receiver: "sleepy"})
 			if !errors.Is(err, context.Canceled) || errors.Is(err, disker.ErrTimeout) {
 				t.Fatalf("Request = %v, want context.Canceled", err)
 			}
@@ -88,7 +88,7 @@ func TestRequest(t *testing.T) {
 		t.Run("ended before", func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 0)
 			defer cancel()
-			if _, err := d.Request(ctx, "echo", nil); !errors.Is(err, disker.ErrTimeout) {
+			if _, err := d.Request(ctx, disker.Message{Receiver: "echo"}); !errors.Is(err, disker.ErrTimeout) {
 				t.Fatalf("Request = %v, want ErrTimeout", err)
 			}
 		})
@@ -105,7 +105,7 @@ func TestRequestGetsRemoteErrorOnDeadLetter(t *testing.T) {
 		}
 		// The error reply comes as soon as the last attempt fails, well
 		// before the minute is over.
-		_, err := d.Request(ctxTimeout(t, time.Minute), "failing", nil)
+		_, err := d.Request(ctxTimeout(t, time.Minute), disker.Message{Receiver: "failing"})
 		var re *disker.RemoteError
 		if !errors.As(err, &re) || re.Code != disker.CodeDeadLetter || re.Text != "no luck" {
 			t.Fatalf("Request = %v, want RemoteError dead_letter: no luck", err)
@@ -129,7 +129,7 @@ func TestDeadLetterAdmin(t *testing.T) {
 		}
 		ctx := ctxTimeout(t, 30*time.Second)
 		for _, c := range []string{"a", "b", "c"} {
-			if _, err := d.Send(ctx, disker.Message{Receiver: "dlq", Content: []byte(c)}, disker.WithFireAndForget()); err != nil {
+			if _, err := d.Send(ctx, disker.Message{Receiver: "dlq", Content: []byte(c)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -206,7 +206,7 @@ func TestUndecodableEntryIsDeadLettered(t *testing.T) {
 		if err := inj.InjectRaw(ctx, "mixed", garbage); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := d.Send(ctx, disker.Message{Receiver: "mixed", Content: []byte("fine")}, disker.WithFireAndForget()); err != nil {
+		if _, err := d.Send(ctx, disker.Message{Receiver: "mixed", Content: []byte("fine")}); err != nil {
 			t.Fatal(err)
 		}
 		if got := recv(t, handled, 10*time.Second, "the good message"); got != "fine" {
@@ -236,7 +236,7 @@ func TestExclusiveReceiver(t *testing.T) {
 		// does not let it lapse.
 		slow := func(c *disker.Config) { c.HeartbeatInterval = time.Second }
 		for i := range instances {
-			d, err := disker.New(e.config(slow))
+			d, err := disker.New(context.Background(), e.config(slow))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -260,7 +260,7 @@ func TestExclusiveReceiver(t *testing.T) {
 		sendBatch := func() []string {
 			var ids []string
 			for range 20 {
-				id, err := sender.Send(ctx, disker.Message{Receiver: "solo"}, disker.WithFireAndForget())
+				id, err := sender.Send(ctx, disker.Message{Receiver: "solo"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -313,7 +313,7 @@ func TestExclusiveReceiver(t *testing.T) {
 func TestWorkersRegistry(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		a := e.open(func(c *disker.Config) { c.InstanceID = "worker-a" })
-		b, err := disker.New(e.config(func(c *disker.Config) { c.InstanceID = "worker-b" }))
+		b, err := disker.New(context.Background(), e.config(func(c *disker.Config) { c.InstanceID = "worker-b" }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,11 +351,11 @@ func TestWorkersRegistry(t *testing.T) {
 func TestNoKeysLeftBehind(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true, redisURL(t))
-	worker, err := disker.New(e.config())
+	worker, err := disker.New(context.Background(), e.config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := disker.New(e.config())
+	client, err := disker.New(context.Background(), e.config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,8 +390,8 @@ func TestNoKeysLeftBehind(t *testing.T) {
 		send(disker.Message{Sender: "client", Receiver: "echo"})
 		send(disker.Message{Sender: "client", Receiver: "echo"}, disker.WithTimeout(10*time.Second))
 		send(disker.Message{Sender: "client", Receiver: "nobody"}, disker.WithTimeout(10*time.Millisecond))
-		send(disker.Message{Receiver: "solo"}, disker.WithFireAndForget())
-		if _, err := client.Request(ctx, "flaky", nil); err != nil {
+		send(disker.Message{Receiver: "solo"})
+		if _, err := client.Request(ctx, disker.Message{Receiver: "flaky"}); err != nil {
 			t.Fatalf("Request %d: %v", i, err)
 		}
 	}
@@ -497,7 +497,7 @@ func TestRedisRestart(t *testing.T) {
 				return
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			id, err := sender.Send(ctx, disker.Message{Receiver: "steady"}, disker.WithFireAndForget())
+			id, err := sender.Send(ctx, disker.Message{Receiver: "steady"})
 			cancel()
 			mu.Lock()
 			if err != nil {
@@ -558,13 +558,13 @@ func TestRedisDownFailsFastAndResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxTimeout(t, time.Minute)
-	if _, err := d.Send(ctx, disker.Message{Receiver: "resilient", Content: []byte("before")}, disker.WithFireAndForget()); err != nil {
+	if _, err := d.Send(ctx, disker.Message{Receiver: "resilient", Content: []byte("before")}); err != nil {
 		t.Fatal(err)
 	}
 	recv(t, handled, 10*time.Second, "the first message")
 
 	srv.Kill()
-	_, err := d.Send(ctx, disker.Message{Receiver: "resilient", Content: []byte("lost")}, disker.WithFireAndForget())
+	_, err := d.Send(ctx, disker.Message{Receiver: "resilient", Content: []byte("lost")})
 	if !errors.Is(err, disker.ErrUnavailable) || !strings.HasPrefix(err.Error(), "disker: ") {
 		t.Fatalf("Send with Redis down = %v, want an error wrapping ErrUnavailable", err)
 	}
@@ -577,7 +577,7 @@ func TestRedisDownFailsFastAndResumes(t *testing.T) {
 	})
 	srv.Restart()
 	waitFor(t, 30*time.Second, "a send to go through", func() bool {
-		_, err := d.Send(ctx, disker.Message{Receiver: "resilient", Content: []byte("after")}, disker.WithFireAndForget())
+		_, err := d.Send(ctx, disker.Message{Receiver: "resilient", Content: []byte("after")})
 		return err == nil
 	})
 	if got := recv(t, handled, 30*time.Second, "the message sent after the restart"); got != "after" {
@@ -627,7 +627,7 @@ func TestRequestSettledAcrossRedisOutage(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel()
-		m, err := client.Request(ctx, "slow", nil)
+		m, err := client.Request(ctx, disker.Message{Receiver: "slow"})
 		res <- result{m, err}
 	}()
 	m := recv(t, got, 30*time.Second, "the request")
@@ -677,7 +677,7 @@ func TestRequestSettledWhenItsSendAnswerIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxTimeout(t, 30*time.Second)
-	if _, err := client.Request(ctx, "echo", []byte("warm-up")); err != nil {
+	if _, err := client.Request(ctx, disker.Message{Receiver: "echo", Content: []byte("warm-up")}); err != nil {
 		t.Fatal(err)
 	}
 	for try := range 5 {
@@ -689,7 +689,7 @@ func TestRequestSettledWhenItsSendAnswerIsLost(t *testing.T) {
 			rctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
 			var err error
-			got, err = client.Request(rctx, "echo", []byte("x"))
+			got, err = client.Request(rctx, disker.Message{Receiver: "echo", Content: []byte("x")})
 			res <- err
 		}()
 		deadline := time.Now().Add(time.Second)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,10 +32,15 @@ func TestSendBatch(t *testing.T) {
 		}
 		var msgs []disker.Message
 		for i := range 300 {
-			msgs = append(msgs, disker.Message{Receiver: "batch", Content: fmt.Append(nil, i), FireAndForget: true})
+			msgs = append(msgs, disker.Message{Receiver: "batch", Content: fmt.Append(nil, i)})
 		}
-		msgs = append(msgs, disker.Message{Sender: "batcher", Receiver: "nobody-serves", Timeout: 50 * time.Millisecond})
-		ids, err := d.SendBatch(ctx, msgs, disker.WithHeader("batch", "1"))
+		msgs = append(msgs, disker.Message{Sender: "batcher", Receiver: "nobody-serves"})
+		ids, err := d.SendBatch(ctx, msgs[:300])
+		if err != nil || len(ids) != 300 {
+			t.Fatalf("SendBatch = %d ids, %v; want 300, nil", len(ids), err)
+		}
+		timed, err := d.SendBatch(ctx, msgs[300:], disker.WithTimeout(50*time.Millisecond))
+		ids = append(ids, timed...)
 		if err != nil || len(ids) != len(msgs) {
 			t.Fatalf("SendBatch = %d ids, %v; want %d, nil", len(ids), err, len(msgs))
 		}
@@ -49,8 +55,8 @@ func TestSendBatch(t *testing.T) {
 		if got := recv(t, timedOut, 20*time.Second, "the timed message's notice"); got != ids[300] {
 			t.Fatalf("timeout notice for %s, want %s", got, ids[300])
 		}
-		if msgs[0].Headers != nil {
-			t.Fatalf("SendBatch changed the caller's message: headers %v", msgs[0].Headers)
+		if msgs[0].ID != "" {
+			t.Fatalf("SendBatch changed the caller's message: ID %q", msgs[0].ID)
 		}
 	})
 }
@@ -62,21 +68,28 @@ func TestSendBatchValidation(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		d := e.open()
 		ctx := ctxTimeout(t, 30*time.Second)
-		ok := disker.Message{Receiver: "valid", FireAndForget: true}
+		ok := disker.Message{Receiver: "valid"}
 		for _, c := range []struct {
 			bad   disker.Message
 			field string
 		}{
-			{disker.Message{Receiver: "", FireAndForget: true}, "msgs[2].Receiver"},
-			{disker.Message{Receiver: "x"}, "msgs[2].Sender"},
-			{disker.Message{Receiver: "x", FireAndForget: true, Timeout: time.Second}, "msgs[2].Timeout"},
-			{disker.Message{Receiver: "x", FireAndForget: true, Content: make([]byte, 2<<20)}, "msgs[2].Content"},
+			{disker.Message{Receiver: ""}, "msgs[2].Receiver"},
+			{disker.Message{Receiver: "x", Sender: "_reserved"}, "msgs[2].Sender"},
+			{disker.Message{Receiver: "x", Content: make([]byte, 2<<20)}, "msgs[2].Content"},
 		} {
 			ids, err := d.SendBatch(ctx, []disker.Message{ok, ok, c.bad, ok})
 			var ve *disker.ValidationError
 			if !errors.As(err, &ve) || ve.Field != c.field || ids != nil {
 				t.Fatalf("SendBatch with a bad message: got %v, %v; want a ValidationError for %s", ids, err, c.field)
 			}
+		}
+		// The options apply to every message: a timeout on a fire-and-forget
+		// one fails the batch, naming the option and the message.
+		timed := disker.Message{Sender: "s", Receiver: "valid"}
+		ids, err := d.SendBatch(ctx, []disker.Message{timed, timed, ok}, disker.WithTimeout(time.Second))
+		var ve *disker.ValidationError
+		if !errors.As(err, &ve) || ve.Field != "WithTimeout" || !strings.Contains(ve.Reason, "msgs[2]") || ids != nil {
+			t.Fatalf("SendBatch with a timed fire-and-forget message: got %v, %v; want a ValidationError for WithTimeout at msgs[2]", ids, err)
 		}
 		st, err := d.Stats(ctx, "valid")
 		if err != nil || st.Queued != 0 {
@@ -106,9 +119,9 @@ func TestSendBatchPartialFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := []disker.Message{
-		{Receiver: "fine", FireAndForget: true},
-		{Receiver: "broken", FireAndForget: true},
-		{Receiver: "fine", FireAndForget: true},
+		{Receiver: "fine"},
+		{Receiver: "broken"},
+		{Receiver: "fine"},
 	}
 	ids, err := d.SendBatch(ctx, msgs)
 	var be *disker.BatchError

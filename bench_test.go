@@ -30,7 +30,7 @@ func benchBackends(b *testing.B, f func(b *testing.B, cfg disker.Config)) {
 var benchRuns atomic.Int64
 
 func openBench(b *testing.B, cfg disker.Config) *disker.Disker {
-	d, err := disker.New(cfg)
+	d, err := disker.New(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func BenchmarkSendHandle(b *testing.B) {
 		start := time.Now()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := producer.Send(ctx, disker.Message{Receiver: "bench", Content: content}, disker.WithFireAndForget()); err != nil {
+				if _, err := producer.Send(ctx, disker.Message{Receiver: "bench", Content: content}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -89,7 +89,7 @@ func BenchmarkRequest(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := client.Request(ctx, "bench", content)
+				_, err := client.Request(ctx, disker.Message{Receiver: "bench", Content: content})
 				cancel()
 				if err != nil {
 					b.Error(err)
@@ -117,7 +117,7 @@ func BenchmarkRequestLatency(b *testing.B) {
 		for range b.N {
 			t0 := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := client.Request(ctx, "bench", content)
+			_, err := client.Request(ctx, disker.Message{Receiver: "bench", Content: content})
 			cancel()
 			if err != nil {
 				b.Fatal(err)

@@ -321,7 +321,7 @@ func (c *consumer) call(ctx context.Context, msg *Message) (resp []byte, err err
 
 func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duration) {
 	d := c.d
-	if !msg.FireAndForget && msg.Sender != "" && (resp != nil || msg.fromInbox) {
+	if msg.ExpectsReply() && (resp != nil || msg.fromInbox) {
 		if resp == nil {
 			resp = []byte{}
 		}
@@ -367,7 +367,7 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 		if d.onEvent != nil {
 			d.emit(Event{Kind: EventDeadLettered, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: err})
 		}
-		if !msg.FireAndForget && msg.Sender != "" {
+		if msg.ExpectsReply() {
 			if rerr := d.reply(d.opCtx, msg, nil, CodeDeadLetter, errorText(err)); rerr != nil && !errors.Is(rerr, ErrLate) {
 				d.log.Warn("disker: cannot send the dead-letter error reply", append(attrs, "error", rerr)...)
 			}

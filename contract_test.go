@@ -180,7 +180,7 @@ func TestCloseDuringLoadLosesNothing(t *testing.T) {
 				return nil, context.Cause(ctx)
 			}
 		})
-		first, err := disker.New(e.config())
+		first, err := disker.New(context.Background(), e.config())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +194,7 @@ func TestCloseDuringLoadLosesNothing(t *testing.T) {
 		ctx := ctxTimeout(t, 2*time.Minute)
 		// Four long jobs first, so that they are in flight at Close.
 		for range 4 {
-			id, err := sender.Send(ctx, disker.Message{Receiver: "load", Content: []byte("L")}, disker.WithFireAndForget())
+			id, err := sender.Send(ctx, disker.Message{Receiver: "load", Content: []byte("L")})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,7 +204,7 @@ func TestCloseDuringLoadLosesNothing(t *testing.T) {
 		for p := range 4 {
 			wg.Go(func() {
 				for i := p; i < n; i += 4 {
-					id, err := sender.Send(ctx, disker.Message{Receiver: "load", Content: []byte("s")}, disker.WithFireAndForget())
+					id, err := sender.Send(ctx, disker.Message{Receiver: "load", Content: []byte("s")})
 					if err != nil {
 						t.Error(err)
 						return
@@ -263,7 +263,7 @@ func TestManyReceiversDoNotStarveSends(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := 0; i < receivers; i += 10 {
 			wg.Go(func() {
-				r, err := d.Request(ctx, fmt.Sprintf("r%d", i), []byte("x"))
+				r, err := d.Request(ctx, disker.Message{Receiver: fmt.Sprintf("r%d", i), Content: []byte("x")})
 				if err != nil {
 					t.Errorf("Request r%d: %v", i, err)
 					return
@@ -347,7 +347,7 @@ func TestNoRetryDeadLettersAtOnce(t *testing.T) {
 		}), disker.WithMaxAttempts(5)); err != nil {
 			t.Fatal(err)
 		}
-		_, err := d.Request(ctxTimeout(t, 10*time.Second), "strict", []byte("x"))
+		_, err := d.Request(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "strict", Content: []byte("x")})
 		var re *disker.RemoteError
 		if !errors.As(err, &re) || re.Code != disker.CodeDeadLetter || re.Text != "bad input" {
 			t.Fatalf("Request = %v, want a RemoteError dead_letter: bad input", err)
@@ -376,7 +376,7 @@ func TestPanicIsAnError(t *testing.T) {
 		}), disker.WithBackoff(func(int) time.Duration { return 0 })); err != nil {
 			t.Fatal(err)
 		}
-		r, err := d.Request(ctxTimeout(t, 10*time.Second), "once", nil)
+		r, err := d.Request(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "once"})
 		if err != nil || string(r.Content) != "ok" {
 			t.Fatalf("Request = %v, %v; want ok after a retry", r, err)
 		}
@@ -385,7 +385,7 @@ func TestPanicIsAnError(t *testing.T) {
 		}), disker.WithMaxAttempts(1)); err != nil {
 			t.Fatal(err)
 		}
-		_, err = d.Request(ctxTimeout(t, 10*time.Second), "always", nil)
+		_, err = d.Request(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "always"})
 		var re *disker.RemoteError
 		if !errors.As(err, &re) || re.Text != "panic: kaboom 1" {
 			t.Fatalf("Request = %v, want RemoteError panic: kaboom 1", err)
@@ -423,7 +423,7 @@ func TestLeaseExtendedForLongJob(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			r, err := d.Request(ctxTimeout(t, 10*time.Second), "long", nil)
+			r, err := d.Request(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "long"})
 			done <- result{r, err}
 		}()
 		recv(t, started, 10*time.Second, "the job to start")
@@ -476,7 +476,7 @@ func TestRequestRacesTimeout(t *testing.T) {
 			wg.Go(func() {
 				for i := p; i < n; i += 32 {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond+time.Duration(rand.N(15000))*time.Microsecond)
-					r, err := client.Request(ctx, "race", nil)
+					r, err := client.Request(ctx, disker.Message{Receiver: "race"})
 					cancel()
 					switch {
 					case err == nil && string(r.Content) == "r":
@@ -540,7 +540,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := ctxTimeout(t, 20*time.Second)
-		id, err := d.Send(ctx, disker.Message{Receiver: "stolen"}, disker.WithFireAndForget())
+		id, err := d.Send(ctx, disker.Message{Receiver: "stolen"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -603,7 +603,7 @@ func TestUnhandleDrains(t *testing.T) {
 		if err := d.Handle("drain", h, disker.WithLease(time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := d.Send(ctx, disker.Message{Receiver: "drain"}, disker.WithFireAndForget()); err != nil {
+		if _, err := d.Send(ctx, disker.Message{Receiver: "drain"}); err != nil {
 			t.Fatal(err)
 		}
 		recv(t, started, 10*time.Second, "the handler to start")
@@ -627,7 +627,7 @@ func TestUnhandleDrains(t *testing.T) {
 		if err := d.Handle("drain", h, disker.WithLease(time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		id, err := d.Send(ctx, disker.Message{Receiver: "drain"}, disker.WithFireAndForget())
+		id, err := d.Send(ctx, disker.Message{Receiver: "drain"})
 		if err != nil {
 			t.Fatal(err)
 		}

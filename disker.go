@@ -3,6 +3,7 @@ package disker
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -158,7 +159,7 @@ func brokerKind(raw string) (kind, name string, err error) {
 }
 
 // openBroker connects to the broker cfg selects.
-func openBroker(cfg Config) (broker.Broker, error) {
+func openBroker(ctx context.Context, cfg Config) (broker.Broker, error) {
 	kind, name, err := brokerKind(cfg.RedisURL)
 	if err != nil {
 		return nil, err
@@ -166,17 +167,39 @@ func openBroker(cfg Config) (broker.Broker, error) {
 	if kind == "mem" {
 		return membroker.Shared(name, membroker.Options{MaxMessageSize: cfg.MaxMessageSize}), nil
 	}
-	b, err := redisbroker.New(redisbroker.Config{
+	rcfg := redisbroker.Config{
 		URL:                   cfg.RedisURL,
 		MaxConnectionPoolSize: cfg.MaxConnectionPoolSize,
 		KeyPrefix:             cfg.KeyPrefix,
 		MaxMessageSize:        cfg.MaxMessageSize,
 		TLSConfig:             cfg.TLSConfig,
-	})
-	if err != nil {
-		return nil, err
 	}
-	return b, nil
+	// The Redis client connects without a context, bounded by its dial
+	// and I/O timeouts: connect on the side, and give up when ctx ends
+	// first, leaving the attempt to close what it opens.
+	type opened struct {
+		b   *redisbroker.Broker
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		b, err := redisbroker.New(rcfg)
+		done <- opened{b, err}
+	}()
+	select {
+	case o := <-done:
+		if o.err != nil {
+			return nil, o.err
+		}
+		return o.b, nil
+	case <-ctx.Done():
+		go func() {
+			if o := <-done; o.err == nil {
+				_ = o.b.Close()
+			}
+		}()
+		return nil, fmt.Errorf("disker: connect: %w: %w", ErrUnavailable, context.Cause(ctx))
+	}
 }
 
 // Disker is a connection to a broker through which a process sends messages,
@@ -212,13 +235,20 @@ type Disker struct {
 	rq *requester // Request's side: the inbox
 
 	sent, replied, late, timedOut atomic.Int64
+	unhandledReplies              atomic.Int64 // see LocalStats.UnhandledReplies
 }
 
 // New connects to the broker that cfg selects and starts the instance: the
 // timeout monitor and the heartbeat of the registry of workers. It fails
 // with a *ValidationError for a bad Config, and with an error wrapping
 // ErrUnavailable when the broker cannot be reached.
-func New(cfg Config) (*Disker, error) {
+//
+// Connecting to Redis blocks until Redis answers, for at most 10 seconds
+// and never past ctx's end: when ctx ends first, New returns an error that
+// matches both ErrUnavailable and ctx's error (context.DeadlineExceeded or
+// context.Canceled). ctx bounds only the connecting: the instance lives
+// until Close. The in-memory broker does not block.
+func New(ctx context.Context, cfg Config) (*Disker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -226,7 +256,9 @@ func New(cfg Config) (*Disker, error) {
 	if cfg.RedisURL == "" {
 		cfg.Logger.Info("disker: Config.RedisURL is empty: using the in-memory broker; messages stay in this process")
 	}
-	b, err := openBroker(cfg)
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	b, err := openBroker(ctx, cfg)
 	if err != nil {
 		return nil, wrapBroker("connect", err)
 	}
@@ -250,19 +282,20 @@ func New(cfg Config) (*Disker, error) {
 	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
 	d.opCtx, d.opCancel = context.WithCancel(context.Background())
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	if _, err := b.Now(ctx); err != nil { // measures the broker's clock
 		_ = b.Close()
 		d.bgCancel()
 		d.opCancel()
-		return nil, fmt.Errorf("disker: cannot reach the broker: %w", err)
+		return nil, fmt.Errorf("disker: cannot reach the broker: %w", errors.Join(err, context.Cause(ctx)))
 	}
 	d.heartbeat(ctx)
 	d.wg.Go(func() { d.runMonitor(d.bgCtx) })
 	d.wg.Go(func() { d.runHeartbeat(d.bgCtx) })
 	return d, nil
 }
+
+// connectTimeout bounds New's connecting when ctx allows longer.
+const connectTimeout = 10 * time.Second
 
 // ID returns the instance's id (Config.InstanceID), as Workers lists it.
 func (d *Disker) ID() string { return d.id }

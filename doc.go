@@ -8,12 +8,20 @@
 // name is its reply address, and its [ReplyHandler] ([Disker.OnReply])
 // receives it. [Disker.Request] sends and waits for the reply in one call.
 //
-//	d, err := disker.New(disker.Config{RedisURL: "redis://localhost:6379/0"})
+// Send, SendBatch and Request all take a [Message]: what a message is lives
+// in its fields (Receiver, Content, Headers, and Sender, its reply
+// address), how it is sent in a [SendOption] ([WithTimeout]). A message
+// without a Sender is fire-and-forget: nobody gets its reply, as with
+// `disker send` without --from.
+//
+//	d, err := disker.New(ctx, disker.Config{RedisURL: "redis://localhost:6379/0"})
 //	...
 //	d.Handle("resize", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
 //		return resize(ctx, m.Content)
 //	}))
-//	reply, err := d.Request(ctx, "resize", img) // ctx's deadline is the timeout
+//	reply, err := d.Request(ctx, disker.Message{Receiver: "resize", Content: img}) // ctx's deadline is the timeout
+//	id, err := d.Send(ctx, disker.Message{Sender: "me", Receiver: "resize", Content: img}, disker.WithTimeout(time.Minute))
+//	_, err = d.Send(ctx, disker.Message{Receiver: "audit", Content: entry}) // fire-and-forget
 //
 // The delivery contract:
 //
@@ -37,6 +45,25 @@
 // [WithExclusive] makes one instance at a time serve a receiver. The registry
 // of live instances is [Disker.Workers]; queue and dead-letter statistics are
 // [Disker.Stats], and [Config.OnEvent] and [Disker.LocalStats] feed metrics.
+//
+// # Which calls block
+//
+// Every call that takes a context may block on the broker, never past the
+// context's end; the in-memory broker answers at once. Over Redis:
+//
+//   - [New] connects: until Redis answers, for at most 10 seconds.
+//   - [Disker.Send], [Disker.SendBatch], [Disker.Reply], [Disker.Stats],
+//     [Disker.Workers], [Disker.Receivers] and the dead-letter calls make
+//     one round trip (a few for a large batch): each Redis command gives up
+//     after 10 seconds without an answer, with an error wrapping
+//     [ErrUnavailable].
+//   - [Disker.Request] waits for the reply: until ctx's deadline, or until
+//     ctx is cancelled when it has none.
+//   - [Disker.Unhandle] and [Disker.Close] wait for in-flight handlers
+//     until ctx ends, then cancel them and wait for them to return.
+//
+// Handle, OnReply, OnTimeout, the Remove calls, LocalStats and ID do not
+// block.
 //
 // Names of receivers and senders are 1 to 200 bytes of [A-Za-z0-9._:-] and
 // do not start with '_', which is reserved for Disker's own names (such as

@@ -13,7 +13,7 @@ import (
 // reply through her reply handler.
 func Example() {
 	ctx := context.Background()
-	d, err := disker.New(disker.Config{RedisURL: "mem://example"}) // or "redis://host:6379/0"
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "mem://example"}) // or "redis://host:6379/0"
 	if err != nil {
 		panic(err)
 	}
@@ -44,7 +44,7 @@ func Example() {
 // Request sends and waits for the reply; the context's deadline is the
 // message's timeout.
 func ExampleDisker_Request() {
-	d, err := disker.New(disker.Config{RedisURL: "mem://example-request"})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "mem://example-request"})
 	if err != nil {
 		panic(err)
 	}
@@ -62,10 +62,10 @@ func ExampleDisker_Request() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	reply, err := d.Request(ctx, "sum", []byte("2 40"))
+	reply, err := d.Request(ctx, disker.Message{Receiver: "sum", Content: []byte("2 40")})
 	fmt.Println(string(reply.Content), err)
 
-	_, err = d.Request(ctx, "sum", []byte("two"))
+	_, err = d.Request(ctx, disker.Message{Receiver: "sum", Content: []byte("two")})
 	var remote *disker.RemoteError
 	fmt.Println(errors.As(err, &remote), remote.Code)
 	// Output:
@@ -77,7 +77,7 @@ func ExampleDisker_Request() {
 // time. It stays registered until removed.
 func ExampleDisker_OnTimeout() {
 	ctx := context.Background()
-	d, err := disker.New(disker.Config{RedisURL: "mem://example-timeout", TimeoutMonitorFrequency: 10 * time.Millisecond})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "mem://example-timeout", TimeoutMonitorFrequency: 10 * time.Millisecond})
 	if err != nil {
 		panic(err)
 	}
@@ -115,7 +115,7 @@ func ExampleValidateName() {
 // worker that handles them one at a time, in order.
 func ExampleDisker_SendBatch() {
 	ctx := context.Background()
-	d, err := disker.New(disker.Config{RedisURL: "mem://example-batch"})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "mem://example-batch"})
 	if err != nil {
 		panic(err)
 	}
@@ -132,7 +132,7 @@ func ExampleDisker_SendBatch() {
 	for _, img := range []string{"a.png", "b.png", "c.png"} {
 		jobs = append(jobs, disker.Message{Receiver: "thumbnails", Content: []byte(img)})
 	}
-	ids, err := d.SendBatch(ctx, jobs, disker.WithFireAndForget())
+	ids, err := d.SendBatch(ctx, jobs)
 	if err != nil {
 		panic(err)
 	}

@@ -250,8 +250,10 @@ func (d *Disker) Unhandle(ctx context.Context, receiver string) error {
 // sender's reply stream (shared with the other instances that registered
 // handlers for sender) and watches sender's timeouts.
 //
-// Register the ReplyHandler of the sender as well: an instance that reads
-// the stream and has no handler for an entry drops it. The handlers of one
+// Until a ReplyHandler is registered for sender (OnReply), the replies to
+// sender's messages go to a default one, which logs each at Info with the
+// sender and the request's id and counts it (LocalStats.UnhandledReplies):
+// register the sender's ReplyHandler as well to act on them. The handlers of one
 // sender run one at a time, in the order of its stream, and each entry is
 // acknowledged once its handler returned; ctx ends on Close, which waits
 // for the handler running.
@@ -267,12 +269,16 @@ func (d *Disker) OnTimeout(sender string, h TimeoutHandler) error {
 			return false
 		}
 		s.timeout = h
+		if s.reply == nil {
+			s.reply, s.defaultReply = d.defaultReplyHandler(sender), true
+		}
 		return true
 	})
 }
 
 // OnReply registers h to receive the replies to sender's messages, until
-// RemoveReplyHandler. See OnTimeout.
+// RemoveReplyHandler; it replaces the default one of OnTimeout. See
+// OnTimeout.
 func (d *Disker) OnReply(sender string, h ReplyHandler) error {
 	if err := checkName("sender", sender); err != nil {
 		return err
@@ -281,28 +287,50 @@ func (d *Disker) OnReply(sender string, h ReplyHandler) error {
 		return invalid("ReplyHandler", "must not be nil")
 	}
 	return d.addSenderHandler(sender, func(s *senderHandlers) bool {
-		if s.reply != nil {
+		if s.reply != nil && !s.defaultReply {
 			return false
 		}
-		s.reply = h
+		s.reply, s.defaultReply = h, false
 		return true
 	})
 }
 
-// RemoveTimeoutHandler unregisters sender's TimeoutHandler.
+// RemoveTimeoutHandler unregisters sender's TimeoutHandler, and the
+// default ReplyHandler that OnTimeout registered, if any.
 func (d *Disker) RemoveTimeoutHandler(sender string) error {
 	return d.removeSenderHandler(sender, func(s *senderHandlers) bool {
 		ok := s.timeout != nil
 		s.timeout = nil
+		if s.defaultReply {
+			s.reply, s.defaultReply = nil, false
+		}
 		return ok
 	})
 }
 
-// RemoveReplyHandler unregisters sender's ReplyHandler.
+// RemoveReplyHandler unregisters sender's ReplyHandler. While sender has a
+// TimeoutHandler, its replies then go to the default ReplyHandler (see
+// OnTimeout).
 func (d *Disker) RemoveReplyHandler(sender string) error {
 	return d.removeSenderHandler(sender, func(s *senderHandlers) bool {
-		ok := s.reply != nil
+		if s.reply == nil || s.defaultReply {
+			return false
+		}
 		s.reply = nil
-		return ok
+		if s.timeout != nil {
+			s.reply, s.defaultReply = d.defaultReplyHandler(sender), true
+		}
+		return true
+	})
+}
+
+// defaultReplyHandler is the ReplyHandler of a sender that has only a
+// TimeoutHandler: it logs and counts each reply, so that none is lost
+// without a trace.
+func (d *Disker) defaultReplyHandler(sender string) ReplyHandler {
+	return ReplyHandlerFunc(func(_ context.Context, msg *Message) {
+		d.unhandledReplies.Add(1)
+		d.log.Info("disker: a reply for a sender with no ReplyHandler (OnReply); logged and dropped",
+			"sender", sender, "id", msg.InReplyTo, "from", msg.Sender)
 	})
 }

@@ -41,11 +41,11 @@ func TestInboxDeletedOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	client, err := disker.New(e.config())
+	client, err := disker.New(context.Background(), e.config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, err := client.Request(ctxTimeout(t, 10*time.Second), "echo", []byte("timed")); err != nil || string(m.Content) != "echo:timed" {
+	if m, err := client.Request(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "echo", Content: []byte("timed")}); err != nil || string(m.Content) != "echo:timed" {
 		t.Fatalf("timed Request: got %v, %v", m, err)
 	}
 	type result struct {
@@ -54,7 +54,7 @@ func TestInboxDeletedOnClose(t *testing.T) {
 	}
 	untimed := make(chan result, 1)
 	go func() {
-		m, err := client.Request(context.Background(), "echo", []byte("untimed"))
+		m, err := client.Request(context.Background(), disker.Message{Receiver: "echo", Content: []byte("untimed")})
 		untimed <- result{m, err}
 	}()
 	if r := recv(t, untimed, 30*time.Second, "the untimed Request"); r.err != nil || string(r.m.Content) != "echo:untimed" {
@@ -63,7 +63,7 @@ func TestInboxDeletedOnClose(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	abandoned := make(chan error, 1)
 	go func() {
-		_, err := client.Request(ctx, "slow", []byte("no deadline"))
+		_, err := client.Request(ctx, disker.Message{Receiver: "slow", Content: []byte("no deadline")})
 		abandoned <- err
 	}()
 	recv(t, started, 30*time.Second, "the slow handler to start")
@@ -113,7 +113,7 @@ func TestRequestTakesFirstReply(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
-		r, err := client.Request(ctx, "twice", nil)
+		r, err := client.Request(ctx, disker.Message{Receiver: "twice"})
 		if err != nil || string(r.Content) != "first" {
 			t.Fatalf("Request = %v, %v; want the first reply", r, err)
 		}

@@ -45,7 +45,7 @@ func runChild() int {
 		cfg.TimeoutMonitorFrequency = 20 * time.Millisecond
 		cfg.ReceiverBlockTimeout = 100 * time.Millisecond
 	}
-	d, err := disker.New(cfg)
+	d, err := disker.New(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -55,7 +55,7 @@ func runChild() int {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), childRequestTimeout)
 			defer cancel()
-			_, _ = d.Request(ctx, os.Getenv("DISKER_TEST_RECEIVER"), []byte("question"))
+			_, _ = d.Request(ctx, disker.Message{Receiver: os.Getenv("DISKER_TEST_RECEIVER"), Content: []byte("question")})
 		}()
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 3
@@ -91,7 +91,7 @@ func TestKilledWorkerMessageRedelivered(t *testing.T) {
 	}
 
 	d := e.open()
-	id, err := d.Send(ctxTimeout(t, 5*time.Second), disker.Message{Receiver: "jobs", Content: []byte("job")}, disker.WithFireAndForget())
+	id, err := d.Send(ctxTimeout(t, 5*time.Second), disker.Message{Receiver: "jobs", Content: []byte("job")})
 	if err != nil {
 		t.Fatal(err)
 	}

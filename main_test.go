@@ -166,7 +166,7 @@ func (e *env) config(mods ...func(*disker.Config)) disker.Config {
 // open starts an instance that closes when the test ends.
 func (e *env) open(mods ...func(*disker.Config)) *disker.Disker {
 	e.t.Helper()
-	d, err := disker.New(e.config(mods...))
+	d, err := disker.New(context.Background(), e.config(mods...))
 	if err != nil {
 		e.t.Fatalf("New: %v", err)
 	}

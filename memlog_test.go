@@ -26,7 +26,7 @@ func TestEmptyRedisURLIsLogged(t *testing.T) {
 			defer mu.Unlock()
 			return buf.Write(p)
 		}), nil))
-		d, err := disker.New(disker.Config{RedisURL: url, Logger: log})
+		d, err := disker.New(context.Background(), disker.Config{RedisURL: url, Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}

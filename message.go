@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -13,14 +12,17 @@ import (
 
 // Message is a message between a sender and a receiver.
 //
-// Set the fields Sender, Receiver, Content, and optionally Headers,
-// FireAndForget and Timeout, to send one; Disker sets the rest on the
+// Set the fields Receiver, Content, and optionally Sender and Headers, to
+// send one: what a message is lives in these fields, and how it is sent
+// (its timeout) in SendOptions. A message without a Sender is
+// fire-and-forget: nobody receives a reply. Disker sets the rest on the
 // messages it delivers.
 type Message struct {
 	// ID is the message's id, set by Send.
 	ID string
-	// Sender is the sender's name: its reply address. Required unless
-	// FireAndForget.
+	// Sender is the sender's name: its reply address. Empty for a
+	// fire-and-forget message, and for Request (which replies to the
+	// instance's private address).
 	Sender string
 	// Receiver is the name of the receiver the message goes to.
 	Receiver string
@@ -28,16 +30,8 @@ type Message struct {
 	Content []byte
 	// Headers are optional key/value metadata, delivered with the message.
 	Headers map[string]string
-	// FireAndForget means no reply is expected: Reply is an error and a
-	// handler's response is discarded.
-	FireAndForget bool
-	// Timeout, when > 0, gives the message a deadline of Timeout after Send:
-	// its sender then receives exactly one of the reply or a timeout notice
-	// (see OnTimeout), and a worker never starts it after the deadline.
-	// 0 means no timeout. It cannot be combined with FireAndForget.
-	Timeout time.Duration
 
-	// Deadline is set on delivered messages that have a Timeout: the
+	// Deadline is set on delivered messages sent with a timeout: the
 	// deadline in the local clock (the broker decides by its own clock;
 	// Disker corrects for the difference). Zero if none.
 	Deadline time.Time
@@ -50,6 +44,11 @@ type Message struct {
 	// such as a request that was dead-lettered (Code CodeDeadLetter).
 	Error *RemoteError
 
+	// timeout is the timeout the message was sent with (WithTimeout), set
+	// on delivered messages; 0 if none.
+	timeout time.Duration
+	// noReply is set on delivered messages sent fire-and-forget.
+	noReply bool
 	// brokerDeadline is Deadline in the broker's clock, as delivered: a
 	// reply to a Request is judged against it (see Disker.reply).
 	brokerDeadline time.Time
@@ -71,31 +70,59 @@ func (msg *Message) SetReplyHeader(key, value string) {
 	msg.replyHeaders[key] = value
 }
 
-// SendOption changes a message before Send sends it.
-type SendOption func(*Message)
-
-// WithTimeout gives the message a timeout (Message.Timeout).
-func WithTimeout(d time.Duration) SendOption {
-	return func(m *Message) { m.Timeout = d }
+// ExpectsReply reports whether a reply to msg, a message this instance
+// received, reaches anyone: false for a fire-and-forget message (sent
+// without a Sender), whose handler's response is discarded and for which
+// Reply returns ErrFireAndForget.
+func (msg *Message) ExpectsReply() bool {
+	return msg.Sender != "" && !msg.noReply
 }
 
-// WithFireAndForget marks the message fire-and-forget (Message.FireAndForget).
-func WithFireAndForget() SendOption {
-	return func(m *Message) { m.FireAndForget = true }
+// SendOption sets how Send, SendBatch or Request sends a message.
+type SendOption func(*sendOptions)
+
+// sendOptions are the settings of one send, set by SendOptions and checked
+// in one place (check). A new option is a function that sets a field here,
+// and a case in check.
+type sendOptions struct {
+	timeout time.Duration // WithTimeout
 }
 
-// WithHeader sets header key to value (Message.Headers).
-func WithHeader(key, value string) SendOption {
-	return func(m *Message) {
-		if m.Headers == nil {
-			m.Headers = make(map[string]string, 1)
-		}
-		m.Headers[key] = value
+// sendOptionsOf applies opts.
+func sendOptionsOf(opts []SendOption) sendOptions {
+	var o sendOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
+	return o
+}
+
+// check validates the options for a message that has a sender (false for
+// fire-and-forget). The *ValidationError it returns names the option.
+func (o *sendOptions) check(hasSender bool) error {
+	switch {
+	case o.timeout < 0:
+		return invalid("WithTimeout", "must be >= 0, got %v", o.timeout)
+	case o.timeout > 0 && o.timeout < time.Millisecond:
+		return invalid("WithTimeout", "must be at least 1ms, got %v", o.timeout)
+	case o.timeout > 0 && !hasSender:
+		return invalid("WithTimeout", "a message without a Sender is fire-and-forget: nobody would receive its timeout notice")
+	}
+	return nil
+}
+
+// WithTimeout gives the message a deadline of d after it is sent: its
+// sender then receives exactly one of the reply or a timeout notice (see
+// OnTimeout), and a worker never starts it after the deadline. 0 means no
+// timeout. It needs a Message.Sender (with Send and SendBatch); Request
+// times out at the earlier of d and ctx's deadline.
+func WithTimeout(d time.Duration) SendOption {
+	return func(o *sendOptions) { o.timeout = d }
 }
 
 // Send queues msg for msg.Receiver and returns its id once the broker has
-// accepted it. A message with a Timeout is queued together with its pending
+// accepted it. A message without a Sender is fire-and-forget. A message
+// sent WithTimeout is queued together with its pending
 // timeout in one atomic step; this instance then watches the sender's
 // timeouts, so that a notice reaches the sender's TimeoutHandler (on
 // whichever instance registered one) within Config.TimeoutMonitorFrequency of
@@ -103,19 +130,15 @@ func WithHeader(key, value string) SendOption {
 //
 // Send returns a *ValidationError for bad input, an error wrapping
 // ErrUnavailable when the broker cannot be reached, and ErrClosed after
-// Close.
+// Close. It blocks for one round trip to the broker, never past ctx's end
+// (see "Which calls block" in the package documentation).
 func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (string, error) {
-	if len(opts) > 0 {
-		msg.Headers = maps.Clone(msg.Headers)
-		for _, o := range opts {
-			o(&msg)
-		}
-	}
-	if err := d.validateMessage(&msg); err != nil {
+	o := sendOptionsOf(opts)
+	if err := d.validateMessage(&msg, &o); err != nil {
 		return "", err
 	}
 	id := newID()
-	if _, err := d.send(ctx, &msg, id); err != nil {
+	if _, err := d.send(ctx, &msg, o.timeout, id); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -137,23 +160,21 @@ func (d *Disker) SendBatch(ctx context.Context, msgs []Message, opts ...SendOpti
 	if d.closed.Load() {
 		return nil, ErrClosed
 	}
+	o := sendOptionsOf(opts)
 	envs := make([]*broker.Envelope, len(msgs))
 	for i := range msgs {
-		m := msgs[i]
-		if len(opts) > 0 {
-			m.Headers = maps.Clone(m.Headers)
-			for _, o := range opts {
-				o(&m)
-			}
-		}
-		if err := d.validateMessage(&m); err != nil {
+		m := &msgs[i]
+		if err := d.validateMessage(m, &o); err != nil {
 			var ve *ValidationError
-			if errors.As(err, &ve) {
+			if errors.As(err, &ve) && strings.HasPrefix(ve.Field, "Message.") {
 				return nil, invalid(fmt.Sprintf("msgs[%d].%s", i, strings.TrimPrefix(ve.Field, "Message.")), "%s", ve.Reason)
+			}
+			if errors.As(err, &ve) {
+				return nil, invalid(ve.Field, "msgs[%d]: %s", i, ve.Reason)
 			}
 			return nil, err
 		}
-		envs[i] = envelope(&m, newID())
+		envs[i] = envelope(m, o.timeout, newID())
 	}
 	if len(envs) == 0 {
 		return []string{}, nil
@@ -193,44 +214,41 @@ func (d *Disker) SendBatch(ctx context.Context, msgs []Message, opts ...SendOpti
 	return ids, nil
 }
 
-func (d *Disker) validateMessage(m *Message) error {
-	if err := checkName("Message.Receiver", m.Receiver); err != nil {
+// validateMessage checks m, sent with o, as Send and SendBatch take it.
+func (d *Disker) validateMessage(m *Message, o *sendOptions) error {
+	if err := d.checkContent(m); err != nil {
 		return err
 	}
-	switch {
-	case m.Sender == "" && !m.FireAndForget:
-		return invalid("Message.Sender", "must be set unless the message is fire-and-forget")
-	case m.Sender != "":
+	if m.Sender != "" {
 		if err := checkName("Message.Sender", m.Sender); err != nil {
 			return err
 		}
 	}
+	return o.check(m.Sender != "")
+}
+
+// checkContent checks m's Receiver and Content, which every send needs.
+func (d *Disker) checkContent(m *Message) error {
+	if err := checkName("Message.Receiver", m.Receiver); err != nil {
+		return err
+	}
 	if len(m.Content) > d.cfg.MaxMessageSize {
 		return invalid("Message.Content", "%d bytes is over the limit of %d (Config.MaxMessageSize)", len(m.Content), d.cfg.MaxMessageSize)
-	}
-	if m.Timeout < 0 {
-		return invalid("Message.Timeout", "must be >= 0, got %v", m.Timeout)
-	}
-	if m.Timeout > 0 && m.FireAndForget {
-		return invalid("Message.Timeout", "a fire-and-forget message cannot have a timeout")
-	}
-	if m.Timeout > 0 && m.Timeout < time.Millisecond {
-		return invalid("Message.Timeout", "must be at least 1ms, got %v", m.Timeout)
 	}
 	return nil
 }
 
-// send sends a validated message under id. It returns the deadline in the
-// broker's clock (zero if none).
-func (d *Disker) send(ctx context.Context, m *Message, id string) (time.Time, error) {
+// send sends a validated message with timeout (0 for none) under id. It
+// returns the deadline in the broker's clock (zero if none).
+func (d *Disker) send(ctx context.Context, m *Message, timeout time.Duration, id string) (time.Time, error) {
 	if d.closed.Load() {
 		return time.Time{}, ErrClosed
 	}
-	env := envelope(m, id)
-	if m.Timeout > 0 {
+	env := envelope(m, timeout, id)
+	if timeout > 0 {
 		// Watch before sending: the monitor must know the sender by the time
 		// the deadline passes.
-		d.monitor.watch(m.Sender, time.Now().Add(m.Timeout))
+		d.monitor.watch(m.Sender, time.Now().Add(timeout))
 	}
 	bdl, err := d.b.Send(ctx, env)
 	return bdl, d.afterSend(m, id, err)
@@ -251,33 +269,33 @@ func (d *Disker) afterSend(m *Message, id string, err error) error {
 	return nil
 }
 
-// envelope returns the envelope of m, sent under id.
-func envelope(m *Message, id string) *broker.Envelope {
+// envelope returns the envelope of m, sent with timeout under id.
+func envelope(m *Message, timeout time.Duration, id string) *broker.Envelope {
 	return &broker.Envelope{
 		ID:            id,
 		Sender:        m.Sender,
 		Receiver:      m.Receiver,
 		Content:       m.Content,
 		Headers:       m.Headers,
-		FireAndForget: m.FireAndForget,
-		Timeout:       m.Timeout,
+		FireAndForget: m.Sender == "",
+		Timeout:       timeout,
 	}
 }
 
 // messageOf turns a delivered envelope into a Message.
 func (d *Disker) messageOf(env *broker.Envelope, deadline time.Time, attempt int) *Message {
 	m := &Message{
-		ID:            env.ID,
-		Sender:        env.Sender,
-		Receiver:      env.Receiver,
-		Content:       env.Content,
-		Headers:       env.Headers,
-		FireAndForget: env.FireAndForget,
-		Timeout:       env.Timeout,
-		Deadline:      d.b.Local(deadline),
-		Attempt:       attempt,
-		InReplyTo:     env.InReplyTo,
+		ID:        env.ID,
+		Sender:    env.Sender,
+		Receiver:  env.Receiver,
+		Content:   env.Content,
+		Headers:   env.Headers,
+		Deadline:  d.b.Local(deadline),
+		Attempt:   attempt,
+		InReplyTo: env.InReplyTo,
 
+		timeout:        env.Timeout,
+		noReply:        env.FireAndForget,
 		brokerDeadline: deadline,
 		fromInbox:      env.FromInbox,
 	}

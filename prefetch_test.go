@@ -30,7 +30,7 @@ func TestPrefetch(t *testing.T) {
 		}
 		var msgs []disker.Message
 		for i := range 4 {
-			msgs = append(msgs, disker.Message{Receiver: "lined", Content: fmt.Append(nil, i), FireAndForget: true})
+			msgs = append(msgs, disker.Message{Receiver: "lined", Content: fmt.Append(nil, i)})
 		}
 		if _, err := d.SendBatch(ctx, msgs); err != nil {
 			t.Fatal(err)
@@ -67,7 +67,7 @@ func TestPrefetchedLeftOnStop(t *testing.T) {
 		}
 		var msgs []disker.Message
 		for i := range 3 {
-			msgs = append(msgs, disker.Message{Receiver: "stopping", Content: fmt.Append(nil, i), FireAndForget: true})
+			msgs = append(msgs, disker.Message{Receiver: "stopping", Content: fmt.Append(nil, i)})
 		}
 		if _, err := first.SendBatch(ctx, msgs); err != nil {
 			t.Fatal(err)

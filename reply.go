@@ -8,7 +8,8 @@ import (
 )
 
 // Reply sends response as the reply to msg, a message this instance
-// received. It returns ErrFireAndForget for a fire-and-forget message and
+// received. It returns ErrFireAndForget for a fire-and-forget message (one
+// without a Sender) and
 // ErrLate when msg has a timeout and was already settled (it timed out, or
 // was answered), or when msg came from a Request whose instance has gone:
 // the reply was dropped.
@@ -27,12 +28,10 @@ func (d *Disker) Reply(ctx context.Context, msg *Message, response []byte) error
 	switch {
 	case msg == nil:
 		return invalid("Message", "must not be nil")
-	case msg.FireAndForget:
+	case !msg.ExpectsReply():
 		return ErrFireAndForget
 	case msg.ID == "":
 		return invalid("Message.ID", "must be set: reply to a received message")
-	case msg.Sender == "":
-		return invalid("Message.Sender", "must be set: it is the reply's address")
 	case len(response) > d.cfg.MaxMessageSize:
 		return invalid("response", "%d bytes is over the limit of %d (Config.MaxMessageSize)", len(response), d.cfg.MaxMessageSize)
 	}
@@ -58,7 +57,7 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 		// deadline (see broker.Inbox), and never re-creates an inbox that
 		// has gone.
 		err = d.b.ReplyInbox(ctx, &env, msg.brokerDeadline)
-	case msg.Timeout > 0:
+	case msg.timeout > 0:
 		err = d.b.Reply(ctx, &env, broker.ReplyTimed)
 	default:
 		err = d.b.Reply(ctx, &env, broker.ReplyUntimed)

@@ -13,7 +13,7 @@ import (
 // whether the handler returns its response or calls Reply.
 func TestReplyHeaders(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
-		d, err := disker.New(e.config())
+		d, err := disker.New(context.Background(), e.config())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +31,7 @@ func TestReplyHeaders(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		for _, content := range []string{"return", "reply"} {
-			reply, err := d.Request(ctx, "jobs", []byte(content))
+			reply, err := d.Request(ctx, disker.Message{Receiver: "jobs", Content: []byte(content)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -147,9 +147,10 @@ func (r *requester) close(ctx context.Context) {
 	r.open = false
 }
 
-// Request sends content to receiver and waits for the reply, which it
-// returns. The message is sent from this instance's private reply address
-// with ctx's deadline as its timeout (WithTimeout may shorten it), so the
+// Request sends msg to msg.Receiver and waits for the reply, which it
+// returns. msg.Sender must be empty: the message is sent from this
+// instance's private reply address, with ctx's deadline as its timeout
+// (WithTimeout may shorten it), so the
 // reply and the timeout are decided by the broker's clock at one point:
 // the reply counts if the broker appended it to the inbox before the
 // deadline, and the replier of any other is told ErrLate. Request sees
@@ -175,33 +176,27 @@ func (r *requester) close(ctx context.Context) {
 // and the broker deletes it by itself some heartbeat intervals after an
 // instance crashed. A reply that comes after the inbox has gone is dropped
 // (the replier gets ErrLate) and re-creates nothing.
-func (d *Disker) Request(ctx context.Context, receiver string, content []byte, opts ...SendOption) (*Message, error) {
-	msg := Message{Receiver: receiver, Content: content}
-	for _, o := range opts {
-		o(&msg)
+func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (*Message, error) {
+	if msg.Sender != "" {
+		return nil, invalid("Message.Sender", "must be empty for Request: the reply goes to the instance's private address")
 	}
-	if msg.FireAndForget {
-		return nil, invalid("Message.FireAndForget", "a request waits for its reply: it cannot be fire-and-forget")
-	}
-	if err := checkName("Message.Receiver", receiver); err != nil {
+	if err := d.checkContent(&msg); err != nil {
 		return nil, err
 	}
-	if len(content) > d.cfg.MaxMessageSize {
-		return nil, invalid("Message.Content", "%d bytes is over the limit of %d (Config.MaxMessageSize)", len(content), d.cfg.MaxMessageSize)
+	o := sendOptionsOf(opts)
+	if err := o.check(true); err != nil { // the inbox is the sender
+		return nil, err
 	}
-	if msg.Timeout < 0 {
-		return nil, invalid("Message.Timeout", "must be >= 0, got %v", msg.Timeout)
-	}
-	if msg.Timeout > 0 {
+	if o.timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, msg.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
 	id := newID()
-	msg.Timeout = 0
+	var timeout time.Duration
 	dl, hasDeadline := ctx.Deadline()
 	if hasDeadline {
-		msg.Timeout = max(time.Until(dl), time.Millisecond)
+		timeout = max(time.Until(dl), time.Millisecond)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, d.requestEnded(id, err)
@@ -234,7 +229,7 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 	// The send runs to its end even if ctx ends meanwhile (the broker bounds
 	// its I/O): an interrupted send would leave it unknown whether the
 	// message was queued, and so whether a reply may still be accepted.
-	deadline, err := r.send(context.WithoutCancel(ctx), &msg, id)
+	deadline, err := r.send(context.WithoutCancel(ctx), &msg, timeout, id)
 	var sendErr error
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) || deadline.IsZero() {
@@ -267,7 +262,7 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 			if ctx.Err() == context.DeadlineExceeded {
 				d.timedOut.Add(1)
 				if d.onEvent != nil {
-					d.emit(Event{Kind: EventTimedOut, Receiver: receiver, Sender: r.name, MessageID: id})
+					d.emit(Event{Kind: EventTimedOut, Receiver: msg.Receiver, Sender: r.name, MessageID: id})
 				}
 			}
 			if sendErr != nil {
@@ -277,7 +272,7 @@ func (d *Disker) Request(ctx context.Context, receiver string, content []byte, o
 		case <-d.closing:
 			return nil, ErrClosed
 		case <-ended:
-			if msg.Timeout == 0 {
+			if timeout == 0 {
 				return nil, d.requestEnded(id, ctx.Err())
 			}
 			ended = nil
@@ -402,12 +397,12 @@ func (r *requester) deliverOutcome(e *broker.Reply) {
 // send sends m, a Request's message from the inbox, under id. It returns
 // the deadline in the broker's clock (zero if none), also with an error
 // that leaves it unknown whether m was queued (see broker.Inbox).
-func (r *requester) send(ctx context.Context, m *Message, id string) (time.Time, error) {
+func (r *requester) send(ctx context.Context, m *Message, timeout time.Duration, id string) (time.Time, error) {
 	d := r.d
 	if d.closed.Load() {
 		return time.Time{}, ErrClosed
 	}
-	bdl, err := d.b.SendRequest(ctx, envelope(m, id))
+	bdl, err := d.b.SendRequest(ctx, envelope(m, timeout, id))
 	return bdl, d.afterSend(m, id, err)
 }
 

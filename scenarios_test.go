@@ -27,8 +27,8 @@ func TestSendReceiveReply(t *testing.T) {
 			t.Fatal(err)
 		}
 		id, err := client.Send(ctxTimeout(t, 5*time.Second), disker.Message{
-			Sender: "client", Receiver: "echo", Content: []byte("hi"),
-		}, disker.WithHeader("k", "v"))
+			Sender: "client", Receiver: "echo", Content: []byte("hi"), Headers: map[string]string{"k": "v"},
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,14 +52,14 @@ func TestHandlerSeesMessage(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := time.Now()
-		id, err := d.Send(ctxTimeout(t, 5*time.Second), disker.Message{Sender: "s", Receiver: "inspect", Content: []byte("c")},
-			disker.WithTimeout(time.Minute), disker.WithHeader("a", "1"))
+		id, err := d.Send(ctxTimeout(t, 5*time.Second), disker.Message{Sender: "s", Receiver: "inspect", Content: []byte("c"), Headers: map[string]string{"a": "1"}},
+			disker.WithTimeout(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
 		m := recv(t, got, 10*time.Second, "the message")
 		if m.ID != id || m.Sender != "s" || m.Receiver != "inspect" || string(m.Content) != "c" || m.Headers["a"] != "1" ||
-			m.Attempt != 1 || m.Timeout != time.Minute || m.FireAndForget {
+			m.Attempt != 1 || m.Deadline.IsZero() || !m.ExpectsReply() {
 			t.Fatalf("message = %+v", m)
 		}
 		// The deadline is a minute after Send, give or take the clock
@@ -167,7 +167,7 @@ func TestWorkerNeverStartsExpiredMessage(t *testing.T) {
 		if id := recv(t, timedOut, 10*time.Second, "the timeout"); id != expired {
 			t.Fatalf("timeout for %s, want %s", id, expired)
 		}
-		marker, err := d.Send(ctx, disker.Message{Receiver: "later"}, disker.WithFireAndForget())
+		marker, err := d.Send(ctx, disker.Message{Receiver: "later"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +263,7 @@ func TestTimeoutNoticeReachesOtherInstance(t *testing.T) {
 		if err := other.OnTimeout("shared", disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) { timeouts <- m.ID })); err != nil {
 			t.Fatal(err)
 		}
-		sender, err := disker.New(e.config())
+		sender, err := disker.New(context.Background(), e.config())
 		if err != nil {
 			t.Fatal(err)
 		}

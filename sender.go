@@ -25,6 +25,8 @@ type senderHandlers struct {
 	timeout TimeoutHandler
 	reply   ReplyHandler
 	reader  *replyReader
+	// defaultReply says reply is OnTimeout's default (defaultReplyHandler).
+	defaultReply bool
 }
 
 // replyReader is the goroutine that reads one reply stream (a sender's,

@@ -27,7 +27,7 @@ func TestSentinelFailover(t *testing.T) {
 	request := func(content string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		r, err := client.Request(ctx, "echo", []byte(content))
+		r, err := client.Request(ctx, disker.Message{Receiver: "echo", Content: []byte(content)})
 		if err == nil && string(r.Content) != "echo:"+content {
 			t.Fatalf("reply %q to %q", r.Content, content)
 		}

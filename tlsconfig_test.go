@@ -15,13 +15,13 @@ import (
 func TestConfigTLSConfig(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.WithTLS())
-	if d, err := disker.New(disker.Config{RedisURL: srv.URL(), KeyPrefix: redistest.Prefix(t)}); err == nil {
+	if d, err := disker.New(context.Background(), disker.Config{RedisURL: srv.URL(), KeyPrefix: redistest.Prefix(t)}); err == nil {
 		_ = d.Close(context.Background())
 		t.Fatal("New without Config.TLSConfig trusted the test's CA")
 	} else if !errors.Is(err, disker.ErrUnavailable) {
 		t.Fatalf("New without Config.TLSConfig: %v, want ErrUnavailable", err)
 	}
-	d, err := disker.New(disker.Config{RedisURL: srv.URL(), KeyPrefix: redistest.Prefix(t), TLSConfig: srv.TLSConfig()})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: srv.URL(), KeyPrefix: redistest.Prefix(t), TLSConfig: srv.TLSConfig()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestConfigTLSConfig(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	reply, err := d.Request(ctx, "echo", []byte("over TLS"))
+	reply, err := d.Request(ctx, disker.Message{Receiver: "echo", Content: []byte("over TLS")})
 	if err != nil || string(reply.Content) != "over TLS" {
 		t.Fatalf("Request over TLS: %v, %v", reply, err)
 	}

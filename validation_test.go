@@ -46,7 +46,7 @@ func TestConfigValidation(t *testing.T) {
 		{"Config.RedisURL", disker.Config{RedisURL: "redis://%zz"}},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
-			d, err := disker.New(tc.cfg)
+			d, err := disker.New(context.Background(), tc.cfg)
 			if d != nil {
 				t.Fatal("New returned an instance with an error")
 			}
@@ -58,7 +58,7 @@ func TestConfigValidation(t *testing.T) {
 func TestNewUnreachableRedis(t *testing.T) {
 	t.Parallel()
 	// Port 1 on loopback: nothing listens there.
-	d, err := disker.New(disker.Config{RedisURL: "redis://127.0.0.1:1/0", Logger: testLogger()})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "redis://127.0.0.1:1/0", Logger: testLogger()})
 	if d != nil || !errors.Is(err, disker.ErrUnavailable) || !strings.HasPrefix(err.Error(), "disker: ") {
 		t.Fatalf("New = %v, %v; want an error wrapping ErrUnavailable", d, err)
 	}
@@ -84,19 +84,21 @@ func TestBadInput(t *testing.T) {
 			t.Run("name "+what, func(t *testing.T) {
 				_, err := d.Send(ctx, disker.Message{Sender: "s", Receiver: name})
 				wantValidation(t, err, "Message.Receiver")
-				_, err = d.Send(ctx, disker.Message{Sender: name, Receiver: "r"})
-				wantValidation(t, err, "Message.Sender")
+				if name != "" { // no Sender: fire-and-forget
+					_, err = d.Send(ctx, disker.Message{Sender: name, Receiver: "r"})
+					wantValidation(t, err, "Message.Sender")
+				}
 				wantValidation(t, d.Handle(name, h), "receiver")
 				wantValidation(t, d.OnReply(name, disker.ReplyHandlerFunc(func(context.Context, *disker.Message) {})), "sender")
 				wantValidation(t, d.OnTimeout(name, disker.TimeoutHandlerFunc(func(context.Context, *disker.Message) {})), "sender")
-				_, err = d.Request(ctx, name, nil)
+				_, err = d.Request(ctx, disker.Message{Receiver: name})
 				wantValidation(t, err, "Message.Receiver")
 				_, err = d.Stats(ctx, name)
 				wantValidation(t, err, "receiver")
 			})
 		}
 		longest := strings.Repeat("n", disker.MaxNameLength)
-		if _, err := d.Send(ctx, disker.Message{Sender: "A-z_0.9:x", Receiver: longest}, disker.WithFireAndForget()); err != nil {
+		if _, err := d.Send(ctx, disker.Message{Sender: "A-z_0.9:x", Receiver: longest}); err != nil {
 			t.Fatalf("Send with valid names: %v", err)
 		}
 
@@ -106,11 +108,10 @@ func TestBadInput(t *testing.T) {
 			msg   disker.Message
 			opts  []disker.SendOption
 		}{
-			{"no sender", "Message.Sender", disker.Message{Receiver: "r"}, nil},
 			{"too big", "Message.Content", disker.Message{Sender: "s", Receiver: "r", Content: make([]byte, 17)}, nil},
-			{"negative timeout", "Message.Timeout", disker.Message{Sender: "s", Receiver: "r", Timeout: -time.Second}, nil},
-			{"sub-millisecond timeout", "Message.Timeout", disker.Message{Sender: "s", Receiver: "r"}, []disker.SendOption{disker.WithTimeout(time.Microsecond)}},
-			{"timed fire-and-forget", "Message.Timeout", disker.Message{Receiver: "r"}, []disker.SendOption{disker.WithFireAndForget(), disker.WithTimeout(time.Second)}},
+			{"negative timeout", "WithTimeout", disker.Message{Sender: "s", Receiver: "r"}, []disker.SendOption{disker.WithTimeout(-time.Second)}},
+			{"sub-millisecond timeout", "WithTimeout", disker.Message{Sender: "s", Receiver: "r"}, []disker.SendOption{disker.WithTimeout(time.Microsecond)}},
+			{"timed fire-and-forget", "WithTimeout", disker.Message{Receiver: "r"}, []disker.SendOption{disker.WithTimeout(time.Second)}},
 		} {
 			t.Run("Send "+tc.what, func(t *testing.T) {
 				id, err := d.Send(ctx, tc.msg, tc.opts...)
@@ -120,13 +121,15 @@ func TestBadInput(t *testing.T) {
 				wantValidation(t, err, tc.field)
 			})
 		}
-		if _, err := d.Send(ctx, disker.Message{Receiver: "r", Content: make([]byte, 16)}, disker.WithFireAndForget()); err != nil {
+		if _, err := d.Send(ctx, disker.Message{Receiver: "r", Content: make([]byte, 16)}); err != nil {
 			t.Fatalf("Send at the size limit: %v", err)
 		}
-		_, err := d.Request(ctx, "r", make([]byte, 17))
+		_, err := d.Request(ctx, disker.Message{Receiver: "r", Content: make([]byte, 17)})
 		wantValidation(t, err, "Message.Content")
-		_, err = d.Request(ctx, "r", nil, disker.WithFireAndForget())
-		wantValidation(t, err, "Message.FireAndForget")
+		_, err = d.Request(ctx, disker.Message{Sender: "s", Receiver: "r"})
+		wantValidation(t, err, "Message.Sender")
+		_, err = d.Request(ctx, disker.Message{Receiver: "r"}, disker.WithTimeout(-time.Second))
+		wantValidation(t, err, "WithTimeout")
 
 		wantValidation(t, d.Handle("r", nil), "Handler")
 		wantValidation(t, d.OnReply("s", nil), "ReplyHandler")
@@ -189,11 +192,10 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("Handle after Unhandle: %v", err)
 		}
 
-		if err := d.Reply(ctx, &disker.Message{ID: "x", Receiver: "r", FireAndForget: true}, nil); !errors.Is(err, disker.ErrFireAndForget) {
+		if err := d.Reply(ctx, &disker.Message{ID: "x", Receiver: "r"}, nil); !errors.Is(err, disker.ErrFireAndForget) {
 			t.Fatalf("Reply to fire-and-forget = %v, want ErrFireAndForget", err)
 		}
 		wantValidation(t, d.Reply(ctx, nil, nil), "Message")
-		wantValidation(t, d.Reply(ctx, &disker.Message{ID: "x", Receiver: "r"}, nil), "Message.Sender")
 		wantValidation(t, d.Reply(ctx, &disker.Message{ID: "x", Sender: "s", Receiver: "r"}, make([]byte, 17)), "response")
 		_, err = d.DeadLetters(ctx, "r", 0)
 		wantValidation(t, err, "max")
@@ -202,7 +204,7 @@ func TestBadInput(t *testing.T) {
 
 func TestCallsAfterClose(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
-		d, err := disker.New(e.config())
+		d, err := disker.New(context.Background(), e.config())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,8 +219,8 @@ func TestCallsAfterClose(t *testing.T) {
 			t.Fatalf("second Close = %v, want nil", err)
 		}
 		h := disker.HandlerFunc(echo)
-		_, sendErr := d.Send(ctx, disker.Message{Receiver: "r"}, disker.WithFireAndForget())
-		_, reqErr := d.Request(ctx, "r", nil)
+		_, sendErr := d.Send(ctx, disker.Message{Receiver: "r"})
+		_, reqErr := d.Request(ctx, disker.Message{Receiver: "r"})
 		_, wErr := d.Workers(ctx)
 		_, rErr := d.Receivers(ctx)
 		_, sErr := d.Stats(ctx, "r")
@@ -262,7 +264,7 @@ func TestEvents(t *testing.T) {
 		if err := d.Handle("echo", disker.HandlerFunc(echo)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := d.Request(ctxTimeout(t, 10*time.Second), "echo", nil); err != nil {
+		if _, err := d.Request(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "echo"}); err != nil {
 			t.Fatal(err)
 		}
 		seen := map[disker.EventKind]bool{}
@@ -292,7 +294,7 @@ func TestMaxMessageSizeAboveDefault(t *testing.T) {
 			t.Fatal(err)
 		}
 		content := bytes.Repeat([]byte("x"), 2<<20)
-		m, err := client.Request(ctxTimeout(t, 30*time.Second), "echo", content)
+		m, err := client.Request(ctxTimeout(t, 30*time.Second), disker.Message{Receiver: "echo", Content: content})
 		if err != nil {
 			t.Fatalf("Request of 2 MiB: %v", err)
 		}
@@ -300,7 +302,7 @@ func TestMaxMessageSizeAboveDefault(t *testing.T) {
 			t.Fatalf("reply of %d bytes, want the %d bytes of echo:content", len(m.Content), len(want))
 		}
 		over := make([]byte, 4<<20+1)
-		_, err = client.Send(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "echo", Content: over}, disker.WithFireAndForget())
+		_, err = client.Send(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "echo", Content: over})
 		wantValidation(t, err, "Message.Content")
 	})
 }

@@ -16,11 +16,11 @@ import (
 const closeGrace = 30 * time.Second
 
 func newDiskerPair(s *redisServer) (dispatcher, worker *disker.Disker, err error) {
-	dispatcher, err = disker.New(disker.Config{RedisURL: s.url()})
+	dispatcher, err = disker.New(context.Background(), disker.Config{RedisURL: s.url()})
 	if err != nil {
 		return nil, nil, err
 	}
-	worker, err = disker.New(disker.Config{RedisURL: s.url()})
+	worker, err = disker.New(context.Background(), disker.Config{RedisURL: s.url()})
 	if err != nil {
 		_ = closeDiskers(dispatcher)
 		return nil, nil, err
@@ -84,7 +84,7 @@ func ffDiskerWith(ctx context.Context, s *redisServer, n, batch int) (smp sample
 		if batch > 1 {
 			msgs := make([]disker.Message, batch)
 			for i := range msgs {
-				msgs[i] = disker.Message{Receiver: "bench-ff", Content: payload, FireAndForget: true}
+				msgs[i] = disker.Message{Receiver: "bench-ff", Content: payload}
 			}
 			return produce(ctx, n/batch, errc, func(ctx context.Context) error {
 				_, err := dispatcher.SendBatch(ctx, msgs)
@@ -92,7 +92,7 @@ func ffDiskerWith(ctx context.Context, s *redisServer, n, batch int) (smp sample
 			})
 		}
 		return produce(ctx, n, errc, func(ctx context.Context) error {
-			_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-ff", Content: payload}, disker.WithFireAndForget())
+			_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-ff", Content: payload})
 			return err
 		})
 	})
@@ -117,7 +117,7 @@ func rrDisker(ctx context.Context, s *redisServer, n, r int) (smp sample, err er
 	return runRequests(ctx, n, r, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, rrTimeout)
 		defer cancel()
-		reply, err := requester.Request(ctx, "bench-rr", payload)
+		reply, err := requester.Request(ctx, disker.Message{Receiver: "bench-rr", Content: payload})
 		if err != nil {
 			return err
 		}

@@ -42,14 +42,14 @@ func TestRedisCostWithThreePages(t *testing.T) {
 	const receivers, interval, window = 1000, time.Second, 8 * time.Second
 	srv := redistest.Start(t)
 	prefix := redistest.Prefix(t)
-	lib, err := disker.New(disker.Config{RedisURL: srv.URL(), KeyPrefix: prefix})
+	lib, err := disker.New(context.Background(), disker.Config{RedisURL: srv.URL(), KeyPrefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lib.Close(context.Background())
 	msgs := make([]disker.Message, receivers)
 	for i := range msgs {
-		msgs[i] = disker.Message{Receiver: fmt.Sprintf("r%04d", i), Content: []byte("x"), FireAndForget: true}
+		msgs[i] = disker.Message{Receiver: fmt.Sprintf("r%04d", i), Content: []byte("x")}
 	}
 	if _, err := lib.SendBatch(context.Background(), msgs); err != nil {
 		t.Fatal(err)

@@ -52,14 +52,14 @@ func TestDashboard(t *testing.T) {
 	ctx := context.Background()
 	for range 5 {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := lib.Request(rctx, "upper", []byte("hello"))
+		_, err := lib.Request(rctx, disker.Message{Receiver: "upper", Content: []byte("hello")})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, c := range contents {
-		if _, err := lib.Send(ctx, disker.Message{Receiver: "webhooks", Content: []byte(c), FireAndForget: true,
+		if _, err := lib.Send(ctx, disker.Message{Receiver: "webhooks", Content: []byte(c),
 			Headers: map[string]string{"content-type": "application/json"}}); err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func TestDashboard(t *testing.T) {
 				default:
 				}
 				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				_, _ = lib.Request(rctx, "upper", []byte("load"))
+				_, _ = lib.Request(rctx, disker.Message{Receiver: "upper", Content: []byte("load")})
 				cancel()
 			}
 		}()

@@ -143,7 +143,7 @@ func dashboard(t *testing.T, prefix string, args ...string) string {
 // with.
 func library(t *testing.T, prefix string) *disker.Disker {
 	t.Helper()
-	d, err := disker.New(disker.Config{RedisURL: redisURL, KeyPrefix: prefix, Logger: slog.New(slog.DiscardHandler)})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: redisURL, KeyPrefix: prefix, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestScreenshots(t *testing.T) {
 	lib := library(t, prefix)
 	ctx := context.Background()
 	send := func(receiver, content string, headers map[string]string) {
-		if _, err := lib.Send(ctx, disker.Message{Receiver: receiver, Content: []byte(content), FireAndForget: true, Headers: headers}); err != nil {
+		if _, err := lib.Send(ctx, disker.Message{Receiver: receiver, Content: []byte(content), Headers: headers}); err != nil {
 			t.Fatal(err)
 		}
 	}

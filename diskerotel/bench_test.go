@@ -89,7 +89,7 @@ func BenchmarkRequest(b *testing.B) {
 				cfg.OnEvent = tr.Observe
 				h = tr.Handler(echo)
 			}
-			d, err := disker.New(cfg)
+			d, err := disker.New(context.Background(), cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -107,9 +107,9 @@ func BenchmarkRequest(b *testing.B) {
 				for pb.Next() {
 					var err error
 					if traced {
-						_, err = tr.Request(ctx, d, "echo", content)
+						_, err = tr.Request(ctx, d, disker.Message{Receiver: "echo", Content: content})
 					} else {
-						_, err = d.Request(ctx, "echo", content)
+						_, err = d.Request(ctx, disker.Message{Receiver: "echo", Content: content})
 					}
 					if err != nil {
 						b.Error(err)

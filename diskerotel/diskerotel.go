@@ -28,7 +28,7 @@
 // depend on OpenTelemetry. Wire it like this:
 //
 //	tr := diskerotel.New()
-//	d, err := disker.New(disker.Config{RedisURL: url, OnEvent: tr.Observe})
+//	d, err := disker.New(ctx, disker.Config{RedisURL: url, OnEvent: tr.Observe})
 //	...
 //	d.Handle("jobs", tr.Handler(h))
 //	id, err := tr.Send(ctx, d, disker.Message{Sender: "me", Receiver: "jobs", Content: b})
@@ -38,7 +38,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"maps"
 	"sync"
 	"time"
 
@@ -153,16 +153,17 @@ func fail(span trace.Span, err error) {
 	span.SetStatus(codes.Error, err.Error())
 }
 
-// headers returns the options that put ctx's trace context in a message's
-// headers, after opts.
-func (t *Tracer) headers(ctx context.Context, opts []disker.SendOption) []disker.SendOption {
+// inject puts ctx's trace context in msg's headers, in a copy of them.
+func (t *Tracer) inject(ctx context.Context, msg *disker.Message) {
 	carrier := propagation.MapCarrier{}
 	t.prop.Inject(ctx, carrier)
-	out := slices.Grow(slices.Clone(opts), len(carrier))
-	for k, v := range carrier {
-		out = append(out, disker.WithHeader(k, v))
+	if len(carrier) == 0 {
+		return
 	}
-	return out
+	h := make(map[string]string, len(msg.Headers)+len(carrier))
+	maps.Copy(h, msg.Headers)
+	maps.Copy(h, carrier)
+	msg.Headers = h
 }
 
 // Send sends msg with d.Send inside a "send RECEIVER" span, whose context
@@ -171,7 +172,8 @@ func (t *Tracer) Send(ctx context.Context, d *disker.Disker, msg disker.Message,
 	ctx, span := t.tracer.Start(ctx, "send "+msg.Receiver,
 		trace.WithSpanKind(trace.SpanKindProducer), attrs(msg.Receiver, "", 0))
 	defer span.End()
-	id, err := d.Send(ctx, msg, t.headers(ctx, opts)...)
+	t.inject(ctx, &msg)
+	id, err := d.Send(ctx, msg, opts...)
 	if err != nil {
 		fail(span, err)
 		return id, err
@@ -180,18 +182,20 @@ func (t *Tracer) Send(ctx context.Context, d *disker.Disker, msg disker.Message,
 	return id, nil
 }
 
-// Request sends content to receiver with d.Request inside a "send RECEIVER"
+// Request sends msg with d.Request inside a "send RECEIVER"
 // span, whose context it carries in the message's headers, and waits for
 // the reply. When the reply comes back with the context of the handle span
 // that answered (a handler wrapped by Handler), the send span links to it.
 // The span has the message id when a reply came (Disker does not tell it
 // otherwise). When the request timed out, a "timeout RECEIVER" span
 // runs from its deadline to the moment Request returned.
-func (t *Tracer) Request(ctx context.Context, d *disker.Disker, receiver string, content []byte, opts ...disker.SendOption) (*disker.Message, error) {
+func (t *Tracer) Request(ctx context.Context, d *disker.Disker, msg disker.Message, opts ...disker.SendOption) (*disker.Message, error) {
+	receiver := msg.Receiver
 	ctx, span := t.tracer.Start(ctx, "send "+receiver,
 		trace.WithSpanKind(trace.SpanKindClient), attrs(receiver, "", 0))
 	defer span.End()
-	reply, err := d.Request(ctx, receiver, content, t.headers(ctx, opts)...)
+	t.inject(ctx, &msg)
+	reply, err := d.Request(ctx, msg, opts...)
 	if err != nil {
 		fail(span, err)
 		if errors.Is(err, disker.ErrTimeout) {

@@ -25,7 +25,7 @@ func TestSendAndTimeoutNotice(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer tp.Shutdown(context.Background())
 	tr := diskerotel.New(diskerotel.WithTracerProvider(tp))
-	d, err := disker.New(disker.Config{RedisURL: srv.URL(), Logger: slog.New(slog.DiscardHandler), OnEvent: tr.Observe,
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: srv.URL(), Logger: slog.New(slog.DiscardHandler), OnEvent: tr.Observe,
 		TimeoutMonitorFrequency: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +45,7 @@ func TestSendAndTimeoutNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := tr.Send(ctx, d, disker.Message{Receiver: "jobs", Content: []byte("hi"), FireAndForget: true}); err != nil {
+	if _, err := tr.Send(ctx, d, disker.Message{Receiver: "jobs", Content: []byte("hi")}); err != nil {
 		t.Fatal(err)
 	}
 	lostID, err := tr.Send(ctx, d, disker.Message{Sender: "me", Receiver: "nobody", Content: []byte("hello?")}, disker.WithTimeout(100*time.Millisecond))

@@ -9,7 +9,7 @@
 // from Stats (one round trip to the broker per receiver):
 //
 //	c := diskerprom.New(diskerprom.Options{})
-//	d, err := disker.New(disker.Config{RedisURL: url, OnEvent: c.Observe})
+//	d, err := disker.New(ctx, disker.Config{RedisURL: url, OnEvent: c.Observe})
 //	...
 //	c.Watch(d)
 //	reg := prometheus.NewRegistry()

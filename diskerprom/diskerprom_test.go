@@ -97,7 +97,7 @@ func TestRegisterTwice(t *testing.T) {
 func TestValuesEqualStats(t *testing.T) {
 	c := diskerprom.New(diskerprom.Options{Receivers: []string{"backlog"}})
 	all := diskerprom.New(diskerprom.Options{AllReceivers: true})
-	d, err := disker.New(disker.Config{
+	d, err := disker.New(context.Background(), disker.Config{
 		RedisURL: redisURL, KeyPrefix: redistest.Prefix(t), Logger: slog.New(slog.DiscardHandler),
 		OnEvent: func(e disker.Event) { c.Observe(e); all.Observe(e) },
 	})
@@ -125,7 +125,7 @@ func TestValuesEqualStats(t *testing.T) {
 	defer cancel()
 	send := func(receiver, content string) {
 		t.Helper()
-		if _, err := d.Send(ctx, disker.Message{Receiver: receiver, Content: []byte(content), FireAndForget: true}); err != nil {
+		if _, err := d.Send(ctx, disker.Message{Receiver: receiver, Content: []byte(content)}); err != nil {
 			t.Fatal(err)
 		}
 	}

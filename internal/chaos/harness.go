@@ -392,7 +392,7 @@ func (h *harness) settle() (bool, int64, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.opts.SettleTimeout)
 	defer cancel()
-	admin, err := disker.New(disker.Config{RedisURL: h.be.adminURL, InstanceID: "chaos-harness"})
+	admin, err := disker.New(ctx, disker.Config{RedisURL: h.be.adminURL, InstanceID: "chaos-harness"})
 	if err != nil {
 		return false, 0, fmt.Errorf("chaos: admin connection: %w", err)
 	}

@@ -60,13 +60,15 @@ func newDisker(cfg ProcConfig) (*disker.Disker, error) {
 	// Redis may be down while the process starts: try until it is up.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		d, err = disker.New(disker.Config{
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d, err = disker.New(ctx, disker.Config{
 			RedisURL:                cfg.RedisURL,
 			ReceiverBlockTimeout:    blockTimeout,
 			TimeoutMonitorFrequency: monitorPeriod,
 			Logger:                  log,
 			InstanceID:              "chaos-" + cfg.Name,
 		})
+		cancel()
 		if err == nil || time.Now().After(deadline) {
 			return d, err
 		}
@@ -133,7 +135,7 @@ func RunWorker(cfg ProcConfig) error {
 			end(ResultFailed)
 			return nil, errors.New("chaos: first attempt fails")
 		}
-		if m.FireAndForget {
+		if !m.ExpectsReply() {
 			end(ResultOK)
 			return nil, nil
 		}
@@ -260,16 +262,17 @@ func (p *producer) loop(ctx context.Context, rng *rand.Rand, g int) {
 }
 
 func (p *producer) send(op, receiver, mode string, timeout time.Duration) {
-	msg := disker.Message{Sender: Sender, Receiver: receiver, Content: []byte(op)}
-	if mode == ModeFireAndForget {
-		msg.FireAndForget = true
-	} else {
-		msg.Timeout = timeout
+	// A message without a Sender is fire-and-forget.
+	msg := disker.Message{Receiver: receiver, Content: []byte(op)}
+	var opts []disker.SendOption
+	if mode != ModeFireAndForget {
+		msg.Sender = Sender
+		opts = append(opts, disker.WithTimeout(timeout))
 	}
 	p.rec.Record(Event{Kind: KindSend, Op: op, Mode: mode, Timeout: int64(timeout)})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	id, err := p.d.Send(ctx, msg)
+	id, err := p.d.Send(ctx, msg, opts...)
 	if err != nil {
 		p.rec.Record(Event{Kind: KindSendFailed, Op: op, Err: err.Error()})
 		return
@@ -282,7 +285,7 @@ func (p *producer) request(op, receiver string, timeout time.Duration) {
 	defer cancel()
 	dl, _ := ctx.Deadline()
 	p.rec.Record(Event{Kind: KindSend, Op: op, Mode: ModeRequest, Timeout: int64(timeout), Deadline: dl.UnixNano()})
-	reply, err := p.d.Request(ctx, receiver, []byte(op))
+	reply, err := p.d.Request(ctx, disker.Message{Receiver: receiver, Content: []byte(op)})
 	var remote *disker.RemoteError
 	switch {
 	case err == nil:
@@ -301,7 +304,7 @@ func (p *producer) batch(op, receiver string) {
 	msgs := make([]disker.Message, batchSize)
 	for i := range msgs {
 		o := fmt.Sprintf("%s.%d", op, i)
-		msgs[i] = disker.Message{Receiver: receiver, Content: []byte(o), FireAndForget: true}
+		msgs[i] = disker.Message{Receiver: receiver, Content: []byte(o)}
 		p.rec.Record(Event{Kind: KindSend, Op: o, Mode: ModeBatch})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

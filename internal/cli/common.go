@@ -106,7 +106,7 @@ func (a *app) brokerConfig(ctx context.Context, c *connFlags) (disker.Config, *u
 // openDisker opens a Disker instance with cfg, which brokerConfig made for
 // u, and explains a failure to a user.
 func openDisker(ctx context.Context, cfg disker.Config, u *url.URL) (*disker.Disker, error) {
-	d, err := disker.New(cfg)
+	d, err := disker.New(ctx, cfg)
 	if err != nil {
 		var ve *disker.ValidationError
 		if errors.As(err, &ve) {

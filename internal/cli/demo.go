@@ -272,7 +272,7 @@ func (w *demoWorker) handle(work time.Duration) func(ctx context.Context, m *dis
 			return nil, ctx.Err()
 		}
 		w.handled.Add(1)
-		if m.FireAndForget {
+		if !m.ExpectsReply() {
 			w.fired.Add(1)
 		}
 		return append([]byte(w.name+": "), bytes.ToUpper(m.Content)...), nil
@@ -322,7 +322,7 @@ func (a *app) dispatch(ctx context.Context, d *disker.Disker, receiver string, o
 
 func (c *demoCounts) send(ctx context.Context, d *disker.Disker, receiver, kind string, content []byte, slowTimeout time.Duration) {
 	if kind == kindFire {
-		_, err := d.Send(ctx, disker.Message{Receiver: receiver, Content: content, FireAndForget: true, Headers: map[string]string{"kind": kind}})
+		_, err := d.Send(ctx, disker.Message{Receiver: receiver, Content: content, Headers: map[string]string{"kind": kind}})
 		c.sent.Add(1)
 		if err != nil {
 			c.fail(err)
@@ -342,7 +342,7 @@ func (c *demoCounts) send(ctx context.Context, d *disker.Disker, receiver, kind 
 	defer cancel()
 	start := time.Now()
 	c.sent.Add(1)
-	_, err := d.Request(rctx, receiver, content, disker.WithHeader("kind", kind))
+	_, err := d.Request(rctx, disker.Message{Receiver: receiver, Content: content, Headers: map[string]string{"kind": kind}})
 	switch {
 	case err == nil && kind == kindSlow:
 		c.fail(errors.New("a slow message got a reply before its timeout"))

@@ -134,7 +134,7 @@ func (a *app) runDLQList(ctx context.Context, o *dlqOptions) error {
 		for _, dl := range dls {
 			j := deadLetterJSON{
 				ID: dl.ID, MessageID: dl.Message.ID, Sender: dl.Message.Sender, Headers: dl.Message.Headers,
-				FireAndForget: dl.Message.FireAndForget, Attempts: dl.Attempts, At: dl.At, Reason: dl.Reason,
+				FireAndForget: !dl.Message.ExpectsReply(), Attempts: dl.Attempts, At: dl.At, Reason: dl.Reason,
 			}
 			content := dl.Message.Content
 			if dl.Message.ID == "" {

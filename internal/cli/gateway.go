@@ -243,7 +243,7 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	// The request's id, in its message's "request-id" header: what a 502
 	// answer quotes and the log and the dead letter carry.
 	reqID := randomHex(8)
-	reply, err := g.request(ctx, content, disker.WithHeader("request-id", reqID))
+	reply, err := g.request(ctx, disker.Message{Receiver: g.receiver, Content: content, Headers: map[string]string{"request-id": reqID}})
 	if err != nil {
 		var (
 			re *disker.RemoteError

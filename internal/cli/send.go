@@ -336,11 +336,7 @@ func (a *app) checkWorkers(ctx context.Context, d *disker.Disker, receiver strin
 func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing) ([]byte, error) {
 	rctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	var opts []disker.SendOption
-	for k, v := range m.headers {
-		opts = append(opts, disker.WithHeader(k, v))
-	}
-	reply, err := d.Request(rctx, m.to, m.content, opts...)
+	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers})
 	if err != nil {
 		if errors.Is(err, disker.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return nil, fmt.Errorf("no reply from %q within %v", m.to, m.timeout)
@@ -351,39 +347,53 @@ func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing) ([]byte
 }
 
 func (a *app) sendAsync(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing) (string, error) {
-	return d.Send(ctx, asyncMessage(o, m))
+	return d.Send(ctx, asyncMessage(o, m), disker.WithTimeout(m.timeout))
 }
 
-// asyncMessage is the message of m sent without waiting for a reply.
+// asyncMessage is the message of m sent without waiting for a reply: from
+// --from, or fire-and-forget without it.
 func asyncMessage(o *sendOptions, m outgoing) disker.Message {
-	msg := disker.Message{
+	return disker.Message{
 		Receiver: m.to,
 		Sender:   o.from,
 		Content:  m.content,
 		Headers:  m.headers,
-		Timeout:  m.timeout,
 	}
-	if o.from == "" {
-		msg.FireAndForget = true
-	}
-	return msg
 }
 
 // sendBatchSize is how many lines of a --file without --wait go in one
 // SendBatch.
 const sendBatchSize = 100
 
-// sendAsyncBatch sends ms with one SendBatch and returns the id or the
-// error of each. If the batch is refused as a whole (a message fails
-// validation), it sends them one by one, so that each line gets its own
-// answer.
+// sendAsyncBatch sends ms, in order, with one SendBatch per run of
+// messages with the same timeout, and returns the id or the error of each.
 func (a *app) sendAsyncBatch(ctx context.Context, d *disker.Disker, o *sendOptions, ms []outgoing) ([]string, []error) {
+	ids := make([]string, 0, len(ms))
+	errs := make([]error, 0, len(ms))
+	for len(ms) > 0 {
+		n := 1
+		for n < len(ms) && ms[n].timeout == ms[0].timeout {
+			n++
+		}
+		i, e := a.sendAsyncRun(ctx, d, o, ms[:n])
+		ids, errs = append(ids, i...), append(errs, e...)
+		ms = ms[n:]
+	}
+	return ids, errs
+}
+
+// sendAsyncRun sends ms, which share a timeout, with one SendBatch and
+// returns the id or the error of each. If the batch is refused as a whole
+// (a message fails validation), it sends them one by one, so that each
+// line gets its own answer.
+func (a *app) sendAsyncRun(ctx context.Context, d *disker.Disker, o *sendOptions, ms []outgoing) ([]string, []error) {
+	timeout := disker.WithTimeout(ms[0].timeout)
 	msgs := make([]disker.Message, len(ms))
 	for i, m := range ms {
 		msgs[i] = asyncMessage(o, m)
 	}
 	errs := make([]error, len(ms))
-	ids, err := d.SendBatch(ctx, msgs)
+	ids, err := d.SendBatch(ctx, msgs, timeout)
 	var be *disker.BatchError
 	var ve *disker.ValidationError
 	switch {
@@ -393,7 +403,7 @@ func (a *app) sendAsyncBatch(ctx context.Context, d *disker.Disker, o *sendOptio
 	case errors.As(err, &ve):
 		ids = make([]string, len(ms))
 		for i := range msgs {
-			ids[i], errs[i] = d.Send(ctx, msgs[i])
+			ids[i], errs[i] = d.Send(ctx, msgs[i], timeout)
 		}
 	default:
 		ids = make([]string, len(ms))

@@ -33,7 +33,7 @@ type Tracer interface {
 	// Handler wraps the worker's handler.
 	Handler(disker.Handler) disker.Handler
 	// Request sends a gateway's request and waits for its reply.
-	Request(ctx context.Context, d *disker.Disker, receiver string, content []byte, opts ...disker.SendOption) (*disker.Message, error)
+	Request(ctx context.Context, d *disker.Disker, msg disker.Message, opts ...disker.SendOption) (*disker.Message, error)
 	// HTTPHandler wraps the gateway's HTTP handler.
 	HTTPHandler(http.Handler) http.Handler
 	// Transport wraps the HTTP transport of worker --http.
@@ -100,9 +100,9 @@ func (a *app) traceTransport(rt http.RoundTripper) http.RoundTripper {
 }
 
 // request sends a gateway's request, through the Tracer when tracing.
-func (g *gateway) request(ctx context.Context, content []byte, opts ...disker.SendOption) (*disker.Message, error) {
+func (g *gateway) request(ctx context.Context, msg disker.Message) (*disker.Message, error) {
 	if g.tracer == nil {
-		return g.d.Request(ctx, g.receiver, content, opts...)
+		return g.d.Request(ctx, msg)
 	}
-	return g.tracer.Request(ctx, g.d, g.receiver, content, opts...)
+	return g.tracer.Request(ctx, g.d, msg)
 }

@@ -44,7 +44,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // instance opens a Disker instance on the test's own key prefix.
 func instance(t *testing.T, prefix string) *disker.Disker {
 	t.Helper()
-	d, err := disker.New(disker.Config{RedisURL: redisURL, KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 200 * time.Millisecond})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: redisURL, KeyPrefix: prefix, Logger: quiet, HeartbeatInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func (f *fixture) deadLetter(t *testing.T, contents ...string) {
 		t.Fatal(err)
 	}
 	for _, c := range contents {
-		if _, err := f.dash.Send(ctx, disker.Message{Receiver: "jobs", Content: []byte(c), FireAndForget: true, Headers: map[string]string{"kind": "test"}}); err != nil {
+		if _, err := f.dash.Send(ctx, disker.Message{Receiver: "jobs", Content: []byte(c), Headers: map[string]string{"kind": "test"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -156,7 +156,7 @@ func TestSnapshotMatchesStatsAndWorkers(t *testing.T) {
 	f := newFixture(t, Config{})
 	ctx := context.Background()
 	for range 5 {
-		if _, err := f.dash.Request(ctx, "jobs", []byte("ok")); err != nil {
+		if _, err := f.dash.Request(ctx, disker.Message{Receiver: "jobs", Content: []byte("ok")}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -34,7 +34,7 @@ func get(t *testing.T, url string) (int, string) {
 // sends to it, and reads the metrics over HTTP.
 func TestMetricsFromARealInstance(t *testing.T) {
 	m := New()
-	d, err := disker.New(disker.Config{RedisURL: "mem://metrics-test", OnEvent: m.Observe, Logger: slog.New(slog.DiscardHandler)})
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "mem://metrics-test", OnEvent: m.Observe, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,12 +52,12 @@ func TestMetricsFromARealInstance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for range 4 {
-		if _, err := d.Request(ctx, "jobs", []byte("ok")); err != nil {
+		if _, err := d.Request(ctx, disker.Message{Receiver: "jobs", Content: []byte("ok")}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var re *disker.RemoteError
-	if _, err := d.Request(ctx, "jobs", []byte("fail")); !errors.As(err, &re) {
+	if _, err := d.Request(ctx, disker.Message{Receiver: "jobs", Content: []byte("fail")}); !errors.As(err, &re) {
 		t.Fatalf("Request(fail) = %v, want a RemoteError", err)
 	}
 
