@@ -43,6 +43,9 @@ type ReceiverStats struct {
 	DeadLetters int64 `json:"dead_letters"`
 	// Length counts every message in the queue (queued and pending).
 	Length int64 `json:"length"`
+	// OldestQueued is when the oldest message not yet delivered was queued
+	// (broker time); zero when none waits.
+	OldestQueued time.Time `json:"oldest_queued"`
 }
 
 // DeadLetter is a message in a receiver's dead-letter stream.
@@ -231,4 +234,28 @@ func (d *Disker) adminCheck(receiver string) error {
 		return ErrClosed
 	}
 	return checkName("receiver", receiver)
+}
+
+// StatsOf returns the stats of each receiver, in the order given, read in
+// one round trip to Redis (one per node of a Cluster holding some of them):
+// what a dashboard polls, where calling Stats for each receiver would cost
+// a round trip each.
+func (d *Disker) StatsOf(ctx context.Context, receivers ...string) ([]ReceiverStats, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	for _, r := range receivers {
+		if err := checkName("receiver", r); err != nil {
+			return nil, err
+		}
+	}
+	ss, err := d.b.StatsMany(ctx, receivers)
+	if err != nil {
+		return nil, wrapBroker("stats", err)
+	}
+	out := make([]ReceiverStats, len(ss))
+	for i, s := range ss {
+		out[i] = ReceiverStats(s)
+	}
+	return out, nil
 }

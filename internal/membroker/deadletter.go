@@ -116,7 +116,7 @@ func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...
 			continue
 		}
 		d.remove(de)
-		b.c.queue(receiver).add(&entry{ref: b.c.nextRef(), raw: de.raw, deadline: de.deadline})
+		b.c.queue(receiver).add(&entry{ref: b.c.nextRef(), raw: de.raw, deadline: de.deadline, at: b.c.now()})
 		n++
 	}
 	b.c.tidy(receiver)
