@@ -35,6 +35,14 @@ var receiverColumns = []column[Receiver]{
 	{"Dead letters", "messages in the dead-letter stream", func(r Receiver, _ time.Time) string { return count(r.DeadLetters) }},
 	{"Handled/s", "handled per second by its live workers, between their last two heartbeats", func(r Receiver, _ time.Time) string { return strconv.FormatFloat(r.Rate, 'f', 1, 64) }},
 	{"Workers", "live workers serving it", func(r Receiver, _ time.Time) string { return strconv.Itoa(r.Workers) }},
+	{"Oldest waiting", "time since the oldest message not yet delivered was queued", oldestCell},
+}
+
+func oldestCell(r Receiver, now time.Time) string {
+	if r.OldestQueued.IsZero() {
+		return "-"
+	}
+	return ago(now.Sub(r.OldestQueued))
 }
 
 // workerColumns are the workers page's columns after the id.
