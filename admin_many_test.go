@@ -1,7 +1,10 @@
 package disker_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +47,72 @@ func TestStatsOf(t *testing.T) {
 		}
 		if _, err := d.StatsOf(ctx, "ok", ""); err == nil {
 			t.Errorf("StatsOf with an empty name: got no error")
+		}
+	})
+}
+
+// TestFate follows messages through Fate: queued with nobody serving the
+// receiver, in flight while handled, dead-lettered after a failure, gone
+// once handled.
+func TestFate(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		release := make(chan struct{})
+		defer close(release)
+		if err := d.Handle("fate", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			switch string(m.Content) {
+			case "hold":
+				<-release
+			case "fail":
+				return nil, disker.NoRetry(errors.New("refused"))
+			}
+			return nil, nil
+		}), disker.WithConcurrency(2)); err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, 30*time.Second)
+		send := func(receiver, content string) string {
+			t.Helper()
+			id, err := d.Send(ctx, disker.Message{Receiver: receiver, Content: []byte(content)}, disker.WithFireAndForget())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		fate := func(receiver, id string) disker.MessageFate {
+			t.Helper()
+			f, err := d.Fate(ctx, receiver, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+		queued := send("fate-idle", "waits")
+		if f := fate("fate-idle", queued); f.State != disker.MessageQueued || f.At.IsZero() {
+			t.Errorf("Fate of a message nobody serves: %+v, want queued", f)
+		}
+		held := send("fate", "hold")
+		waitFor(t, 10*time.Second, "the held message in flight", func() bool {
+			f := fate("fate", held)
+			return f.State == disker.MessageInFlight && f.Attempts == 1
+		})
+		failed := send("fate", "fail")
+		var f disker.MessageFate
+		waitFor(t, 10*time.Second, "the failed message dead-lettered", func() bool {
+			f = fate("fate", failed)
+			return f.State == disker.MessageDeadLettered
+		})
+		dls, err := d.DeadLetters(ctx, "fate", 10)
+		if err != nil || len(dls) != 1 || f.DeadLetterID != dls[0].ID || !strings.Contains(f.Reason, "refused") || f.Attempts != 1 {
+			t.Errorf("Fate of a dead letter: %+v; DeadLetters: %+v, %v", f, dls, err)
+		}
+		done := send("fate", "ok")
+		waitFor(t, 10*time.Second, "the handled message gone", func() bool { return fate("fate", done).State == disker.MessageGone })
+		if f := fate("fate", "not-an-id-disker-made"); f.State != disker.MessageGone {
+			t.Errorf("Fate of an id never sent: %+v, want gone", f)
+		}
+		if _, err := d.Fate(ctx, "fate", ""); err == nil {
+			t.Errorf("Fate of an empty id: got no error")
 		}
 	})
 }

@@ -452,7 +452,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"path": url.PathEscape,
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"receivers", "workers", "deadletters", "confirm"} {
+	for _, name := range []string{"receivers", "workers", "deadletters", "confirm", "message"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: templates: %w", err)

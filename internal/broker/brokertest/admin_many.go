@@ -83,3 +83,56 @@ func testOldestQueued(t *testing.T, b broker.Broker) {
 	}
 	ack(t, b, r, a[0].Ref, c[0].Ref)
 }
+
+// testFate shows that Fate finds a message queued, pending with its
+// attempts, or dead-lettered with its reason; that one acknowledged, or
+// queued before Since, is gone when the scan read everything; and that
+// the scan stops at MaxScan, leaving the message unknown.
+func testFate(t *testing.T, b broker.Broker) {
+	r := name("recv")
+	before := brokerNow(t, b).Add(-time.Second)
+	a, ok, dead, last := newEnv(r, "a"), newEnv(r, "ok"), newEnv(r, "dead"), newEnv(r, "last")
+	for _, env := range []*broker.Envelope{a, ok, dead, last} {
+		send(t, b, env)
+	}
+	after := brokerNow(t, b)
+	held := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 1, Lease: longLease, MaxAttempts: 10})
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 2, Lease: longLease, MaxAttempts: 10})
+	ack(t, b, r, ds[0].Ref)
+	deadLetter(t, b, r, ds[1], "no")
+	fate := func(id string, since time.Time, maxScan int) broker.Fate {
+		t.Helper()
+		f, err := b.Fate(ctxT(t), &broker.FateParams{Receiver: r, ID: id, Since: since, MaxScan: maxScan})
+		if err != nil {
+			t.Fatalf("Fate %s: %v", id, err)
+		}
+		return f
+	}
+	if f := fate(a.ID, before, 100); f.State != broker.StatePending || f.Attempts != 1 || f.Ref != held[0].Ref {
+		t.Errorf("Fate of a delivered message: got %+v, want pending, 1 attempt, ref %s", f, held[0].Ref)
+	}
+	if f := fate(dead.ID, before, 100); f.State != broker.StateDeadLettered || f.Reason != "no" || f.Attempts != 1 || f.At.Before(before) {
+		t.Errorf("Fate of a dead letter: got %+v, want dead-lettered for no after 1 attempt", f)
+	}
+	if f := fate(last.ID, before, 100); f.State != broker.StateQueued || f.At.Before(before.Truncate(time.Millisecond)) || f.At.After(after) {
+		t.Errorf("Fate of a queued message: got %+v, want queued between %v and %v", f, before, after)
+	}
+	if f := fate(last.ID, time.Time{}, 100); f.State != broker.StateQueued {
+		t.Errorf("Fate from the start: got %+v, want queued", f)
+	}
+	if f := fate(ok.ID, before, 100); f.State != broker.StateGone {
+		t.Errorf("Fate of an acknowledged message: got %+v, want gone", f)
+	}
+	if f := fate("never-sent", before, 100); f.State != broker.StateGone {
+		t.Errorf("Fate of an id never sent: got %+v, want gone", f)
+	}
+	if f := fate(a.ID, after.Add(time.Second), 100); f.State != broker.StateGone {
+		t.Errorf("Fate with Since after the message was queued: got %+v, want gone (not read)", f)
+	}
+	if f := fate(last.ID, before, 1); f.State != broker.StateUnknown {
+		t.Errorf("Fate reading 1 entry of 2: got %+v, want unknown", f)
+	}
+	ack(t, b, r, held[0].Ref)
+	drainQueue(t, b, r)
+	purgeAll(t, b, r)
+}

@@ -87,6 +87,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Stats", testStats},
 		{"StatsMany", testStatsMany},
 		{"OldestQueued", testOldestQueued},
+		{"Fate", testFate},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
 	}
