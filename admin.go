@@ -2,6 +2,7 @@ package disker
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
@@ -179,13 +180,24 @@ func (d *Disker) Stats(ctx context.Context, receiver string) (ReceiverStats, err
 
 // DeadLetters lists up to max dead letters of receiver, oldest first.
 func (d *Disker) DeadLetters(ctx context.Context, receiver string, max int) ([]DeadLetter, error) {
+	return d.DeadLettersAfter(ctx, receiver, "", max)
+}
+
+// DeadLettersAfter lists up to max dead letters of receiver, oldest first,
+// starting after the dead letter with id after (which need not exist any
+// more): pass the last id of a page to read the next one without reading
+// the pages before. An empty after starts from the oldest.
+func (d *Disker) DeadLettersAfter(ctx context.Context, receiver, after string, max int) ([]DeadLetter, error) {
 	if err := d.adminCheck(receiver); err != nil {
 		return nil, err
 	}
 	if max < 1 {
 		return nil, invalid("max", "must be >= 1, got %d", max)
 	}
-	dls, err := d.b.DeadLetters(ctx, receiver, max)
+	dls, err := d.b.DeadLettersAfter(ctx, &broker.DeadLettersParams{Receiver: receiver, After: after, Max: max})
+	if errors.Is(err, broker.ErrBadRef) {
+		return nil, invalid("after", "%q is not a dead letter's id", after)
+	}
 	if err != nil {
 		return nil, wrapBroker("dead letters", err)
 	}

@@ -116,3 +116,48 @@ func TestFate(t *testing.T) {
 		}
 	})
 }
+
+// TestDeadLettersAfter pages through dead letters, each page after the
+// last id of the one before, and refuses an id of the wrong form.
+func TestDeadLettersAfter(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		if err := d.Handle("pages", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			return nil, disker.NoRetry(errors.New("down"))
+		}), disker.WithConcurrency(1)); err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, 30*time.Second)
+		for i := range 5 {
+			if _, err := d.Send(ctx, disker.Message{Receiver: "pages", Content: fmt.Append(nil, i)}, disker.WithFireAndForget()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 10*time.Second, "five dead letters", func() bool {
+			s, err := d.Stats(ctx, "pages")
+			return err == nil && s.DeadLetters == 5
+		})
+		var got []string
+		after := ""
+		for {
+			page, err := d.DeadLettersAfter(ctx, "pages", after, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) == 0 {
+				break
+			}
+			for _, dl := range page {
+				got = append(got, string(dl.Message.Content))
+			}
+			after = page[len(page)-1].ID
+		}
+		if strings.Join(got, "") != "01234" {
+			t.Errorf("pages of 2: got %v, want 0 to 4 in order", got)
+		}
+		var ve *disker.ValidationError
+		if _, err := d.DeadLettersAfter(ctx, "pages", "not an id", 2); !errors.As(err, &ve) {
+			t.Errorf("DeadLettersAfter with a bad id: got %v, want a ValidationError", err)
+		}
+	})
+}

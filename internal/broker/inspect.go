@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -15,6 +16,11 @@ type Inspect interface {
 	// Fate finds message p.ID in p.Receiver's queue or dead letters,
 	// reading at most p.MaxScan entries of each, added since p.Since.
 	Fate(ctx context.Context, p *FateParams) (Fate, error)
+	// DeadLettersAfter lists up to p.Max dead letters of p.Receiver, oldest
+	// first, from the first after p.After: a page that starts where the
+	// last one ended, without reading the pages before. An After of the
+	// wrong form is ErrBadRef.
+	DeadLettersAfter(ctx context.Context, p *DeadLettersParams) ([]DeadLetter, error)
 }
 
 // State is where a broker found a message (see Inspect.Fate).
@@ -76,6 +82,32 @@ func (p *FateParams) Validate() error {
 		return empty("FateParams.ID")
 	case p.MaxScan <= 0:
 		return notPositive("FateParams.MaxScan", p.MaxScan)
+	}
+	return nil
+}
+
+// ErrBadRef is the error of DeadLettersAfter when DeadLettersParams.After
+// does not have the form of the broker's dead-letter handles.
+var ErrBadRef = errors.New("broker: DeadLettersParams.After is not a dead letter's id")
+
+// DeadLettersParams are the parameters of Inspect.DeadLettersAfter.
+type DeadLettersParams struct {
+	// Receiver is the receiver whose dead letters are listed.
+	Receiver string
+	// After is a dead letter's Ref: the list starts after it (it need not
+	// be there any more). Empty starts from the oldest.
+	After string
+	// Max is the most dead letters returned; > 0.
+	Max int
+}
+
+// Validate returns an error naming the first field that is not valid.
+func (p *DeadLettersParams) Validate() error {
+	switch {
+	case p.Receiver == "":
+		return empty("DeadLettersParams.Receiver")
+	case p.Max <= 0:
+		return notPositive("DeadLettersParams.Max", p.Max)
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package brokertest
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,5 +137,60 @@ func testFate(t *testing.T, b broker.Broker) {
 	}
 	ack(t, b, r, held[0].Ref)
 	drainQueue(t, b, r)
+	purgeAll(t, b, r)
+}
+
+// testDeadLettersAfter pages through dead letters with DeadLettersAfter:
+// each page starts after the last one's final ref, also when that dead
+// letter is gone since; an After of the wrong form is ErrBadRef.
+func testDeadLettersAfter(t *testing.T, b broker.Broker) {
+	r := name("recv")
+	for i := range 5 {
+		send(t, b, newEnv(r, fmt.Sprint("m", i)))
+	}
+	for _, d := range fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 5, Lease: longLease, MaxAttempts: 10}) {
+		deadLetter(t, b, r, d, "no")
+	}
+	page := func(after string, max int) []string {
+		t.Helper()
+		dls, err := b.DeadLettersAfter(ctxT(t), &broker.DeadLettersParams{Receiver: r, After: after, Max: max})
+		if err != nil {
+			t.Fatalf("DeadLettersAfter %q: %v", after, err)
+		}
+		out := make([]string, len(dls))
+		for i, dl := range dls {
+			out[i] = string(dl.Env.Content)
+		}
+		return out
+	}
+	all := deadLetters(t, b, r)
+	if len(all) != 5 {
+		t.Fatalf("DeadLetters: got %d, want 5", len(all))
+	}
+	for _, tc := range []struct {
+		after string
+		want  string
+	}{
+		{"", "m0 m1"},
+		{all[1].Ref, "m2 m3"},
+		{all[3].Ref, "m4"},
+		{all[4].Ref, ""},
+	} {
+		if got := strings.Join(page(tc.after, 2), " "); got != tc.want {
+			t.Errorf("DeadLettersAfter %q, 2: got %q, want %q", tc.after, got, tc.want)
+		}
+	}
+	if n, err := b.PurgeDeadLetters(ctxT(t), r, all[2].Ref); err != nil || n != 1 {
+		t.Fatalf("PurgeDeadLetters: %d, %v", n, err)
+	}
+	if got := strings.Join(page(all[2].Ref, 10), " "); got != "m3 m4" {
+		t.Errorf("DeadLettersAfter a purged dead letter: got %q, want m3 m4", got)
+	}
+	if got := strings.Join(page("", 10), " "); got != "m0 m1 m3 m4" {
+		t.Errorf("DeadLettersAfter from the start: got %q", got)
+	}
+	if _, err := b.DeadLettersAfter(ctxT(t), &broker.DeadLettersParams{Receiver: r, After: "not a ref", Max: 1}); !errors.Is(err, broker.ErrBadRef) {
+		t.Errorf("DeadLettersAfter with a bad After: got %v, want ErrBadRef", err)
+	}
 	purgeAll(t, b, r)
 }

@@ -88,6 +88,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"StatsMany", testStatsMany},
 		{"OldestQueued", testOldestQueued},
 		{"Fate", testFate},
+		{"DeadLettersAfter", testDeadLettersAfter},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
 	}
