@@ -48,7 +48,7 @@ type ReceiverStats struct {
 	Length int64 `json:"length"`
 	// OldestQueued is when the oldest message not yet delivered was queued
 	// (broker time); zero when none waits.
-	OldestQueued time.Time `json:"oldest_queued"`
+	OldestQueued time.Time `json:"oldest_queued,omitzero"`
 }
 
 // DeadLetter is a message in a receiver's dead-letter stream.
@@ -307,7 +307,7 @@ type MessageFate struct {
 	DeadLetterID string `json:"dead_letter_id,omitempty"`
 	// At is when it was queued (queued, in flight) or dead-lettered
 	// (broker time); zero otherwise.
-	At time.Time `json:"at"`
+	At time.Time `json:"at,omitzero"`
 }
 
 // FateScan is the most entries Fate reads in each of a receiver's queue
