@@ -5,7 +5,6 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -92,7 +91,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	var again []int
 	for i, res := range b.client.DoMulti(ctx, cmds...) {
 		v, err := res.AsIntSlice()
-		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
 			again = append(again, i)
 			continue
 		}
