@@ -2,8 +2,11 @@ package disker
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
 )
 
 // WorkerInfo describes a live instance in the registry of workers.
@@ -43,6 +46,9 @@ type ReceiverStats struct {
 	DeadLetters int64 `json:"dead_letters"`
 	// Length counts every message in the queue (queued and pending).
 	Length int64 `json:"length"`
+	// OldestQueued is when the oldest message not yet delivered was queued
+	// (broker time); zero when none waits.
+	OldestQueued time.Time `json:"oldest_queued,omitzero"`
 }
 
 // DeadLetter is a message in a receiver's dead-letter stream.
@@ -180,13 +186,24 @@ func (d *Disker) Stats(ctx context.Context, receiver string) (ReceiverStats, err
 
 // DeadLetters lists up to max dead letters of receiver, oldest first.
 func (d *Disker) DeadLetters(ctx context.Context, receiver string, max int) ([]DeadLetter, error) {
+	return d.DeadLettersAfter(ctx, receiver, "", max)
+}
+
+// DeadLettersAfter lists up to max dead letters of receiver, oldest first,
+// starting after the dead letter with id after (which need not exist any
+// more): pass the last id of a page to read the next one without reading
+// the pages before. An empty after starts from the oldest.
+func (d *Disker) DeadLettersAfter(ctx context.Context, receiver, after string, max int) ([]DeadLetter, error) {
 	if err := d.adminCheck(receiver); err != nil {
 		return nil, err
 	}
 	if max < 1 {
 		return nil, invalid("max", "must be >= 1, got %d", max)
 	}
-	dls, err := d.b.DeadLetters(ctx, receiver, max)
+	dls, err := d.b.DeadLettersAfter(ctx, &broker.DeadLettersParams{Receiver: receiver, After: after, Max: max})
+	if errors.Is(err, broker.ErrBadRef) {
+		return nil, invalid("after", "%q is not a dead letter's id", after)
+	}
 	if err != nil {
 		return nil, wrapBroker("dead letters", err)
 	}
@@ -237,4 +254,111 @@ func (d *Disker) adminCheck(receiver string) error {
 		return ErrClosed
 	}
 	return checkName("receiver", receiver)
+}
+
+// StatsOf returns the stats of each receiver, in the order given, read in
+// one round trip to Redis (one per node of a Cluster holding some of them):
+// what a dashboard polls, where calling Stats for each receiver would cost
+// a round trip each.
+func (d *Disker) StatsOf(ctx context.Context, receivers ...string) ([]ReceiverStats, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	for _, r := range receivers {
+		if err := checkName("receiver", r); err != nil {
+			return nil, err
+		}
+	}
+	ss, err := d.b.StatsMany(ctx, receivers)
+	if err != nil {
+		return nil, wrapBroker("stats", err)
+	}
+	out := make([]ReceiverStats, len(ss))
+	for i, s := range ss {
+		out[i] = ReceiverStats(s)
+	}
+	return out, nil
+}
+
+// MessageState says where a message is (see Fate).
+type MessageState string
+
+// The states Fate reports.
+const (
+	// MessageQueued: in the receiver's queue, not yet delivered.
+	MessageQueued MessageState = "queued"
+	// MessageInFlight: delivered and not yet acknowledged: being handled,
+	// or waiting for a retry or a redelivery.
+	MessageInFlight MessageState = "in_flight"
+	// MessageDeadLettered: in the receiver's dead letters.
+	MessageDeadLettered MessageState = "dead_lettered"
+	// MessageGone: nowhere in the receiver's queue or dead letters:
+	// handled and acknowledged, purged, or never sent to this receiver.
+	MessageGone MessageState = "gone"
+	// MessageUnknown: not found among the entries Fate reads, which
+	// stopped at its bound (FateScan) before the end.
+	MessageUnknown MessageState = "unknown"
+)
+
+// MessageFate is where a message is (see Fate).
+type MessageFate struct {
+	// State says where it is.
+	State MessageState `json:"state"`
+	// Attempts is how many deliveries were made (in flight, dead-lettered).
+	Attempts int `json:"attempts,omitempty"`
+	// Reason says why it was dead-lettered.
+	Reason string `json:"reason,omitempty"`
+	// DeadLetterID is its dead letter's id, for RetryDeadLetters and
+	// PurgeDeadLetters.
+	DeadLetterID string `json:"dead_letter_id,omitempty"`
+	// At is when it was queued (queued, in flight) or dead-lettered
+	// (broker time); zero otherwise.
+	At time.Time `json:"at,omitzero"`
+}
+
+// FateScan is the most entries Fate reads in each of a receiver's queue
+// and dead letters, from about when the message was sent.
+const FateScan = 10000
+
+// fateSkew is how long before an id's time Fate starts reading: the
+// sender's clock may run ahead of Redis's by up to that.
+const fateSkew = time.Minute
+
+// Fate tells where message id, sent to receiver, is now: queued, in flight
+// (with its attempts), dead-lettered (with the reason), or gone
+// (acknowledged, purged, or never sent there). Nothing indexes messages by
+// id, so Fate reads the entries added since the id was made (a minute
+// earlier, for clocks that differ), up to FateScan of the queue and as many
+// of the dead letters, in one read-only step; past that bound it answers
+// MessageUnknown. An id that Disker did not make is looked for from the
+// oldest entry.
+func (d *Disker) Fate(ctx context.Context, receiver, id string) (MessageFate, error) {
+	if err := d.adminCheck(receiver); err != nil {
+		return MessageFate{}, err
+	}
+	if id == "" {
+		return MessageFate{}, invalid("id", "must not be empty")
+	}
+	p := broker.FateParams{Receiver: receiver, ID: id, MaxScan: FateScan}
+	if at, ok := idTime(id); ok {
+		p.Since = at.Add(-fateSkew)
+	}
+	f, err := d.b.Fate(ctx, &p)
+	if err != nil {
+		return MessageFate{}, wrapBroker("fate", err)
+	}
+	out := MessageFate{Attempts: f.Attempts, Reason: f.Reason, At: f.At}
+	switch f.State {
+	case broker.StateQueued:
+		out.State = MessageQueued
+	case broker.StatePending:
+		out.State = MessageInFlight
+	case broker.StateDeadLettered:
+		out.State, out.DeadLetterID = MessageDeadLettered, f.Ref
+	case broker.StateGone:
+		out.State = MessageGone
+	default:
+		out.State = MessageUnknown
+	}
+	return out, nil
 }

@@ -2,6 +2,7 @@ package disker
 
 import (
 	"math/rand/v2"
+	"strings"
 	"time"
 )
 
@@ -27,4 +28,24 @@ func idAt(ms int64) string {
 		hi >>= 5
 	}
 	return string(out[:])
+}
+
+// idTime returns the time an id made by newID was made, to the
+// millisecond: its first 10 digits are the 48 bits of Unix milliseconds.
+// It reports false for a string that is not such an id.
+func idTime(id string) (time.Time, bool) {
+	if len(id) != 26 {
+		return time.Time{}, false
+	}
+	var ms int64
+	for i := range 26 {
+		v := strings.IndexByte(crockford, id[i])
+		if v < 0 || (i == 0 && v > 7) {
+			return time.Time{}, false
+		}
+		if i < 10 {
+			ms = ms<<5 | int64(v)
+		}
+	}
+	return time.UnixMilli(ms), true
 }

@@ -17,7 +17,28 @@ import (
 	"github.com/diskerhq/disker/internal/redistest"
 )
 
-var cmdstat = regexp.MustCompile(`(?m)^cmdstat_([a-z_|]+):calls=(\d+)`)
+var (
+	cmdstat = regexp.MustCompile(`(?m)^cmdstat_([a-z_|]+):calls=(\d+)`)
+	reads   = regexp.MustCompile(`(?m)^total_reads_processed:(\d+)`)
+)
+
+// readEvents reads INFO stats: how many times Redis has read from a
+// client's socket. Every round trip is read at least once (a pipeline
+// larger than Redis's read buffer, 16 KB, more than once), so the count
+// bounds the round trips from above.
+func readEvents(t *testing.T, c rueidis.Client) int64 {
+	t.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("stats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := reads.FindStringSubmatch(info)
+	if m == nil {
+		t.Fatalf("INFO stats has no total_reads_processed:\n%s", info)
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
 
 // commandCalls reads INFO commandstats: calls per command.
 func commandCalls(t *testing.T, c rueidis.Client) map[string]int64 {
@@ -65,6 +86,9 @@ func TestRedisCostWithThreePages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// Before any page is open the dashboard does not poll: what Redis
+	// reads then is the worker's and the dashboard's own heartbeats.
+	idle := measure(t, c, window)
 	tabs := []*browser{b}
 	b.do(t, chromedp.Navigate(dash+"/"))
 	b.waitJS(t, "every receiver", fmt.Sprintf(`document.querySelectorAll('#receivers tbody tr').length == %d`, receivers))
@@ -87,6 +111,29 @@ func TestRedisCostWithThreePages(t *testing.T) {
 	if total(three) > 1.5*total(one) {
 		t.Errorf("%.0f commands/s with 3 pages, %.0f with 1: the pages do not share one poll", total(three), total(one))
 	}
+	// One poll per interval whatever the pages: each receiver's stats are
+	// read at most once an interval.
+	if max(one["evalsha_ro"], three["evalsha_ro"]) > 1.1*receivers/interval.Seconds() {
+		t.Errorf("stats read %.0f/s with 1 page, %.0f/s with 3, for %d receivers every %v: more than one poll an interval",
+			one["evalsha_ro"], three["evalsha_ro"], receivers, interval)
+	}
+	// The round trips of a poll, bounded by Redis's read events beyond
+	// the idle ones: the workers (ZRANGE, then one pipeline of HMGET) and
+	// one pipeline of every receiver's stats (StatsOf), which Redis reads
+	// in 16 KB pieces, and every tenth poll the scan of the keyspace.
+	// Reading the stats receiver by receiver, even 32 at a time, would
+	// cost at least receivers/32 round trips a poll.
+	for _, m := range []struct {
+		pages int
+		rates map[string]float64
+	}{{1, one}, {3, three}} {
+		polls := m.rates["evalsha_ro"] / receivers
+		perPoll := (m.rates[readsKey] - idle[readsKey]) / polls
+		t.Logf("%d page(s): %.2f polls/s, %.1f Redis read events a poll (idle: %.1f read events/s)", m.pages, polls, perPoll, idle[readsKey])
+		if perPoll >= receivers/32 {
+			t.Errorf("%d page(s): %.1f read events a poll for %d receivers: the stats are not read in one round trip", m.pages, perPoll, receivers)
+		}
+	}
 	for i, tab := range tabs {
 		if n := eval[int](t, tab, `document.querySelectorAll('#receivers tbody tr').length`); n != receivers {
 			t.Errorf("tab %d: %d rows, want %d", i, n, receivers)
@@ -99,24 +146,31 @@ func TestRedisCostWithThreePages(t *testing.T) {
 // itself left out).
 func measure(t *testing.T, c rueidis.Client, span time.Duration) map[string]float64 {
 	t.Helper()
-	before := commandCalls(t, c)
+	before, readsBefore := commandCalls(t, c), readEvents(t, c)
 	began := time.Now()
 	<-time.After(span) // the span measured
-	after := commandCalls(t, c)
+	after, readsAfter := commandCalls(t, c), readEvents(t, c)
 	secs := time.Since(began).Seconds()
-	out := map[string]float64{}
+	// Each measure's two INFO commands are two reads.
+	out := map[string]float64{readsKey: float64(readsAfter-readsBefore-2) / secs}
 	for cmd, n := range after {
-		if d := n - before[cmd]; d > 0 && cmd != "info" {
+		if d := n - before[cmd]; d > 0 && cmd != "info" && cmd != readsKey {
 			out[cmd] = float64(d) / secs
 		}
 	}
 	return out
 }
 
+// readsKey holds, among a measure's commands per second, Redis's read
+// events per second (readEvents), which total leaves out.
+const readsKey = "(read events)"
+
 func total(rates map[string]float64) float64 {
 	sum := 0.0
-	for _, r := range rates {
-		sum += r
+	for cmd, r := range rates {
+		if cmd != readsKey {
+			sum += r
+		}
 	}
 	return sum
 }

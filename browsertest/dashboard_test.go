@@ -84,7 +84,8 @@ func TestDashboard(t *testing.T) {
 			}
 			for name, w := range want {
 				g := got[name]
-				if len(g) != 6 || strings.Join(g[:4], " ") != strings.Join(w, " ") || g[5] != "1" {
+				// The last column, the oldest waiting message's age: none waits.
+				if len(g) != 7 || strings.Join(g[:4], " ") != strings.Join(w, " ") || g[5] != "1" || g[6] != "-" {
 					return false
 				}
 			}

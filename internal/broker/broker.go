@@ -161,6 +161,9 @@ type ReceiverStats struct {
 	Pending     int64 // delivered, not yet acknowledged (in flight or awaiting redelivery)
 	DeadLetters int64
 	Length      int64 // all entries in the queue stream (queued + pending)
+	// OldestQueued is when the oldest entry not yet delivered was queued
+	// (broker time); zero when none waits.
+	OldestQueued time.Time
 }
 
 // Broker is the storage engine: the composition of one small interface
@@ -180,6 +183,7 @@ type Broker interface {
 	Locks
 	Registry
 	Admin
+	Inspect
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -149,6 +150,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+var nextLink = regexp.MustCompile(`<a href="(\?[^"]*)">older →</a>`)
+
 var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 
 func TestSnapshotMatchesStatsAndWorkers(t *testing.T) {
@@ -240,16 +243,38 @@ func TestDeadLettersPaging(t *testing.T) {
 		contents = append(contents, fmt.Sprintf("fail %02d", i))
 	}
 	f.deadLetter(t, contents...)
-	_, _, first := f.get(t, "/receivers/jobs/dead-letters?size=10")
-	_, _, last := f.get(t, "/receivers/jobs/dead-letters?size=10&page=3")
-	if !strings.Contains(first, "fail 00") || strings.Contains(first, "fail 10") || !strings.Contains(first, "page=2") {
-		t.Error("page 1 does not hold the 10 oldest with a link to page 2")
+	// Each page links to the next by the last dead letter it shows.
+	pages := []string{}
+	for path := "/receivers/jobs/dead-letters?size=10"; path != ""; {
+		_, _, body := f.get(t, path)
+		pages = append(pages, body)
+		path = ""
+		if m := nextLink.FindStringSubmatch(body); m != nil {
+			path = "/receivers/jobs/dead-letters" + html.UnescapeString(m[1])
+		}
+		if len(pages) > 5 {
+			t.Fatal("more than 5 pages of 10 for 25 dead letters")
+		}
+	}
+	if len(pages) != 3 {
+		t.Fatalf("%d pages of 10 for 25 dead letters, want 3", len(pages))
+	}
+	first, last := pages[0], pages[2]
+	if !strings.Contains(first, "fail 00") || strings.Contains(first, "fail 10") || strings.Contains(first, "first page") {
+		t.Error("page 1 does not hold the 10 oldest")
+	}
+	if !strings.Contains(pages[1], "fail 10") || !strings.Contains(pages[1], "fail 19") || strings.Contains(pages[1], "fail 09") ||
+		!strings.Contains(pages[1], "showing 11–20") || !strings.Contains(pages[1], "first page") {
+		t.Error("page 2 does not hold dead letters 11 to 20 with a link to the first page")
 	}
 	if !strings.Contains(last, "fail 24") || strings.Contains(last, "fail 19") || strings.Contains(last, "older →") {
 		t.Error("page 3 does not hold the last 5 without a next link")
 	}
-	if code, _, _ := f.get(t, "/receivers/jobs/dead-letters?page=0"); code != http.StatusBadRequest {
-		t.Errorf("page 0: %d, want 400", code)
+	if code, _, _ := f.get(t, "/receivers/jobs/dead-letters?from=0"); code != http.StatusBadRequest {
+		t.Errorf("from 0: %d, want 400", code)
+	}
+	if code, _, _ := f.get(t, "/receivers/jobs/dead-letters?after=nonsense"); code != http.StatusBadRequest {
+		t.Errorf("after=nonsense: %d, want 400", code)
 	}
 	if code, _, _ := f.get(t, "/receivers/_bad/dead-letters"); code != http.StatusBadRequest {
 		t.Errorf("a bad name: %d, want 400", code)

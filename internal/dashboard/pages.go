@@ -35,6 +35,14 @@ var receiverColumns = []column[Receiver]{
 	{"Dead letters", "messages in the dead-letter stream", func(r Receiver, _ time.Time) string { return count(r.DeadLetters) }},
 	{"Handled/s", "handled per second by its live workers, between their last two heartbeats", func(r Receiver, _ time.Time) string { return strconv.FormatFloat(r.Rate, 'f', 1, 64) }},
 	{"Workers", "live workers serving it", func(r Receiver, _ time.Time) string { return strconv.Itoa(r.Workers) }},
+	{"Oldest waiting", "time since the oldest message not yet delivered was queued", oldestCell},
+}
+
+func oldestCell(r Receiver, now time.Time) string {
+	if r.OldestQueued.IsZero() {
+		return "-"
+	}
+	return ago(now.Sub(r.OldestQueued))
 }
 
 // workerColumns are the workers page's columns after the id.
@@ -171,9 +179,6 @@ func (d *Dashboard) workersPage(w http.ResponseWriter, r *http.Request) {
 const (
 	defaultPageSize = 20
 	maxPageSize     = 200
-	// maxDeadLetterOffset bounds how deep the page goes: the broker lists
-	// dead letters from the oldest, so page n reads n pages.
-	maxDeadLetterOffset = 10000
 	// contentShown is how much of a text content a dead letter shows;
 	// binary content shows hexShown bytes as a hex dump.
 	contentShown = 4096
@@ -230,53 +235,49 @@ func printable(b []byte) bool {
 }
 
 type deadLettersData struct {
-	Receiver   string
-	Total      int64
-	Letters    []deadLetter
-	Page, Size int
-	From, To   int
-	Prev, Next string
-	Done       string
-	TooDeep    bool
-	CSRF       string
+	Receiver    string
+	Total       int64
+	Letters     []deadLetter
+	Page, Size  int
+	From, To    int
+	First, Next string
+	Done        string
+	CSRF        string
 }
 
 func (d *Dashboard) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	q := r.URL.Query()
-	pg, size := atoiOr(q.Get("page"), 1), atoiOr(q.Get("size"), defaultPageSize)
-	if pg < 1 || size < 1 || size > maxPageSize {
-		http.Error(w, fmt.Sprintf("dashboard: page must be >= 1 and size 1..%d", maxPageSize), http.StatusBadRequest)
+	// A page starts after the last dead letter of the one before (after),
+	// so no page reads those before it; from only numbers what it shows.
+	after, from, size := q.Get("after"), atoiOr(q.Get("from"), 1), atoiOr(q.Get("size"), defaultPageSize)
+	if from < 1 || size < 1 || size > maxPageSize {
+		http.Error(w, fmt.Sprintf("dashboard: from must be >= 1 and size 1..%d", maxPageSize), http.StatusBadRequest)
 		return
 	}
-	data := deadLettersData{Receiver: name, Page: pg, Size: size}
+	data := deadLettersData{Receiver: name, Page: (from-1)/size + 1, Size: size}
 	st, err := d.cfg.Disker.Stats(r.Context(), name)
 	if err != nil {
 		d.fail(w, err)
 		return
 	}
 	data.Total = st.DeadLetters
-	offset := (pg - 1) * size
-	if offset+size > maxDeadLetterOffset {
-		data.TooDeep = true
-	} else {
-		dls, err := d.cfg.Disker.DeadLetters(r.Context(), name, offset+size+1)
-		if err != nil {
-			d.fail(w, err)
-			return
-		}
-		more := len(dls) > offset+size
-		dls = dls[min(offset, len(dls)):min(offset+size, len(dls))]
-		for _, dl := range dls {
-			data.Letters = append(data.Letters, viewDeadLetter(dl))
-		}
-		data.From, data.To = offset+1, offset+len(dls)
-		if more {
-			data.Next = pageURL(pg+1, size)
-		}
+	dls, err := d.cfg.Disker.DeadLettersAfter(r.Context(), name, after, size+1)
+	if err != nil {
+		d.fail(w, err)
+		return
 	}
-	if pg > 1 {
-		data.Prev = pageURL(pg-1, size)
+	more := len(dls) > size
+	dls = dls[:min(size, len(dls))]
+	for _, dl := range dls {
+		data.Letters = append(data.Letters, viewDeadLetter(dl))
+	}
+	data.From, data.To = from, from+len(dls)-1
+	if more {
+		data.Next = pageURL(dls[len(dls)-1].ID, data.To+1, size)
+	}
+	if after != "" {
+		data.First = pageURL("", 1, size)
 	}
 	if n := q.Get("n"); n != "" {
 		switch q.Get("done") {
@@ -306,8 +307,14 @@ func viewDeadLetter(dl disker.DeadLetter) deadLetter {
 	return v
 }
 
-func pageURL(pg, size int) string {
-	v := url.Values{"page": {strconv.Itoa(pg)}}
+// pageURL is the query of the dead-letter page that starts after the dead
+// letter after, numbered from from.
+func pageURL(after string, from, size int) string {
+	v := url.Values{}
+	if after != "" {
+		v.Set("after", after)
+		v.Set("from", strconv.Itoa(from))
+	}
 	if size != defaultPageSize {
 		v.Set("size", strconv.Itoa(size))
 	}
@@ -444,7 +451,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"path": url.PathEscape,
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"receivers", "workers", "deadletters", "confirm"} {
+	for _, name := range []string{"receivers", "workers", "deadletters", "confirm", "message"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: templates: %w", err)

@@ -11,10 +11,6 @@ import (
 	"github.com/diskerhq/disker"
 )
 
-// statsParallel is how many Stats calls a poll has outstanding at once; the
-// Redis client pipelines concurrent calls on its connections.
-const statsParallel = 32
-
 // listEvery is how many polls reuse the list of receivers before it is read
 // again (the list comes from a scan of the keyspace). Receivers that a live
 // worker serves join at once.
@@ -194,7 +190,7 @@ func (p *poller) pollOnce(ctx context.Context) {
 }
 
 // read does one poll: the workers, the list of receivers now and then, and
-// every receiver's Stats.
+// the stats of every receiver (StatsOf: one round trip).
 func (p *poller) read(ctx context.Context) (*Snapshot, Point, error) {
 	all, err := p.d.Workers(ctx)
 	if err != nil {
@@ -214,7 +210,7 @@ func (p *poller) read(ctx context.Context) (*Snapshot, Point, error) {
 			}
 		}
 	}
-	stats, err := p.stats(ctx, p.names)
+	stats, err := p.d.StatsOf(ctx, p.names...)
 	if err != nil {
 		return nil, Point{}, err
 	}
@@ -247,26 +243,4 @@ func (p *poller) read(ctx context.Context) (*Snapshot, Point, error) {
 		}
 	}
 	return snap, pt, nil
-}
-
-// stats reads the Stats of every name, statsParallel at a time.
-func (p *poller) stats(ctx context.Context, names []string) ([]disker.ReceiverStats, error) {
-	out := make([]disker.ReceiverStats, len(names))
-	errs := make([]error, len(names))
-	sem := make(chan struct{}, statsParallel)
-	var wg sync.WaitGroup
-	for i, name := range names {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			out[i], errs[i] = p.d.Stats(ctx, name)
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }

@@ -3,6 +3,7 @@ package membroker
 import (
 	"container/list"
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -75,13 +76,43 @@ func (b *Broker) DeadLetters(ctx context.Context, receiver string, max int) ([]b
 		return nil, err
 	}
 	defer b.c.mu.Unlock()
+	return b.c.deadLettersAfter(receiver, 0, max), nil
+}
+
+// DeadLettersAfter lists up to p.Max dead letters of p.Receiver whose ref
+// comes after p.After, oldest first.
+func (b *Broker) DeadLettersAfter(ctx context.Context, p *broker.DeadLettersParams) ([]broker.DeadLetter, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	var after uint64
+	if p.After != "" {
+		n, err := strconv.ParseUint(p.After, 10, 64)
+		if err != nil {
+			return nil, broker.ErrBadRef
+		}
+		after = n
+	}
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.c.mu.Unlock()
+	return b.c.deadLettersAfter(p.Receiver, after, p.Max), nil
+}
+
+// deadLettersAfter lists up to max dead letters of receiver whose ref is
+// greater than after, oldest first. Callers hold mu.
+func (c *core) deadLettersAfter(receiver string, after uint64, max int) []broker.DeadLetter {
 	out := []broker.DeadLetter{}
-	d := b.c.dead[receiver]
+	d := c.dead[receiver]
 	if d == nil {
-		return out, nil
+		return out
 	}
 	for el := d.order.Front(); el != nil && len(out) < max; el = el.Next() {
 		de := el.Value.(*deadEntry)
+		if ref, _ := strconv.ParseUint(de.ref, 10, 64); ref <= after {
+			continue
+		}
 		dl := broker.DeadLetter{Ref: de.ref, Reason: de.reason, Attempts: de.attempts, At: de.at}
 		env, err := decode(de.raw)
 		if err != nil {
@@ -91,7 +122,7 @@ func (b *Broker) DeadLetters(ctx context.Context, receiver string, max int) ([]b
 		}
 		out = append(out, dl)
 	}
-	return out, nil
+	return out
 }
 
 // RetryDeadLetters moves the dead letters refs (all when refs is empty) of
@@ -116,7 +147,7 @@ func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...
 			continue
 		}
 		d.remove(de)
-		b.c.queue(receiver).add(&entry{ref: b.c.nextRef(), raw: de.raw, deadline: de.deadline})
+		b.c.queue(receiver).add(&entry{ref: b.c.nextRef(), raw: de.raw, deadline: de.deadline, at: b.c.now()})
 		n++
 	}
 	b.c.tidy(receiver)

@@ -63,7 +63,7 @@ func (c *core) put(env *broker.Envelope, raw []byte) time.Time {
 			c.pendingTimeouts(env.Sender).put(env.ID, deadline, raw)
 		}
 	}
-	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: deadline})
+	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: deadline, at: c.now()})
 	return deadline
 }
 
@@ -85,7 +85,7 @@ func (b *Broker) InjectRaw(ctx context.Context, receiver string, raw []byte) err
 		return err
 	}
 	defer b.c.mu.Unlock()
-	b.c.queue(receiver).add(&entry{ref: b.c.nextRef(), raw: append([]byte(nil), raw...)})
+	b.c.queue(receiver).add(&entry{ref: b.c.nextRef(), raw: append([]byte(nil), raw...), at: b.c.now()})
 	return nil
 }
 

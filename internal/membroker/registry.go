@@ -166,14 +166,22 @@ func (b *Broker) Stats(ctx context.Context, receiver string) (broker.ReceiverSta
 		return broker.ReceiverStats{}, err
 	}
 	defer b.c.mu.Unlock()
+	return b.c.stats(receiver), nil
+}
+
+// stats returns a snapshot of receiver's queue. Callers hold mu.
+func (c *core) stats(receiver string) broker.ReceiverStats {
 	st := broker.ReceiverStats{Receiver: receiver}
-	if s := b.c.queues[receiver]; s != nil {
+	if s := c.queues[receiver]; s != nil {
 		st.Queued = int64(s.fresh.Len())
 		st.Pending = int64(s.pending.Len())
 		st.Length = st.Queued + st.Pending
+		if first := s.fresh.Front(); first != nil {
+			st.OldestQueued = first.Value.(*entry).at
+		}
 	}
-	if d := b.c.dead[receiver]; d != nil {
+	if d := c.dead[receiver]; d != nil {
 		st.DeadLetters = int64(d.order.Len())
 	}
-	return st, nil
+	return st
 }

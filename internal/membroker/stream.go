@@ -17,7 +17,7 @@ type entry struct {
 
 	kind      broker.ReplyKind // reply entries
 	requestID string           // reply entries
-	at        time.Time        // reply entries: when appended (broker clock)
+	at        time.Time        // when appended (broker clock)
 
 	// Delivery state, as a Redis consumer group keeps it.
 	pending   bool      // delivered and not yet acknowledged

@@ -191,29 +191,3 @@ func (b *Broker) Receivers(ctx context.Context) ([]string, error) {
 	slices.Sort(out)
 	return out, nil
 }
-
-// Stats returns a snapshot of receiver's queue, read in one script.
-// Acknowledged entries are deleted, so every entry in the queue is either
-// waiting or pending: Queued is Length - Pending.
-func (b *Broker) Stats(ctx context.Context, receiver string) (broker.ReceiverStats, error) {
-	if err := b.check(); err != nil {
-		return broker.ReceiverStats{}, err
-	}
-	if err := broker.CheckName("receiver", receiver); err != nil {
-		return broker.ReceiverStats{}, err
-	}
-	v, err := scriptStats.Exec(ctx, b.client, []string{b.keys.queue(receiver), b.keys.deadLetters(receiver)}, nil).AsIntSlice()
-	if err != nil {
-		return broker.ReceiverStats{}, b.fail(ctx, "stats", err)
-	}
-	if len(v) != 3 {
-		return broker.ReceiverStats{}, fmt.Errorf("redisbroker: stats: script answered %v", v)
-	}
-	return broker.ReceiverStats{
-		Receiver:    receiver,
-		Length:      v[0],
-		Pending:     v[1],
-		Queued:      max(v[0]-v[1], 0),
-		DeadLetters: v[2],
-	}, nil
-}

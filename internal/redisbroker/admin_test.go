@@ -235,7 +235,7 @@ func TestStatsCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ = b.Stats(ctx, "r")
-	if want := (broker.ReceiverStats{Receiver: "r", Queued: 3, Pending: 1, DeadLetters: 1, Length: 4}); st != want {
+	if want := (broker.ReceiverStats{Receiver: "r", Queued: 3, Pending: 1, DeadLetters: 1, Length: 4, OldestQueued: st.OldestQueued}); st != want || st.OldestQueued.IsZero() {
 		t.Fatalf("Stats = %+v, want %+v", st, want)
 	}
 }

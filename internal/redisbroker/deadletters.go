@@ -19,7 +19,13 @@ func (b *Broker) DeadLetters(ctx context.Context, receiver string, max int) ([]b
 	if err := broker.CheckPositive("max", max); err != nil {
 		return nil, err
 	}
-	entries, err := b.client.Do(ctx, b.client.B().Xrange().Key(b.keys.deadLetters(receiver)).Start("-").End("+").
+	return b.deadLettersFrom(ctx, receiver, "-", max)
+}
+
+// deadLettersFrom lists up to max dead letters of receiver from the entry
+// id start (XRANGE's form: "-", "(id"), oldest first.
+func (b *Broker) deadLettersFrom(ctx context.Context, receiver, start string, max int) ([]broker.DeadLetter, error) {
+	entries, err := b.client.Do(ctx, b.client.B().Xrange().Key(b.keys.deadLetters(receiver)).Start(start).End("+").
 		Count(int64(max)).Build()).AsXRange()
 	if err != nil {
 		return nil, b.fail(ctx, "dead letters", err)
@@ -126,4 +132,23 @@ func (b *Broker) PurgeDeadLetters(ctx context.Context, receiver string, refs ...
 		total += int(n)
 	}
 	return total, nil
+}
+
+// DeadLettersAfter lists up to p.Max dead letters of p.Receiver after the
+// entry p.After (an exclusive XRANGE), oldest first.
+func (b *Broker) DeadLettersAfter(ctx context.Context, p *broker.DeadLettersParams) ([]broker.DeadLetter, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	start := "-"
+	if p.After != "" {
+		if !validRef(p.After) {
+			return nil, broker.ErrBadRef
+		}
+		start = "(" + p.After
+	}
+	return b.deadLettersFrom(ctx, p.Receiver, start, p.Max)
 }

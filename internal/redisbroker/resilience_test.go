@@ -82,7 +82,7 @@ func TestRedisRestart(t *testing.T) {
 		st, err = b.Stats(ctx, "orders")
 		return err == nil
 	})
-	if want := (broker.ReceiverStats{Receiver: "orders", Queued: 1, Pending: 2, Length: 3}); st != want {
+	if want := (broker.ReceiverStats{Receiver: "orders", Queued: 1, Pending: 2, Length: 3, OldestQueued: st.OldestQueued}); st != want || st.OldestQueued.IsZero() {
 		t.Fatalf("Stats after restart = %+v, want %+v", st, want)
 	}
 	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m1"}, broker.ReplyTimed); err != nil {

@@ -426,16 +426,3 @@ redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. nowStr)
 return nowStr
 `)
-
-// scriptStats reads a consistent snapshot of a receiver's queue.
-var scriptStats = rueidis.NewLuaScriptReadOnly(`-- stats
--- KEYS[1] -> the queue stream P:{R}:q
--- KEYS[2] -> the dead-letter stream P:{R}:dlq
--- Returns {length, pending, dead letters}.
-local pending = 0
-local p = redis.pcall('XPENDING', KEYS[1], 'g')
-if type(p) == 'table' and not p.err then
-  pending = p[1]
-end
-return {redis.call('XLEN', KEYS[1]), pending, redis.call('XLEN', KEYS[2])}
-`)

@@ -241,3 +241,10 @@ func uvarintLen(v uint64) int {
 	}
 	return n
 }
+
+// IDPrefix returns the first bytes of every encoding of a message whose id
+// is id: a broker that finds a message by id compares them with an entry's
+// start instead of decoding it.
+func IDPrefix(id string) []byte {
+	return appendString([]byte{Version}, id)
+}

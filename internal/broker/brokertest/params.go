@@ -30,6 +30,8 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 	extend := func(p *broker.ExtendParams) error { _, err := b.Extend(ctx, p); return err }
 	retry := func(p *broker.RetryParams) error { return b.Retry(ctx, p) }
 	read := func(p *broker.ReadRepliesParams) error { _, err := b.ReadReplies(ctx, p); return err }
+	fate := func(p *broker.FateParams) error { _, err := b.Fate(ctx, p); return err }
+	dlAfter := func(p *broker.DeadLettersParams) error { _, err := b.DeadLettersAfter(ctx, p); return err }
 	refs := []string{"1-1"}
 	cases := []paramCase{
 		invalidCall("Fetch", &broker.FetchParams{Consumer: "c", Max: 1, Lease: longLease}, fetch),
@@ -48,6 +50,11 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 		invalidCall("ReadReplies", &broker.ReadRepliesParams{Sender: r, Max: 1, Lease: longLease}, read),
 		invalidCall("ReadReplies", &broker.ReadRepliesParams{Sender: r, Consumer: "c", Lease: longLease}, read),
 		invalidCall("ReadReplies", &broker.ReadRepliesParams{Sender: r, Consumer: "c", Max: 1}, read),
+		invalidCall("Fate", &broker.FateParams{ID: "m", MaxScan: 1}, fate),
+		invalidCall("Fate", &broker.FateParams{Receiver: r, MaxScan: 1}, fate),
+		invalidCall("Fate", &broker.FateParams{Receiver: r, ID: "m"}, fate),
+		invalidCall("DeadLettersAfter", &broker.DeadLettersParams{Max: 1}, dlAfter),
+		invalidCall("DeadLettersAfter", &broker.DeadLettersParams{Receiver: r}, dlAfter),
 	}
 	for _, tc := range cases {
 		want := tc.valid()
