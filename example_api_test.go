@@ -539,3 +539,71 @@ func ExampleEventKind_String() {
 	fmt.Println(disker.EventSent, disker.EventDeadLettered)
 	// Output: sent dead_lettered
 }
+
+// DeadLettersAfter pages through dead letters: each page starts after the
+// last id of the one before.
+func ExampleDisker_DeadLettersAfter() {
+	ctx := context.Background()
+	d := deadLetterExample("example-dead-letters-after")
+	defer d.Close(ctx)
+	after := ""
+	for page := 1; ; page++ {
+		dls, err := d.DeadLettersAfter(ctx, "strict", after, 1)
+		if err != nil {
+			panic(err)
+		}
+		if len(dls) == 0 {
+			break
+		}
+		fmt.Printf("page %d: %s\n", page, dls[0].Message.Content)
+		after = dls[len(dls)-1].ID
+	}
+	// Output:
+	// page 1: bad 1
+	// page 2: bad 2
+}
+
+// Fate tells where a message is now: here, queued for a receiver nobody
+// serves yet, then dead-lettered.
+func ExampleDisker_Fate() {
+	ctx := context.Background()
+	d := openExample("example-fate", disker.Config{})
+	defer d.Close(ctx)
+	id, err := d.Send(ctx, disker.Message{Receiver: "later", Content: []byte("x")})
+	if err != nil {
+		panic(err)
+	}
+	f, err := d.Fate(ctx, "later", id)
+	fmt.Println(f.State, err)
+
+	d2 := deadLetterExample("example-fate-dead")
+	defer d2.Close(ctx)
+	dls, _ := d2.DeadLetters(ctx, "strict", 1)
+	f, _ = d2.Fate(ctx, "strict", dls[0].Message.ID)
+	fmt.Println(f.State, f.Reason)
+	// Output:
+	// queued <nil>
+	// dead_lettered attempt 1 failed with an error marked NoRetry: cannot parse "bad 1"
+}
+
+// StatsOf returns the stats of many receivers in one round trip.
+func ExampleDisker_StatsOf() {
+	ctx := context.Background()
+	d := openExample("example-stats-of", disker.Config{})
+	defer d.Close(ctx)
+	for _, r := range []string{"a", "b", "b"} {
+		if _, err := d.Send(ctx, disker.Message{Receiver: r, Content: []byte("x")}); err != nil {
+			panic(err)
+		}
+	}
+	stats, err := d.StatsOf(ctx, "a", "b")
+	if err != nil {
+		panic(err)
+	}
+	for _, s := range stats {
+		fmt.Println(s.Receiver, s.Queued)
+	}
+	// Output:
+	// a 1
+	// b 2
+}
