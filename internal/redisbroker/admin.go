@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,9 +66,25 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 	if err != nil {
 		return fmt.Errorf("redisbroker: heartbeat: %w", err)
 	}
-	err = scriptHeartbeat.Exec(ctx, b.client, []string{b.keys.workers(), b.keys.worker(info.ID)},
-		[]string{info.ID, string(data), msString(ttl)}).Error()
-	return b.failIf(ctx, "heartbeat", err)
+	seen, err := scriptHeartbeat.Exec(ctx, b.client, []string{b.keys.workers(), b.keys.worker(info.ID)},
+		[]string{info.ID, string(data), msString(ttl)}).AsInt64()
+	if err != nil || len(info.Receivers) == 0 {
+		return b.failIf(ctx, "heartbeat", err)
+	}
+	// The heartbeat vouches for the worker's deliveries of each receiver
+	// until seen + ttl (Redis time): past it, a Fetch of another worker
+	// reclaims them at once (see the fetch script).
+	until := strconv.FormatInt(seen+ttl.Milliseconds(), 10)
+	cmds := make(rueidis.Commands, len(info.Receivers))
+	for i, r := range info.Receivers {
+		cmds[i] = b.client.B().Hset().Key(b.keys.holders(r)).FieldValue().FieldValue("a:"+info.ID, until).Build()
+	}
+	for _, r := range b.client.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return b.fail(ctx, "heartbeat", err)
+		}
+	}
+	return nil
 }
 
 // Deregister removes worker id from the registry.

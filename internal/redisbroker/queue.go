@@ -275,11 +275,12 @@ type streamKeys struct {
 	stream  string // the queue or reply stream
 	dlq     string // its dead-letter stream
 	delayed string // its delayed zset
+	holders string // its holders hash
 }
 
 // queueKeys returns the streamKeys of receiver's queue.
 func (b *Broker) queueKeys(receiver string) streamKeys {
-	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver)}
+	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver)}
 }
 
 // fetch returns up to p.Max entries of s.stream for p.Consumer. At most every
@@ -363,7 +364,7 @@ func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchPara
 	if b.dueForPrune(stream) {
 		prune = msString(b.pruneIdle)
 	}
-	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed},
+	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed, s.holders},
 		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune}).ToArray()
 	if err != nil {
 		b.forceReclaim(stream)
@@ -517,9 +518,9 @@ func (b *Broker) Extend(ctx context.Context, p *broker.ExtendParams) ([]string, 
 			lost = append(lost, ref)
 		}
 	}
-	q := b.keys.queue(receiver)
+	keys := []string{b.keys.queue(receiver), b.keys.holders(receiver)}
 	for chunk := range chunks(validRefs(refs)) {
-		res, err := scriptExtend.Exec(ctx, b.client, []string{q}, append([]string{consumer}, chunk...)).AsStrSlice()
+		res, err := scriptExtend.Exec(ctx, b.client, keys, append([]string{consumer, msString(p.Lease)}, chunk...)).AsStrSlice()
 		if err != nil {
 			if isNoGroup(err) {
 				lost = append(lost, chunk...) // the queue is gone, and its leases with it
