@@ -470,26 +470,37 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	}
 	out := make([]broker.Delivery, 0, len(entries))
 	for _, e := range entries {
-		m, ok := e.fields["m"]
-		var env broker.Envelope
-		if ok {
-			env, err = wire.Decode([]byte(m))
-		} else {
-			err = errors.New("the entry has no m field")
-		}
+		d, err := delivery(&e)
 		if err != nil {
 			if err := b.bury(ctx, &s, e.id, "undecodable message: "+err.Error(), e.attempt, true); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		d := broker.Delivery{Env: env, Ref: e.id, Attempt: e.attempt}
-		if s, ok := e.fields["d"]; ok {
-			d.Deadline, _ = unixMS(s)
-		}
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// delivery decodes queue entry e: its message (field m) and its deadline
+// (field d, unix ms, if any). An entry whose deadline does not parse is
+// as undecodable as one whose message does not.
+func delivery(e *entry) (broker.Delivery, error) {
+	m, ok := e.fields["m"]
+	if !ok {
+		return broker.Delivery{}, errors.New("the entry has no m field")
+	}
+	env, err := wire.Decode([]byte(m))
+	if err != nil {
+		return broker.Delivery{}, err
+	}
+	d := broker.Delivery{Env: env, Ref: e.id, Attempt: e.attempt}
+	if s, ok := e.fields["d"]; ok {
+		if d.Deadline, ok = unixMS(s); !ok {
+			return broker.Delivery{}, fmt.Errorf("its deadline (field d) %q is not unix milliseconds", s)
+		}
+	}
+	return d, nil
 }
 
 // bury moves entry id of stream to dlq; it reports whether it was there.
