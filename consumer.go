@@ -347,8 +347,9 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 	}
 	attrs := logAttrs(c.name, msg.ID, msg.Attempt)
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		// Its sender has been told it timed out: nobody waits for it.
-		d.log.Warn("disker: handler failed after the message's deadline; dropped", append(attrs, "error", err)...)
+		// Its sender has been told it timed out: nobody waits for it. An
+		// expected outcome, counted (Expired, EventExpired), so Debug.
+		d.log.Debug("disker: handler failed after the message's deadline; dropped", append(attrs, "error", err)...)
 		c.drop(&t.dl)
 		return
 	}
