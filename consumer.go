@@ -325,6 +325,11 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duratio
 		if resp == nil {
 			resp = []byte{}
 		}
+		if len(resp) > d.cfg.MaxMessageSize {
+			// No retry can make it fit: dead-letter it now, and tell the sender.
+			c.fail(t, msg, NoRetry(fmt.Errorf("disker: the handler's reply is %d bytes, over the limit of %d (Config.MaxMessageSize)", len(resp), d.cfg.MaxMessageSize)), took, time.Time{})
+			return
+		}
 		if err := d.reply(d.opCtx, msg, resp, "", ""); err != nil && !errors.Is(err, ErrLate) {
 			// The reply did not reach the broker: deliver the message again
 			// so that its sender gets one (at least once).

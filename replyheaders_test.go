@@ -2,6 +2,8 @@ package disker_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,4 +42,34 @@ func TestReplyHeaders(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestOversizedReplyDeadLetteredAtOnce: a handler whose reply is over
+// MaxMessageSize is not retried (no retry can make it fit): the message is
+// dead-lettered at once with the reason, and the requester learns it at
+// once, not at its deadline.
+func TestOversizedReplyDeadLetteredAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, "")
+	d := e.open(func(c *disker.Config) { c.MaxMessageSize = 1024 })
+	if err := d.Handle("big", disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
+		return make([]byte, 2048), nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := d.Request(ctx, "big", nil)
+	var re *disker.RemoteError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "over the limit") {
+		t.Fatalf("Request = %v, want a remote error that says the reply is over the limit", err)
+	}
+	s := d.LocalStats().Receivers["big"]
+	if s.Retried != 0 || s.DeadLettered != 1 {
+		t.Fatalf("retried %d, dead-lettered %d; want 0 and 1", s.Retried, s.DeadLettered)
+	}
+	dls, err := d.DeadLetters(ctx, "big", 10)
+	if err != nil || len(dls) != 1 || !strings.Contains(dls[0].Reason, "over the limit") {
+		t.Fatalf("DeadLetters = %+v, %v; want one, with the reason", dls, err)
+	}
 }
