@@ -302,8 +302,8 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 			return
 		}
 	}
-	if err == nil {
-		c.succeed(t, msg, resp, took)
+	if err == nil || errors.Is(err, ErrReplyLater) {
+		c.succeed(t, msg, resp, took, err != nil)
 		return
 	}
 	c.fail(t, msg, err, took, deadline)
@@ -319,9 +319,11 @@ func (c *consumer) call(ctx context.Context, msg *Message) (resp []byte, err err
 	return c.h.Handle(ctx, msg)
 }
 
-func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duration) {
+// succeed acknowledges a handled message, after sending resp as its reply
+// unless the handler replies later (ErrReplyLater).
+func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duration, later bool) {
 	d := c.d
-	if !msg.FireAndForget && msg.Sender != "" && (resp != nil || msg.fromInbox) {
+	if !later && !msg.FireAndForget && msg.Sender != "" && (resp != nil || msg.fromInbox) && !d.repliedBy(msg) {
 		if resp == nil {
 			resp = []byte{}
 		}

@@ -211,6 +211,8 @@ type Disker struct {
 
 	rq *requester // Request's side: the inbox
 
+	answered sync.Map // message id -> struct{}: answered with Reply from this instance
+
 	sent, replied, late, timedOut atomic.Int64
 }
 

@@ -73,3 +73,46 @@ func TestOversizedReplyDeadLetteredAtOnce(t *testing.T) {
 		t.Fatalf("DeadLetters = %+v, %v; want one, with the reason", dls, err)
 	}
 }
+
+// TestReplyLater: a handler that returns ErrReplyLater sends no reply; a
+// Reply from elsewhere, before the deadline, is the one the requester
+// gets, and a second Reply returns an error that says so (matching
+// ErrLate), never nil.
+func TestReplyLater(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		held := make(chan *disker.Message, 1)
+		if err := d.Handle("later", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+			held <- m
+			return nil, disker.ErrReplyLater
+		})); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		type result struct {
+			m   *disker.Message
+			err error
+		}
+		res := make(chan result, 1)
+		go func() {
+			m, err := d.Request(ctx, "later", []byte("q"))
+			res <- result{m, err}
+		}()
+		m := recv(t, held, 30*time.Second, "the request")
+		waitFor(t, 10*time.Second, "the handler to be done", func() bool {
+			return d.LocalStats().Receivers["later"].Processed == 1
+		})
+		if err := d.Reply(ctx, m, []byte("answer")); err != nil {
+			t.Fatalf("Reply: %v", err)
+		}
+		r := recv(t, res, 30*time.Second, "the Request to return")
+		if r.err != nil || string(r.m.Content) != "answer" {
+			t.Fatalf("Request = %v, %v; want the later reply %q", r.m, r.err, "answer")
+		}
+		err := d.Reply(ctx, m, []byte("again"))
+		if !errors.Is(err, disker.ErrLate) || !strings.Contains(err.Error(), "already answered") {
+			t.Fatalf("a second Reply = %v, want an error that says the message was already answered", err)
+		}
+	})
+}

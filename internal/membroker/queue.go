@@ -103,7 +103,8 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	c := b.c
 	out := []broker.Delivery{}
 	take := func(s *stream, now time.Time) int {
-		for e := range s.expired(now) {
+		lapsed := func(owner string) bool { return c.lapsed(receiver, consumer, owner, now) }
+		for e := range s.expired(now, lapsed) {
 			if len(out) == max {
 				return len(out)
 			}

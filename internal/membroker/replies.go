@@ -188,7 +188,7 @@ func (b *Broker) readReplies(ctx context.Context, p *broker.ReadRepliesParams, i
 	out := []broker.Reply{}
 	take := func(s *stream, now time.Time) int {
 		if !inbox {
-			for e := range s.expired(now) {
+			for e := range s.expired(now, func(string) bool { return false }) {
 				if len(out) == max {
 					return len(out)
 				}

@@ -99,13 +99,14 @@ func (s *stream) deliver(e *entry, consumer string, now time.Time, lease time.Du
 }
 
 // expired yields the pending entries idle for at least their holder's lease
-// at now, in ref order. The loop body may remove the entry it is given.
-func (s *stream) expired(now time.Time) iter.Seq[*entry] {
+// at now, and those of a holder for which lapsed is true, in ref order. The
+// loop body may remove the entry it is given.
+func (s *stream) expired(now time.Time, lapsed func(owner string) bool) iter.Seq[*entry] {
 	return func(yield func(*entry) bool) {
 		for el := s.pending.Front(); el != nil; {
 			e := el.Value.(*entry)
 			el = el.Next()
-			if now.Sub(e.delivered) >= e.lease && !yield(e) {
+			if (now.Sub(e.delivered) >= e.lease || lapsed(e.owner)) && !yield(e) {
 				return
 			}
 		}

@@ -61,6 +61,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"CompetingConsumers", testCompetingConsumers},
 		{"LeaseExpiryRedelivers", testLeaseExpiryRedelivers},
 		{"HolderLeaseDecides", testHolderLeaseDecides},
+		{"HeartbeatLapse", testHeartbeatLapse},
 		{"ExtendKeepsLease", testExtendKeepsLease},
 		{"ExtendReportsLost", testExtendReportsLost},
 		{"AckIdempotent", testAckIdempotent},

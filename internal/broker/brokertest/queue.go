@@ -347,6 +347,32 @@ func testHolderLeaseDecides(t *testing.T, b broker.Broker) {
 	ack(t, b, r, ds[0].Ref, d2.Ref)
 }
 
+// testHeartbeatLapse: once a holder's heartbeat (Registry.Heartbeat with
+// the receiver, under the consumer's name) has lapsed, another consumer
+// takes its deliveries whatever their lease, and the holder's Extend
+// reports them lost.
+func testHeartbeatLapse(t *testing.T, b broker.Broker) {
+	r, holder := name("recv"), name("holder")
+	env := newEnv(r, "job")
+	send(t, b, env)
+	d := fetchOne(t, b, r, holder, longLease)
+	if err := b.Heartbeat(ctxT(t), broker.WorkerInfo{ID: holder, Receivers: []string{r}}, shortLease); err != nil {
+		t.Fatalf("Heartbeat: %v", err)
+	}
+	ds := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "survivor", Lease: longLease, MaxAttempts: 10})
+	if len(ds) != 1 || ds[0].Ref != d.Ref || ds[0].Attempt != 2 {
+		t.Fatalf("after the holder's heartbeat lapsed: got %+v, want %q attempt 2", ds, d.Ref)
+	}
+	lost, err := b.Extend(ctxT(t), &broker.ExtendParams{Receiver: r, Consumer: holder, Refs: []string{d.Ref}, Lease: longLease})
+	if err != nil || len(lost) != 1 {
+		t.Fatalf("the lapsed holder's Extend: lost %v, %v; want its delivery lost", lost, err)
+	}
+	ack(t, b, r, d.Ref)
+	if err := b.Deregister(ctxT(t), holder); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func testExtendKeepsLease(t *testing.T, b broker.Broker) {
 	// The holder extends its lease every lease/4 for twice the lease while
 	// a thief tries to take the message. A theft fails the test unless the
