@@ -95,6 +95,24 @@ func (b *Broker) Deregister(ctx context.Context, id string) error {
 	if err := broker.CheckName("id", id); err != nil {
 		return err
 	}
+	// The worker's entries in the holders hashes of its receivers go with
+	// it: it holds nothing once it leaves.
+	data, err := b.client.Do(ctx, b.client.B().Hget().Key(b.keys.worker(id)).Field("info").Build()).ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return b.fail(ctx, "deregister", err)
+	}
+	var info broker.WorkerInfo
+	if data != "" && json.Unmarshal([]byte(data), &info) == nil && len(info.Receivers) > 0 {
+		cmds := make(rueidis.Commands, len(info.Receivers))
+		for i, r := range info.Receivers {
+			cmds[i] = b.client.B().Hdel().Key(b.keys.holders(r)).Field("a:"+id, "l:"+id).Build()
+		}
+		for _, r := range b.client.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
+				return b.fail(ctx, "deregister", err)
+			}
+		}
+	}
 	for _, r := range b.client.DoMulti(ctx,
 		b.client.B().Del().Key(b.keys.worker(id)).Build(),
 		b.client.B().Zrem().Key(b.keys.workers()).Member(id).Build()) {

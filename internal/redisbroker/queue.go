@@ -295,7 +295,7 @@ func (b *Broker) queueKeys(receiver string) streamKeys {
 func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams) ([]entry, error) {
 	op, stream, consumer, max, block := s.op, s.stream, p.Consumer, p.Max, p.Block
 	var entries []entry
-	script := b.reclaimDue(stream)
+	script := b.reclaimDue(stream) || b.leaseChanged(stream, consumer, p.Lease)
 	if !script && block <= 0 {
 		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 			Streams().Key(stream).Id(">").Build()).AsXRead()
@@ -405,6 +405,14 @@ func (b *Broker) reclaimDue(stream string) bool {
 	next := v.(*atomic.Int64)
 	due := next.Load()
 	return now >= due && next.CompareAndSwap(due, now+int64(b.reclaimEvery))
+}
+
+// leaseChanged reports whether consumer fetches stream with another lease
+// than at its last fetch through this broker, which the fetch script then
+// records (the holders hash).
+func (b *Broker) leaseChanged(stream, consumer string, lease time.Duration) bool {
+	old, ok := b.leases.Swap(stream+"\x00"+consumer, lease)
+	return !ok || old.(time.Duration) != lease
 }
 
 // forceReclaim makes the next fetch of stream run the fetch script.

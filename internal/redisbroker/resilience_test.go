@@ -326,7 +326,9 @@ func TestNoKeysLeftBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := keysOf(t, raw, b.keys.prefix)
-	want := []string{":{orders}:q stream", ":{web}:r stream"}
+	// The holders hashes keep the leases of the consumers that fetched
+	// (c and A; Deregister removed A's entries, not c's).
+	want := []string{":{orders}:hold hash", ":{orders}:q stream", ":{web}:r stream", ":{web}:rhold hash"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("keys left = %q; want only %q", got, want)
 	}
