@@ -556,7 +556,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 			if err := b.Heartbeat(ctx, broker.WorkerInfo{ID: victim, Receivers: []string{"stolen"}}, time.Millisecond); err != nil {
 				return false
 			}
-			stolen, err = b.Fetch(ctx, &broker.FetchParams{Receiver: "stolen", Consumer: "thief", Max: 1, Block: 0, Lease: time.Millisecond, MaxAttempts: 0})
+			stolen, err = b.Fetch(ctx, &broker.FetchParams{Receiver: "stolen", Consumer: "thief", Max: 1, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 			return err == nil && len(stolen) == 1
 		})
 		if stolen[0].Env.ID != id || stolen[0].Attempt != 2 {

@@ -276,11 +276,14 @@ type streamKeys struct {
 	dlq     string // its dead-letter stream
 	delayed string // its delayed zset
 	holders string // its holders hash
+	// record: the fetch records the consumer's lease in holders (queues;
+	// a reply stream's readers all read with one lease).
+	record bool
 }
 
 // queueKeys returns the streamKeys of receiver's queue.
 func (b *Broker) queueKeys(receiver string) streamKeys {
-	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver)}
+	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver), record: true}
 }
 
 // fetch returns up to p.Max entries of s.stream for p.Consumer. At most every
@@ -364,8 +367,12 @@ func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchPara
 	if b.dueForPrune(stream) {
 		prune = msString(b.pruneIdle)
 	}
+	record := "0"
+	if s.record {
+		record = "1"
+	}
 	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed, s.holders},
-		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune}).ToArray()
+		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, record}).ToArray()
 	if err != nil {
 		b.forceReclaim(stream)
 		return nil, 0, b.fail(ctx, op, err)

@@ -74,6 +74,8 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 --            dead-lettered instead of reclaimed; 0 means no limit
 -- ARGV[5] -> prune idle ms: when > 0, first delete the group's consumers that
 --            hold nothing and were idle this long; 0 skips it
+-- ARGV[6] -> "1" records the consumer's lease in the holders hash; "0"
+--            (a reply stream) leaves the hash alone
 -- Creates the group "g" (from the start of the stream, MKSTREAM) if missing.
 -- Returns {dead, e1, e2, ...}: dead is how many entries were dead-lettered,
 -- each e is {id, attempt, field1, value1, ...}, reclaimed entries first.
@@ -82,7 +84,9 @@ local stream, dlq, delayed, hold = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumer, max, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local maxAttempts, pruneIdle = tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {0}
-redis.call('HSET', hold, 'l:' .. consumer, lease)
+if ARGV[6] == '1' then
+  redis.call('HSET', hold, 'l:' .. consumer, lease)
+end
 -- The holders' leases, the least of them, and the holders whose heartbeat
 -- lapsed (dead, or cut off from Redis): theirs are reclaimable at once.
 local leases, dead, minLease = {}, {}, tonumber(lease)
