@@ -359,12 +359,25 @@ func (b *Broker) fail(ctx context.Context, op string, err error) error {
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
-		if re.IsLoading() || re.IsTryAgain() || re.IsClusterDown() || strings.HasPrefix(msg, "MASTERDOWN") {
+		if re.IsLoading() || re.IsTryAgain() || re.IsClusterDown() || strings.HasPrefix(msg, "MASTERDOWN") || isCredentialErr(msg) {
 			return &unavailableError{op: op, addr: b.addr, err: err}
 		}
 		return fmt.Errorf("redisbroker: %s: %w", op, err)
 	}
 	return &unavailableError{op: op, addr: b.addr, err: err}
+}
+
+// isCredentialErr reports an error reply that refuses the connection's
+// credentials (a password rotated, a user disabled, a permission revoked
+// under a running instance): Redis is there but cannot be used with them,
+// which the caller should treat as unavailable, not as its own mistake.
+func isCredentialErr(msg string) bool {
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // ms returns d in whole milliseconds, at least 1 for a positive d.

@@ -404,3 +404,23 @@ func TestQueueDeletedUnderTheBroker(t *testing.T) {
 		t.Fatalf("Fetch after the queue was deleted = %+v", ds)
 	}
 }
+
+// TestCredentialErrorIsUnavailable: a permission revoked under a running
+// broker (NOPERM; WRONGPASS and NOAUTH likewise) makes its calls fail with
+// an error wrapping broker.ErrUnavailable, as the gateway answers 503.
+func TestCredentialErrorIsUnavailable(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	b := newBrokerOn(t, s, Config{})
+	ctx := ctxT(t)
+	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(t, rawClient(t, s), "ACL", "SETUSER", "default", "-xadd").Error(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Send(ctx, env("m2", "r"))
+	if !errors.Is(err, broker.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("Send without the permission = %v, want an error wrapping ErrUnavailable that quotes NOPERM", err)
+	}
+}
