@@ -46,7 +46,8 @@ type Config struct {
 	// (ACL); db selects the database, 0 by default; the port defaults to
 	// 6379. Query options of rueidis.ParseURL (for instance
 	// "?master_set=NAME" for Sentinel, "&addr=host:port" for more seeds)
-	// are honoured.
+	// are honoured, except skip_verify, which is refused (verification is
+	// turned off only by TLSConfig.InsecureSkipVerify).
 	URL string
 	// MaxConnectionPoolSize bounds the connections that carry ordinary
 	// commands, which rueidis pipelines automatically. The broker uses the
@@ -136,6 +137,9 @@ func New(cfg Config) (*Broker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if u, err := url.Parse(cfg.URL); err == nil && u.Query().Has("skip_verify") {
+		return nil, errors.New("redisbroker: Config.URL: the skip_verify parameter would turn TLS verification off silently and is refused; set Config.TLSConfig with InsecureSkipVerify to choose that")
 	}
 	opt, err := rueidis.ParseURL(cfg.URL)
 	if err != nil {

@@ -424,3 +424,14 @@ func TestCredentialErrorIsUnavailable(t *testing.T) {
 		t.Fatalf("Send without the permission = %v, want an error wrapping ErrUnavailable that quotes NOPERM", err)
 	}
 }
+
+// TestSkipVerifyRefused: the URL parameter skip_verify, which rueidis
+// honours by turning TLS verification off without a word, is refused with
+// an error that names it and the way to choose that.
+func TestSkipVerifyRefused(t *testing.T) {
+	t.Parallel()
+	_, err := New(Config{URL: "rediss://127.0.0.1:6380?skip_verify=true"})
+	if err == nil || !strings.Contains(err.Error(), "skip_verify") || !strings.Contains(err.Error(), "InsecureSkipVerify") {
+		t.Fatalf("New with ?skip_verify = %v, want an error that refuses it", err)
+	}
+}
