@@ -72,6 +72,9 @@ func TestOversizedReplyDeadLetteredAtOnce(t *testing.T) {
 	if err != nil || len(dls) != 1 || !strings.Contains(dls[0].Reason, "over the limit") {
 		t.Fatalf("DeadLetters = %+v, %v; want one, with the reason", dls, err)
 	}
+	if re.MessageID == "" || re.MessageID != dls[0].Message.ID {
+		t.Fatalf("RemoteError.MessageID = %q, want the dead-lettered message's id %q", re.MessageID, dls[0].Message.ID)
+	}
 }
 
 // TestReplyLater: a handler that returns ErrReplyLater sends no reply; a

@@ -413,6 +413,7 @@ func (d *Disker) requestEnded(id string, ctxErr error) error {
 func (d *Disker) outcome(id string, r *broker.Reply) (*Message, error) {
 	m := d.messageOf(&r.Env, time.Time{}, 0)
 	if m.Error != nil {
+		m.Error.MessageID = id
 		return nil, m.Error
 	}
 	return m, nil
