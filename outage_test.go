@@ -68,3 +68,36 @@ func TestRequestReturnsByDeadlineDuringOutage(t *testing.T) {
 		})
 	}
 }
+
+// TestFastReturnAfterOutage: after Redis was down long enough for the
+// retry loops to back off as far as they go, a Request made once it
+// accepts connections again is answered within a second (and slack for a
+// loaded machine): the loops wait at most 500ms between tries.
+func TestFastReturnAfterOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithAOF())
+	e := newEnv(t, true, srv.URL())
+	worker, client := e.open(), e.open()
+	if err := worker.Handle("echo", disker.HandlerFunc(echo)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Request(ctxTimeout(t, 10*time.Second), "echo", []byte("warm-up")); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	// The outage itself: long enough for a backoff to grow to its cap.
+	time.Sleep(8 * time.Second)
+	srv.Restart()
+	start := time.Now()
+	m, err := client.Request(ctxTimeout(t, 20*time.Second), "echo", []byte("x"))
+	took := time.Since(start)
+	if err != nil || string(m.Content) != "echo:x" {
+		t.Fatalf("Request after the outage = %v, %v", m, err)
+	}
+	if took > 2*time.Second {
+		t.Fatalf("the first Request after Redis came back took %v, want within 1s (and slack)", took)
+	}
+}
