@@ -549,11 +549,11 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 		recv(t, started, 10*time.Second, "the handler to start")
 		// The holder's lease is renewed, so only a lapse of its heartbeat
 		// lets another consumer take the delivery: the thief makes one
-		// (a heartbeat of the victim's that vouches for 1ms), as a partition
+		// (a heartbeat of the victim's that vouches for 1ns), as a partition
 		// longer than three heartbeats would.
 		var stolen []broker.Delivery
 		waitFor(t, 10*time.Second, "the theft", func() bool {
-			if err := b.Heartbeat(ctx, broker.WorkerInfo{ID: victim, Receivers: []string{"stolen"}}, time.Millisecond); err != nil {
+			if err := b.Heartbeat(ctx, broker.WorkerInfo{ID: victim, Receivers: []string{"stolen"}}, time.Nanosecond); err != nil {
 				return false
 			}
 			stolen, err = b.Fetch(ctx, &broker.FetchParams{Receiver: "stolen", Consumer: "thief", Max: 1, Block: 0, Lease: time.Minute, MaxAttempts: 0})
