@@ -302,8 +302,8 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 			return
 		}
 	}
-	if err == nil {
-		c.succeed(t, msg, resp, took)
+	if err == nil || errors.Is(err, ErrReplyLater) {
+		c.succeed(t, msg, resp, took, err != nil)
 		return
 	}
 	c.fail(t, msg, err, took, deadline)
@@ -319,11 +319,18 @@ func (c *consumer) call(ctx context.Context, msg *Message) (resp []byte, err err
 	return c.h.Handle(ctx, msg)
 }
 
-func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duration) {
+// succeed acknowledges a handled message, after sending resp as its reply
+// unless the handler replies later (ErrReplyLater).
+func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duration, later bool) {
 	d := c.d
-	if msg.ExpectsReply() && (resp != nil || msg.fromInbox) {
+	if !later && msg.ExpectsReply() && (resp != nil || msg.fromInbox) && !d.repliedBy(msg) {
 		if resp == nil {
 			resp = []byte{}
+		}
+		if len(resp) > d.cfg.MaxMessageSize {
+			// No retry can make it fit: dead-letter it now, and tell the sender.
+			c.fail(t, msg, NoRetry(fmt.Errorf("disker: the handler's reply is %d bytes, over the limit of %d (Config.MaxMessageSize)", len(resp), d.cfg.MaxMessageSize)), took, time.Time{})
+			return
 		}
 		if err := d.reply(d.opCtx, msg, resp, "", ""); err != nil && !errors.Is(err, ErrLate) {
 			// The reply did not reach the broker: deliver the message again
@@ -347,8 +354,9 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 	}
 	attrs := logAttrs(c.name, msg.ID, msg.Attempt)
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		// Its sender has been told it timed out: nobody waits for it.
-		d.log.Warn("disker: handler failed after the message's deadline; dropped", append(attrs, "error", err)...)
+		// Its sender has been told it timed out: nobody waits for it. An
+		// expected outcome, counted (Expired, EventExpired), so Debug.
+		d.log.Debug("disker: handler failed after the message's deadline; dropped", append(attrs, "error", err)...)
 		c.drop(&t.dl)
 		return
 	}

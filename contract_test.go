@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -528,7 +529,8 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 			b = membroker.Shared(strings.TrimPrefix(e.url, "mem://"), membroker.Options{})
 		}
 		defer b.Close()
-		d := e.open()
+		victim := "victim-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		d := e.open(func(c *disker.Config) { c.InstanceID = victim })
 		started := make(chan struct{})
 		cause := make(chan error, 1)
 		if err := d.Handle("stolen", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
@@ -545,10 +547,16 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 			t.Fatal(err)
 		}
 		recv(t, started, 10*time.Second, "the handler to start")
-		// A thief with a 1ms lease sees the delivery as expired.
+		// The holder's lease is renewed, so only a lapse of its heartbeat
+		// lets another consumer take the delivery: the thief makes one
+		// (a heartbeat of the victim's that vouches for 1ns), as a partition
+		// longer than three heartbeats would.
 		var stolen []broker.Delivery
 		waitFor(t, 10*time.Second, "the theft", func() bool {
-			stolen, err = b.Fetch(ctx, &broker.FetchParams{Receiver: "stolen", Consumer: "thief", Max: 1, Block: 0, Lease: time.Millisecond, MaxAttempts: 0})
+			if err := b.Heartbeat(ctx, broker.WorkerInfo{ID: victim, Receivers: []string{"stolen"}}, time.Nanosecond); err != nil {
+				return false
+			}
+			stolen, err = b.Fetch(ctx, &broker.FetchParams{Receiver: "stolen", Consumer: "thief", Max: 1, Block: 0, Lease: time.Minute, MaxAttempts: 0})
 			return err == nil && len(stolen) == 1
 		})
 		if stolen[0].Env.ID != id || stolen[0].Attempt != 2 {

@@ -234,6 +234,8 @@ type Disker struct {
 
 	rq *requester // Request's side: the inbox
 
+	answered sync.Map // message id -> struct{}: answered with Reply from this instance
+
 	sent, replied, late, timedOut atomic.Int64
 	unhandledReplies              atomic.Int64 // see LocalStats.UnhandledReplies
 }

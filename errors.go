@@ -89,6 +89,9 @@ type RemoteError struct {
 	Code string
 	// Text is the error's text as the receiver saw it.
 	Text string
+	// MessageID is the id of the message the error answers, when Request
+	// returns it (for quoting it to a client that cannot see the logs).
+	MessageID string
 }
 
 // Error returns "disker: remote error (Code): Text".

@@ -20,6 +20,13 @@ const childEnv = "DISKER_TEST_CHILD"
 
 const childLease = time.Second
 
+// longLease is a lease no test waits out, and holderHeartbeat the heartbeat
+// interval of a "long-worker" child, that holds its messages with it.
+const (
+	longLease       = time.Hour
+	holderHeartbeat = 200 * time.Millisecond
+)
+
 // childRequestTimeout is the timeout of the requester child's Request.
 const childRequestTimeout = 8 * time.Second
 
@@ -31,7 +38,8 @@ const childRequestTimeout = 8 * time.Second
 // handler that prints "started ID ATTEMPT" and then blocks for good. A
 // "requester" (instance id DISKER_TEST_INSTANCE, heartbeats every 100ms)
 // prints "ready" and makes one Request to that receiver with a timeout of
-// childRequestTimeout.
+// childRequestTimeout. A "long-worker" is a worker with longLease that
+// heartbeats every holderHeartbeat.
 func runChild() int {
 	cfg := disker.Config{
 		RedisURL:  os.Getenv("DISKER_TEST_URL"),
@@ -44,6 +52,10 @@ func runChild() int {
 		cfg.HeartbeatInterval = 100 * time.Millisecond
 		cfg.TimeoutMonitorFrequency = 20 * time.Millisecond
 		cfg.ReceiverBlockTimeout = 100 * time.Millisecond
+	}
+	lease := childLease
+	if os.Getenv(childEnv) == "long-worker" {
+		lease, cfg.HeartbeatInterval = longLease, holderHeartbeat
 	}
 	d, err := disker.New(context.Background(), cfg)
 	if err != nil {
@@ -65,7 +77,7 @@ func runChild() int {
 		fmt.Printf("started %s %d\n", m.ID, m.Attempt)
 		<-block
 		return nil, nil
-	}), disker.WithLease(childLease))
+	}), disker.WithLease(lease))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -115,6 +127,41 @@ func TestKilledWorkerMessageRedelivered(t *testing.T) {
 		s, err := d.Stats(context.Background(), "jobs")
 		return err == nil && s.Length == 0 && s.Pending == 0
 	})
+}
+
+// TestKilledHolderReclaimedByHeartbeat kills a worker process that holds
+// a message with a lease of an hour: its heartbeat lapses after 3
+// intervals, and a survivor, itself with an hour's lease, gets the message
+// then, not after either lease.
+func TestKilledHolderReclaimedByHeartbeat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	t.Parallel()
+	e := newEnv(t, true, redisURL(t))
+	c := startChild(t, e, "long-worker", "held", "")
+	if l := recv(t, c.lines, 30*time.Second, "the child to be ready"); l != "ready" {
+		t.Fatalf("child said %q, want ready", l)
+	}
+	d := e.open()
+	id, err := d.Send(ctxTimeout(t, 5*time.Second), disker.Message{Receiver: "held", Content: []byte("job")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := recv(t, c.lines, 30*time.Second, "the child to start the job"); l != "started "+id+" 1" {
+		t.Fatalf("child said %q, want %q", l, "started "+id+" 1")
+	}
+	c.kill(t)
+	got := make(chan *disker.Message, 2)
+	if err := d.Handle("held", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+		got <- m
+		return nil, nil
+	}), disker.WithLease(longLease)); err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, got, 30*time.Second, "the redelivery of a dead holder's message"); m.ID != id || m.Attempt != 2 {
+		t.Fatalf("redelivered %s attempt %d, want %s attempt 2", m.ID, m.Attempt, id)
+	}
 }
 
 // child is a test binary started as a child process (runChild).

@@ -3,10 +3,12 @@ package disker_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/diskerhq/disker"
 )
@@ -45,3 +47,45 @@ func TestEmptyRedisURLIsLogged(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestFailureAfterDeadlineIsNotAWarning: a handler that fails once its
+// message's deadline has passed (the expected end of a slow handler) is
+// logged at Debug, not as a warning, and counted as expired.
+func TestFailureAfterDeadlineIsNotAWarning(t *testing.T) {
+	t.Parallel()
+	var (
+		mu  sync.Mutex
+		buf bytes.Buffer
+	)
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: "mem://" + t.Name(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(context.Background())
+	if err := d.Handle("slow", disker.HandlerFunc(func(ctx context.Context, _ *disker.Message) ([]byte, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := d.Request(ctx, disker.Message{Receiver: "slow"}); !errors.Is(err, disker.ErrTimeout) {
+		t.Fatalf("Request = %v, want a timeout", err)
+	}
+	waitFor(t, 10*time.Second, "the delivery to be counted as expired", func() bool {
+		return d.LocalStats().Receivers["slow"].Expired == 1
+	})
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	const line = "handler failed after the message's deadline; dropped"
+	if !strings.Contains(out, "level=DEBUG msg=\"disker: "+line) || strings.Contains(out, "level=WARN") {
+		t.Fatalf("want %q at DEBUG and no warning; log:\n%s", line, out)
+	}
+}

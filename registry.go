@@ -31,11 +31,17 @@ func (d *Disker) runHeartbeat(ctx context.Context) {
 	}
 }
 
-// heartbeat records the instance as live for 3 heartbeat intervals, and
-// renews the expiry of its inbox.
+// minHeartbeatTTL is the least time a heartbeat vouches for the instance:
+// with very short intervals, a process that the machine stalls briefly
+// would otherwise lose its deliveries to its peers.
+const minHeartbeatTTL = time.Second
+
+// heartbeat records the instance as live for 3 heartbeat intervals (at
+// least minHeartbeatTTL): until then the broker keeps its deliveries with
+// it, whatever their lease. It also renews the expiry of its inbox.
 func (d *Disker) heartbeat(ctx context.Context) {
 	d.rq.heartbeat(ctx)
-	if err := d.b.Heartbeat(ctx, d.workerInfo(), 3*d.cfg.HeartbeatInterval); err != nil {
+	if err := d.b.Heartbeat(ctx, d.workerInfo(), max(3*d.cfg.HeartbeatInterval, minHeartbeatTTL)); err != nil {
 		if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
 			d.health.fail("heartbeat", err)
 		}

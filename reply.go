@@ -3,9 +3,23 @@ package disker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
 )
+
+// ErrReplyLater, returned by a handler, defers the reply: the message is
+// handled (acknowledged, not retried) and no reply is sent for it, so that
+// a Reply from elsewhere, before the message's deadline, is the one its
+// sender (or its Request) gets. A handler that returns it must make sure
+// that Reply is called: otherwise the sender gets a timeout at the
+// deadline, or, without one, waits for good.
+var ErrReplyLater = errors.New("disker: the reply will be sent later with Reply")
+
+// answeredFor is how long an instance remembers, past a message's deadline
+// (from now, without one), that it replied to it, to refuse a second reply.
+const answeredFor = time.Minute
 
 // Reply sends response as the reply to msg, a message this instance
 // received. It returns ErrFireAndForget for a fire-and-forget message (one
@@ -15,12 +29,16 @@ import (
 // the reply was dropped.
 //
 // For a Request the reply is judged against the deadline msg was delivered
-// with. A second reply to a Request before its deadline is not refused, but
-// only the first reaches the requester; nor is one refused that comes
-// before the deadline of a Request whose ctx was cancelled.
+// with. A second reply to a message from the instance that replied first
+// returns an error matching ErrLate that says the message was already
+// answered (the instance remembers it until a minute after the deadline);
+// one from another instance is not refused, but only the first reaches
+// the requester. Nor is a reply refused that comes before the deadline of a
+// Request whose ctx was cancelled.
 //
 // A handler usually returns its response instead; Reply is for replying
-// from elsewhere, or before the handler returns.
+// from elsewhere, or before the handler returns (a handler that replies
+// later returns ErrReplyLater).
 func (d *Disker) Reply(ctx context.Context, msg *Message, response []byte) error {
 	if d.closed.Load() {
 		return ErrClosed
@@ -35,7 +53,26 @@ func (d *Disker) Reply(ctx context.Context, msg *Message, response []byte) error
 	case len(response) > d.cfg.MaxMessageSize:
 		return invalid("response", "%d bytes is over the limit of %d (Config.MaxMessageSize)", len(response), d.cfg.MaxMessageSize)
 	}
-	return d.reply(ctx, msg, response, "", "")
+	if _, dup := d.answered.LoadOrStore(msg.ID, struct{}{}); dup {
+		return fmt.Errorf("disker: reply: message %s was already answered: %w", msg.ID, ErrLate)
+	}
+	err := d.reply(ctx, msg, response, "", "")
+	if err != nil && !errors.Is(err, ErrLate) {
+		d.answered.Delete(msg.ID) // not answered: it may be tried again
+		return err
+	}
+	forget := answeredFor
+	if !msg.Deadline.IsZero() {
+		forget += max(time.Until(msg.Deadline), 0)
+	}
+	time.AfterFunc(forget, func() { d.answered.Delete(msg.ID) })
+	return err
+}
+
+// repliedBy tells whether Reply answered msg from this instance.
+func (d *Disker) repliedBy(msg *Message) bool {
+	_, ok := d.answered.Load(msg.ID)
+	return ok
 }
 
 // reply sends a reply (or an error reply when code is set) to msg's sender.

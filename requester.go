@@ -10,10 +10,12 @@ import (
 	"github.com/diskerhq/disker/internal/broker"
 )
 
-// cancelGrace bounds how long a Request whose ctx ended tries to append
-// its marker to the inbox, and then waits for the inbox's reader to reach
-// it.
-const cancelGrace = 30 * time.Second
+// RequestGrace bounds how long a Request runs past its context's end (its
+// deadline, or its cancellation): the time it has to settle the request in
+// the broker and read the outcome. Whatever the broker does (down, stalled,
+// paused), Request returns by then; when the broker could not settle it in
+// time, Request returns a timeout (ErrTimeout) or ctx's error that says so.
+const RequestGrace = 500 * time.Millisecond
 
 // requester is the instance's side of Request: its private reply
 // address, the inbox, with the Requests waiting on it and the reader that
@@ -168,6 +170,12 @@ func (r *requester) close(ctx context.Context) {
 // that matches ErrTimeout and says that the send failed. Without a deadline in ctx
 // the message has no timeout: Request waits until ctx is cancelled.
 //
+// Whatever the broker does (down, unreachable with its sockets open,
+// paused), Request returns by ctx's end plus RequestGrace. When the broker
+// could not settle the request by then, the error says so ("could not be
+// settled"), and a reply the broker accepted before the deadline may then
+// go unread: its replier was told it was accepted.
+//
 // The private reply address, the inbox, is "_inbox." followed by the
 // instance's id (see requester). Its state in the broker (a reply stream) lives as long as
 // the instance: it carries an expiry that the heartbeat renews
@@ -226,10 +234,22 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 		r.waitMu.Unlock()
 	}()
 
-	// The send runs to its end even if ctx ends meanwhile (the broker bounds
-	// its I/O): an interrupted send would leave it unknown whether the
-	// message was queued, and so whether a reply may still be accepted.
-	deadline, err := r.send(context.WithoutCancel(ctx), &msg, timeout, id)
+	// The send runs to its end even if ctx is cancelled meanwhile, up to
+	// the deadline and RequestGrace: an interrupted send leaves it unknown
+	// whether the message was queued, and so whether a reply may still be
+	// accepted, and the request is settled below.
+	// The broker's writes to inboxes wait for their round trip whatever
+	// their context, so a send that outlasts that is left to finish alone.
+	stopSend := time.Time{}
+	if hasDeadline {
+		stopSend = dl.Add(RequestGrace)
+	}
+	deadline, ok, err := within(r, stopSend, func() (time.Time, error) {
+		return r.send(context.WithoutCancel(ctx), &msg, timeout, id)
+	})
+	if !ok {
+		deadline, err = dl, fmt.Errorf("%w: the send did not end by %v after the deadline", ErrUnavailable, RequestGrace)
+	}
 	var sendErr error
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) || deadline.IsZero() {
@@ -260,10 +280,7 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 				return d.outcome(id, &e)
 			}
 			if ctx.Err() == context.DeadlineExceeded {
-				d.timedOut.Add(1)
-				if d.onEvent != nil {
-					d.emit(Event{Kind: EventTimedOut, Receiver: msg.Receiver, Sender: r.name, MessageID: id})
-				}
+				d.countTimeout(msg.Receiver, id)
 			}
 			if sendErr != nil {
 				return nil, fmt.Errorf("%w (its send failed, and it may not have been queued: %v)", d.requestEnded(id, ctx.Err()), sendErr)
@@ -276,10 +293,28 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 				return nil, d.requestEnded(id, ctx.Err())
 			}
 			ended = nil
-			if marker, err = r.giveUp(id, deadline, ctx.Err() == context.DeadlineExceeded); err != nil {
+			// By RequestGrace after the deadline (after the cancellation
+			// without one), with a tenth of it at least to try.
+			now := time.Now()
+			stop := now.Add(RequestGrace)
+			if hasDeadline && dl.Add(RequestGrace).Before(stop) {
+				stop = dl.Add(RequestGrace)
+			}
+			if floor := now.Add(RequestGrace / 10); stop.Before(floor) {
+				stop = floor
+			}
+			timedOut := ctx.Err() == context.DeadlineExceeded
+			marker, ok, err = within(r, stop, func() (broker.Reply, error) { return r.giveUp(id, deadline, timedOut, stop) })
+			if !ok {
+				err = fmt.Errorf("the broker did not answer by %v after the end", RequestGrace)
+			}
+			if err != nil {
+				if timedOut {
+					d.countTimeout(msg.Receiver, id)
+				}
 				return nil, fmt.Errorf("%w (and the request could not be settled: %v)", d.requestEnded(id, ctx.Err()), err)
 			}
-			t := time.NewTimer(cancelGrace)
+			t := time.NewTimer(max(time.Until(stop), 0))
 			defer t.Stop()
 			grace = t.C
 		case <-grace:
@@ -292,14 +327,15 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 // deadline has passed (timedOut), it appends markers until one is at or
 // after the deadline by the broker's clock, which may be a little behind
 // the local one: that marker settles the request as timed out. While the
-// broker cannot be reached, it tries again for up to cancelGrace: until a
-// marker is in, a reply may still be accepted.
-func (r *requester) giveUp(id string, deadline time.Time, timedOut bool) (broker.Reply, error) {
+// broker cannot be reached, it tries again until stop: until a marker is
+// in, a reply may still be accepted (so a replier may be told its reply
+// was accepted for a Request that returned a timeout: at-least-once
+// delivery allows it).
+func (r *requester) giveUp(id string, deadline time.Time, timedOut bool, stop time.Time) (broker.Reply, error) {
 	d := r.d
-	stop := time.Now().Add(cancelGrace)
 	var bo pacer
 	for {
-		ctx, cancel := context.WithTimeout(d.opCtx, 5*time.Second)
+		ctx, cancel := context.WithDeadline(d.opCtx, stop)
 		m, err := d.b.GiveUp(ctx, r.name, id)
 		cancel()
 		switch {
@@ -309,7 +345,7 @@ func (r *requester) giveUp(id string, deadline time.Time, timedOut bool) (broker
 			return m, err
 		case err != nil:
 			d.health.fail("give up", err)
-			if time.Now().After(stop) || !bo.wait(d.closing) {
+			if !bo.waitUntil(d.closing, stop) {
 				return m, err
 			}
 			continue
@@ -317,13 +353,46 @@ func (r *requester) giveUp(id string, deadline time.Time, timedOut bool) (broker
 			d.health.ok()
 			return m, nil
 		}
-		t := time.NewTimer(max(deadline.Sub(m.At), time.Millisecond))
-		select {
-		case <-t.C:
-		case <-d.closing:
-			t.Stop()
-			return m, ErrClosed
+		if !sleepUntil(max(deadline.Sub(m.At), time.Millisecond), d.closing, stop) {
+			return m, fmt.Errorf("the broker's clock did not reach the deadline by %v after it", RequestGrace)
 		}
+	}
+}
+
+// within runs f on its own goroutine, which Close waits for, and returns
+// its results, or ok false if stop (zero: none) comes first; f then ends
+// alone.
+func within[T any](r *requester, stop time.Time, f func() (T, error)) (v T, ok bool, err error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	r.requests.Add(1)
+	go func() {
+		defer r.requests.Done()
+		v, err := f()
+		done <- result{v, err}
+	}()
+	var timeout <-chan time.Time
+	if !stop.IsZero() {
+		t := time.NewTimer(time.Until(stop))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case res := <-done:
+		return res.v, true, res.err
+	case <-timeout:
+		return v, false, nil
+	}
+}
+
+// countTimeout counts a Request's timeout, and reports it.
+func (d *Disker) countTimeout(receiver, id string) {
+	d.timedOut.Add(1)
+	if d.onEvent != nil {
+		d.emit(Event{Kind: EventTimedOut, Receiver: receiver, Sender: d.rq.name, MessageID: id})
 	}
 }
 
@@ -339,6 +408,7 @@ func (d *Disker) requestEnded(id string, ctxErr error) error {
 func (d *Disker) outcome(id string, r *broker.Reply) (*Message, error) {
 	m := d.messageOf(&r.Env, time.Time{}, 0)
 	if m.Error != nil {
+		m.Error.MessageID = id
 		return nil, m.Error
 	}
 	return m, nil

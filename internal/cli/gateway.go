@@ -256,12 +256,13 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 			return 499
 		case errors.Is(err, disker.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 			return g.fail(w, r, http.StatusGatewayTimeout, fmt.Sprintf("no reply from a worker of %q within %v", g.receiver, g.timeout), nil)
+		case isAuthError(err.Error()):
+			// Refused before it was queued: like an unreachable broker
+			// (the library says ErrUnavailable too), and the gateway's
+			// operator must act.
+			return g.fail(w, r, http.StatusServiceUnavailable, "the message broker refused the gateway's credentials", err)
 		case errors.Is(err, disker.ErrUnavailable):
 			return g.fail(w, r, http.StatusServiceUnavailable, "the message broker cannot be reached", err)
-		case isAuthError(err.Error()):
-			// Refused before it was queued: like an unreachable broker,
-			// and the gateway's operator must act.
-			return g.fail(w, r, http.StatusServiceUnavailable, "the message broker refused the gateway's credentials", err)
 		case errors.Is(err, disker.ErrClosed):
 			return g.fail(w, r, http.StatusServiceUnavailable, "the gateway is stopping", nil)
 		case errors.As(err, &re):

@@ -166,6 +166,10 @@ type core struct {
 	timeouts    map[string]*timeoutSet // sender -> its pending timeouts
 	locks       map[string]lockEntry   // receiver -> its exclusive lock
 	workers     map[string]workerEntry // worker id -> its registration
+	// vouched holds, by vouchKey, until when a worker's heartbeat vouches
+	// for its deliveries of a receiver: past it, another consumer's Fetch
+	// takes them whatever their lease.
+	vouched map[string]time.Time
 	// inboxes holds when the state of each open inbox (KeepInbox)
 	// expires; nextExpiry is at or before the earliest of them (zero when
 	// there is none). An expired inbox is dropped by the next lock.
@@ -177,6 +181,7 @@ func newCore(opts Options) *core {
 	c := &core{
 		now:      opts.Now,
 		queues:   make(map[string]*stream),
+		vouched:  make(map[string]time.Time),
 		replies:  make(map[string]*stream),
 		dead:     make(map[string]*deadList),
 		timeouts: make(map[string]*timeoutSet),

@@ -103,7 +103,8 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	c := b.c
 	out := []broker.Delivery{}
 	take := func(s *stream, now time.Time) int {
-		for e := range s.expired(now, lease) {
+		lapsed := func(owner string) bool { return c.lapsed(receiver, consumer, owner, now) }
+		for e := range s.expired(now, lapsed) {
 			if len(out) == max {
 				return len(out)
 			}
@@ -112,18 +113,18 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 				c.deadLetter(receiver, e, fmt.Sprintf("gave up after %d deliveries (max attempts %d): lease expired or retried", e.count, maxAttempts), now)
 				continue
 			}
-			if d, ok := c.lease(receiver, s, e, consumer, now); ok {
+			if d, ok := c.lease(receiver, s, e, consumer, now, lease); ok {
 				out = append(out, d)
 			}
 		}
 		for len(out) < max && s.fresh.Len() > 0 {
-			if d, ok := c.lease(receiver, s, s.fresh.Front().Value.(*entry), consumer, now); ok {
+			if d, ok := c.lease(receiver, s, s.fresh.Front().Value.(*entry), consumer, now, lease); ok {
 				out = append(out, d)
 			}
 		}
 		return len(out)
 	}
-	err := b.read(ctx, receiver, c.queue, p.Block, lease, take)
+	err := b.read(ctx, receiver, c.queue, p.Block, take)
 	if err != nil {
 		return nil, err
 	}
@@ -132,8 +133,8 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 
 // lease delivers e to consumer and returns the delivery, or dead-letters e
 // when its message does not decode. Callers hold mu.
-func (c *core) lease(receiver string, s *stream, e *entry, consumer string, now time.Time) (broker.Delivery, bool) {
-	s.deliver(e, consumer, now)
+func (c *core) lease(receiver string, s *stream, e *entry, consumer string, now time.Time, lease time.Duration) (broker.Delivery, bool) {
+	s.deliver(e, consumer, now, lease)
 	env, err := decode(e.raw)
 	if err != nil {
 		s.remove(e.ref)
@@ -145,9 +146,9 @@ func (c *core) lease(receiver string, s *stream, e *entry, consumer string, now 
 
 // read runs take on the stream of name (got by get, which creates it) until
 // take delivers something or block is over. Between tries it waits for a new
-// entry, for the first pending entry to become reclaimable with lease, for
-// ctx or for Close; never by polling.
-func (b *Broker) read(ctx context.Context, name string, get func(string) *stream, block, lease time.Duration, take func(*stream, time.Time) int) error {
+// entry, for the first pending entry to become reclaimable, for ctx or for
+// Close; never by polling.
+func (b *Broker) read(ctx context.Context, name string, get func(string) *stream, block time.Duration, take func(*stream, time.Time) int) error {
 	c := b.c
 	var blockTimer *time.Timer
 	for {
@@ -169,7 +170,7 @@ func (b *Broker) read(ctx context.Context, name string, get func(string) *stream
 		// was added after it began to wait, which woke it, and it looks
 		// again under the lock before it waits once more.
 		ch := s.watch()
-		due, hasDue := s.nextDue(now, lease)
+		due, hasDue := s.nextDue(now)
 		c.mu.Unlock()
 
 		again, err := b.wait(ctx, ch, due, hasDue, blockTimer)
@@ -207,7 +208,7 @@ func (b *Broker) Extend(ctx context.Context, p *broker.ExtendParams) ([]string, 
 			lost = append(lost, ref)
 			continue
 		}
-		e.delivered = now
+		e.delivered, e.lease = now, p.Lease
 	}
 	return lost, nil
 }
@@ -247,7 +248,8 @@ func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
 	if s == nil || s.owned(ref, consumer) == nil {
 		return broker.ErrLeaseLost
 	}
-	s.entries[ref].delivered = b.c.now().Add(delay - lease)
+	e := s.entries[ref]
+	e.delivered, e.lease = b.c.now().Add(delay-lease), lease
 	s.wake() // blocked readers must re-arm for the new due time
 	return nil
 }

@@ -81,7 +81,22 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 	info = copyInfo(info)
 	info.LastSeen = now
 	b.c.workers[info.ID] = workerEntry{info: info, expires: now.Add(ttl)}
+	for _, r := range info.Receivers {
+		b.c.vouched[vouchKey(r, info.ID)] = now.Add(ttl)
+	}
 	return nil
+}
+
+// vouchKey is the key of core.vouched for worker id's deliveries of
+// receiver.
+func vouchKey(receiver, id string) string { return receiver + "\x00" + id }
+
+// lapsed reports whether the heartbeat of owner, a holder of receiver's
+// deliveries other than consumer, has stopped vouching for them at now.
+// Callers hold mu.
+func (c *core) lapsed(receiver, consumer, owner string, now time.Time) bool {
+	until, ok := c.vouched[vouchKey(receiver, owner)]
+	return ok && owner != consumer && !now.Before(until)
 }
 
 // sweep forgets expired workers and locks. Callers hold mu.

@@ -188,19 +188,19 @@ func (b *Broker) readReplies(ctx context.Context, p *broker.ReadRepliesParams, i
 	out := []broker.Reply{}
 	take := func(s *stream, now time.Time) int {
 		if !inbox {
-			for e := range s.expired(now, lease) {
+			for e := range s.expired(now, func(string) bool { return false }) {
 				if len(out) == max {
 					return len(out)
 				}
-				out = b.c.leaseReply(s, e, consumer, now, out)
+				out = b.c.leaseReply(s, e, consumer, now, lease, out)
 			}
 		}
 		for len(out) < max && s.fresh.Len() > 0 {
-			out = b.c.leaseReply(s, s.fresh.Front().Value.(*entry), consumer, now, out)
+			out = b.c.leaseReply(s, s.fresh.Front().Value.(*entry), consumer, now, lease, out)
 		}
 		return len(out)
 	}
-	if err := b.read(ctx, sender, b.c.replyStream, p.Block, lease, take); err != nil {
+	if err := b.read(ctx, sender, b.c.replyStream, p.Block, take); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -208,8 +208,8 @@ func (b *Broker) readReplies(ctx context.Context, p *broker.ReadRepliesParams, i
 
 // leaseReply delivers the reply entry e to consumer and appends it to out.
 // Callers hold mu.
-func (c *core) leaseReply(s *stream, e *entry, consumer string, now time.Time, out []broker.Reply) []broker.Reply {
-	s.deliver(e, consumer, now)
+func (c *core) leaseReply(s *stream, e *entry, consumer string, now time.Time, lease time.Duration, out []broker.Reply) []broker.Reply {
+	s.deliver(e, consumer, now, lease)
 	env, err := decode(e.raw)
 	if err != nil {
 		// Only the broker writes reply entries, from envelopes it encoded.

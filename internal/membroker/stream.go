@@ -20,10 +20,11 @@ type entry struct {
 	at        time.Time        // when appended (broker clock)
 
 	// Delivery state, as a Redis consumer group keeps it.
-	pending   bool      // delivered and not yet acknowledged
-	owner     string    // the consumer that holds it
-	count     int       // how many times it was delivered
-	delivered time.Time // the last delivery (or its stand-in after Extend and Retry)
+	pending   bool          // delivered and not yet acknowledged
+	owner     string        // the consumer that holds it
+	count     int           // how many times it was delivered
+	delivered time.Time     // the last delivery (or its stand-in after Extend and Retry)
+	lease     time.Duration // the holder's lease, from delivered
 	elem      *list.Element
 }
 
@@ -82,7 +83,7 @@ func (s *stream) owned(ref, consumer string) *entry {
 }
 
 // deliver leases e to consumer at now.
-func (s *stream) deliver(e *entry, consumer string, now time.Time) {
+func (s *stream) deliver(e *entry, consumer string, now time.Time, lease time.Duration) {
 	if !e.pending {
 		s.fresh.Remove(e.elem)
 		e.pending = true
@@ -94,16 +95,18 @@ func (s *stream) deliver(e *entry, consumer string, now time.Time) {
 	e.owner = consumer
 	e.count++
 	e.delivered = now
+	e.lease = lease
 }
 
-// expired yields the pending entries idle for at least lease at now, in ref
-// order. The loop body may remove the entry it is given.
-func (s *stream) expired(now time.Time, lease time.Duration) iter.Seq[*entry] {
+// expired yields the pending entries idle for at least their holder's lease
+// at now, and those of a holder for which lapsed is true, in ref order. The
+// loop body may remove the entry it is given.
+func (s *stream) expired(now time.Time, lapsed func(owner string) bool) iter.Seq[*entry] {
 	return func(yield func(*entry) bool) {
 		for el := s.pending.Front(); el != nil; {
 			e := el.Value.(*entry)
 			el = el.Next()
-			if now.Sub(e.delivered) >= lease && !yield(e) {
+			if (now.Sub(e.delivered) >= e.lease || lapsed(e.owner)) && !yield(e) {
 				return
 			}
 		}
@@ -111,12 +114,13 @@ func (s *stream) expired(now time.Time, lease time.Duration) iter.Seq[*entry] {
 }
 
 // nextDue returns how long after now the first pending entry becomes
-// reclaimable for a reader with lease, and false when none is pending.
-func (s *stream) nextDue(now time.Time, lease time.Duration) (time.Duration, bool) {
+// reclaimable (its holder's lease over), and false when none is pending.
+func (s *stream) nextDue(now time.Time) (time.Duration, bool) {
 	var first time.Time
 	found := false
 	for el := s.pending.Front(); el != nil; el = el.Next() {
-		due := el.Value.(*entry).delivered.Add(lease)
+		e := el.Value.(*entry)
+		due := e.delivered.Add(e.lease)
 		if !found || due.Before(first) {
 			first, found = due, true
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,9 +66,25 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 	if err != nil {
 		return fmt.Errorf("redisbroker: heartbeat: %w", err)
 	}
-	err = scriptHeartbeat.Exec(ctx, b.client, []string{b.keys.workers(), b.keys.worker(info.ID)},
-		[]string{info.ID, string(data), msString(ttl)}).Error()
-	return b.failIf(ctx, "heartbeat", err)
+	seen, err := scriptHeartbeat.Exec(ctx, b.client, []string{b.keys.workers(), b.keys.worker(info.ID)},
+		[]string{info.ID, string(data), msString(ttl)}).AsInt64()
+	if err != nil || len(info.Receivers) == 0 {
+		return b.failIf(ctx, "heartbeat", err)
+	}
+	// The heartbeat vouches for the worker's deliveries of each receiver
+	// until seen + ttl (Redis time): past it, a Fetch of another worker
+	// reclaims them at once (see the fetch script).
+	until := strconv.FormatInt(seen+ttl.Milliseconds(), 10)
+	cmds := make(rueidis.Commands, len(info.Receivers))
+	for i, r := range info.Receivers {
+		cmds[i] = b.client.B().Hset().Key(b.keys.holders(r)).FieldValue().FieldValue("a:"+info.ID, until).Build()
+	}
+	for _, r := range b.client.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return b.fail(ctx, "heartbeat", err)
+		}
+	}
+	return nil
 }
 
 // Deregister removes worker id from the registry.
@@ -77,6 +94,24 @@ func (b *Broker) Deregister(ctx context.Context, id string) error {
 	}
 	if err := broker.CheckName("id", id); err != nil {
 		return err
+	}
+	// The worker's entries in the holders hashes of its receivers go with
+	// it: it holds nothing once it leaves.
+	data, err := b.client.Do(ctx, b.client.B().Hget().Key(b.keys.worker(id)).Field("info").Build()).ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return b.fail(ctx, "deregister", err)
+	}
+	var info broker.WorkerInfo
+	if data != "" && json.Unmarshal([]byte(data), &info) == nil && len(info.Receivers) > 0 {
+		cmds := make(rueidis.Commands, len(info.Receivers))
+		for i, r := range info.Receivers {
+			cmds[i] = b.client.B().Hdel().Key(b.keys.holders(r)).Field("a:"+id, "l:"+id).Build()
+		}
+		for _, r := range b.client.DoMulti(ctx, cmds...) {
+			if err := r.Error(); err != nil {
+				return b.fail(ctx, "deregister", err)
+			}
+		}
 	}
 	for _, r := range b.client.DoMulti(ctx,
 		b.client.B().Del().Key(b.keys.worker(id)).Build(),

@@ -97,8 +97,13 @@ func TestWorkersRegistry(t *testing.T) {
 	if err := b.Deregister(ctx, "d"); err != nil {
 		t.Fatal(err)
 	}
-	if ks := keysOf(t, rawClient(t, srv), b.keys.prefix); len(ks) != 0 {
-		t.Fatalf("keys left by the registry: %v", ks)
+	// What stays: the vouch of c, which expired without leaving, in the
+	// holders hash of its receiver, until a fetch there finds it lapsed.
+	if ks := keysOf(t, rawClient(t, srv), b.keys.prefix); len(ks) != 1 || ks[0] != ":{orders}:hold hash" {
+		t.Fatalf("keys left by the registry: %v, want only orders' holders hash", ks)
+	}
+	if fs, _ := do(t, rawClient(t, srv), "HKEYS", b.keys.holders("orders")).AsStrSlice(); len(fs) != 1 || fs[0] != "a:c" {
+		t.Fatalf("orders' holders: %v, want only c's vouch", fs)
 	}
 }
 

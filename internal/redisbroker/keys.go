@@ -23,6 +23,15 @@ func (k keys) deadLetters(receiver string) string { return k.named(receiver, "dl
 // longer than their lease: member entry id, score due time in unix ms.
 func (k keys) delayed(receiver string) string { return k.named(receiver, "delay") }
 
+// holders is the hash of the holders of receiver's deliveries: "l:<consumer>"
+// is the lease (ms) the consumer took them with, at its last fetch or
+// extension, and "a:<consumer>" the time (unix ms, Redis time) until which
+// its heartbeat vouches for it.
+func (k keys) holders(receiver string) string { return k.named(receiver, "hold") }
+
+// replyHolders is holders of the reply stream of sender.
+func (k keys) replyHolders(sender string) string { return k.named(sender, "rhold") }
+
 // timeouts is the zset of the pending timeouts of sender's messages:
 // member message id, score deadline in unix ms.
 func (k keys) timeouts(sender string) string { return k.named(sender, "t") }

@@ -275,11 +275,15 @@ type streamKeys struct {
 	stream  string // the queue or reply stream
 	dlq     string // its dead-letter stream
 	delayed string // its delayed zset
+	holders string // its holders hash
+	// record: the fetch records the consumer's lease in holders (queues;
+	// a reply stream's readers all read with one lease).
+	record bool
 }
 
 // queueKeys returns the streamKeys of receiver's queue.
 func (b *Broker) queueKeys(receiver string) streamKeys {
-	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver)}
+	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver), record: true}
 }
 
 // fetch returns up to p.Max entries of s.stream for p.Consumer. At most every
@@ -294,7 +298,7 @@ func (b *Broker) queueKeys(receiver string) streamKeys {
 func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams) ([]entry, error) {
 	op, stream, consumer, max, block := s.op, s.stream, p.Consumer, p.Max, p.Block
 	var entries []entry
-	script := b.reclaimDue(stream)
+	script := b.reclaimDue(stream) || b.leaseChanged(stream, consumer, p.Lease)
 	if !script && block <= 0 {
 		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 			Streams().Key(stream).Id(">").Build()).AsXRead()
@@ -363,8 +367,12 @@ func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchPara
 	if b.dueForPrune(stream) {
 		prune = msString(b.pruneIdle)
 	}
-	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed},
-		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune}).ToArray()
+	record := "0"
+	if s.record {
+		record = "1"
+	}
+	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed, s.holders},
+		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, record}).ToArray()
 	if err != nil {
 		b.forceReclaim(stream)
 		return nil, 0, b.fail(ctx, op, err)
@@ -404,6 +412,14 @@ func (b *Broker) reclaimDue(stream string) bool {
 	next := v.(*atomic.Int64)
 	due := next.Load()
 	return now >= due && next.CompareAndSwap(due, now+int64(b.reclaimEvery))
+}
+
+// leaseChanged reports whether consumer fetches stream with another lease
+// than at its last fetch through this broker, which the fetch script then
+// records (the holders hash).
+func (b *Broker) leaseChanged(stream, consumer string, lease time.Duration) bool {
+	old, ok := b.leases.Swap(stream+"\x00"+consumer, lease)
+	return !ok || old.(time.Duration) != lease
 }
 
 // forceReclaim makes the next fetch of stream run the fetch script.
@@ -469,26 +485,37 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	}
 	out := make([]broker.Delivery, 0, len(entries))
 	for _, e := range entries {
-		m, ok := e.fields["m"]
-		var env broker.Envelope
-		if ok {
-			env, err = wire.Decode([]byte(m))
-		} else {
-			err = errors.New("the entry has no m field")
-		}
+		d, err := delivery(&e)
 		if err != nil {
 			if err := b.bury(ctx, &s, e.id, "undecodable message: "+err.Error(), e.attempt, true); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		d := broker.Delivery{Env: env, Ref: e.id, Attempt: e.attempt}
-		if s, ok := e.fields["d"]; ok {
-			d.Deadline, _ = unixMS(s)
-		}
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// delivery decodes queue entry e: its message (field m) and its deadline
+// (field d, unix ms, if any). An entry whose deadline does not parse is
+// as undecodable as one whose message does not.
+func delivery(e *entry) (broker.Delivery, error) {
+	m, ok := e.fields["m"]
+	if !ok {
+		return broker.Delivery{}, errors.New("the entry has no m field")
+	}
+	env, err := wire.Decode([]byte(m))
+	if err != nil {
+		return broker.Delivery{}, err
+	}
+	d := broker.Delivery{Env: env, Ref: e.id, Attempt: e.attempt}
+	if s, ok := e.fields["d"]; ok {
+		if d.Deadline, ok = unixMS(s); !ok {
+			return broker.Delivery{}, fmt.Errorf("its deadline (field d) %q is not unix milliseconds", s)
+		}
+	}
+	return d, nil
 }
 
 // bury moves entry id of stream to dlq; it reports whether it was there.
@@ -517,9 +544,9 @@ func (b *Broker) Extend(ctx context.Context, p *broker.ExtendParams) ([]string, 
 			lost = append(lost, ref)
 		}
 	}
-	q := b.keys.queue(receiver)
+	keys := []string{b.keys.queue(receiver), b.keys.holders(receiver)}
 	for chunk := range chunks(validRefs(refs)) {
-		res, err := scriptExtend.Exec(ctx, b.client, []string{q}, append([]string{consumer}, chunk...)).AsStrSlice()
+		res, err := scriptExtend.Exec(ctx, b.client, keys, append([]string{consumer, msString(p.Lease)}, chunk...)).AsStrSlice()
 		if err != nil {
 			if isNoGroup(err) {
 				lost = append(lost, chunk...) // the queue is gone, and its leases with it

@@ -12,6 +12,7 @@ import (
 
 	"github.com/diskerhq/disker/internal/broker"
 	"github.com/diskerhq/disker/internal/redistest"
+	"github.com/diskerhq/disker/internal/wire"
 )
 
 func env(id, receiver string) *broker.Envelope {
@@ -270,17 +271,18 @@ func TestRetry(t *testing.T) {
 	if got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 0}); len(got) != 0 {
 		t.Fatalf("redelivered before the delay: %+v", got)
 	}
-	got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: 30 * time.Minute, MaxAttempts: 0})
-	if len(got) != 1 || got[0].Attempt != 2 {
-		t.Fatalf("Fetch with lease = lease-delay: %+v; want the message at attempt 2", got)
+	// The holder's lease decides, not the fetcher's: a shorter one does not
+	// bring the message back before the delay.
+	if got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: 30 * time.Minute, MaxAttempts: 0}); len(got) != 0 {
+		t.Fatalf("Fetch with lease = lease-delay: %+v; want nothing (A's lease decides)", got)
 	}
 	// Delay 0: at once.
-	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "B", Ref: d.Ref, Delay: 0, Lease: lease}); err != nil {
+	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: d.Ref, Delay: 0, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
-	got = fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "C", Lease: lease, MaxAttempts: 0})
-	if len(got) != 1 || got[0].Attempt != 3 || got[0].Env.ID != "m1" {
-		t.Fatalf("after Retry(0): %+v; want attempt 3", got)
+	got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "C", Lease: lease, MaxAttempts: 0})
+	if len(got) != 1 || got[0].Attempt != 2 || got[0].Env.ID != "m1" {
+		t.Fatalf("after Retry(0): %+v; want attempt 2", got)
 	}
 }
 
@@ -609,5 +611,29 @@ func TestSendFromInboxUnknownOutcome(t *testing.T) {
 	dl, err = direct.SendRequest(ctx, req)
 	if !errors.Is(err, broker.ErrUnavailable) || !dl.IsZero() {
 		t.Fatalf("send to a server that is down = %v, %v; want ErrUnavailable and no deadline", dl, err)
+	}
+}
+
+// TestBadDeadlineIsUndecodable: a queue entry whose message decodes but
+// whose deadline field does not parse is dead-lettered with the reason,
+// not delivered as a message without a deadline.
+func TestBadDeadlineIsUndecodable(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	raw := rawClient(t, srv)
+	ctx := ctxT(t)
+	data := string(wire.Encode(env("bad-deadline", "r")))
+	if err := do(t, raw, "XADD", b.keys.queue("r"), "*", "m", data, "d", "soon").Error(); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Lease: time.Minute, MaxAttempts: 5}); err != nil || len(ds) != 0 {
+		t.Fatalf("Fetch = %+v, %v; want nothing", ds, err)
+	}
+	dls, err := b.DeadLetters(ctx, "r", 10)
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("DeadLetters = %+v, %v; want 1", dls, err)
+	}
+	if r := dls[0].Reason; !strings.Contains(r, "undecodable") || !strings.Contains(r, `deadline (field d) "soon"`) {
+		t.Fatalf("dead letter reason %q, want it undecodable for its deadline", r)
 	}
 }

@@ -46,7 +46,8 @@ type Config struct {
 	// (ACL); db selects the database, 0 by default; the port defaults to
 	// 6379. Query options of rueidis.ParseURL (for instance
 	// "?master_set=NAME" for Sentinel, "&addr=host:port" for more seeds)
-	// are honoured.
+	// are honoured, except skip_verify, which is refused (verification is
+	// turned off only by TLSConfig.InsecureSkipVerify).
 	URL string
 	// MaxConnectionPoolSize bounds the connections that carry ordinary
 	// commands, which rueidis pipelines automatically. The broker uses the
@@ -104,6 +105,7 @@ type Broker struct {
 
 	reclaimEvery time.Duration
 	reclaimed    sync.Map // stream key -> *atomic.Int64: unix ns when the next reclaim is due
+	leases       sync.Map // stream key + "\x00" + consumer -> the lease of its last fetch
 	pruneIdle    time.Duration
 	pruneEvery   time.Duration
 	pruned       sync.Map // stream key -> time.Time of the last prune
@@ -135,6 +137,9 @@ func New(cfg Config) (*Broker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if u, err := url.Parse(cfg.URL); err == nil && u.Query().Has("skip_verify") {
+		return nil, errors.New("redisbroker: Config.URL: the skip_verify parameter would turn TLS verification off silently and is refused; set Config.TLSConfig with InsecureSkipVerify to choose that")
 	}
 	opt, err := rueidis.ParseURL(cfg.URL)
 	if err != nil {
@@ -358,12 +363,25 @@ func (b *Broker) fail(ctx context.Context, op string, err error) error {
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		msg := re.Error()
-		if re.IsLoading() || re.IsTryAgain() || re.IsClusterDown() || strings.HasPrefix(msg, "MASTERDOWN") {
+		if re.IsLoading() || re.IsTryAgain() || re.IsClusterDown() || strings.HasPrefix(msg, "MASTERDOWN") || isCredentialErr(msg) {
 			return &unavailableError{op: op, addr: b.addr, err: err}
 		}
 		return fmt.Errorf("redisbroker: %s: %w", op, err)
 	}
 	return &unavailableError{op: op, addr: b.addr, err: err}
+}
+
+// isCredentialErr reports an error reply that refuses the connection's
+// credentials (a password rotated, a user disabled, a permission revoked
+// under a running instance): Redis is there but cannot be used with them,
+// which the caller should treat as unavailable, not as its own mistake.
+func isCredentialErr(msg string) bool {
+	for _, p := range []string{"WRONGPASS", "NOAUTH", "NOPERM"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // ms returns d in whole milliseconds, at least 1 for a positive d.

@@ -191,7 +191,7 @@ func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) (
 
 // replyKeys returns the streamKeys of sender's reply stream.
 func (b *Broker) replyKeys(sender string) streamKeys {
-	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender)}
+	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender), holders: b.keys.replyHolders(sender)}
 }
 
 // replyEntries turns reply-stream entries into Replies, burying malformed

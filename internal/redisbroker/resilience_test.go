@@ -326,7 +326,9 @@ func TestNoKeysLeftBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := keysOf(t, raw, b.keys.prefix)
-	want := []string{":{orders}:q stream", ":{web}:r stream"}
+	// The holders hashes keep the leases of the consumers that fetched
+	// (c and A; Deregister removed A's entries, not c's).
+	want := []string{":{orders}:hold hash", ":{orders}:q stream", ":{web}:r stream"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("keys left = %q; want only %q", got, want)
 	}
@@ -400,5 +402,36 @@ func TestQueueDeletedUnderTheBroker(t *testing.T) {
 	}
 	if ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(ds) != 1 {
 		t.Fatalf("Fetch after the queue was deleted = %+v", ds)
+	}
+}
+
+// TestCredentialErrorIsUnavailable: a permission revoked under a running
+// broker (NOPERM; WRONGPASS and NOAUTH likewise) makes its calls fail with
+// an error wrapping broker.ErrUnavailable, as the gateway answers 503.
+func TestCredentialErrorIsUnavailable(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	b := newBrokerOn(t, s, Config{})
+	ctx := ctxT(t)
+	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := do(t, rawClient(t, s), "ACL", "SETUSER", "default", "-xadd").Error(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Send(ctx, env("m2", "r"))
+	if !errors.Is(err, broker.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("Send without the permission = %v, want an error wrapping ErrUnavailable that quotes NOPERM", err)
+	}
+}
+
+// TestSkipVerifyRefused: the URL parameter skip_verify, which rueidis
+// honours by turning TLS verification off without a word, is refused with
+// an error that names it and the way to choose that.
+func TestSkipVerifyRefused(t *testing.T) {
+	t.Parallel()
+	_, err := New(Config{URL: "rediss://127.0.0.1:6380?skip_verify=true"})
+	if err == nil || !strings.Contains(err.Error(), "skip_verify") || !strings.Contains(err.Error(), "InsecureSkipVerify") {
+		t.Fatalf("New with ?skip_verify = %v, want an error that refuses it", err)
 	}
 }

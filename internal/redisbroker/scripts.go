@@ -62,28 +62,72 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- KEYS[1] -> the stream: P:{R}:q (queue) or P:{S}:r (reply stream)
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
 -- KEYS[3] -> the delayed zset P:{R}:delay (retries longer than the lease)
+-- KEYS[4] -> the holders hash P:{R}:hold ("l:<consumer>" -> its lease ms,
+--            "a:<consumer>" -> until when its heartbeat vouches, unix ms)
 -- ARGV[1] -> consumer name
 -- ARGV[2] -> max entries to return (> 0)
--- ARGV[3] -> lease in ms: a pending entry idle this long is reclaimed
+-- ARGV[3] -> lease in ms, recorded as this consumer's: a pending entry is
+--            reclaimed once idle for its holder's lease (this one when the
+--            holder recorded none), or at once when its holder's heartbeat
+--            lapsed
 -- ARGV[4] -> max attempts: an entry already delivered this many times is
 --            dead-lettered instead of reclaimed; 0 means no limit
 -- ARGV[5] -> prune idle ms: when > 0, first delete the group's consumers that
 --            hold nothing and were idle this long; 0 skips it
+-- ARGV[6] -> "1" records the consumer's lease in the holders hash; "0"
+--            (a reply stream) leaves the hash alone
 -- Creates the group "g" (from the start of the stream, MKSTREAM) if missing.
 -- Returns {dead, e1, e2, ...}: dead is how many entries were dead-lettered,
 -- each e is {id, attempt, field1, value1, ...}, reclaimed entries first.
 ` + luaNow + luaBury + `
-local stream, dlq, delayed = KEYS[1], KEYS[2], KEYS[3]
+local stream, dlq, delayed, hold = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumer, max, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local maxAttempts, pruneIdle = tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {0}
-local pend = redis.pcall('XPENDING', stream, 'g', 'IDLE', lease, '-', '+', max)
-if type(pend) == 'table' and pend.err then
-  if string.find(pend.err, 'NOGROUP', 1, true) == nil then
-    return redis.error_reply(pend.err)
+if ARGV[6] == '1' then
+  redis.call('HSET', hold, 'l:' .. consumer, lease)
+end
+-- The holders' leases, the least of them, and the holders whose heartbeat
+-- lapsed (dead, or cut off from Redis): theirs are reclaimable at once.
+local leases, dead, minLease = {}, {}, tonumber(lease)
+local h = redis.call('HGETALL', hold)
+for j = 1, #h, 2 do
+  local kind, who, v = string.sub(h[j], 1, 2), string.sub(h[j], 3), tonumber(h[j + 1])
+  if kind == 'l:' then
+    leases[who] = v
+    if v < minLease then minLease = v end
+  elseif kind == 'a:' and v <= now and who ~= consumer then
+    dead[#dead + 1] = who
+  end
+end
+local function ownerLease(owner)
+  return leases[owner] or tonumber(lease)
+end
+local lapsed, taken, pend = {}, {}, {}
+local function take(p)
+  if p and #pend < max and not taken[p[1]] then
+    taken[p[1]] = true
+    pend[#pend + 1] = p
+  end
+end
+local scan = redis.pcall('XPENDING', stream, 'g', 'IDLE', string.format('%.0f', minLease), '-', '+', max + 100)
+if type(scan) == 'table' and scan.err then
+  if string.find(scan.err, 'NOGROUP', 1, true) == nil then
+    return redis.error_reply(scan.err)
   end
   redis.call('XGROUP', 'CREATE', stream, 'g', '0', 'MKSTREAM')
-  pend = {}
+  scan = {}
+end
+for _, who in ipairs(dead) do
+  lapsed[who] = true
+  local held = redis.call('XPENDING', stream, 'g', '-', '+', max, who)
+  if #held == 0 then
+    redis.call('HDEL', hold, 'a:' .. who, 'l:' .. who)
+  end
+  for _, p in ipairs(held) do take(p) end
+end
+for _, p in ipairs(scan) do
+  if not lapsed[p[2]] and p[3] >= ownerLease(p[2]) then take(p) end
 end
 if pruneIdle > 0 then
   for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, 'g')) do
@@ -95,6 +139,7 @@ if pruneIdle > 0 then
     end
     if pending == 0 and idle >= pruneIdle and name ~= consumer then
       redis.call('XGROUP', 'DELCONSUMER', stream, 'g', name)
+      redis.call('HDEL', hold, 'a:' .. name, 'l:' .. name)
     end
   end
 end
@@ -104,8 +149,8 @@ if #due > 0 then
   for _, id in ipairs(due) do
     redis.call('ZREM', delayed, id)
     redis.call('XCLAIM', stream, 'g', consumer, 0, id, 'IDLE', lease, 'JUSTID')
+    take(redis.call('XPENDING', stream, 'g', id, id, 1)[1])
   end
-  pend = redis.call('XPENDING', stream, 'g', 'IDLE', lease, '-', '+', max)
 end
 for _, p in ipairs(pend) do
   local id, owner, count = p[1], p[2], p[4]
@@ -120,7 +165,7 @@ for _, p in ipairs(pend) do
     if maxAttempts > 0 and count >= maxAttempts then
       out[1] = out[1] + bury(stream, dlq, id, 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried', count, '0')
     else
-      local c = redis.call('XCLAIM', stream, 'g', consumer, lease, id)
+      local c = redis.call('XCLAIM', stream, 'g', consumer, 0, id)
       if c[1] then
         local e = {c[1][1], count + 1}
         for _, v in ipairs(c[1][2]) do e[#e + 1] = v end
@@ -163,12 +208,15 @@ return bury(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 // scriptExtend renews the leases a consumer holds.
 var scriptExtend = rueidis.NewLuaScript(`-- extend
 -- KEYS[1] -> the queue stream P:{R}:q
+-- KEYS[2] -> the holders hash P:{R}:hold
 -- ARGV[1] -> consumer name
--- ARGV[2..] -> entry ids
+-- ARGV[2] -> lease in ms, recorded as the consumer's
+-- ARGV[3..] -> entry ids
 -- Resets the idle time of each entry the consumer holds (XCLAIM JUSTID does
 -- not count a delivery). Returns the ids the consumer no longer holds.
+redis.call('HSET', KEYS[2], 'l:' .. ARGV[1], ARGV[2])
 local lost = {}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local id = ARGV[i]
   local p = redis.call('XPENDING', KEYS[1], 'g', id, id, 1)
   local held = false

@@ -60,6 +60,8 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"FetchCancelled", testFetchCancelled},
 		{"CompetingConsumers", testCompetingConsumers},
 		{"LeaseExpiryRedelivers", testLeaseExpiryRedelivers},
+		{"HolderLeaseDecides", testHolderLeaseDecides},
+		{"HeartbeatLapse", testHeartbeatLapse},
 		{"ExtendKeepsLease", testExtendKeepsLease},
 		{"ExtendReportsLost", testExtendReportsLost},
 		{"AckIdempotent", testAckIdempotent},

@@ -310,6 +310,69 @@ func testLeaseExpiryRedelivers(t *testing.T, b broker.Broker) {
 	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
 }
 
+// testHolderLeaseDecides: a delivery is reclaimed when its holder's lease
+// (taken at fetch or at the last extension) is over, whatever the lease of
+// the consumer that fetches next.
+func testHolderLeaseDecides(t *testing.T, b broker.Broker) {
+	r := name("recv")
+	env := newEnv(r, "job")
+	send(t, b, env)
+	d1 := fetchOne(t, b, r, "short", shortLease)
+	ds := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "long", Lease: longLease, MaxAttempts: 10})
+	if len(ds) != 1 || ds[0].Ref != d1.Ref {
+		t.Fatalf("a consumer with a long lease after a holder's short lease ran out: got %+v, want %q", ds, d1.Ref)
+	}
+	// Now "long" holds it for longLease: a consumer with a short lease may
+	// not take it, however long it tries.
+	until := time.Now().Add(4 * shortLease)
+	for time.Now().Before(until) {
+		if got := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "short", Max: 10, Block: pollBlock, Lease: shortLease, MaxAttempts: 10}); len(got) != 0 {
+			t.Fatalf("a consumer with a short lease took a delivery held with a long one: %+v", got)
+		}
+	}
+	// An extension records the lease it takes: a short-lease holder that
+	// extends with longLease keeps its delivery.
+	env2 := newEnv(r, "job2")
+	send(t, b, env2)
+	d2 := fetchOne(t, b, r, "short", shortLease)
+	if lost, err := b.Extend(ctxT(t), &broker.ExtendParams{Receiver: r, Consumer: "short", Refs: []string{d2.Ref}, Lease: longLease}); err != nil || len(lost) != 0 {
+		t.Fatalf("Extend: lost %v, %v", lost, err)
+	}
+	until = time.Now().Add(4 * shortLease)
+	for time.Now().Before(until) {
+		if got := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "thief", Max: 10, Block: pollBlock, Lease: shortLease, MaxAttempts: 10}); len(got) != 0 {
+			t.Fatalf("a delivery extended with a long lease was taken after the short one: %+v", got)
+		}
+	}
+	ack(t, b, r, ds[0].Ref, d2.Ref)
+}
+
+// testHeartbeatLapse: once a holder's heartbeat (Registry.Heartbeat with
+// the receiver, under the consumer's name) has lapsed, another consumer
+// takes its deliveries whatever their lease, and the holder's Extend
+// reports them lost.
+func testHeartbeatLapse(t *testing.T, b broker.Broker) {
+	r, holder := name("recv"), name("holder")
+	env := newEnv(r, "job")
+	send(t, b, env)
+	d := fetchOne(t, b, r, holder, longLease)
+	if err := b.Heartbeat(ctxT(t), broker.WorkerInfo{ID: holder, Receivers: []string{r}}, shortLease); err != nil {
+		t.Fatalf("Heartbeat: %v", err)
+	}
+	ds := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "survivor", Lease: longLease, MaxAttempts: 10})
+	if len(ds) != 1 || ds[0].Ref != d.Ref || ds[0].Attempt != 2 {
+		t.Fatalf("after the holder's heartbeat lapsed: got %+v, want %q attempt 2", ds, d.Ref)
+	}
+	lost, err := b.Extend(ctxT(t), &broker.ExtendParams{Receiver: r, Consumer: holder, Refs: []string{d.Ref}, Lease: longLease})
+	if err != nil || len(lost) != 1 {
+		t.Fatalf("the lapsed holder's Extend: lost %v, %v; want its delivery lost", lost, err)
+	}
+	ack(t, b, r, d.Ref)
+	if err := b.Deregister(ctxT(t), holder); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func testExtendKeepsLease(t *testing.T, b broker.Broker) {
 	// The holder extends its lease every lease/4 for twice the lease while
 	// a thief tries to take the message. A theft fails the test unless the

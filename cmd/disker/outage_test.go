@@ -1,0 +1,83 @@
+package main_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker/internal/redistest"
+)
+
+// TestGatewayTimeoutDuringOutage: with gateway --timeout 2s, a request in
+// flight when Redis is paused (CLIENT PAUSE: sockets open, no answers) or
+// killed gets its 504 by its timeout plus at most a second, not when Redis
+// answers again. No worker serves the receiver, so the request waits.
+func TestGatewayTimeoutDuringOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	for _, fault := range []string{"pause", "kill"} {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			e := newEnv(t)
+			e.redisURL = srv.URL()
+			_, url := e.startGateway("--receiver", "web", "--timeout", "2s")
+			if code, _ := get(t, url+"/warm-up"); code != http.StatusGatewayTimeout {
+				t.Fatalf("a request with no worker: %d, want 504", code)
+			}
+			type result struct {
+				code int
+				took time.Duration
+			}
+			res := make(chan result, 1)
+			start := time.Now()
+			go func() {
+				resp, err := http.Get(url + "/in-flight")
+				if err != nil {
+					res <- result{-1, time.Since(start)}
+					return
+				}
+				resp.Body.Close()
+				res <- result{resp.StatusCode, time.Since(start)}
+			}()
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			waitFor(t, 10*time.Second, "the request to be queued", func() bool {
+				n, err := c.Do(context.Background(), c.B().Xlen().Key(e.prefix+":{web}:q").Build()).AsInt64()
+				return err == nil && n >= 2 // the warm-up's, and this one's
+			})
+			switch fault {
+			case "pause":
+				if err := c.Do(context.Background(), c.B().Arbitrary("CLIENT", "PAUSE").Args("20000", "ALL").Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+			case "kill":
+				srv.Kill()
+			}
+			var r result
+			select {
+			case r = <-res:
+			case <-time.After(time.Minute):
+				t.Fatal("no answer within a minute")
+			}
+			// The bound: --timeout, the second the issue allows, and a second
+			// of slack for a loaded machine; the pause lasts 20s.
+			if r.code != http.StatusGatewayTimeout && r.code != http.StatusServiceUnavailable {
+				t.Fatalf("a request in flight during a Redis %s: %d, want 504 (or 503)", fault, r.code)
+			}
+			if r.took > 4*time.Second {
+				t.Fatalf("a request in flight during a Redis %s was answered after %v, want by --timeout 2s + 1s (and slack)", fault, r.took)
+			}
+			if fault == "pause" {
+				srv.Kill() // so that the gateway's stop does not wait for the pause
+			}
+		})
+	}
+}

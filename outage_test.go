@@ -1,0 +1,103 @@
+package disker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/redistest"
+)
+
+// TestRequestReturnsByDeadlineDuringOutage: a Request in flight when Redis
+// is paused (CLIENT PAUSE, sockets open, no answers) or killed returns by
+// its deadline plus RequestGrace, with a timeout, instead of when Redis
+// answers again. The bound checked has a second of slack for a loaded
+// machine; the pause lasts far longer than it.
+func TestRequestReturnsByDeadlineDuringOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	for _, fault := range []string{"pause", "kill"} {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			e := newEnv(t, true, srv.URL())
+			client := e.open()
+			// No worker: the request waits for its deadline.
+			const timeout = 2 * time.Second
+			res := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				defer cancel()
+				_, err := client.Request(ctx, disker.Message{Receiver: "nobody", Content: []byte("x")})
+				res <- err
+			}()
+			waitFor(t, 10*time.Second, "the request to be queued", func() bool {
+				s, err := client.Stats(context.Background(), "nobody")
+				return err == nil && s.Queued == 1
+			})
+			switch fault {
+			case "pause":
+				c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if err := c.Do(context.Background(), c.B().Arbitrary("CLIENT", "PAUSE").Args("20000", "ALL").Build()).Error(); err != nil {
+					t.Fatal(err)
+				}
+			case "kill":
+				srv.Kill()
+			}
+			err := recv(t, res, time.Minute, "the Request to return")
+			took := time.Since(start)
+			if !errors.Is(err, disker.ErrTimeout) {
+				t.Fatalf("Request during a Redis %s: %v, want a timeout", fault, err)
+			}
+			if limit := timeout + disker.RequestGrace + time.Second; took > limit {
+				t.Fatalf("Request during a Redis %s returned after %v, want by %v (its timeout + RequestGrace, and slack)", fault, took, limit)
+			}
+			if fault == "pause" {
+				srv.Kill() // so that Close does not wait for the pause
+			}
+		})
+	}
+}
+
+// TestFastReturnAfterOutage: after Redis was down long enough for the
+// retry loops to back off as far as they go, a Request made once it
+// accepts connections again is answered within a second (and slack for a
+// loaded machine): the loops wait at most 500ms between tries.
+func TestFastReturnAfterOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithAOF())
+	e := newEnv(t, true, srv.URL())
+	worker, client := e.open(), e.open()
+	if err := worker.Handle("echo", disker.HandlerFunc(echo)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Request(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "echo", Content: []byte("warm-up")}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	// The outage itself: long enough for a backoff to grow to its cap.
+	time.Sleep(8 * time.Second)
+	srv.Restart()
+	start := time.Now()
+	m, err := client.Request(ctxTimeout(t, 20*time.Second), disker.Message{Receiver: "echo", Content: []byte("x")})
+	took := time.Since(start)
+	if err != nil || string(m.Content) != "echo:x" {
+		t.Fatalf("Request after the outage = %v, %v", m, err)
+	}
+	if took > 2*time.Second {
+		t.Fatalf("the first Request after Redis came back took %v, want within 1s (and slack)", took)
+	}
+}
