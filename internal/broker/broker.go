@@ -195,8 +195,8 @@ type Clock interface {
 	// Now returns the broker's clock, and measures the offset of the local
 	// clock to it (see Offset).
 	Now(ctx context.Context) (time.Time, error)
-	// Local turns broker time t into local time by the offset the last Now
-	// measured; the zero time stays zero.
+	// Local turns broker time t into local time by the offset estimated
+	// from the readings of Now (see Offset); the zero time stays zero.
 	Local(t time.Time) time.Time
 }
 

@@ -50,8 +50,8 @@ type Broker struct {
 	closed    atomic.Bool
 	done      chan struct{}
 	closeOnce sync.Once
-	// offset is the broker's clock minus the local one, as the last Now
-	// measured it: the clock of Local.
+	// offset is the broker's clock minus the local one, from the readings
+	// of Now (see broker.Offset): the clock of Local.
 	offset broker.Offset
 }
 

@@ -110,8 +110,9 @@ type Broker struct {
 	pruneEvery   time.Duration
 	pruned       sync.Map // stream key -> time.Time of the last prune
 
-	// offset is Redis time minus local time, as the last Now measured it:
-	// the clock of SendRequest, and of Local.
+	// offset is Redis time minus local time, from the readings of Now
+	// (broker.Offset keeps the tightest): the clock of SendRequest, and of
+	// Local.
 	offset broker.Offset
 	// cursors maps an inbox to the id of the last entry readInbox read.
 	cursors sync.Map
@@ -315,8 +316,8 @@ func (b *Broker) Now(ctx context.Context) (time.Time, error) {
 // Local turns Redis time t into local time (see broker.Clock).
 func (b *Broker) Local(t time.Time) time.Time { return b.offset.Local(t) }
 
-// estimateNow returns Redis time as the last Now measured the offset of
-// the local clock, calling Now if none did.
+// estimateNow returns Redis time as the offset estimates it from the
+// readings of Now, calling Now if none was made.
 func (b *Broker) estimateNow(ctx context.Context) (time.Time, error) {
 	if now, ok := b.offset.Estimate(); ok {
 		return now, nil
