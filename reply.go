@@ -9,7 +9,7 @@ import (
 	"github.com/diskerhq/disker/internal/broker"
 )
 
-// ErrReplyLater, returned by a handler, defers the reply: the message is
+// ErrReplyLater defers the reply when a handler returns it: the message is
 // handled (acknowledged, not retried) and no reply is sent for it, so that
 // a Reply from elsewhere, before the message's deadline, is the one its
 // sender (or its Request) gets. A handler that returns it must make sure
