@@ -23,6 +23,13 @@ var (
 	// context's deadline. Such an error also matches the context's error
 	// (context.DeadlineExceeded) with errors.Is.
 	ErrTimeout = errors.New("disker: request timed out")
+	// ErrOutcomeUnknown is returned by Request when its context ended and
+	// the broker did not answer within RequestGrace to settle it (Redis
+	// down, paused or cut off): a worker's reply may have been accepted
+	// before the deadline all the same, and this Request will not return
+	// it. Such an error also matches ErrUnavailable and the context's
+	// error, but not ErrTimeout: no timeout was decided.
+	ErrOutcomeUnknown = errors.New("disker: the request's outcome is unknown: the broker did not answer in time to settle it")
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = errors.New("disker: closed")
 	// ErrFireAndForget is returned by Reply for a fire-and-forget message:

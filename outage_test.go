@@ -56,8 +56,10 @@ func TestRequestReturnsByDeadlineDuringOutage(t *testing.T) {
 			}
 			err := recv(t, res, time.Minute, "the Request to return")
 			took := time.Since(start)
-			if !errors.Is(err, disker.ErrTimeout) {
-				t.Fatalf("Request during a Redis %s: %v, want a timeout", fault, err)
+			// Settled as a timeout when the give-up marker got through, else
+			// returned with its outcome unknown: either by the bound.
+			if !errors.Is(err, disker.ErrTimeout) && !errors.Is(err, disker.ErrOutcomeUnknown) {
+				t.Fatalf("Request during a Redis %s: %v, want ErrTimeout or ErrOutcomeUnknown", fault, err)
 			}
 			if limit := timeout + disker.RequestGrace + time.Second; took > limit {
 				t.Fatalf("Request during a Redis %s returned after %v, want by %v (its timeout + RequestGrace, and slack)", fault, took, limit)

@@ -14,7 +14,7 @@ import (
 // deadline, or its cancellation): the time it has to settle the request in
 // the broker and read the outcome. Whatever the broker does (down, stalled,
 // paused), Request returns by then; when the broker could not settle it in
-// time, Request returns a timeout (ErrTimeout) or ctx's error that says so.
+// time, Request returns ErrOutcomeUnknown.
 const RequestGrace = 500 * time.Millisecond
 
 // requester is the instance's side of Request: its private reply
@@ -172,9 +172,10 @@ func (r *requester) close(ctx context.Context) {
 //
 // Whatever the broker does (down, unreachable with its sockets open,
 // paused), Request returns by ctx's end plus RequestGrace. When the broker
-// could not settle the request by then, the error says so ("could not be
-// settled"), and a reply the broker accepted before the deadline may then
-// go unread: its replier was told it was accepted.
+// could not settle the request by then, it returns ErrOutcomeUnknown (not
+// ErrTimeout): a reply the broker accepted before the deadline may then go
+// unread, its replier told it was accepted, so the requester must not take
+// the request for timed out (the gateway answers 504 all the same).
 //
 // The private reply address, the inbox, is "_inbox." followed by the
 // instance's id (see requester). Its state in the broker (a reply stream) lives as long as
@@ -312,7 +313,7 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 				if timedOut {
 					d.countTimeout(msg.Receiver, id)
 				}
-				return nil, fmt.Errorf("%w (and the request could not be settled: %v)", d.requestEnded(id, ctx.Err()), err)
+				return nil, fmt.Errorf("%w (request %s: %w): %w: %v", ErrOutcomeUnknown, id, ctx.Err(), ErrUnavailable, err)
 			}
 			t := time.NewTimer(max(time.Until(stop), 0))
 			defer t.Stop()

@@ -295,7 +295,9 @@ func (p *producer) request(op, receiver string, timeout time.Duration) {
 	case errors.As(err, &remote):
 		p.rec.Record(Event{Kind: KindOutcome, Op: op, Result: ResultRemoteError, Err: err.Error()})
 	default:
-		// Not sent (Redis unreachable at once): no outcome to expect.
+		// Not sent (Redis unreachable at once), or its outcome unknown
+		// (ErrOutcomeUnknown: Redis did not answer in time to settle it):
+		// nothing can be demanded of it.
 		p.rec.Record(Event{Kind: KindSendFailed, Op: op, Err: err.Error()})
 	}
 }
