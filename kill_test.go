@@ -97,29 +97,8 @@ func TestKilledWorkerMessageRedelivered(t *testing.T) {
 	}
 	t.Parallel()
 	e := newEnv(t, true, redisURL(t))
-	c := startChild(t, e, "worker", "jobs", "")
-	if l := recv(t, c.lines, 30*time.Second, "the child to be ready"); l != "ready" {
-		t.Fatalf("child said %q, want ready", l)
-	}
-
-	d := e.open()
-	id, err := d.Send(ctxTimeout(t, 5*time.Second), disker.Message{Receiver: "jobs", Content: []byte("job")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l := recv(t, c.lines, 30*time.Second, "the child to start the job"); l != "started "+id+" 1" {
-		t.Fatalf("child said %q, want %q", l, "started "+id+" 1")
-	}
-	c.kill(t)
-
-	got := make(chan *disker.Message, 2)
-	if err := d.Handle("jobs", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
-		got <- m
-		return nil, nil
-	}), disker.WithLease(childLease)); err != nil {
-		t.Fatal(err)
-	}
-	m := recv(t, got, 30*time.Second, "the redelivery")
+	d, id := killHolder(t, e, "worker", "jobs")
+	m := recv(t, serve(t, d, "jobs", childLease), 30*time.Second, "the redelivery")
 	if m.ID != id || m.Attempt != 2 || string(m.Content) != "job" {
 		t.Fatalf("redelivered %s attempt %d content %q, want %s attempt 2 content job", m.ID, m.Attempt, m.Content, id)
 	}
@@ -139,12 +118,23 @@ func TestKilledHolderReclaimedByHeartbeat(t *testing.T) {
 	}
 	t.Parallel()
 	e := newEnv(t, true, redisURL(t))
-	c := startChild(t, e, "long-worker", "held", "")
+	d, id := killHolder(t, e, "long-worker", "held")
+	if m := recv(t, serve(t, d, "held", longLease), 30*time.Second, "the redelivery of a dead holder's message"); m.ID != id || m.Attempt != 2 {
+		t.Fatalf("redelivered %s attempt %d, want %s attempt 2", m.ID, m.Attempt, id)
+	}
+}
+
+// killHolder starts a child of kind serving receiver, sends it a message,
+// and kills it with SIGKILL once its handler has started: it returns the
+// sending instance and the message's id.
+func killHolder(t *testing.T, e *env, kind, receiver string) (*disker.Disker, string) {
+	t.Helper()
+	c := startChild(t, e, kind, receiver, "")
 	if l := recv(t, c.lines, 30*time.Second, "the child to be ready"); l != "ready" {
 		t.Fatalf("child said %q, want ready", l)
 	}
 	d := e.open()
-	id, err := d.Send(ctxTimeout(t, 5*time.Second), disker.Message{Receiver: "held", Content: []byte("job")})
+	id, err := d.Send(ctxTimeout(t, 5*time.Second), disker.Message{Receiver: receiver, Content: []byte("job")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,16 +142,21 @@ func TestKilledHolderReclaimedByHeartbeat(t *testing.T) {
 		t.Fatalf("child said %q, want %q", l, "started "+id+" 1")
 	}
 	c.kill(t)
+	return d, id
+}
+
+// serve handles receiver on d with lease and hands each delivery to the
+// channel it returns.
+func serve(t *testing.T, d *disker.Disker, receiver string, lease time.Duration) <-chan *disker.Message {
+	t.Helper()
 	got := make(chan *disker.Message, 2)
-	if err := d.Handle("held", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+	if err := d.Handle(receiver, disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
 		got <- m
 		return nil, nil
-	}), disker.WithLease(longLease)); err != nil {
+	}), disker.WithLease(lease)); err != nil {
 		t.Fatal(err)
 	}
-	if m := recv(t, got, 30*time.Second, "the redelivery of a dead holder's message"); m.ID != id || m.Attempt != 2 {
-		t.Fatalf("redelivered %s attempt %d, want %s attempt 2", m.ID, m.Attempt, id)
-	}
+	return got
 }
 
 // child is a test binary started as a child process (runChild).
