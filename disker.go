@@ -25,7 +25,7 @@ const (
 	DefaultTimeoutMonitorFrequency = time.Second
 	DefaultKeyPrefix               = "disker"
 	DefaultMaxMessageSize          = 1 << 20
-	DefaultHeartbeatInterval       = 2 * time.Second
+	DefaultHeartbeatInterval       = time.Second
 	// MaxMessageSizeLimit is the largest MaxMessageSize allowed (Redis's
 	// limit on a string is 512 MiB).
 	MaxMessageSizeLimit = 256 << 20
@@ -69,7 +69,9 @@ type Config struct {
 	// in bytes; default 1 MiB, at most MaxMessageSizeLimit.
 	MaxMessageSize int
 	// HeartbeatInterval is how often the instance renews its entry in the
-	// registry of workers (Workers); default 2s. An entry lives 3 times this.
+	// registry of workers (Workers); default 1s. An entry lives 3 times this, and a
+	// holder whose entry lapsed loses its messages to its peers (at least
+	// once), so this bounds how long a dead instance's messages wait.
 	HeartbeatInterval time.Duration
 	// Logger receives the instance's logs; default slog.Default().
 	Logger *slog.Logger

@@ -45,7 +45,7 @@ func (a *app) statsCommand() *cobra.Command {
 
 and the live workers: id, host, pid, receivers, concurrency, in flight,
 processed, failed, and how long they have been up. A worker is live while its
-heartbeats arrive (every 2s by default).
+heartbeats arrive (every 1s by default).
 
 --json prints the same as one JSON object (one per refresh with --watch).`),
 		Example: `  disker stats
