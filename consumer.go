@@ -272,9 +272,11 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 		c.drop(dl)
 		return
 	}
-	if context.Cause(ctx) != nil {
+	if context.Cause(ctx) != nil || c.hardCtx.Err() != nil {
 		// It waited in line (WithPrefetch) until the instance stopped or
-		// the lease was lost: leave it for another delivery.
+		// the lease was lost: leave it for another delivery. hardCtx is
+		// asked too: its children are cancelled one after another, so a
+		// busy handler's slot may free before this task's ctx ends.
 		return
 	}
 	msg := d.messageOf(&dl.Env, dl.Deadline, dl.Attempt)
