@@ -62,6 +62,11 @@ func runChild() int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
+	if os.Getenv(childEnv) == "dedup-sender" {
+		runDedupChild(d)
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 3
+	}
 	if requester {
 		fmt.Println("ready")
 		go func() {
