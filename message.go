@@ -192,6 +192,9 @@ func WithTimeout(d time.Duration) SendOption {
 // whichever instance registered one) within Config.TimeoutMonitorFrequency of
 // the deadline.
 //
+// With WithDedupKey, a Send within the key's window of an earlier one
+// queues nothing and returns that message's id with a *DuplicateError.
+//
 // Send returns a *ValidationError for bad input, an error wrapping
 // ErrUnavailable when the broker cannot be reached, and ErrClosed after
 // Close. It blocks for one round trip to the broker, never past ctx's end

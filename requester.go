@@ -170,6 +170,10 @@ func (r *requester) close(ctx context.Context) {
 // that matches ErrTimeout and says that the send failed. Without a deadline in ctx
 // the message has no timeout: Request waits until ctx is cancelled.
 //
+// With WithIdempotencyKey, Requests with the same key share one message
+// and one reply: a Request whose key was answered already returns that
+// reply at once, and one whose key is being handled waits for it.
+//
 // Whatever the broker does (down, unreachable with its sockets open,
 // paused), Request returns by ctx's end plus RequestGrace. When the broker
 // could not settle the request by then, it returns ErrOutcomeUnknown (not
