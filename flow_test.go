@@ -335,6 +335,75 @@ func TestIdempotentRequests(t *testing.T) {
 	})
 }
 
+// idemDigest is a digest of the reply each key got, which every process
+// requesting the same keys must share.
+func idemDigest(got map[string]string) string {
+	lines := make([]string, 0, len(got))
+	for k, v := range got {
+		lines = append(lines, k+"="+v)
+	}
+	sort.Strings(lines)
+	h := sha256.Sum256([]byte(strings.Join(lines, "\n")))
+	return hex.EncodeToString(h[:])
+}
+
+// idemKeys is how many keys TestIdempotentRequestsTwoProcesses requests.
+const idemKeys = 1000
+
+// TestIdempotentRequestsTwoProcesses requests each of 1,000 keys 5 times
+// concurrently from each of 2 processes (this one and a child): the
+// handler, served by two instances here, runs once per key, and both
+// processes got the same reply bytes for every key.
+func TestIdempotentRequestsTwoProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load test with a child process: runs without -short")
+	}
+	t.Parallel()
+	e := newEnv(t, true, redisURL(t))
+	h := &idemHandler{runs: map[string]int{}}
+	for range 2 {
+		if err := e.open().Handle("idem2", h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := startChild(t, e, "idem-requester", "idem2", "")
+	if l := recv(t, c.lines, 30*time.Second, "the child to be ready"); l != "ready" {
+		t.Fatalf("child said %q, want ready", l)
+	}
+	ctx := ctxTimeout(t, 3*time.Minute)
+	got, err := idemLoad(ctx, e.open(), "idem2", idemKeys, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := recv(t, c.lines, 3*time.Minute, "the child's requests")
+	if l != "replies "+idemDigest(got) {
+		t.Fatalf("child said %q; want the digest of this process's replies %s", l, idemDigest(got))
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.runs) != idemKeys {
+		t.Fatalf("the handler ran for %d keys, want %d", len(h.runs), idemKeys)
+	}
+	for k, n := range h.runs {
+		if n != 1 {
+			t.Fatalf("the handler ran %d times for %s, want once", n, k)
+		}
+	}
+}
+
+// runIdemChild is the "idem-requester" child: it prints "ready", makes its
+// half of TestIdempotentRequestsTwoProcesses's Requests and prints
+// "replies DIGEST".
+func runIdemChild(d *disker.Disker) {
+	fmt.Println("ready")
+	got, err := idemLoad(context.Background(), d, os.Getenv("DISKER_TEST_RECEIVER"), idemKeys, 5)
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	fmt.Println("replies", idemDigest(got))
+}
+
 // TestIdempotentRequestWorkerKilled kills a worker process with SIGKILL
 // while its handler runs the message of idempotent Requests: the message
 // is redelivered, the handler runs again here, and every caller of the

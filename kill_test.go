@@ -62,8 +62,13 @@ func runChild() int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
-	if os.Getenv(childEnv) == "dedup-sender" {
+	switch os.Getenv(childEnv) {
+	case "dedup-sender":
 		runDedupChild(d)
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 3
+	case "idem-requester":
+		runIdemChild(d)
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 3
 	}
