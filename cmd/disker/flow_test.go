@@ -6,6 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -197,6 +200,133 @@ func TestFlowUsage(t *testing.T) {
 		errOut = withoutLogs(errOut)
 		if code != 2 || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("disker %v: exit %d, stderr %q; want exit 2 and one line with %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// TestPauseThreeWorkers runs three worker processes of one receiver while
+// messages are sent: after "disker pause", no worker starts a message once
+// a second has passed, while the messages queue; after "disker resume"
+// they start again within a second, and each message is handled exactly
+// once. Each handler appends its start time (Unix ns) and its message to a
+// file shared by the workers.
+func TestPauseThreeWorkers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	log := filepath.Join(t.TempDir(), "starts")
+	var workers []*proc
+	for range 3 {
+		workers = append(workers, e.startWorker("--receiver", "paced", "--concurrency", "4", "--shell",
+			"--exec", `echo "$(date +%s%N) $(cat)" >> `+log))
+	}
+	type start struct {
+		at  time.Time
+		msg string
+	}
+	starts := func() []start {
+		b, err := os.ReadFile(log)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		var out []start
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			ns, msg, ok := strings.Cut(l, " ")
+			n, err := strconv.ParseInt(ns, 10, 64)
+			if !ok || err != nil {
+				continue // a line being written
+			}
+			out = append(out, start{time.Unix(0, n), msg})
+		}
+		return out
+	}
+	lastStart := func() time.Time {
+		var last time.Time
+		for _, s := range starts() {
+			if s.at.After(last) {
+				last = s.at
+			}
+		}
+		return last
+	}
+
+	// A steady stream of messages, each with its own content.
+	var sent atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, errOut, code := e.run("", "send", "--to", "paced", "--fire-and-forget", fmt.Sprint("m", i)); code != 0 {
+				t.Errorf("send: %s", errOut)
+				return
+			}
+			sent.Add(1)
+		}
+	}()
+	stopSending := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-done
+	}
+	defer stopSending()
+	waitFor(t, 60*time.Second, "messages to be handled", func() bool { return len(starts()) >= 10 })
+
+	if out, errOut, code := e.run("", "pause", "paced"); code != 0 {
+		t.Fatalf("pause: exit %d, %q %s", code, out, errOut)
+	}
+	paused := time.Now()
+	for _, w := range workers {
+		w.waitLog("disker: receiver paused")
+	}
+	before := sent.Load()
+	waitFor(t, 60*time.Second, "sends during the pause, 2s after it", func() bool {
+		return sent.Load() >= before+5 && time.Since(paused) > 2*time.Second
+	})
+	if late := lastStart().Sub(paused); late > time.Second {
+		t.Fatalf("a message started %v after pause returned, want within 1s", late)
+	}
+	t.Logf("the last start was %v after pause returned", lastStart().Sub(paused).Round(time.Millisecond))
+	if r := e.receiverStats("paced"); !r.Paused || r.Queued+r.Pending < 5 {
+		t.Fatalf("stats while paused: %+v, want paused with the new messages waiting", r)
+	}
+
+	if _, errOut, code := e.run("", "resume", "paced"); code != 0 {
+		t.Fatalf("resume: exit %d, %s", code, errOut)
+	}
+	resumed := time.Now()
+	waitFor(t, 60*time.Second, "a start after resume", func() bool { return lastStart().After(resumed) })
+	first := time.Time{}
+	for _, s := range starts() {
+		if s.at.After(resumed) && (first.IsZero() || s.at.Before(first)) {
+			first = s.at
+		}
+	}
+	t.Logf("the first start was %v after resume returned", first.Sub(resumed).Round(time.Millisecond))
+	if first.Sub(resumed) > time.Second {
+		t.Fatalf("the first start was %v after resume returned, want within 1s", first.Sub(resumed))
+	}
+
+	stopSending()
+	total := int(sent.Load())
+	waitFor(t, 60*time.Second, "every message to be handled", func() bool { return len(starts()) >= total })
+	seen := map[string]int{}
+	for _, s := range starts() {
+		seen[s.msg]++
+	}
+	if len(seen) != total {
+		t.Fatalf("%d distinct messages handled, %d sent", len(seen), total)
+	}
+	for m, n := range seen {
+		if n != 1 {
+			t.Fatalf("message %s handled %d times", m, n)
 		}
 	}
 }
