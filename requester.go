@@ -549,9 +549,12 @@ func (r *requester) sendIdempotent(ctx context.Context, m *Message, timeout time
 	}
 	bdl, stored, err := d.b.BeginIdempotent(ctx, &broker.BeginIdempotentParams{Env: envelope(m, timeout, id), Key: o.idemKey, TTL: ttl})
 	if stored != nil {
+		// Answered already: nothing was sent.
 		stored.InReplyTo = id
+		d.health.ok()
+		return sentRequest{deadline: bdl, stored: stored}, nil
 	}
-	return sentRequest{deadline: bdl, stored: stored}, d.afterSend(m, id, err)
+	return sentRequest{deadline: bdl}, d.afterSend(m, id, err)
 }
 
 // readInbox reads the inbox until ctx ends and hands each entry to the
