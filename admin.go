@@ -49,6 +49,9 @@ type ReceiverStats struct {
 	// OldestQueued is when the oldest message not yet delivered was queued
 	// (broker time); zero when none waits.
 	OldestQueued time.Time `json:"oldest_queued,omitzero"`
+	// Paused reports whether the receiver is paused (Pause): its messages
+	// queue, and no instance starts them until Resume.
+	Paused bool `json:"paused"`
 }
 
 // DeadLetter is a message in a receiver's dead-letter stream.

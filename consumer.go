@@ -42,6 +42,13 @@ type consumer struct {
 	lockTTL     time.Duration
 	lockRenewAt time.Time
 
+	// paused is set while the receiver is paused (see pause.go); resumed
+	// is closed when it is resumed. Guarded by pauseMu, paused read alone
+	// where it is only looked at.
+	paused  atomic.Bool
+	pauseMu sync.Mutex
+	resumed chan struct{}
+
 	processed, failed, retried, deadLettered, expired atomic.Int64
 }
 
@@ -129,10 +136,15 @@ func (c *consumer) stop(ctx context.Context) error {
 func (c *consumer) fetchLoop() {
 	defer close(c.loopDone)
 	d := c.d
+	c.readPaused()
 	var bo pacer
 	// One params value for the loop's life: a Fetch allocates none.
 	fp := broker.FetchParams{Receiver: c.name, Consumer: d.id, Block: d.cfg.ReceiverBlockTimeout, Lease: c.o.lease, MaxAttempts: c.o.maxAttempts}
 	for c.fetchCtx.Err() == nil {
+		if c.paused.Load() {
+			c.waitResumed(c.fetchCtx.Done(), nil)
+			continue
+		}
 		if c.o.exclusive && !c.holdLock(&bo) {
 			continue
 		}
@@ -271,6 +283,9 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		c.drop(dl)
 		return
+	}
+	if c.paused.Load() && !c.waitResumed(ctx.Done(), c.fetchCtx.Done()) {
+		return // stopped, or the lease was lost, while paused
 	}
 	if context.Cause(ctx) != nil || c.hardCtx.Err() != nil {
 		// It waited in line (WithPrefetch) until the instance stopped or

@@ -295,6 +295,7 @@ func New(ctx context.Context, cfg Config) (*Disker, error) {
 	d.heartbeat(ctx)
 	d.wg.Go(func() { d.runMonitor(d.bgCtx) })
 	d.wg.Go(func() { d.runHeartbeat(d.bgCtx) })
+	d.wg.Go(func() { d.runPauseWatch(d.bgCtx) })
 	return d, nil
 }
 

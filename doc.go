@@ -42,6 +42,11 @@
 //   - [Disker.Close] stops fetching, lets in-flight handlers finish until its
 //     context ends, and leaves the rest to be delivered again.
 //
+// Flow control: [WithDedupKey] sends a message once per key and receiver
+// within a window; [WithIdempotencyKey] makes Requests with one key share one
+// run of the handler and its one reply; [Disker.Pause] and [Disker.Resume]
+// stop and restart a receiver on every instance, while sends still queue.
+//
 // [WithExclusive] makes one instance at a time serve a receiver. The registry
 // of live instances is [Disker.Workers]; queue and dead-letter statistics are
 // [Disker.Stats], and [Config.OnEvent] and [Disker.LocalStats] feed metrics.
@@ -53,7 +58,8 @@
 //
 //   - [New] connects: until Redis answers, for at most 10 seconds.
 //   - [Disker.Send], [Disker.SendBatch], [Disker.Reply], [Disker.Stats],
-//     [Disker.Workers], [Disker.Receivers] and the dead-letter calls make
+//     [Disker.Workers], [Disker.Receivers], [Disker.Pause],
+//     [Disker.Resume] and the dead-letter calls make
 //     one round trip (a few for a large batch): each Redis command gives up
 //     after 10 seconds without an answer, with an error wrapping
 //     [ErrUnavailable].

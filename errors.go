@@ -36,7 +36,8 @@ var (
 	// nobody waits for its reply.
 	ErrFireAndForget = errors.New("disker: message is fire-and-forget: no reply expected")
 	// ErrDuplicate is returned when a handler is already registered for the
-	// name.
+	// name. A *DuplicateError, the error of Send WithDedupKey when a
+	// message was sent with the same key within its ttl, matches it too.
 	ErrDuplicate = errors.New("disker: handler already registered")
 	// ErrUnavailable wraps errors from a broker that cannot be reached (Redis
 	// down or unreachable).
@@ -49,6 +50,25 @@ var (
 	// RemoveReplyHandler when nothing is registered for the name.
 	ErrNotHandled = errors.New("disker: no handler registered")
 )
+
+// DuplicateError is Send's error when a message was sent WithDedupKey
+// with the same key to the same receiver less than its ttl ago: nothing was
+// queued, and Send returned ID, the id of that first message, beside it.
+// It matches ErrDuplicate with errors.Is.
+type DuplicateError struct {
+	// ID is the id of the message sent with the key first.
+	ID string
+	// Receiver and Key are the receiver and the dedup key.
+	Receiver, Key string
+}
+
+// Error says which message the send duplicates.
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("disker: duplicate: message %s was sent to %s with dedup key %q within its ttl", e.ID, e.Receiver, e.Key)
+}
+
+// Is reports whether target is ErrDuplicate.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
 // BatchError is SendBatch's error when some messages were not sent: Errs[i]
 // is why msgs[i] was not sent, nil for those sent. errors.Is and errors.As

@@ -62,6 +62,16 @@ func runChild() int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
 	}
+	switch os.Getenv(childEnv) {
+	case "dedup-sender":
+		runDedupChild(d)
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 3
+	case "idem-requester":
+		runIdemChild(d)
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 3
+	}
 	if requester {
 		fmt.Println("ready")
 		go func() {

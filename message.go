@@ -57,6 +57,10 @@ type Message struct {
 	fromInbox bool
 	// replyHeaders are the headers of the reply (SetReplyHeader).
 	replyHeaders map[string]string
+	// idemKey is the idempotency key of a delivered message from an
+	// idempotent Request: its reply is stored under the key and sent to
+	// the key's waiters (see Disker.replyIdempotent).
+	idemKey string
 }
 
 // SetReplyHeader sets header key to value on the reply to msg, a message
@@ -86,6 +90,14 @@ type SendOption func(*sendOptions)
 // and a case in check.
 type sendOptions struct {
 	timeout time.Duration // WithTimeout
+
+	dedup    bool // WithDedupKey
+	dedupKey string
+	dedupTTL time.Duration
+
+	idempotent bool // WithIdempotencyKey
+	idemKey    string
+	idemTTL    time.Duration // WithIdempotencyTTL; 0 means DefaultIdempotencyTTL
 }
 
 // sendOptionsOf applies opts.
@@ -107,8 +119,60 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithTimeout", "must be at least 1ms, got %v", o.timeout)
 	case o.timeout > 0 && !hasSender:
 		return invalid("WithTimeout", "a message without a Sender is fire-and-forget: nobody would receive its timeout notice")
+	case o.dedup && o.dedupKey == "":
+		return invalid("WithDedupKey", "key must not be empty")
+	case o.dedup && len(o.dedupKey) > MaxKeyLen:
+		return invalid("WithDedupKey", "key is %d bytes, over the limit of %d", len(o.dedupKey), MaxKeyLen)
+	case o.dedup && o.dedupTTL < time.Millisecond:
+		return invalid("WithDedupKey", "ttl must be >= 1ms, got %v", o.dedupTTL)
+	case o.dedup && o.timeout > 0:
+		return invalid("WithDedupKey", "cannot be combined with WithTimeout (a Request can be made idempotent with WithIdempotencyKey)")
+	case o.idempotent && o.idemKey == "":
+		return invalid("WithIdempotencyKey", "key must not be empty")
+	case o.idempotent && len(o.idemKey) > MaxKeyLen:
+		return invalid("WithIdempotencyKey", "key is %d bytes, over the limit of %d", len(o.idemKey), MaxKeyLen)
+	case o.idemTTL < 0 || (o.idemTTL > 0 && o.idemTTL < time.Millisecond):
+		return invalid("WithIdempotencyTTL", "must be >= 1ms, got %v", o.idemTTL)
+	case o.idemTTL > 0 && !o.idempotent:
+		return invalid("WithIdempotencyTTL", "needs WithIdempotencyKey")
 	}
 	return nil
+}
+
+// checkCall validates the options that apply to some calls only: call is
+// "Send", "SendBatch" or "Request".
+func (o *sendOptions) checkCall(call string) error {
+	switch {
+	case o.dedup && call == "SendBatch":
+		return invalid("WithDedupKey", "applies to one message: use Send")
+	case o.dedup && call == "Request":
+		return invalid("WithDedupKey", "applies to Send: make a Request idempotent with WithIdempotencyKey")
+	case (o.idempotent || o.idemTTL > 0) && call != "Request":
+		return invalid("WithIdempotencyKey", "applies to Request: deduplicate a Send with WithDedupKey")
+	}
+	return nil
+}
+
+// MaxKeyLen is the longest key, in bytes, of WithDedupKey and
+// WithIdempotencyKey.
+const MaxKeyLen = broker.MaxKeyLen
+
+// WithDedupKey makes Send queue the message only if no message was sent
+// with the same key to the same receiver less than ttl ago: a second Send
+// with the key within ttl of the first queues nothing, and returns the
+// first message's id with a *DuplicateError, which matches ErrDuplicate
+// (errors.Is). The check and
+// the send are one atomic step in the broker (in Redis, one script in the
+// receiver's slot), so any number of concurrent Sends with one key, from
+// any number of processes, queue one message.
+//
+// The window is the first message's: it starts at its Send (broker time)
+// and lasts ttl, whether the message was handled meanwhile or not, and a
+// duplicate does not extend it. After it the key can be used again. key
+// must not be empty (at most MaxKeyLen bytes), ttl must be at least 1ms.
+// It applies to Send only, and not together with WithTimeout.
+func WithDedupKey(key string, ttl time.Duration) SendOption {
+	return func(o *sendOptions) { o.dedup, o.dedupKey, o.dedupTTL = true, key, ttl }
 }
 
 // WithTimeout gives the message a deadline of d after it is sent: its
@@ -128,6 +192,9 @@ func WithTimeout(d time.Duration) SendOption {
 // whichever instance registered one) within Config.TimeoutMonitorFrequency of
 // the deadline.
 //
+// With WithDedupKey, a Send within the key's window of an earlier one
+// queues nothing and returns that message's id with a *DuplicateError.
+//
 // Send returns a *ValidationError for bad input, an error wrapping
 // ErrUnavailable when the broker cannot be reached, and ErrClosed after
 // Close. It blocks for one round trip to the broker, never past ctx's end
@@ -137,7 +204,13 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 	if err := d.validateMessage(&msg, &o); err != nil {
 		return "", err
 	}
+	if err := o.checkCall("Send"); err != nil {
+		return "", err
+	}
 	id := newID()
+	if o.dedup {
+		return d.sendDedup(ctx, &msg, &o, id)
+	}
 	if _, err := d.send(ctx, &msg, o.timeout, id); err != nil {
 		return "", err
 	}
@@ -161,6 +234,9 @@ func (d *Disker) SendBatch(ctx context.Context, msgs []Message, opts ...SendOpti
 		return nil, ErrClosed
 	}
 	o := sendOptionsOf(opts)
+	if err := o.checkCall("SendBatch"); err != nil {
+		return nil, err
+	}
 	envs := make([]*broker.Envelope, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]
@@ -212,6 +288,23 @@ func (d *Disker) SendBatch(ctx context.Context, msgs []Message, opts ...SendOpti
 	}
 	d.health.ok()
 	return ids, nil
+}
+
+// sendDedup sends m, validated, under id with o's dedup key. A duplicate
+// returns the first message's id with an error matching ErrDuplicate.
+func (d *Disker) sendDedup(ctx context.Context, m *Message, o *sendOptions, id string) (string, error) {
+	if d.closed.Load() {
+		return "", ErrClosed
+	}
+	first, dup, err := d.b.SendDedup(ctx, &broker.SendDedupParams{Env: envelope(m, 0, id), Key: o.dedupKey, TTL: o.dedupTTL})
+	if err != nil {
+		return "", d.afterSend(m, id, err)
+	}
+	if dup {
+		d.health.ok()
+		return first, &DuplicateError{ID: first, Receiver: m.Receiver, Key: o.dedupKey}
+	}
+	return id, d.afterSend(m, id, nil)
 }
 
 // validateMessage checks m, sent with o, as Send and SendBatch take it.
@@ -298,6 +391,7 @@ func (d *Disker) messageOf(env *broker.Envelope, deadline time.Time, attempt int
 		noReply:        env.FireAndForget,
 		brokerDeadline: deadline,
 		fromInbox:      env.FromInbox,
+		idemKey:        env.IdempotencyKey,
 	}
 	if env.ErrorCode != "" {
 		m.Error = &RemoteError{Code: env.ErrorCode, Text: env.ErrorText}

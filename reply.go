@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -89,6 +90,8 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 	}
 	var err error
 	switch {
+	case msg.idemKey != "":
+		err = d.replyIdempotent(ctx, msg, &env)
 	case msg.fromInbox:
 		// A Request's inbox: the reply counts if it is appended before the
 		// deadline (see broker.Inbox), and never re-creates an inbox that
@@ -117,4 +120,44 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 		d.health.fail("reply", err)
 		return wrapBroker("reply", err)
 	}
+}
+
+// replyIdempotent stores env as the reply of msg's idempotency key, unless
+// a reply is stored already, and sends the stored reply to every Request
+// waiting for the key, each by its own request id and judged against its
+// own deadline (see broker.Idempotency). It returns nil when at least one
+// waiter accepted it, ErrLate when none did (all had given up, or the key
+// is gone), and the broker's error when one failed.
+func (d *Disker) replyIdempotent(ctx context.Context, msg *Message, env *broker.Envelope) error {
+	stored, waiters, found, err := d.b.SettleIdempotent(ctx, msg.Receiver, msg.idemKey, env)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return broker.ErrLate
+	}
+	errs := make([]error, len(waiters))
+	var wg sync.WaitGroup
+	for i, w := range waiters {
+		e := stored
+		e.ID, e.Receiver, e.InReplyTo = newID(), w.Inbox, w.RequestID
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.b.ReplyInbox(ctx, &e, w.Deadline)
+		}()
+	}
+	wg.Wait()
+	err = broker.ErrLate
+	for _, e := range errs {
+		switch {
+		case e == nil:
+			if err == broker.ErrLate {
+				err = nil
+			}
+		case !errors.Is(e, broker.ErrLate):
+			return e
+		}
+	}
+	return err
 }

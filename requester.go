@@ -170,6 +170,10 @@ func (r *requester) close(ctx context.Context) {
 // that matches ErrTimeout and says that the send failed. Without a deadline in ctx
 // the message has no timeout: Request waits until ctx is cancelled.
 //
+// With WithIdempotencyKey, Requests with the same key share one message
+// and one reply: a Request whose key was answered already returns that
+// reply at once, and one whose key is being handled waits for it.
+//
 // Whatever the broker does (down, unreachable with its sockets open,
 // paused), Request returns by ctx's end plus RequestGrace. When the broker
 // could not settle the request by then, it returns ErrOutcomeUnknown (not
@@ -194,6 +198,9 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 	}
 	o := sendOptionsOf(opts)
 	if err := o.check(true); err != nil { // the inbox is the sender
+		return nil, err
+	}
+	if err := o.checkCall("Request"); err != nil {
 		return nil, err
 	}
 	if o.timeout > 0 {
@@ -245,11 +252,20 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 	if hasDeadline {
 		stopSend = dl.Add(RequestGrace)
 	}
-	deadline, ok, err := within(r, stopSend, func() (time.Time, error) {
-		return r.send(context.WithoutCancel(ctx), &msg, timeout, id)
+	res, ok, err := within(r, stopSend, func() (sentRequest, error) {
+		if o.idempotent {
+			return r.sendIdempotent(context.WithoutCancel(ctx), &msg, timeout, id, &o)
+		}
+		dl, err := r.send(context.WithoutCancel(ctx), &msg, timeout, id)
+		return sentRequest{deadline: dl}, err
 	})
+	deadline := res.deadline
 	if !ok {
 		deadline, err = dl, fmt.Errorf("%w: the send did not end by %v after the deadline", ErrUnavailable, RequestGrace)
+	}
+	if err == nil && res.stored != nil {
+		// An idempotent Request whose key has its reply already.
+		return d.outcome(id, &broker.Reply{Kind: broker.KindReply, RequestID: id, Env: *res.stored})
 	}
 	var sendErr error
 	if err != nil {
@@ -475,6 +491,70 @@ func (r *requester) send(ctx context.Context, m *Message, timeout time.Duration,
 	}
 	bdl, err := d.b.SendRequest(ctx, envelope(m, timeout, id))
 	return bdl, d.afterSend(m, id, err)
+}
+
+// sentRequest is what sending a Request's message gave: its deadline in
+// the broker's clock (zero if none) and, for an idempotent Request whose
+// key has its reply already, that reply.
+type sentRequest struct {
+	deadline time.Time
+	stored   *broker.Envelope
+}
+
+// DefaultIdempotencyTTL is how long the key of a Request made
+// WithIdempotencyKey, and its reply, live when WithIdempotencyTTL does not
+// say.
+const DefaultIdempotencyTTL = 24 * time.Hour
+
+// WithIdempotencyKey makes a Request idempotent: Requests to one receiver
+// with the same key, within the key's ttl (WithIdempotencyTTL, from the
+// first of them; DefaultIdempotencyTTL by default), share one message, one
+// run of the handler and one reply. The first Request with the key queues
+// its message; a later one queues nothing and waits for the reply of the
+// first (or gets it at once, if it came already), each until its own
+// deadline. Every caller gets the same reply: the first one a worker
+// stored for the key, so even a handler that runs twice (its worker died
+// before the acknowledgement, and the message was redelivered) answers
+// every caller with one reply. A Request retried by its client after a
+// timeout or a crash therefore runs the handler once: effectively-once
+// RPC.
+//
+// A dead-lettered message's error reply is the key's reply too: until
+// the ttl ends, Requests with the key get that *RemoteError. The message
+// carries the key's window as its deadline: a worker starts it as long as
+// the reply can still be used, whatever the deadline of the first Request.
+// key must not be empty (at most MaxKeyLen bytes). It applies to Request
+// only.
+func WithIdempotencyKey(key string) SendOption {
+	return func(o *sendOptions) { o.idempotent, o.idemKey = true, key }
+}
+
+// WithIdempotencyTTL sets how long the key of WithIdempotencyKey, and its
+// reply, live after the first Request with it: at least 1ms. The first
+// Request's ttl is the key's.
+func WithIdempotencyTTL(ttl time.Duration) SendOption {
+	return func(o *sendOptions) { o.idemTTL = ttl }
+}
+
+// sendIdempotent sends m, a Request's message from the inbox, under id
+// with o's idempotency key (see broker.Idempotency).
+func (r *requester) sendIdempotent(ctx context.Context, m *Message, timeout time.Duration, id string, o *sendOptions) (sentRequest, error) {
+	d := r.d
+	if d.closed.Load() {
+		return sentRequest{}, ErrClosed
+	}
+	ttl := o.idemTTL
+	if ttl == 0 {
+		ttl = DefaultIdempotencyTTL
+	}
+	bdl, stored, err := d.b.BeginIdempotent(ctx, &broker.BeginIdempotentParams{Env: envelope(m, timeout, id), Key: o.idemKey, TTL: ttl})
+	if stored != nil {
+		// Answered already: nothing was sent.
+		stored.InReplyTo = id
+		d.health.ok()
+		return sentRequest{deadline: bdl, stored: stored}, nil
+	}
+	return sentRequest{deadline: bdl}, d.afterSend(m, id, err)
 }
 
 // readInbox reads the inbox until ctx ends and hands each entry to the

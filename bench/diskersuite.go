@@ -11,8 +11,8 @@ import (
 // DiskerSuite runs the Redis workloads against one private redis-server per
 // workload (persistence off), emptied with FLUSHALL before every run:
 // fire-and-forget (8 producers, 32 handlers, 100,000 no-op messages) and
-// request/reply with a 5 s timeout from 1 and from 32 requesters (fewer
-// messages with Quick or Tiny).
+// request/reply with a 5 s timeout from 1 and from 32 requesters, and sends
+// with and without a dedup key (fewer messages with Quick or Tiny).
 func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	nFF, nRR1, nRR32 := 100_000, 10_000, 50_000
 	switch {
@@ -22,7 +22,14 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 		nFF, nRR1, nRR32 = 10_000, 1_000, 5_000
 	}
 
-	var ff, rr1, rr32 map[string][]sample
+	nDedup := 50_000
+	switch {
+	case o.Tiny:
+		nDedup = 400
+	case o.Quick:
+		nDedup = 5_000
+	}
+	var ff, rr1, rr32, dd map[string][]sample
 	var err error
 	if o.runsWorkload("ff") {
 		if ff, err = runRedisWorkload(ctx, o, "fire-and-forget", ffImpls(nFF)); err != nil {
@@ -39,6 +46,11 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			return nil, err
 		}
 	}
+	if o.runsWorkload("dedup") {
+		if dd, err = runRedisWorkload(ctx, o, "dedup sends", dedupImpls(nDedup)); err != nil {
+			return nil, err
+		}
+	}
 	var tables []Table
 	if ff != nil {
 		tables = append(tables, ffTable(ff, nFF))
@@ -48,6 +60,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	if ff != nil && rr1 != nil && rr32 != nil {
 		tables = append(tables, targetsTable(ff, rr1, rr32), cpuTable(ff, rr1, rr32))
+	}
+	if dd != nil {
+		tables = append(tables, dedupTable(dd, nDedup))
 	}
 	return tables, nil
 }

@@ -138,6 +138,9 @@ func TestValuesEqualStats(t *testing.T) {
 	for range waiting {
 		send("backlog", "nobody serves me") // stays queued
 	}
+	if err := d.Pause(ctx, "backlog"); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		s := d.LocalStats().Receivers["jobs"]
@@ -176,6 +179,8 @@ func TestValuesEqualStats(t *testing.T) {
 		want[fmt.Sprintf(`disker_queue_pending{receiver=%q}`, r)] = float64(s.Pending)
 		want[fmt.Sprintf(`disker_queue_dead_letters{receiver=%q}`, r)] = float64(s.DeadLetters)
 	}
+	want[`disker_queue_paused{receiver="jobs"}`] = 0
+	want[`disker_queue_paused{receiver="backlog"}`] = 1
 	if want[`disker_queue_queued{receiver="backlog"}`] != waiting || want[`disker_queue_dead_letters{receiver="jobs"}`] != bad {
 		t.Fatalf("Stats do not show the workload: %v", want)
 	}

@@ -61,6 +61,10 @@ type Envelope struct {
 	// the requester's inbox, and a reply to it goes through
 	// Inbox.ReplyInbox. The broker sets it; it travels with the message.
 	FromInbox bool
+	// IdempotencyKey is set on a message queued by
+	// Idempotency.BeginIdempotent: its reply is stored under the key and
+	// sent to the key's waiters (Idempotency.SettleIdempotent).
+	IdempotencyKey string
 }
 
 // Delivery is one leased delivery of a message to a consumer.
@@ -164,6 +168,8 @@ type ReceiverStats struct {
 	// OldestQueued is when the oldest entry not yet delivered was queued
 	// (broker time); zero when none waits.
 	OldestQueued time.Time
+	// Paused reports whether the receiver is paused (Pauses.Pause).
+	Paused bool
 }
 
 // Broker is the storage engine: the composition of one small interface
@@ -184,6 +190,9 @@ type Broker interface {
 	Registry
 	Admin
 	Inspect
+	Dedup
+	Pauses
+	Idempotency
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.
@@ -380,6 +389,72 @@ type Admin interface {
 	Receivers(ctx context.Context) ([]string, error)
 	// Stats returns a snapshot of receiver's queue.
 	Stats(ctx context.Context, receiver string) (ReceiverStats, error)
+}
+
+// Dedup is sending a message at most once per key and receiver within a
+// window of time.
+type Dedup interface {
+	// SendDedup queues p.Env for p.Env.Receiver, as Send does an untimed
+	// message, unless a message was queued with the same p.Key for that
+	// receiver less than its p.TTL ago (broker time): the check and the
+	// send are one atomic step. It returns the id of the message queued
+	// under the key (p.Env.ID when it queued this one) and whether p.Env
+	// was a duplicate, and so not queued. The window is the first
+	// message's: a duplicate does not extend it.
+	SendDedup(ctx context.Context, p *SendDedupParams) (id string, dup bool, err error)
+}
+
+// Pauses are the paused receivers: a paused receiver's messages still
+// queue, and its consumers stop fetching and starting them until it is
+// resumed. The broker only records the state; consumers read it
+// (Paused) and act on it.
+type Pauses interface {
+	// Pause marks receiver paused. Pausing a paused receiver does nothing.
+	Pause(ctx context.Context, receiver string) error
+	// Resume marks receiver not paused. Resuming a receiver that is not
+	// paused does nothing.
+	Resume(ctx context.Context, receiver string) error
+	// Paused reports, for each of receivers in order, whether it is
+	// paused, in as few round trips as the broker can.
+	Paused(ctx context.Context, receivers []string) ([]bool, error)
+}
+
+// Idempotency makes requests with the same key, to the same receiver,
+// share one run of the handler and one reply, for a window of time.
+//
+// The first request with a key (BeginIdempotent) queues its message and
+// records the key, in one atomic step, with the requester as the key's
+// first waiter; each later request with the key, while the key lives,
+// queues nothing: it is added as a waiter, or, once the reply is stored,
+// gets that reply at once. The worker that answers the message stores
+// its reply under the key (SettleIdempotent): the first stored reply is
+// the key's reply for good, and the worker sends it to every waiter's
+// inbox (Inbox.ReplyInbox, each by its own request id and deadline).
+type Idempotency interface {
+	// BeginIdempotent starts the request p.Env (from the inbox
+	// p.Env.Sender; p.Env.ID is the request's own id) under p.Key. It
+	// returns the request's deadline (as SendRequest does), and the stored
+	// reply when the key already has one (nil otherwise: the requester
+	// then waits in its inbox for the reply, with InReplyTo p.Env.ID).
+	// The queued message carries p.Key (Envelope.IdempotencyKey) and the
+	// deadline of the key's window, and sets Envelope.FromInbox.
+	BeginIdempotent(ctx context.Context, p *BeginIdempotentParams) (deadline time.Time, reply *Envelope, err error)
+
+	// SettleIdempotent stores reply (an envelope to be sent to each
+	// waiter) as the reply of receiver's key unless one is stored
+	// already, and returns the stored reply and the waiters to send it
+	// to. found is false when the key is gone (its window passed): nothing
+	// is stored then.
+	SettleIdempotent(ctx context.Context, receiver, key string, reply *Envelope) (stored Envelope, waiters []IdempotentWaiter, found bool, err error)
+}
+
+// IdempotentWaiter is a request waiting for the reply of an idempotency
+// key.
+type IdempotentWaiter struct {
+	// Inbox is the requester's inbox; RequestID its request's id.
+	Inbox, RequestID string
+	// Deadline is the request's deadline (broker time); zero for none.
+	Deadline time.Time
 }
 
 // BatchError is SendBatch's error when some envelopes were not sent.

@@ -54,6 +54,11 @@ status, headers and body.
                              (the dead letter carries the id in its
                              "request-id" header: "disker dlq list --json")
 
+A request with an Idempotency-Key header is sent with that key: requests with
+the same key, through any gateway, within 24 hours of the first, share one run
+of the worker and get its one response (the first's, waiting for it if it is
+still running). A client may so retry a POST safely.
+
 Run several gateways and several workers on different machines, all on the
 same Redis, and you have a distributed HTTP tier. Hop-by-hop headers
 (Connection, Transfer-Encoding, ...) are not forwarded; X-Forwarded-For,
@@ -243,7 +248,16 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	// The request's id, in its message's "request-id" header: what a 502
 	// answer quotes and the log and the dead letter carry.
 	reqID := randomHex(8)
-	reply, err := g.request(ctx, disker.Message{Receiver: g.receiver, Content: content, Headers: map[string]string{"request-id": reqID}})
+	var opts []disker.SendOption
+	if key := r.Header.Get("Idempotency-Key"); key != "" {
+		// Requests with the key share one run of the handler and its
+		// reply (see disker.WithIdempotencyKey).
+		if len(key) > disker.MaxKeyLen {
+			return g.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the Idempotency-Key header is over %d bytes", disker.MaxKeyLen), nil)
+		}
+		opts = append(opts, disker.WithIdempotencyKey(key))
+	}
+	reply, err := g.request(ctx, disker.Message{Receiver: g.receiver, Content: content, Headers: map[string]string{"request-id": reqID}}, opts...)
 	if err != nil {
 		var (
 			re *disker.RemoteError

@@ -33,6 +33,12 @@ type sendOptions struct {
 	concurrency   int
 	headers       []string
 	maxMsgSize    byteSize
+	dedupKey      string
+	dedupTTL      time.Duration
+	idemKey       string
+	// dedupSet, dedupTTLSet and idemSet say the flags were given (an
+	// empty key given is an error, not no key).
+	dedupSet, dedupTTLSet, idemSet bool
 }
 
 func (a *app) sendCommand() *cobra.Command {
@@ -72,6 +78,8 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
   disker send --to upper --wait --concurrency 16 --file requests.jsonl > replies.jsonl`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			o.dedupSet, o.dedupTTLSet = cmd.Flags().Changed("dedup-key"), cmd.Flags().Changed("dedup-ttl")
+			o.idemSet = cmd.Flags().Changed("idempotency-key")
 			return a.runSend(cmd.Context(), o, args)
 		}),
 	}
@@ -87,6 +95,9 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
 	fs.IntVar(&o.concurrency, "concurrency", 8, "with --file, how many requests (with --wait) or batches of 100 messages (without) to have in flight at once")
 	fs.StringArrayVar(&o.headers, "header", nil, "message header KEY=VALUE (repeatable)")
 	fs.Var(&o.maxMsgSize, "max-message-size", "largest content accepted")
+	fs.StringVar(&o.dedupKey, "dedup-key", "", "send only if no message with this key went to the receiver within --dedup-ttl (not with --wait or --file)")
+	fs.DurationVar(&o.dedupTTL, "dedup-ttl", time.Hour, "with --dedup-key, how long after the first send another with the key is a duplicate")
+	fs.StringVar(&o.idemKey, "idempotency-key", "", "with --wait, requests with this key share one run of the handler and its reply")
 	o.conn.register(fs)
 	return cmd
 }
@@ -134,6 +145,9 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 	case o.file == "" && len(args) == 0:
 		return usagef("nothing to send: give DATA, @FILE, - or --file")
 	}
+	if err := checkFlowFlags(o); err != nil {
+		return err
+	}
 	if o.timeout > 0 && !o.wait && o.from == "" {
 		return usagef("--timeout needs --wait or --from: a fire-and-forget message has no timeout")
 	}
@@ -180,6 +194,36 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 		return a.sendOne(ctx, d, o, msgs[0])
 	}
 	return a.sendMany(ctx, d, o, msgs)
+}
+
+// checkFlowFlags checks --dedup-key, --dedup-ttl and --idempotency-key.
+func checkFlowFlags(o *sendOptions) error {
+	dedup := o.dedupSet || o.dedupTTLSet
+	switch {
+	case o.dedupTTLSet && !o.dedupSet:
+		return usagef("--dedup-ttl needs --dedup-key")
+	case dedup && o.dedupKey == "":
+		return usagef("invalid --dedup-key: must not be empty")
+	case dedup && len(o.dedupKey) > disker.MaxKeyLen:
+		return usagef("invalid --dedup-key: %d bytes, over the limit of %d", len(o.dedupKey), disker.MaxKeyLen)
+	case dedup && o.dedupTTL < time.Millisecond:
+		return usagef("invalid --dedup-ttl %v: must be >= 1ms", o.dedupTTL)
+	case dedup && o.wait:
+		return usagef("--dedup-key does not go with --wait: use --idempotency-key")
+	case dedup && o.file != "":
+		return usagef("--dedup-key does not go with --file: it is the key of one message")
+	case dedup && o.timeout > 0:
+		return usagef("--dedup-key does not go with --timeout")
+	case o.idemSet && o.idemKey == "":
+		return usagef("invalid --idempotency-key: must not be empty")
+	case o.idemSet && !o.wait:
+		return usagef("--idempotency-key needs --wait")
+	case o.idemKey != "" && o.file != "":
+		return usagef("--idempotency-key does not go with --file: it is the key of one request")
+	case len(o.idemKey) > disker.MaxKeyLen:
+		return usagef("invalid --idempotency-key: %d bytes, over the limit of %d", len(o.idemKey), disker.MaxKeyLen)
+	}
+	return nil
 }
 
 // readData returns the content named by arg: DATA, @FILE or - (stdin).
@@ -299,7 +343,11 @@ func (a *app) sendOne(ctx context.Context, d *disker.Disker, o *sendOptions, m o
 		if err := a.checkWorkers(ctx, d, m.to, o.needWorker); err != nil {
 			return err
 		}
-		reply, err := a.request(ctx, d, m)
+		var opts []disker.SendOption
+		if o.idemKey != "" {
+			opts = append(opts, disker.WithIdempotencyKey(o.idemKey))
+		}
+		reply, err := a.request(ctx, d, m, opts...)
 		if err != nil {
 			return err
 		}
@@ -311,6 +359,13 @@ func (a *app) sendOne(ctx context.Context, d *disker.Disker, o *sendOptions, m o
 		return err
 	}
 	id, err := a.sendAsync(ctx, d, o, m)
+	var dup *disker.DuplicateError
+	if errors.As(err, &dup) {
+		// Not a failure: the message the key stands for is queued.
+		fmt.Fprintf(a.stderr, "disker: not sent: a duplicate of message %s (--dedup-key %q, within --dedup-ttl)\n", dup.ID, dup.Key)
+		fmt.Fprintln(a.stdout, id)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -333,10 +388,10 @@ func (a *app) checkWorkers(ctx context.Context, d *disker.Disker, receiver strin
 	return nil
 }
 
-func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing) ([]byte, error) {
+func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing, opts ...disker.SendOption) ([]byte, error) {
 	rctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers})
+	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers}, opts...)
 	if err != nil {
 		if errors.Is(err, disker.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return nil, fmt.Errorf("no reply from %q within %v", m.to, m.timeout)
@@ -347,6 +402,9 @@ func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing) ([]byte
 }
 
 func (a *app) sendAsync(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing) (string, error) {
+	if o.dedupKey != "" {
+		return d.Send(ctx, asyncMessage(o, m), disker.WithDedupKey(o.dedupKey, o.dedupTTL))
+	}
 	return d.Send(ctx, asyncMessage(o, m), disker.WithTimeout(m.timeout))
 }
 

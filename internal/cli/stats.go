@@ -217,9 +217,13 @@ func printStats(w io.Writer, s *statsSnapshot, recent bool) {
 		if recent {
 			rateHead = "RATE/S"
 		}
-		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\t%s\tWORKERS\n", rateHead)
+		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\t%s\tWORKERS\tPAUSED\n", rateHead)
 		for _, r := range s.Receivers {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\n", r.Receiver, r.Length, r.Queued, r.Pending, r.InFlight, r.DeadLetters, r.Rate, r.Workers)
+			paused := "no"
+			if r.Paused {
+				paused = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\t%s\n", r.Receiver, r.Length, r.Queued, r.Pending, r.InFlight, r.DeadLetters, r.Rate, r.Workers, paused)
 		}
 	}
 	fmt.Fprintln(tw)

@@ -100,9 +100,9 @@ func (a *app) traceTransport(rt http.RoundTripper) http.RoundTripper {
 }
 
 // request sends a gateway's request, through the Tracer when tracing.
-func (g *gateway) request(ctx context.Context, msg disker.Message) (*disker.Message, error) {
+func (g *gateway) request(ctx context.Context, msg disker.Message, opts ...disker.SendOption) (*disker.Message, error) {
 	if g.tracer == nil {
-		return g.d.Request(ctx, msg)
+		return g.d.Request(ctx, msg, opts...)
 	}
-	return g.tracer.Request(ctx, g.d, msg)
+	return g.tracer.Request(ctx, g.d, msg, opts...)
 }

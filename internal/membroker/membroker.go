@@ -175,6 +175,14 @@ type core struct {
 	// there is none). An expired inbox is dropped by the next lock.
 	inboxes    map[string]time.Time
 	nextExpiry time.Time
+	// dedups holds the dedup keys by receiver and key (keyOf), paused the
+	// paused receivers, idems the idempotency keys by receiver and key.
+	// Expired keys are dropped when looked up, and all of them when the
+	// map has doubled since the last sweep (sweepKeys).
+	dedups    map[string]dedupEntry
+	paused    map[string]bool
+	idems     map[string]*idemEntry
+	keysSwept int
 }
 
 func newCore(opts Options) *core {
@@ -188,6 +196,9 @@ func newCore(opts Options) *core {
 		locks:    make(map[string]lockEntry),
 		workers:  make(map[string]workerEntry),
 		inboxes:  make(map[string]time.Time),
+		dedups:   make(map[string]dedupEntry),
+		paused:   make(map[string]bool),
+		idems:    make(map[string]*idemEntry),
 	}
 	if c.now == nil {
 		c.now = time.Now

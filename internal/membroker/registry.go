@@ -198,5 +198,6 @@ func (c *core) stats(receiver string) broker.ReceiverStats {
 	if d := c.dead[receiver]; d != nil {
 		st.DeadLetters = int64(d.order.Len())
 	}
+	st.Paused = c.paused[receiver]
 	return st
 }

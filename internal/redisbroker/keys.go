@@ -50,6 +50,19 @@ func (k keys) replyDelayed(sender string) string { return k.named(sender, "rdela
 // lock is the exclusive lock of receiver: a string holding the owner.
 func (k keys) lock(receiver string) string { return k.named(receiver, "lock") }
 
+// dedup is the dedup key key of receiver: a string holding the id of the
+// message sent with it, expiring at the end of its window.
+func (k keys) dedup(receiver, key string) string { return k.named(receiver, "dd:"+key) }
+
+// paused is receiver's pause flag: a string that exists while it is paused.
+func (k keys) paused(receiver string) string { return k.named(receiver, "paused") }
+
+// idempotency is the idempotency key key of receiver: a hash of the first
+// request's id ("id"), the stored reply ("rep", once settled) and the
+// waiters ("w:<request id>" -> "<deadline ms>:<inbox>"), expiring at the
+// end of its window.
+func (k keys) idempotency(receiver, key string) string { return k.named(receiver, "idem:"+key) }
+
 // workers is the zset of live worker ids, scored by expiry in unix ms.
 func (k keys) workers() string { return k.prefix + ":{workers}:ids" }
 

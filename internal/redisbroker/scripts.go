@@ -474,3 +474,80 @@ redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. nowStr)
 return nowStr
 `)
+
+// scriptSendDedup queues a message unless its dedup key is taken.
+var scriptSendDedup = rueidis.NewLuaScript(`-- send_dedup
+-- KEYS[1] -> the receiver's queue stream P:{R}:q
+-- KEYS[2] -> the dedup key P:{R}:dd:<key> (string: the id sent with it)
+-- ARGV[1] -> encoded envelope
+-- ARGV[2] -> message id
+-- ARGV[3] -> ttl in ms
+-- Returns {1, id} when it queued the message and took the key for ttl,
+-- {0, first id} when the key was taken (nothing written).
+local first = redis.call('GET', KEYS[2])
+if first then
+  return {0, first}
+end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('XADD', KEYS[1], '*', 'm', ARGV[1])
+return {1, ARGV[2]}
+`)
+
+// scriptIdemBegin starts an idempotent request.
+var scriptIdemBegin = rueidis.NewLuaScript(`-- idem_begin
+-- KEYS[1] -> the receiver's queue stream P:{R}:q
+-- KEYS[2] -> the idempotency key P:{R}:idem:<key> (hash: id, rep, w:<request id>)
+-- ARGV[1] -> encoded envelope (carrying the key)
+-- ARGV[2] -> request id
+-- ARGV[3] -> "<deadline ms>:<inbox>", the waiter (deadline 0: none)
+-- ARGV[4] -> ttl in ms
+-- The key's stored reply, if any, is returned and nothing is written.
+-- Else the request becomes a waiter of the key; if the key did not exist,
+-- it is created (expiring in ttl) and the message is queued with deadline
+-- d = now + ttl, the end of the key's window.
+-- Returns the stored reply, or "" (no envelope encodes as "").
+local rep = redis.call('HGET', KEYS[2], 'rep')
+if rep then
+  return rep
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('HSET', KEYS[2], 'w:' .. ARGV[2], ARGV[3])
+  return ''
+end
+` + luaNow + `
+redis.call('HSET', KEYS[2], 'id', ARGV[2], 'w:' .. ARGV[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('XADD', KEYS[1], '*', 'm', ARGV[1], 'd', string.format('%.0f', now + tonumber(ARGV[4])))
+return ''
+`)
+
+// scriptIdemSettle stores the reply of an idempotency key.
+var scriptIdemSettle = rueidis.NewLuaScript(`-- idem_settle
+-- KEYS[1] -> the idempotency key P:{R}:idem:<key>
+-- ARGV[1] -> encoded reply envelope
+-- Stores ARGV[1] as the key's reply unless one is stored already (the
+-- first stays). Waiters stay too: a redelivered message sends the same
+-- reply to the same waiters, who take the first they read.
+-- Returns {} when the key is gone, else {stored reply, then pairs of
+-- request id, "<deadline ms>:<inbox>" for each waiter}.
+local all = redis.call('HGETALL', KEYS[1])
+if #all == 0 then
+  return {}
+end
+local rep
+for i = 1, #all, 2 do
+  if all[i] == 'rep' then rep = all[i + 1] end
+end
+if not rep then
+  redis.call('HSET', KEYS[1], 'rep', ARGV[1])
+  rep = ARGV[1]
+end
+local out = {rep}
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 2) == 'w:' then
+    out[#out + 1] = string.sub(all[i], 3)
+    out[#out + 1] = all[i + 1]
+  end
+end
+return out
+`)

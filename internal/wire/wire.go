@@ -11,11 +11,13 @@
 //	InReplyTo uvarint length, bytes
 //	ErrorCode uvarint length, bytes
 //	ErrorText uvarint length, bytes
-//	flags     byte: bit 0 is FireAndForget, bit 1 FromInbox, other bits
-//	          must be 0
+//	flags     byte: bit 0 is FireAndForget, bit 1 FromInbox, bit 2 says
+//	          an IdempotencyKey follows the headers; other bits must be 0
 //	Timeout   varint (nanoseconds)
 //	Headers   uvarint count, then count pairs of (key, value), each a
 //	          uvarint length and bytes, keys strictly ascending
+//	IdempotencyKey  uvarint length (> 0), bytes; only when flag bit 2
+//	          is set, so encodings without it are those of older versions
 //
 // The encoding is canonical: [Decode] accepts only what [Encode] produces
 // (minimal varints, sorted unique header keys, no trailing bytes), so for any
@@ -47,7 +49,8 @@ const MaxHeaders = 1 << 16
 const (
 	flagFireAndForget = 1
 	flagFromInbox     = 2
-	flagsKnown        = flagFireAndForget | flagFromInbox
+	flagIdempotent    = 4
+	flagsKnown        = flagFireAndForget | flagFromInbox | flagIdempotent
 )
 
 // ErrMalformed is wrapped by every error Decode returns.
@@ -81,6 +84,9 @@ func Encode(env *broker.Envelope) []byte {
 	if env.FromInbox {
 		flags |= flagFromInbox
 	}
+	if env.IdempotencyKey != "" {
+		flags |= flagIdempotent
+	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, int64(env.Timeout))
 	b = binary.AppendUvarint(b, uint64(len(env.Headers)))
@@ -94,6 +100,9 @@ func Encode(env *broker.Envelope) []byte {
 			b = appendString(b, k)
 			b = appendString(b, env.Headers[k])
 		}
+	}
+	if env.IdempotencyKey != "" {
+		b = appendString(b, env.IdempotencyKey)
 	}
 	return b
 }
@@ -150,6 +159,12 @@ func Decode(data []byte) (broker.Envelope, error) {
 			}
 			env.Headers[k] = v
 			prev = k
+		}
+	}
+	if flags&flagIdempotent != 0 {
+		env.IdempotencyKey = d.str("idempotency key")
+		if d.err == nil && env.IdempotencyKey == "" {
+			d.fail("idempotency key", "empty, with its flag set")
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {

@@ -32,10 +32,11 @@ func TestRoundTrip(t *testing.T) {
 	neg := sample()
 	neg.Timeout = -time.Second
 	tests := map[string]broker.Envelope{
-		"zero":     {},
-		"full":     sample(),
-		"negative": neg,
-		"bigger":   {ID: "x", Content: bytes.Repeat([]byte{0xff}, 70000), Headers: map[string]string{strings.Repeat("k", 300): strings.Repeat("v", 200)}},
+		"zero":       {},
+		"full":       sample(),
+		"negative":   neg,
+		"idempotent": {ID: "x", Receiver: "r", FromInbox: true, IdempotencyKey: "order-42"},
+		"bigger":     {ID: "x", Content: bytes.Repeat([]byte{0xff}, 70000), Headers: map[string]string{strings.Repeat("k", 300): strings.Repeat("v", 200)}},
 	}
 	for name, env := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -111,11 +112,30 @@ func TestDecodeMinimal(t *testing.T) {
 	}
 }
 
+// TestIdempotencyKeyOptional shows that an envelope without an idempotency
+// key encodes as before the field existed (flag bit 2 clear, nothing after
+// the headers), and that the flag with an empty key does not decode.
+func TestIdempotencyKeyOptional(t *testing.T) {
+	t.Parallel()
+	if got := Encode(&broker.Envelope{}); !bytes.Equal(got, []byte{Version, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}) {
+		t.Fatalf("an envelope without a key encodes as %x", got)
+	}
+	if _, err := Decode([]byte{Version, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("flag with an empty key: got %v, want ErrMalformed", err)
+	}
+	env, err := Decode([]byte{Version, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 1, 'k'})
+	if err != nil || env.IdempotencyKey != "k" {
+		t.Fatalf("got %+v, %v", env, err)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	full := sample()
 	f.Add(Encode(&full))
 	f.Add(Encode(&broker.Envelope{}))
 	f.Add([]byte{Version})
+	f.Add(Encode(&broker.Envelope{ID: "x", IdempotencyKey: "k"}))
+	f.Add([]byte{Version, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0}) // the flag with an empty key
 	f.Fuzz(func(t *testing.T, data []byte) {
 		env, err := Decode(data)
 		if err != nil {

@@ -91,6 +91,9 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"OldestQueued", testOldestQueued},
 		{"Fate", testFate},
 		{"DeadLettersAfter", testDeadLettersAfter},
+		{"Dedup", testDedup},
+		{"Pause", testPause},
+		{"Idempotency", testIdempotency},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
 	}
@@ -143,7 +146,8 @@ func sameEnv(a, b broker.Envelope) bool {
 	return a.ID == b.ID && a.Sender == b.Sender && a.Receiver == b.Receiver &&
 		bytes.Equal(a.Content, b.Content) && maps.Equal(a.Headers, b.Headers) &&
 		a.FireAndForget == b.FireAndForget && a.Timeout == b.Timeout &&
-		a.InReplyTo == b.InReplyTo && a.ErrorCode == b.ErrorCode && a.ErrorText == b.ErrorText
+		a.InReplyTo == b.InReplyTo && a.ErrorCode == b.ErrorCode && a.ErrorText == b.ErrorText &&
+		a.IdempotencyKey == b.IdempotencyKey
 }
 
 func checkEnv(t *testing.T, what string, got broker.Envelope, want *broker.Envelope) {

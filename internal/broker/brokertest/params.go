@@ -32,6 +32,12 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 	read := func(p *broker.ReadRepliesParams) error { _, err := b.ReadReplies(ctx, p); return err }
 	fate := func(p *broker.FateParams) error { _, err := b.Fate(ctx, p); return err }
 	dlAfter := func(p *broker.DeadLettersParams) error { _, err := b.DeadLettersAfter(ctx, p); return err }
+	dedup := func(p *broker.SendDedupParams) error { _, _, err := b.SendDedup(ctx, p); return err }
+	begin := func(p *broker.BeginIdempotentParams) error { _, _, err := b.BeginIdempotent(ctx, p); return err }
+	env := func() *broker.Envelope { e := newEnv(r, "x"); return e }
+	timed := func() *broker.Envelope { e := newEnv(r, "x"); e.Timeout = time.Second; return e }
+	noSender := func() *broker.Envelope { e := newEnv(r, "x"); e.Sender = ""; return e }
+	longKey := string(make([]byte, broker.MaxKeyLen+1))
 	refs := []string{"1-1"}
 	cases := []paramCase{
 		invalidCall("Fetch", &broker.FetchParams{Consumer: "c", Max: 1, Lease: longLease}, fetch),
@@ -55,6 +61,16 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 		invalidCall("Fate", &broker.FateParams{Receiver: r, ID: "m"}, fate),
 		invalidCall("DeadLettersAfter", &broker.DeadLettersParams{Max: 1}, dlAfter),
 		invalidCall("DeadLettersAfter", &broker.DeadLettersParams{Receiver: r}, dlAfter),
+		invalidCall("SendDedup", &broker.SendDedupParams{Key: "k", TTL: time.Second}, dedup),
+		invalidCall("SendDedup", &broker.SendDedupParams{Env: timed(), Key: "k", TTL: time.Second}, dedup),
+		invalidCall("SendDedup", &broker.SendDedupParams{Env: env(), TTL: time.Second}, dedup),
+		invalidCall("SendDedup", &broker.SendDedupParams{Env: env(), Key: longKey, TTL: time.Second}, dedup),
+		invalidCall("SendDedup", &broker.SendDedupParams{Env: env(), Key: "k"}, dedup),
+		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Key: "k", TTL: time.Second}, begin),
+		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Env: noSender(), Key: "k", TTL: time.Second}, begin),
+		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Env: env(), TTL: time.Second}, begin),
+		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Env: env(), Key: longKey, TTL: time.Second}, begin),
+		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Env: env(), Key: "k", TTL: -time.Second}, begin),
 	}
 	for _, tc := range cases {
 		want := tc.valid()

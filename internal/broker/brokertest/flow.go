@@ -1,0 +1,239 @@
+package brokertest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// testDedup shows that a second send with a dedup key queues nothing and
+// returns the first message's id, for that receiver only, until the key's
+// window ends; concurrent sends with one key queue exactly one message.
+func testDedup(t *testing.T, b broker.Broker) {
+	ctx := ctxT(t)
+	r, other := name("recv"), name("recv")
+	const ttl = 400 * time.Millisecond
+	sendDedup := func(env *broker.Envelope, key string, ttl time.Duration) (string, bool) {
+		t.Helper()
+		id, dup, err := b.SendDedup(ctx, &broker.SendDedupParams{Env: env, Key: key, TTL: ttl})
+		if err != nil {
+			t.Fatalf("SendDedup %s: %v", key, err)
+		}
+		return id, dup
+	}
+	first := newEnv(r, "first")
+	if id, dup := sendDedup(first, "k", ttl); id != first.ID || dup {
+		t.Fatalf("first send: got %s dup %v, want %s, not a duplicate", id, dup, first.ID)
+	}
+	sent := brokerNow(t, b)
+	second := newEnv(r, "second")
+	if id, dup := sendDedup(second, "k", ttl); id != first.ID || !dup {
+		t.Fatalf("second send: got %s dup %v, want the first's id %s, a duplicate", id, dup, first.ID)
+	}
+	// Another receiver, and another key, are not duplicates.
+	o := newEnv(other, "other")
+	if id, dup := sendDedup(o, "k", ttl); id != o.ID || dup {
+		t.Fatalf("same key, other receiver: got %s dup %v", id, dup)
+	}
+	k2 := newEnv(r, "k2")
+	if _, dup := sendDedup(k2, "k2", time.Minute); dup {
+		t.Fatal("another key: a duplicate")
+	}
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 2})
+	d := fetchOne(t, b, other, "c", longLease)
+	checkEnv(t, "other receiver's message", d.Env, o)
+	ack(t, b, other, d.Ref)
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c", Max: 10, Lease: longLease})
+	if len(ds) != 2 {
+		t.Fatalf("got %d deliveries, want 2", len(ds))
+	}
+	checkEnv(t, "first", ds[0].Env, first)
+	checkEnv(t, "k2", ds[1].Env, k2)
+	ack(t, b, r, ds[0].Ref, ds[1].Ref)
+
+	// Handled or not, the key stays taken for its window, then frees.
+	if _, dup := sendDedup(newEnv(r, "again"), "k", ttl); !dup {
+		t.Fatal("a send within the window after the first was handled: not a duplicate")
+	}
+	waitBrokerTime(t, b, sent.Add(ttl+10*time.Millisecond))
+	third := newEnv(r, "third")
+	if id, dup := sendDedup(third, "k", ttl); id != third.ID || dup {
+		t.Fatalf("after the window: got %s dup %v, want %s queued", id, dup, third.ID)
+	}
+	ack(t, b, r, fetchOne(t, b, r, "c", longLease).Ref)
+
+	// Concurrent sends with one key: one is queued, every caller gets its id.
+	const n = 50
+	ids := make([]string, n)
+	dups := make([]bool, n)
+	var wg sync.WaitGroup
+	var errs errorList
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, dup, err := b.SendDedup(ctx, &broker.SendDedupParams{Env: newEnv(r, "race"), Key: "race", TTL: time.Minute})
+			if err != nil {
+				errs.add(err)
+			}
+			ids[i], dups[i] = id, dup
+		}()
+	}
+	wg.Wait()
+	errs.check(t)
+	queued := 0
+	for i := range n {
+		if ids[i] != ids[0] {
+			t.Fatalf("racing sends got ids %s and %s", ids[0], ids[i])
+		}
+		if !dups[i] {
+			queued++
+		}
+	}
+	if queued != 1 {
+		t.Fatalf("%d racing sends were queued, want 1", queued)
+	}
+	d = fetchOne(t, b, r, "c", longLease)
+	if d.Env.ID != ids[0] {
+		t.Fatalf("queued %s, want %s", d.Env.ID, ids[0])
+	}
+	ack(t, b, r, d.Ref)
+}
+
+// testPause shows that Pause and Resume set a receiver's flag, which
+// Paused and Stats report, for that receiver only; messages still queue.
+func testPause(t *testing.T, b broker.Broker) {
+	ctx := ctxT(t)
+	r, other := name("recv"), name("recv")
+	paused := func() []bool {
+		t.Helper()
+		ps, err := b.Paused(ctx, []string{r, other})
+		if err != nil {
+			t.Fatalf("Paused: %v", err)
+		}
+		return ps
+	}
+	if ps := paused(); ps[0] || ps[1] {
+		t.Fatalf("before Pause: %v", ps)
+	}
+	for range 2 { // twice: Pause is idempotent
+		if err := b.Pause(ctx, r); err != nil {
+			t.Fatalf("Pause: %v", err)
+		}
+	}
+	if ps := paused(); !ps[0] || ps[1] {
+		t.Fatalf("after Pause of the first: %v", ps)
+	}
+	send(t, b, newEnv(r, "still queues"))
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 1, Paused: true})
+	sts, err := b.StatsMany(ctx, []string{r, other})
+	if err != nil || !sts[0].Paused || sts[1].Paused {
+		t.Fatalf("StatsMany: %+v, %v", sts, err)
+	}
+	for range 2 {
+		if err := b.Resume(ctx, r); err != nil {
+			t.Fatalf("Resume: %v", err)
+		}
+	}
+	if ps := paused(); ps[0] || ps[1] {
+		t.Fatalf("after Resume: %v", ps)
+	}
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 1})
+	ack(t, b, r, fetchOne(t, b, r, "c", longLease).Ref)
+	if ps, err := b.Paused(ctx, nil); err != nil || len(ps) != 0 {
+		t.Fatalf("Paused of none: %v, %v", ps, err)
+	}
+	for _, call := range []func() error{
+		func() error { return b.Pause(ctx, "") },
+		func() error { return b.Resume(ctx, "") },
+		func() error { _, err := b.Paused(ctx, []string{r, ""}); return err },
+	} {
+		if call() == nil {
+			t.Fatal("an empty receiver name was accepted")
+		}
+	}
+}
+
+// testIdempotency shows the life of an idempotency key: the first request
+// queues its message, carrying the key; later ones queue nothing and wait;
+// the first stored reply is the key's, returned with every waiter and,
+// after that, to every request at once; the key ends with its window.
+func testIdempotency(t *testing.T, b broker.Broker) {
+	ctx := ctxT(t)
+	r := name("recv")
+	const ttl = 500 * time.Millisecond
+	ib1, ib2 := inboxName(), inboxName()
+	begin := func(env *broker.Envelope) (time.Time, *broker.Envelope) {
+		t.Helper()
+		dl, rep, err := b.BeginIdempotent(ctx, &broker.BeginIdempotentParams{Env: env, Key: "k", TTL: ttl})
+		if err != nil {
+			t.Fatalf("BeginIdempotent: %v", err)
+		}
+		return dl, rep
+	}
+	first := timedEnv(ib1, r, "req", longLease)
+	start := brokerNow(t, b)
+	dl1, rep := begin(first)
+	if rep != nil || dl1.Before(start.Add(longLease-time.Second)) {
+		t.Fatalf("first request: deadline %v, stored reply %+v", dl1, rep)
+	}
+	second := newEnv(r, "req again") // untimed
+	second.Sender = ib2
+	if dl, rep := begin(second); rep != nil || !dl.IsZero() {
+		t.Fatalf("second request: deadline %v, stored reply %+v", dl, rep)
+	}
+	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 1})
+	d := fetchOne(t, b, r, "w", longLease)
+	if d.Env.ID != first.ID || d.Env.IdempotencyKey != "k" || !d.Env.FromInbox {
+		t.Fatalf("queued message: %+v", d.Env)
+	}
+	if d.Deadline.Before(start.Add(ttl-50*time.Millisecond)) || d.Deadline.After(start.Add(ttl+5*time.Second)) {
+		t.Fatalf("the message's deadline %v is not the key's window end, about %v", d.Deadline, start.Add(ttl))
+	}
+
+	// The first reply stored wins; the waiters come with it.
+	rep1, rep2 := replyTo(first, "one"), replyTo(first, "two")
+	for i, rp := range []*broker.Envelope{rep1, rep2} {
+		stored, ws, found, err := b.SettleIdempotent(ctx, r, "k", rp)
+		if err != nil || !found {
+			t.Fatalf("SettleIdempotent %d: found %v, %v", i, found, err)
+		}
+		checkEnv(t, "stored reply", stored, rep1)
+		if len(ws) != 2 {
+			t.Fatalf("waiters: %+v, want two", ws)
+		}
+		got := map[string]broker.IdempotentWaiter{}
+		for _, w := range ws {
+			got[w.RequestID] = w
+		}
+		if w := got[first.ID]; w.Inbox != ib1 || !w.Deadline.Equal(dl1) {
+			t.Fatalf("first waiter: %+v, want inbox %s deadline %v", w, ib1, dl1)
+		}
+		if w := got[second.ID]; w.Inbox != ib2 || !w.Deadline.IsZero() {
+			t.Fatalf("second waiter: %+v", w)
+		}
+	}
+	ack(t, b, r, d.Ref)
+	// Later requests get the stored reply at once, and queue nothing.
+	third := timedEnv(ib2, r, "late", longLease)
+	if _, rep := begin(third); rep == nil || string(rep.Content) != "one" {
+		t.Fatalf("a request after the reply: stored reply %+v, want %q", rep, "one")
+	}
+	checkStats(t, b, broker.ReceiverStats{Receiver: r})
+	// The window ends: the key is gone, and a request starts afresh.
+	waitBrokerTime(t, b, start.Add(ttl+10*time.Millisecond))
+	if _, _, found, err := b.SettleIdempotent(ctx, r, "k", rep2); err != nil || found {
+		t.Fatalf("SettleIdempotent after the window: found %v, %v", found, err)
+	}
+	fourth := timedEnv(ib1, r, "afresh", longLease)
+	if _, rep := begin(fourth); rep != nil {
+		t.Fatalf("after the window: stored reply %+v", rep)
+	}
+	d = fetchOne(t, b, r, "w", longLease)
+	if d.Env.ID != fourth.ID {
+		t.Fatalf("after the window: queued %s, want %s", d.Env.ID, fourth.ID)
+	}
+	ack(t, b, r, d.Ref)
+}

@@ -1,0 +1,204 @@
+package membroker
+
+// Flow control: dedup keys (broker.Dedup), paused receivers
+// (broker.Pauses) and idempotency keys (broker.Idempotency), each under
+// the core's mutex, so each call is one atomic step as in Redis.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// dedupEntry is a dedup key: the id of the message sent with it, and when
+// it expires (broker time).
+type dedupEntry struct {
+	id      string
+	expires time.Time
+}
+
+// idemEntry is an idempotency key: the stored reply once settled, its
+// waiters in the order they came, and when it expires (broker time).
+type idemEntry struct {
+	reply   []byte // encoded; nil until settled
+	waiters []broker.IdempotentWaiter
+	expires time.Time
+}
+
+// keyOf is the map key of key of receiver.
+func keyOf(receiver, key string) string { return receiver + "\x00" + key }
+
+// sweepKeys drops the expired dedup and idempotency keys once their maps
+// have doubled since the last sweep, so that keys nobody looks up again do
+// not pile up. Callers hold mu.
+func (c *core) sweepKeys(now time.Time) {
+	n := len(c.dedups) + len(c.idems)
+	if n < 2*c.keysSwept+64 {
+		return
+	}
+	for k, e := range c.dedups {
+		if !now.Before(e.expires) {
+			delete(c.dedups, k)
+		}
+	}
+	for k, e := range c.idems {
+		if !now.Before(e.expires) {
+			delete(c.idems, k)
+		}
+	}
+	c.keysSwept = len(c.dedups) + len(c.idems)
+}
+
+// SendDedup queues p.Env unless p.Key is taken for its receiver, in one
+// step. See broker.Dedup.
+func (b *Broker) SendDedup(ctx context.Context, p *broker.SendDedupParams) (string, bool, error) {
+	if err := p.Validate(); err != nil {
+		return "", false, err
+	}
+	if err := b.check(ctx); err != nil {
+		return "", false, err
+	}
+	if err := broker.CheckSend(p.Env, b.maxSize); err != nil {
+		return "", false, fmt.Errorf("membroker: %w", err)
+	}
+	raw := encode(p.Env)
+	if err := b.lock(ctx); err != nil {
+		return "", false, err
+	}
+	defer b.c.mu.Unlock()
+	c := b.c
+	now := c.now()
+	k := keyOf(p.Env.Receiver, p.Key)
+	if e, ok := c.dedups[k]; ok && now.Before(e.expires) {
+		return e.id, true, nil
+	}
+	c.sweepKeys(now)
+	c.dedups[k] = dedupEntry{id: p.Env.ID, expires: now.Add(p.TTL)}
+	c.put(p.Env, raw)
+	return p.Env.ID, false, nil
+}
+
+// Pause marks receiver paused.
+func (b *Broker) Pause(ctx context.Context, receiver string) error {
+	return b.setPaused(ctx, receiver, true)
+}
+
+// Resume marks receiver not paused.
+func (b *Broker) Resume(ctx context.Context, receiver string) error {
+	return b.setPaused(ctx, receiver, false)
+}
+
+func (b *Broker) setPaused(ctx context.Context, receiver string, paused bool) error {
+	if err := broker.CheckName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.c.mu.Unlock()
+	if paused {
+		b.c.paused[receiver] = true
+	} else {
+		delete(b.c.paused, receiver)
+	}
+	return nil
+}
+
+// Paused reports whether each of receivers is paused.
+func (b *Broker) Paused(ctx context.Context, receivers []string) ([]bool, error) {
+	for _, r := range receivers {
+		if err := broker.CheckName("receiver", r); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer b.c.mu.Unlock()
+	out := make([]bool, len(receivers))
+	for i, r := range receivers {
+		out[i] = b.c.paused[r]
+	}
+	return out, nil
+}
+
+// BeginIdempotent starts an idempotent request in one step. See
+// broker.Idempotency.
+func (b *Broker) BeginIdempotent(ctx context.Context, p *broker.BeginIdempotentParams) (time.Time, *broker.Envelope, error) {
+	if err := p.Validate(); err != nil {
+		return time.Time{}, nil, err
+	}
+	if err := b.check(ctx); err != nil {
+		return time.Time{}, nil, err
+	}
+	env := p.Env
+	if err := broker.CheckSend(env, b.maxSize); err != nil {
+		return time.Time{}, nil, fmt.Errorf("membroker: %w", err)
+	}
+	env.FromInbox = true
+	env.IdempotencyKey = p.Key
+	raw := encode(env)
+	if err := b.lock(ctx); err != nil {
+		return time.Time{}, nil, err
+	}
+	defer b.c.mu.Unlock()
+	c := b.c
+	now := c.now()
+	var deadline time.Time
+	if env.Timeout > 0 {
+		deadline = now.Add(env.Timeout)
+	}
+	w := broker.IdempotentWaiter{Inbox: env.Sender, RequestID: env.ID, Deadline: deadline}
+	k := keyOf(env.Receiver, p.Key)
+	if e, ok := c.idems[k]; ok && now.Before(e.expires) {
+		if e.reply != nil {
+			stored, err := decode(e.reply)
+			if err != nil {
+				return deadline, nil, fmt.Errorf("membroker: the stored reply of idempotency key %q: %w", p.Key, err)
+			}
+			return deadline, &stored, nil
+		}
+		e.waiters = append(e.waiters, w)
+		return deadline, nil, nil
+	}
+	c.sweepKeys(now)
+	expires := now.Add(p.TTL)
+	c.idems[k] = &idemEntry{waiters: []broker.IdempotentWaiter{w}, expires: expires}
+	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: expires, at: now})
+	return deadline, nil, nil
+}
+
+// SettleIdempotent stores reply as the reply of receiver's key unless one
+// is stored, and returns the stored one and the waiters. See
+// broker.Idempotency.
+func (b *Broker) SettleIdempotent(ctx context.Context, receiver, key string, reply *broker.Envelope) (broker.Envelope, []broker.IdempotentWaiter, bool, error) {
+	if err := broker.CheckName("receiver", receiver); err != nil {
+		return broker.Envelope{}, nil, false, err
+	}
+	if err := broker.CheckName("key", key); err != nil {
+		return broker.Envelope{}, nil, false, err
+	}
+	raw, err := b.encodeReply(reply)
+	if err != nil {
+		return broker.Envelope{}, nil, false, err
+	}
+	if err := b.lock(ctx); err != nil {
+		return broker.Envelope{}, nil, false, err
+	}
+	defer b.c.mu.Unlock()
+	c := b.c
+	e, ok := c.idems[keyOf(receiver, key)]
+	if !ok || !c.now().Before(e.expires) {
+		return broker.Envelope{}, nil, false, nil
+	}
+	if e.reply == nil {
+		e.reply = raw
+	}
+	stored, err := decode(e.reply)
+	if err != nil {
+		return broker.Envelope{}, nil, false, fmt.Errorf("membroker: the stored reply of idempotency key %q: %w", key, err)
+	}
+	return stored, append([]broker.IdempotentWaiter(nil), e.waiters...), true, nil
+}

@@ -1,0 +1,45 @@
+package redisbroker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/wire"
+)
+
+// SendDedup queues p.Env unless p.Key is taken for its receiver: one
+// script, send_dedup, in the receiver's slot (the dedup key carries the
+// receiver's hash tag).
+func (b *Broker) SendDedup(ctx context.Context, p *broker.SendDedupParams) (string, bool, error) {
+	if err := p.Validate(); err != nil {
+		return "", false, err
+	}
+	if err := b.check(); err != nil {
+		return "", false, err
+	}
+	if err := broker.CheckSend(p.Env, b.maxSize); err != nil {
+		return "", false, fmt.Errorf("redisbroker: %w", err)
+	}
+	env := p.Env
+	data := rueidis.BinaryString(wire.Encode(env))
+	keys := []string{b.keys.queue(env.Receiver), b.keys.dedup(env.Receiver, p.Key)}
+	v, err := scriptSendDedup.Exec(ctx, b.client, keys, []string{data, env.ID, msString(p.TTL)}).ToArray()
+	if err != nil {
+		return "", false, b.fail(ctx, "send", err)
+	}
+	if len(v) != 2 {
+		return "", false, fmt.Errorf("redisbroker: send_dedup answered %d values", len(v))
+	}
+	queued, err := v[0].AsInt64()
+	if err != nil {
+		return "", false, fmt.Errorf("redisbroker: send_dedup: %w", err)
+	}
+	id, err := v[1].ToString()
+	if err != nil {
+		return "", false, fmt.Errorf("redisbroker: send_dedup: %w", err)
+	}
+	return id, queued == 0, nil
+}

@@ -1,0 +1,150 @@
+package disker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// PausePollInterval is how often an instance that serves receivers reads
+// whether they are paused: one round trip to the broker for all of them
+// (on Redis one pipeline of EXISTS, one per receiver). A Pause or Resume
+// therefore reaches every instance within this interval and a round trip.
+const PausePollInterval = 250 * time.Millisecond
+
+// Pause pauses receiver on every instance: from within PausePollInterval
+// (and a round trip) of Pause returning, no instance starts a message of
+// receiver, and none fetches more; handlers already running finish.
+// Messages sent to it still queue, and wait. Messages an instance had
+// fetched but not started stay with it, leased, and start after Resume.
+// The pause lasts until Resume, whatever instances come and go; pausing a
+// paused receiver does nothing. ReceiverStats.Paused reports it.
+//
+// receiver need not be served by this instance. A bad name is a
+// *ValidationError naming "receiver".
+func (d *Disker) Pause(ctx context.Context, receiver string) error {
+	return d.setPaused(ctx, receiver, true)
+}
+
+// Resume undoes Pause: every instance that serves receiver starts its
+// messages again, within PausePollInterval (and a round trip) of Resume
+// returning, from where they stopped. Resuming a receiver that is not
+// paused does nothing.
+func (d *Disker) Resume(ctx context.Context, receiver string) error {
+	return d.setPaused(ctx, receiver, false)
+}
+
+func (d *Disker) setPaused(ctx context.Context, receiver string, paused bool) error {
+	if err := d.adminCheck(receiver); err != nil {
+		return err
+	}
+	op, set := "resume", d.b.Resume
+	if paused {
+		op, set = "pause", d.b.Pause
+	}
+	if err := set(ctx, receiver); err != nil {
+		d.health.fail(op, err)
+		return wrapBroker(op, err)
+	}
+	d.health.ok()
+	d.mu.Lock()
+	c := d.consumers[receiver]
+	d.mu.Unlock()
+	if c != nil {
+		c.setPaused(paused) // at once here; the others at their next poll
+	}
+	return nil
+}
+
+// runPauseWatch reads, every PausePollInterval, whether the receivers this
+// instance serves are paused, and pauses or resumes their consumers, until
+// ctx ends. With no receivers it reads nothing.
+func (d *Disker) runPauseWatch(ctx context.Context) {
+	t := time.NewTicker(PausePollInterval)
+	defer t.Stop()
+	var names []string
+	var cs []*consumer
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		names, cs = names[:0], cs[:0]
+		d.mu.Lock()
+		for name, c := range d.consumers {
+			names = append(names, name)
+			cs = append(cs, c)
+		}
+		d.mu.Unlock()
+		if len(names) == 0 {
+			continue
+		}
+		ps, err := d.b.Paused(ctx, names)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
+				d.health.fail("paused", err)
+			}
+			continue
+		}
+		for i, c := range cs {
+			c.setPaused(ps[i])
+		}
+	}
+}
+
+// setPaused pauses or resumes the consumer: while paused, its fetch loop
+// fetches nothing and its tasks wait before starting their handler.
+func (c *consumer) setPaused(paused bool) {
+	if c.paused.Load() == paused {
+		return
+	}
+	c.pauseMu.Lock()
+	defer c.pauseMu.Unlock()
+	if c.paused.Load() == paused {
+		return
+	}
+	if paused {
+		c.resumed = make(chan struct{})
+		c.paused.Store(true)
+		c.d.log.Info("disker: receiver paused", "receiver", c.name)
+		return
+	}
+	c.paused.Store(false)
+	close(c.resumed)
+	c.d.log.Info("disker: receiver resumed", "receiver", c.name)
+}
+
+// waitResumed waits while the consumer is paused, until it is resumed
+// (true) or stop or halt ends first (false; either may be nil).
+func (c *consumer) waitResumed(stop, halt <-chan struct{}) bool {
+	for c.paused.Load() {
+		c.pauseMu.Lock()
+		ch := c.resumed
+		c.pauseMu.Unlock()
+		if ch == nil {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-stop:
+			return false
+		case <-halt:
+			return false
+		}
+	}
+	return true
+}
+
+// readPaused pauses the consumer, before it starts, if its receiver is
+// paused, so that a new consumer of a paused receiver does not fetch until
+// the next poll. An error leaves it to the poll.
+func (c *consumer) readPaused() {
+	ctx, cancel := context.WithTimeout(c.fetchCtx, time.Second)
+	defer cancel()
+	if ps, err := c.d.b.Paused(ctx, []string{c.name}); err == nil && len(ps) == 1 && ps[0] {
+		c.setPaused(true)
+	}
+}
