@@ -184,6 +184,7 @@ type Broker interface {
 	Registry
 	Admin
 	Inspect
+	Schedules
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.

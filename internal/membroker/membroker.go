@@ -175,6 +175,10 @@ type core struct {
 	// there is none). An expired inbox is dropped by the next lock.
 	inboxes    map[string]time.Time
 	nextExpiry time.Time
+	// schedules holds the periodic schedules by name (schedules.go);
+	// made on first use.
+	schedules    map[string]*schedule
+	schedVersion int64 // the last version given to a schedule
 }
 
 func newCore(opts Options) *core {
