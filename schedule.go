@@ -183,6 +183,14 @@ func (tm *timing) first(now time.Time) time.Time {
 	return tm.following(now)
 }
 
+// Validate returns the *ValidationError that Disker.Schedule would return
+// for s, or nil; it does not check Content against Config.MaxMessageSize,
+// which only an instance knows.
+func (s *Schedule) Validate() error {
+	_, err := s.check(1<<62 - 1)
+	return err
+}
+
 // check validates s and returns its timing.
 func (s *Schedule) check(maxSize int) (*timing, error) {
 	if err := checkName("Schedule.Name", s.Name); err != nil {

@@ -219,6 +219,8 @@ failure, 2 usage error.`,
 		a.sendCommand(),
 		a.statsCommand(),
 		a.dlqCommand(),
+		a.scheduleCommand(),
+		a.schedulesCommand(),
 		a.dashboardCommand(),
 		a.versionCommand(),
 	)
