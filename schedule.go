@@ -224,6 +224,9 @@ func (s *Schedule) check(maxSize int) (*timing, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Next(time.Now().In(tm.loc)).IsZero() {
+		return nil, invalid("Schedule.Cron", "%q never ticks", s.Cron)
+	}
 	tm.cron = c
 	return tm, nil
 }

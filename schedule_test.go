@@ -404,6 +404,7 @@ func TestScheduleValidation(t *testing.T) {
 		{with(func(s *disker.Schedule) { s.Every, s.Cron = 0, "* * *" }), "Schedule.Cron", []string{`"* * *"`, "found 3"}},
 		{with(func(s *disker.Schedule) { s.Every, s.Cron = 0, "@sometimes" }), "Schedule.Cron", []string{"@sometimes"}},
 		{with(func(s *disker.Schedule) { s.Every, s.Cron = 0, "@every 1m" }), "Schedule.Cron", []string{"Schedule.Every"}},
+		{with(func(s *disker.Schedule) { s.Every, s.Cron = 0, "0 0 30 2 *" }), "Schedule.Cron", []string{"never ticks"}},
 		{with(func(s *disker.Schedule) { s.Missed = 7 }), "Schedule.Missed", nil},
 		{with(func(s *disker.Schedule) { s.Content = []byte("more than ten bytes") }), "Schedule.Content", nil},
 	} {
