@@ -61,11 +61,11 @@
 //
 //   - [New] connects: until Redis answers, for at most 10 seconds.
 //   - [Disker.Send], [Disker.SendBatch], [Disker.Reply], [Disker.Stats],
-//     [Disker.Workers], [Disker.Receivers], the dead-letter calls and
-//     [Disker.Schedule], [Disker.Schedules] and [Disker.RemoveSchedule] make
-//     one round trip (a few for a large batch): each Redis command gives up
-//     after 10 seconds without an answer, with an error wrapping
-//     [ErrUnavailable].
+//     [Disker.Workers], [Disker.Receivers], the dead-letter calls,
+//     [Disker.Schedules] and [Disker.RemoveSchedule] make one round trip
+//     (a few for a large batch, and for [Disker.Schedule]): each Redis
+//     command gives up after 10 seconds without an answer, with an error
+//     wrapping [ErrUnavailable].
 //   - [Disker.Request] waits for the reply: until ctx's deadline, or until
 //     ctx is cancelled when it has none.
 //   - [Disker.Unhandle] and [Disker.Close] wait for in-flight handlers
