@@ -2,6 +2,7 @@ package disker
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -135,7 +136,13 @@ func (t *ticker) refresh(ctx context.Context) error {
 			}
 			continue
 		}
+		if t.warned[rec.Name] == rec.Version {
+			continue // reported: this instance cannot run this version
+		}
 		s, tm, err := decodeSchedule(&rec)
+		if err == nil && len(s.Content) > t.d.cfg.MaxMessageSize {
+			err = fmt.Errorf("its content is %d bytes, over this instance's limit of %d (Config.MaxMessageSize)", len(s.Content), t.d.cfg.MaxMessageSize)
+		}
 		if err != nil {
 			delete(t.scheds, rec.Name)
 			if t.warned[rec.Name] != rec.Version {
