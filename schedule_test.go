@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/wire"
 )
 
 // tickLog records the schedule messages a receiver got, by tick time.
@@ -154,18 +155,20 @@ func stopAndDrain(t *testing.T, d *disker.Disker, schedule string, log *tickLog)
 }
 
 // TestScheduleKilledInstances runs a schedule ticking every 100ms in five
-// processes, kills two of them with SIGKILL midway, and shows that each
-// tick is still sent exactly once.
+// processes, and nowhere else (nobody serves its receiver: the test reads
+// the queue in Redis), kills two of them with SIGKILL midway, and shows
+// that each tick is still sent exactly once.
 func TestScheduleKilledInstances(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a failure-injection test: runs without -short")
 	}
 	e := newEnv(t, true, redisURL(t))
 	const every = 100 * time.Millisecond
-	log := newTickLog()
-	worker := e.open()
-	if err := worker.Handle("proc-ticks", log.handler("proc-every-100ms")); err != nil {
-		t.Fatal(err)
+	rc := rawRedis(t, e)
+	queue := e.base.KeyPrefix + ":{proc-ticks}:q"
+	queued := func() int64 {
+		n, _ := rc.Do(context.Background(), rc.B().Xlen().Key(queue).Build()).AsInt64()
+		return n
 	}
 	var children []*child
 	for i := range 5 {
@@ -175,12 +178,31 @@ func TestScheduleKilledInstances(t *testing.T) {
 		}
 		children = append(children, c)
 	}
-	waitFor(t, 60*time.Second, "5s of ticks", func() bool { return log.count() >= 50 })
+	waitFor(t, 60*time.Second, "5s of ticks", func() bool { return queued() >= 50 })
 	children[0].kill(t)
 	children[3].kill(t)
-	before := log.count()
-	waitFor(t, 60*time.Second, "5s more of ticks", func() bool { return log.count() >= before+50 })
-	stopAndDrain(t, worker, "proc-every-100ms", log)
+	before := queued()
+	waitFor(t, 60*time.Second, "5s more of ticks", func() bool { return queued() >= before+50 })
+	if ok, err := e.open().RemoveSchedule(ctxTimeout(t, 10*time.Second), "proc-every-100ms"); err != nil || !ok {
+		t.Fatalf("RemoveSchedule: %v, %v", ok, err)
+	}
+
+	entries, err := rc.Do(context.Background(), rc.B().Xrange().Key(queue).Start("-").End("+").Build()).AsXRange()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := newTickLog()
+	for _, en := range entries {
+		env, err := wire.Decode([]byte(en.FieldValues["m"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tick, err := time.Parse(disker.TickTimeFormat, env.Headers[disker.HeaderTick])
+		if err != nil || env.Headers[disker.HeaderSchedule] != "proc-every-100ms" || env.Receiver != "proc-ticks" {
+			t.Fatalf("a tick's message: %+v (%v)", env, err)
+		}
+		log.ticks[tick]++
+	}
 	ticks := log.checkOncePerTick(t, every)
 	t.Logf("%d ticks, each sent once; two of five processes killed after %d", len(ticks), before)
 }
