@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/redistest"
 	"github.com/diskerhq/disker/internal/wire"
 )
 
@@ -451,4 +452,45 @@ func TestScheduleValidation(t *testing.T) {
 	if infos, err := d.Schedules(ctx); err != nil || len(infos) != 0 {
 		t.Fatalf("bad schedules were stored: %+v, %v", infos, err)
 	}
+}
+
+// TestScheduleRedisRestart restarts Redis (kill -9, with the append-only
+// file) under a schedule ticking every 100ms: the schedule is still there
+// and ticks on, and no tick is sent twice.
+func TestScheduleRedisRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithAOF())
+	e := newEnv(t, true, srv.URL())
+	const every = 100 * time.Millisecond
+	s := disker.Schedule{Name: "through-restart", Receiver: "restart-ticks", Every: every}
+	log := newTickLog()
+	worker := e.open()
+	if err := worker.Handle(s.Receiver, log.handler(s.Name)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := e.open().Schedule(ctxTimeout(t, 10*time.Second), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, "10 ticks", func() bool { return log.count() >= 10 })
+	info := onlySchedule(t, worker)
+	srv.Restart()
+	before := log.count()
+	waitFor(t, 60*time.Second, "10 ticks after the restart", func() bool { return log.count() >= before+10 })
+	if after := onlySchedule(t, worker); after.Spec() != info.Spec() || after.Receiver != info.Receiver || !after.LastTick.After(info.LastTick) {
+		t.Fatalf("after the restart: %+v, before %+v", after, info)
+	}
+	stopAndDrain(t, worker, s.Name, log)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for tick, n := range log.ticks {
+		if n != 1 {
+			t.Errorf("tick %v: %d messages, want 1", tick, n)
+		}
+	}
+	t.Logf("%d ticks, none twice, Redis restarted after %d", len(log.ticks), before)
 }
