@@ -376,7 +376,9 @@ func (d *Disker) Schedule(ctx context.Context, s Schedule) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.startTicker()
-	d.tk.poke()
+	if d.tk != nil { // nil when Close came first
+		d.tk.poke()
+	}
 	return nil
 }
 

@@ -173,6 +173,7 @@ func (t *ticker) tickDue(ctx context.Context) (time.Time, error) {
 	relist := false
 	for _, name := range names {
 		st := t.scheds[name]
+		waiting := false // the loop found the schedule's next tick ahead, or left it
 		for range maxTicksInARow {
 			at := t.d.b.Local(st.rec.Next)
 			if st.notBfr.After(at) {
@@ -180,6 +181,7 @@ func (t *ticker) tickDue(ctx context.Context) (time.Time, error) {
 			}
 			if now := time.Now(); at.After(now) {
 				wakeAt = minTime(wakeAt, at)
+				waiting = true
 				break
 			}
 			res, err := t.tick(ctx, st)
@@ -188,13 +190,16 @@ func (t *ticker) tickDue(ctx context.Context) (time.Time, error) {
 			}
 			if res.Outcome == broker.TickGone || res.Version != st.rec.Version {
 				delete(t.scheds, name)
-				relist = true
+				relist, waiting = true, true
 				break
 			}
 			st.rec.Next = res.Next
 			if res.Outcome == broker.TickNotDue {
 				st.notBfr = time.Now().Add(res.Next.Sub(res.Now))
 			}
+		}
+		if !waiting { // still catching up: go on at once, after the others
+			wakeAt = time.Now()
 		}
 	}
 	if relist {
