@@ -22,6 +22,7 @@ type tickLog struct {
 	ticks  map[time.Time]int // tick time -> messages
 	missed map[time.Time]int // tick time -> HeaderMissed of a catch-up message
 	bad    []string
+	late   []time.Duration // from each tick's time to its handling (local clock)
 }
 
 func newTickLog() *tickLog {
@@ -39,6 +40,7 @@ func (l *tickLog) handler(schedule string) disker.Handler {
 			return nil, nil
 		}
 		l.ticks[tick]++
+		l.late = append(l.late, time.Since(tick))
 		if s := m.Headers[disker.HeaderMissed]; s != "" {
 			n, _ := strconv.Atoi(s)
 			l.missed[tick] = n
@@ -114,7 +116,11 @@ func TestScheduleOncePerTick(t *testing.T) {
 		})
 		stopAndDrain(t, worker, s.Name, log)
 		ticks := log.checkOncePerTick(t, every)
-		t.Logf("%d ticks in %v, each sent once", len(ticks), run)
+		log.mu.Lock()
+		slices.Sort(log.late)
+		p50, p99 := log.late[len(log.late)/2], log.late[len(log.late)*99/100]
+		log.mu.Unlock()
+		t.Logf("%d ticks in %v, each sent once; from tick time to handler: p50 %v, p99 %v", len(ticks), run, p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond))
 		if len(ticks) < int(run/every)/2 {
 			t.Errorf("%d ticks in %v, want about %d", len(ticks), run, run/every)
 		}
