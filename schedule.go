@@ -347,8 +347,8 @@ func decodeSchedule(rec *broker.ScheduleRecord) (Schedule, *timing, error) {
 // HeaderSchedule and HeaderTick), exactly once across all instances: the
 // tick is decided, and its message queued, in one atomic step of the
 // broker, by its clock (Redis time). Every instance that serves a
-// receiver (Handle) or called Schedule runs the schedules stored in the
-// broker, whoever registered them (another instance, or `disker schedule
+// receiver (Handle) or called Schedule runs, from then until Close, the
+// schedules stored in the broker, whoever registered them (another instance, or `disker schedule
 // add`); they survive restarts of every instance. Ticks missed while none
 // ran are skipped or sent as one message, as s.Missed says.
 //
