@@ -73,6 +73,7 @@ api: ## Regenerate api/ (an incompatible change must be named in CHANGELOG.md's 
 fuzz: ## Fuzz the decoders of data read from Redis and the network, FUZZTIME each.
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/wire/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./internal/httpmsg/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeSchedule -fuzztime $(FUZZTIME) .
 
 .PHONY: bench
 bench: ## Run Disker and its peers side by side (see BENCHMARKS.md); takes several minutes.

@@ -235,6 +235,7 @@ type Disker struct {
 	senders    map[string]*senderHandlers
 
 	rq *requester // Request's side: the inbox
+	tk *ticker    // the schedules' loop, once started (schedule.go); guarded by mu
 
 	answered sync.Map // message id -> struct{}: answered with Reply from this instance
 

@@ -51,6 +51,14 @@
 // of live instances is [Disker.Workers]; queue and dead-letter statistics are
 // [Disker.Stats], and [Config.OnEvent] and [Disker.LocalStats] feed metrics.
 //
+// [Disker.Schedule] registers a periodic [Schedule] (every interval, or a
+// cron expression in a time zone) in the broker: every instance that
+// serves a receiver runs the stored schedules, and each tick is sent
+// exactly once across them, decided by the broker's clock in one atomic
+// step; [Schedule.Missed] says what becomes of ticks missed while no
+// instance ran. [Disker.Schedules] lists them, [Disker.RemoveSchedule]
+// stops one.
+//
 // # Which calls block
 //
 // Every call that takes a context may block on the broker, never past the
@@ -59,17 +67,17 @@
 //   - [New] connects: until Redis answers, for at most 10 seconds.
 //   - [Disker.Send], [Disker.SendBatch], [Disker.Reply], [Disker.Stats],
 //     [Disker.Workers], [Disker.Receivers], [Disker.Pause],
-//     [Disker.Resume] and the dead-letter calls make
-//     one round trip (a few for a large batch): each Redis command gives up
-//     after 10 seconds without an answer, with an error wrapping
-//     [ErrUnavailable].
+//     [Disker.Resume], the dead-letter calls, [Disker.Schedules] and
+//     [Disker.RemoveSchedule] make one round trip (a few for a large batch,
+//     and for [Disker.Schedule]): each Redis command gives up after 10
+//     seconds without an answer, with an error wrapping [ErrUnavailable].
 //   - [Disker.Request] waits for the reply: until ctx's deadline, or until
 //     ctx is cancelled when it has none.
 //   - [Disker.Unhandle] and [Disker.Close] wait for in-flight handlers
 //     until ctx ends, then cancel them and wait for them to return.
 //
-// Handle, OnReply, OnTimeout, the Remove calls, LocalStats and ID do not
-// block.
+// Handle, OnReply, OnTimeout, RemoveReplyHandler, RemoveTimeoutHandler,
+// LocalStats and ID do not block.
 //
 // Names of receivers and senders are 1 to 200 bytes of [A-Za-z0-9._:-] and
 // do not start with '_', which is reserved for Disker's own names (such as

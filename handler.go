@@ -218,6 +218,7 @@ func (d *Disker) Handle(receiver string, h Handler, opts ...HandleOption) error 
 	}
 	d.consumers[receiver] = c
 	c.start()
+	d.startTicker() // an instance that serves a receiver runs the schedules
 	// A heartbeat at once shows the new receiver in the registry, and
 	// vouches for its deliveries from the start.
 	d.wg.Go(func() { d.heartbeat(d.bgCtx) })

@@ -27,6 +27,22 @@ const (
 	holderHeartbeat = 200 * time.Millisecond
 )
 
+// runScheduler is the child "scheduler": it registers the schedule
+// "proc-every-100ms" to the receiver DISKER_TEST_RECEIVER, prints "ready",
+// and runs it until killed.
+func runScheduler(d *disker.Disker) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := d.Schedule(ctx, disker.Schedule{Name: "proc-every-100ms", Receiver: os.Getenv("DISKER_TEST_RECEIVER"), Every: 100 * time.Millisecond})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 3
+}
+
 // childRequestTimeout is the timeout of the requester child's Request.
 const childRequestTimeout = 8 * time.Second
 
@@ -81,6 +97,9 @@ func runChild() int {
 		}()
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 3
+	}
+	if os.Getenv(childEnv) == "scheduler" {
+		return runScheduler(d)
 	}
 	block := make(chan struct{})
 	err = d.Handle(os.Getenv("DISKER_TEST_RECEIVER"), disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {

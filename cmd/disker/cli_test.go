@@ -349,7 +349,7 @@ func TestCommandsLogTheirRedis(t *testing.T) {
 	check("worker", w.stderr.String())
 	gw, _ := e.startGateway("--receiver", "r")
 	check("gateway", gw.stderr.String())
-	for _, args := range [][]string{{"send", "--to", "r", "--wait", "x"}, {"stats"}, {"dlq", "list", "--receiver", "r"}} {
+	for _, args := range [][]string{{"send", "--to", "r", "--wait", "x"}, {"stats"}, {"dlq", "list", "--receiver", "r"}, {"schedules"}} {
 		_, errOut, code := e.run("", args...)
 		if code != 0 {
 			t.Errorf("disker %v: exit %d %s", args, code, errOut)

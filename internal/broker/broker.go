@@ -193,6 +193,7 @@ type Broker interface {
 	Dedup
 	Pauses
 	Idempotency
+	Schedules
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.

@@ -221,6 +221,8 @@ failure, 2 usage error.`,
 		a.dlqCommand(),
 		a.pauseCommand(false),
 		a.pauseCommand(true),
+		a.scheduleCommand(),
+		a.schedulesCommand(),
 		a.dashboardCommand(),
 		a.versionCommand(),
 	)

@@ -183,6 +183,10 @@ type core struct {
 	paused    map[string]bool
 	idems     map[string]*idemEntry
 	keysSwept int
+	// schedules holds the periodic schedules by name (schedules.go);
+	// made on first use.
+	schedules    map[string]*schedule
+	schedVersion int64 // the last version given to a schedule
 }
 
 func newCore(opts Options) *core {

@@ -96,6 +96,11 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Idempotency", testIdempotency},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
+		{"SchedulePutList", testSchedulePutList},
+		{"ScheduleTickOnce", testScheduleTickOnce},
+		{"ScheduleMissed", testScheduleMissed},
+		{"ScheduleTaken", testScheduleTaken},
+		{"ScheduleInvalid", testScheduleInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
