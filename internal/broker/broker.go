@@ -184,6 +184,7 @@ type Broker interface {
 	Registry
 	Admin
 	Inspect
+	Limits
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.
@@ -359,6 +360,31 @@ type Locks interface {
 	Acquire(ctx context.Context, receiver, owner string, ttl time.Duration) (bool, error)
 	// Release gives up owner's lock of receiver, if held.
 	Release(ctx context.Context, receiver, owner string) error
+}
+
+// Limits are a receiver's cluster-wide flow limits, shared by every
+// instance that serves it and decided on broker time: a token bucket of
+// starts per second (a rate limit) and a set of concurrency slots held
+// under leases (a global concurrency limit). The caller takes tokens and
+// slots before it fetches, so that it never fetches a message it may not
+// start.
+type Limits interface {
+	// TakeTokens takes up to p.Want tokens from p.Receiver's bucket, which
+	// holds at most p.Burst and refills at p.Rate tokens per second of
+	// broker time (a bucket never used is full). It returns how many it
+	// took and, when it took none, how long until the next token is due.
+	// A negative p.Want puts -p.Want tokens back (unused ones), up to
+	// p.Burst, and returns 0.
+	TakeTokens(ctx context.Context, p *TokensParams) (took int, wait time.Duration, err error)
+
+	// Slots changes how many of p.Receiver's p.Limit concurrency slots
+	// p.Holder holds, and returns how many it holds after: p.Delta > 0
+	// takes up to p.Delta more while the holders together hold fewer than
+	// p.Limit; p.Delta < 0 gives -p.Delta back; 0 changes nothing. Each
+	// call renews the holder's lease to p.Lease from now (broker time);
+	// the slots of a holder whose lease ran out are free again, and a
+	// holder that lost its slots that way is told by the count returned.
+	Slots(ctx context.Context, p *SlotsParams) (held int, err error)
 }
 
 // Registry is the registry of live workers.

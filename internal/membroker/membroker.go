@@ -175,6 +175,9 @@ type core struct {
 	// there is none). An expired inbox is dropped by the next lock.
 	inboxes    map[string]time.Time
 	nextExpiry time.Time
+	// buckets and slots are the receivers' flow limits (limits.go).
+	buckets map[string]*bucket
+	slots   map[string]map[string]slotHold
 }
 
 func newCore(opts Options) *core {
@@ -188,6 +191,8 @@ func newCore(opts Options) *core {
 		locks:    make(map[string]lockEntry),
 		workers:  make(map[string]workerEntry),
 		inboxes:  make(map[string]time.Time),
+		buckets:  make(map[string]*bucket),
+		slots:    make(map[string]map[string]slotHold),
 	}
 	if c.now == nil {
 		c.now = time.Now

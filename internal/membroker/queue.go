@@ -250,6 +250,9 @@ func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
 	}
 	e := s.entries[ref]
 	e.delivered, e.lease = b.c.now().Add(delay-lease), lease
+	if p.Uncounted && e.count > 0 {
+		e.count--
+	}
 	s.wake() // blocked readers must re-arm for the new due time
 	return nil
 }

@@ -50,6 +50,17 @@ func (k keys) replyDelayed(sender string) string { return k.named(sender, "rdela
 // lock is the exclusive lock of receiver: a string holding the owner.
 func (k keys) lock(receiver string) string { return k.named(receiver, "lock") }
 
+// rate is receiver's token bucket (rate limit): a hash with "t" (tokens,
+// a decimal) and "at" (when they were counted, unix ms, Redis time).
+func (k keys) rate(receiver string) string { return k.named(receiver, "rate") }
+
+// slots is the zset of the holders of receiver's global concurrency slots:
+// member holder, score the end of its lease (unix ms, Redis time).
+func (k keys) slots(receiver string) string { return k.named(receiver, "slots") }
+
+// slotCounts is the hash of how many slots each holder of slots holds.
+func (k keys) slotCounts(receiver string) string { return k.named(receiver, "slotn") }
+
 // workers is the zset of live worker ids, scored by expiry in unix ms.
 func (k keys) workers() string { return k.prefix + ":{workers}:ids" }
 

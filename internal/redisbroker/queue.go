@@ -644,7 +644,7 @@ func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
 		return broker.ErrLeaseLost
 	}
 	n, err := scriptRetry.Exec(ctx, b.client, []string{b.keys.queue(receiver), b.keys.delayed(receiver)},
-		[]string{consumer, ref, strconv.FormatInt(delay.Milliseconds(), 10), msString(lease)}).AsInt64()
+		[]string{consumer, ref, strconv.FormatInt(delay.Milliseconds(), 10), msString(lease), boolArg(p.Uncounted)}).AsInt64()
 	if err != nil {
 		if isNoGroup(err) {
 			return broker.ErrLeaseLost
@@ -687,4 +687,11 @@ func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Deliv
 		return broker.ErrLeaseLost
 	}
 	return nil
+}
+
+func boolArg(v bool) string {
+	if v {
+		return "1"
+	}
+	return "0"
 }

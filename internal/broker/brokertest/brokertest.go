@@ -91,6 +91,9 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"OldestQueued", testOldestQueued},
 		{"Fate", testFate},
 		{"DeadLettersAfter", testDeadLettersAfter},
+		{"Tokens", testTokens},
+		{"Slots", testSlots},
+		{"RetryUncounted", testRetryUncounted},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
 	}

@@ -33,6 +33,8 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 	fate := func(p *broker.FateParams) error { _, err := b.Fate(ctx, p); return err }
 	dlAfter := func(p *broker.DeadLettersParams) error { _, err := b.DeadLettersAfter(ctx, p); return err }
 	refs := []string{"1-1"}
+	tokens := func(p *broker.TokensParams) error { _, _, err := b.TakeTokens(ctx, p); return err }
+	slots := func(p *broker.SlotsParams) error { _, err := b.Slots(ctx, p); return err }
 	cases := []paramCase{
 		invalidCall("Fetch", &broker.FetchParams{Consumer: "c", Max: 1, Lease: longLease}, fetch),
 		invalidCall("Fetch", &broker.FetchParams{Receiver: r, Max: 1, Lease: longLease}, fetch),
@@ -55,6 +57,14 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 		invalidCall("Fate", &broker.FateParams{Receiver: r, ID: "m"}, fate),
 		invalidCall("DeadLettersAfter", &broker.DeadLettersParams{Max: 1}, dlAfter),
 		invalidCall("DeadLettersAfter", &broker.DeadLettersParams{Receiver: r}, dlAfter),
+		invalidCall("TakeTokens", &broker.TokensParams{Want: 1, Rate: 1, Burst: 1}, tokens),
+		invalidCall("TakeTokens", &broker.TokensParams{Receiver: r, Rate: 1, Burst: 1}, tokens),
+		invalidCall("TakeTokens", &broker.TokensParams{Receiver: r, Want: 1, Rate: -1, Burst: 1}, tokens),
+		invalidCall("TakeTokens", &broker.TokensParams{Receiver: r, Want: 1, Rate: 1}, tokens),
+		invalidCall("Slots", &broker.SlotsParams{Holder: "h", Limit: 1, Lease: longLease}, slots),
+		invalidCall("Slots", &broker.SlotsParams{Receiver: r, Limit: 1, Lease: longLease}, slots),
+		invalidCall("Slots", &broker.SlotsParams{Receiver: r, Holder: "h", Lease: longLease}, slots),
+		invalidCall("Slots", &broker.SlotsParams{Receiver: r, Holder: "h", Limit: 1}, slots),
 	}
 	for _, tc := range cases {
 		want := tc.valid()
