@@ -47,4 +47,6 @@ func (b *Broker) Slots(ctx context.Context, p *broker.SlotsParams) (int, error) 
 
 type errMalformed string
 
-func (e errMalformed) Error() string { return "the " + string(e) + " script answered a malformed reply" }
+func (e errMalformed) Error() string {
+	return "the " + string(e) + " script answered a malformed reply"
+}
