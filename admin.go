@@ -91,6 +91,16 @@ type ReceiverLocalStats struct {
 	DeadLettered int64
 	// Expired counts messages dropped because their deadline had passed.
 	Expired int64
+	// GivenBack counts messages given back without counting an attempt
+	// (HandleWithPool: no worker could be had, or it was broken).
+	GivenBack int64
+	// GlobalConcurrency is the receiver's WithGlobalConcurrency (0 when
+	// none), and HeldSlots how many of its slots this instance holds now.
+	GlobalConcurrency, HeldSlots int
+	// RateLimit and RateBurst are the receiver's WithRateLimit (0 when
+	// none).
+	RateLimit float64
+	RateBurst int
 }
 
 // LocalStats are this instance's counters since New.

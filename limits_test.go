@@ -1,0 +1,261 @@
+package disker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/pool"
+)
+
+// markStart records in Redis, in one step, that a handler started: it
+// counts it running, raises the highest count seen, and appends the Redis
+// time (µs) to the list of starts. KEYS: running, max, starts.
+var markStart = rueidis.NewLuaScript(`
+local n = redis.call('INCR', KEYS[1])
+if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end
+local t = redis.call('TIME')
+redis.call('RPUSH', KEYS[3], t[1] * 1000000 + t[2])
+return n
+`)
+
+// limitKeys are the test's own keys of the running count, the highest
+// count seen, the list of starts, and the count of handled messages.
+func limitKeys(prefix string) (running, highest, starts, done string) {
+	return prefix + ":test:running", prefix + ":test:max", prefix + ":test:starts", prefix + ":test:done"
+}
+
+// runLimitedChild serves DISKER_TEST_RECEIVER with WithConcurrency(16) and
+// the limits DISKER_TEST_GLOBAL (global concurrency) and DISKER_TEST_RATE
+// (rate/burst) from the environment, with a lease of DISKER_TEST_LEASE. Its
+// handler records each start (markStart), prints "started ID" and blocks
+// for good for content "hold", else works for DISKER_TEST_WORK and counts
+// itself done.
+func runLimitedChild(d *disker.Disker) int {
+	prefix := os.Getenv("DISKER_TEST_PREFIX")
+	rc, err := rueidis.NewClient(rueidis.MustParseURL(os.Getenv("DISKER_TEST_URL")))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	running, highest, starts, done := limitKeys(prefix)
+	work, _ := time.ParseDuration(os.Getenv("DISKER_TEST_WORK"))
+	lease, _ := time.ParseDuration(os.Getenv("DISKER_TEST_LEASE"))
+	opts := []disker.HandleOption{disker.WithConcurrency(16), disker.WithLease(lease)}
+	if g := os.Getenv("DISKER_TEST_GLOBAL"); g != "" {
+		n, _ := strconv.Atoi(g)
+		opts = append(opts, disker.WithGlobalConcurrency(n))
+	}
+	if r := os.Getenv("DISKER_TEST_RATE"); r != "" {
+		var rate float64
+		var burst int
+		fmt.Sscanf(r, "%g/%d", &rate, &burst)
+		opts = append(opts, disker.WithRateLimit(rate, burst))
+	}
+	block := make(chan struct{})
+	err = d.Handle(os.Getenv("DISKER_TEST_RECEIVER"), disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		if err := markStart.Exec(ctx, rc, []string{running, highest, starts}, nil).Error(); err != nil {
+			return nil, err
+		}
+		if string(m.Content) == "hold" {
+			fmt.Printf("started %s\n", m.ID)
+			<-block
+		}
+		time.Sleep(work)
+		rc.Do(ctx, rc.B().Decr().Key(running).Build())
+		rc.Do(ctx, rc.B().Incr().Key(done).Build())
+		return nil, nil
+	}), opts...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 3
+}
+
+// startLimited starts n "limited" children for receiver with the extra
+// environment env, and waits for them to be ready.
+func startLimited(t *testing.T, e *env, n int, receiver string, env ...string) []*child {
+	t.Helper()
+	var cs []*child
+	for range n {
+		c := startChild(t, e, "limited", receiver, "", env...)
+		if l := recv(t, c.lines, 30*time.Second, "a child to be ready"); l != "ready" {
+			t.Fatalf("child said %q, want ready", l)
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+func getInt(t *testing.T, rc rueidis.Client, key string) int64 {
+	t.Helper()
+	n, err := rc.Do(context.Background(), rc.B().Get().Key(key).Build()).AsInt64()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestGlobalConcurrencyProcesses: three processes serve a receiver with
+// WithConcurrency(16) and WithGlobalConcurrency(5): the handlers running at
+// once, counted in Redis by the handlers themselves, never exceed 5. Then
+// five handlers block for good; one process holding some is killed with
+// SIGKILL, and the survivors start the killed one's messages, on its slots,
+// once its lease has run out.
+func TestGlobalConcurrencyProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-process test: runs without -short")
+	}
+	t.Parallel()
+	e := newEnv(t, true, redisURL(t))
+	const lease = 2 * time.Second
+	cs := startLimited(t, e, 3, "limited", "DISKER_TEST_GLOBAL=5", "DISKER_TEST_LEASE="+lease.String(), "DISKER_TEST_WORK=5ms")
+	d := e.open()
+	rc := rawRedis(t, e)
+	_, highest, _, done := limitKeys(e.base.KeyPrefix)
+	const n = 600
+	msgs := make([]disker.Message, n)
+	for i := range msgs {
+		msgs[i] = disker.Message{Receiver: "limited", Content: []byte("work")}
+	}
+	if _, err := d.SendBatch(ctxTimeout(t, 10*time.Second), msgs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "every message handled", func() bool { return getInt(t, rc, done) == n })
+	top := getInt(t, rc, highest)
+	t.Logf("most handlers running at once across 3 processes: %d (limit 5)", top)
+	if top > 5 || top < 2 {
+		t.Fatalf("most handlers running at once: %d, want at most 5 (and more than 1)", top)
+	}
+
+	// Five messages that block for good take every slot.
+	holds := make([]disker.Message, 5)
+	for i := range holds {
+		holds[i] = disker.Message{Receiver: "limited", Content: []byte("hold")}
+	}
+	if _, err := d.SendBatch(ctxTimeout(t, 10*time.Second), holds); err != nil {
+		t.Fatal(err)
+	}
+	started := make([]chan string, len(cs))
+	count := make([]int, len(cs))
+	for i, c := range cs {
+		started[i] = make(chan string, 10)
+		go func() {
+			for l := range c.lines {
+				started[i] <- l
+			}
+			close(started[i])
+		}()
+	}
+	total := func() int {
+		s := 0
+		for i := range cs {
+		drain:
+			for {
+				select {
+				case _, ok := <-started[i]:
+					if !ok {
+						break drain
+					}
+					count[i]++
+				default:
+					break drain
+				}
+			}
+			s += count[i]
+		}
+		return s
+	}
+	waitFor(t, 30*time.Second, "five held messages started", func() bool { return total() == 5 })
+	victim := slices.IndexFunc(count, func(c int) bool { return c > 0 })
+	lost := count[victim]
+	cs[victim].kill(t)
+	killed := time.Now()
+	survivors := func() int {
+		total()
+		s := 0
+		for i, c := range count {
+			if i != victim {
+				s += c
+			}
+		}
+		return s
+	}
+	waitFor(t, lease+20*time.Second, "the survivors to start the killed process's messages", func() bool { return survivors() == 5 })
+	t.Logf("the killed process held %d slots; the survivors had them %v after the kill (lease %v)", lost, time.Since(killed).Round(time.Millisecond), lease)
+	if top := getInt(t, rc, highest); top > int64(5+lost) {
+		t.Fatalf("running at once: %d", top)
+	}
+}
+
+// TestRateLimitProcesses: three processes serve a receiver limited to
+// 200/s with bursts of 20: of 5,000 messages, at most 220 start in any one
+// second (by Redis time), the achieved rate is near 200/s, and none is
+// dead-lettered.
+func TestRateLimitProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a multi-process test: runs without -short")
+	}
+	t.Parallel()
+	e := newEnv(t, true, redisURL(t))
+	startLimited(t, e, 3, "rated", "DISKER_TEST_RATE=200/20", "DISKER_TEST_LEASE=10s", "DISKER_TEST_WORK=1ms")
+	d := e.open()
+	rc := rawRedis(t, e)
+	_, _, starts, done := limitKeys(e.base.KeyPrefix)
+	const n = 5000
+	msgs := make([]disker.Message, n)
+	for i := range msgs {
+		msgs[i] = disker.Message{Receiver: "rated", Content: []byte("work")}
+	}
+	if _, err := d.SendBatch(ctxTimeout(t, 20*time.Second), msgs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 120*time.Second, "every message handled", func() bool { return getInt(t, rc, done) == n })
+	at, err := rc.Do(context.Background(), rc.B().Lrange().Key(starts).Start(0).Stop(-1).Build()).AsIntSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(at)
+	if len(at) != n {
+		t.Fatalf("%d starts recorded, want %d (one per message: none retried)", len(at), n)
+	}
+	most, j := 0, 0
+	for i := range at {
+		for at[i]-at[j] >= 1_000_000 {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	rate := float64(n-1) / (float64(at[n-1]-at[0]) / 1e6)
+	t.Logf("3 processes, limit 200/s burst 20, %d messages: at most %d started in any 1s window; achieved %.1f/s", n, most, rate)
+	if most > 220 {
+		t.Errorf("%d messages started within one second, want at most 220 (200/s + a burst of 20)", most)
+	}
+	if rate < 190 {
+		t.Errorf("achieved rate %.1f/s, want at least 190/s of the 200/s allowed", rate)
+	}
+	s, err := d.Stats(context.Background(), "rated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DeadLetters != 0 {
+		t.Fatalf("%d dead letters, want none", s.DeadLetters)
+	}
+}
+
+var _ = errors.New
+var _ = atomic.Int64{}
+var _ = pool.ErrDegraded
