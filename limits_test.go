@@ -256,6 +256,122 @@ func TestRateLimitProcesses(t *testing.T) {
 	}
 }
 
-var _ = errors.New
-var _ = atomic.Int64{}
-var _ = pool.ErrDegraded
+// TestPoolBackpressure: of two instances serving a receiver with
+// HandleWithPool, one has a pool whose constructor fails for 5s (the pool
+// is degraded): that instance fetches nothing meanwhile, the other handles
+// every message, none is dead-lettered (with one attempt each), and the
+// first resumes once its constructor works again.
+func TestPoolBackpressure(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := ctxTimeout(t, time.Minute)
+		var failing atomic.Bool
+		failing.Store(true)
+		bad, err := pool.New(pool.Config[int]{Size: 2, MaxRestarts: 1, Period: time.Minute,
+			RestartBackoff: 20 * time.Millisecond, MaxRestartBackoff: 100 * time.Millisecond,
+			New: func(context.Context) (int, error) {
+				if failing.Load() {
+					return 0, errors.New("the service is down")
+				}
+				return 1, nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = bad.Close(context.Background()) })
+		waitFor(t, 10*time.Second, "the failing pool to be degraded", func() bool {
+			l, err := bad.Checkout(ctx)
+			if err == nil {
+				l.Release()
+			}
+			return errors.Is(err, pool.ErrDegraded)
+		})
+		good, err := pool.New(pool.Config[int]{Size: 4, New: func(context.Context) (int, error) { return 2, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = good.Close(context.Background()) })
+
+		a, b := e.open(), e.open()
+		var ranA, ranB atomic.Int64
+		work := func(ran *atomic.Int64) func(context.Context, int, *disker.Message) ([]byte, error) {
+			return func(_ context.Context, _ int, m *disker.Message) ([]byte, error) {
+				ran.Add(1)
+				time.Sleep(time.Millisecond)
+				return nil, nil
+			}
+		}
+		if err := disker.HandleWithPool(a, "pooled", bad, work(&ranA), disker.WithMaxAttempts(1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := disker.HandleWithPool(b, "pooled", good, work(&ranB), disker.WithMaxAttempts(1)); err != nil {
+			t.Fatal(err)
+		}
+		const n = 300
+		failUntil := time.Now().Add(5 * time.Second)
+		for i := range n {
+			if _, err := b.Send(ctx, disker.Message{Receiver: "pooled", Content: []byte(strconv.Itoa(i))}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond) // messages arrive over the failing spell
+		}
+		waitFor(t, 30*time.Second, "the healthy instance to handle every message", func() bool { return ranB.Load() == n })
+		for time.Now().Before(failUntil) {
+			touched := a.LocalStats().Receivers["pooled"]
+			if ranA.Load() != 0 || touched.GivenBack != 0 || touched.Failed != 0 {
+				t.Fatalf("the instance with a degraded pool took messages: ran %d, given back %d, failed %d", ranA.Load(), touched.GivenBack, touched.Failed)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		failing.Store(false)
+		waitFor(t, 30*time.Second, "the recovered instance to handle messages again", func() bool {
+			if _, err := b.Send(ctx, disker.Message{Receiver: "pooled", Content: []byte("after")}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+			return ranA.Load() > 0
+		})
+		s, err := b.Stats(ctx, "pooled")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.DeadLetters != 0 {
+			t.Fatalf("%d dead letters, want none", s.DeadLetters)
+		}
+	})
+}
+
+// TestPoolBrokenGivenBack: a message whose worker the handler reports
+// broken (pool.Broken) is given back at once and handled again with the
+// same attempt, so a receiver with one attempt loses nothing to it.
+func TestPoolBrokenGivenBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := ctxTimeout(t, time.Minute)
+		var made atomic.Int64
+		p, err := pool.New(pool.Config[int64]{Size: 1, New: func(context.Context) (int64, error) { return made.Add(1), nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close(context.Background()) })
+		d := e.open()
+		got := make(chan int, 2)
+		if err := disker.HandleWithPool(d, "fragile", p, func(_ context.Context, w int64, m *disker.Message) ([]byte, error) {
+			if w == 1 {
+				return nil, pool.Broken(errors.New("the connection dropped"))
+			}
+			got <- m.Attempt
+			return nil, nil
+		}, disker.WithMaxAttempts(1)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Send(ctx, disker.Message{Receiver: "fragile", Content: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		if attempt := recv(t, got, 30*time.Second, "the message on a new worker"); attempt != 1 {
+			t.Fatalf("handled again as attempt %d, want 1 (the broken worker's try does not count)", attempt)
+		}
+		st := d.LocalStats().Receivers["fragile"]
+		if st.GivenBack != 1 || st.DeadLettered != 0 || st.Failed != 0 {
+			t.Fatalf("stats: given back %d, dead-lettered %d, failed %d; want 1, 0, 0", st.GivenBack, st.DeadLettered, st.Failed)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +133,7 @@ func TestBadInput(t *testing.T) {
 		wantValidation(t, err, "WithTimeout")
 
 		wantValidation(t, d.Handle("r", nil), "Handler")
+		wantValidation(t, disker.HandleWithPool[int](d, "r", nil, func(context.Context, int, *disker.Message) ([]byte, error) { return nil, nil }), "Pool")
 		wantValidation(t, d.OnReply("s", nil), "ReplyHandler")
 		wantValidation(t, d.OnTimeout("s", nil), "TimeoutHandler")
 		for _, tc := range []struct {
@@ -143,6 +145,12 @@ func TestBadInput(t *testing.T) {
 			{"WithMaxAttempts", disker.WithMaxAttempts(0)},
 			{"WithBackoff", disker.WithBackoff(nil)},
 			{"WithLease", disker.WithLease(time.Millisecond)},
+			{"WithGlobalConcurrency", disker.WithGlobalConcurrency(0)},
+			{"WithRateLimit.rate", disker.WithRateLimit(0, 1)},
+			{"WithRateLimit.rate", disker.WithRateLimit(-5, 1)},
+			{"WithRateLimit.rate", disker.WithRateLimit(math.NaN(), 1)},
+			{"WithRateLimit.rate", disker.WithRateLimit(math.Inf(1), 1)},
+			{"WithRateLimit.burst", disker.WithRateLimit(10, 0)},
 		} {
 			wantValidation(t, d.Handle("r", h, tc.opt), tc.field)
 		}
