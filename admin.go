@@ -49,6 +49,10 @@ type ReceiverStats struct {
 	// OldestQueued is when the oldest message not yet delivered was queued
 	// (broker time); zero when none waits.
 	OldestQueued time.Time `json:"oldest_queued,omitzero"`
+	// QueuedHigh and QueuedLow count the messages of Queued sent with
+	// PriorityHigh and PriorityLow (the others are at PriorityNormal).
+	QueuedHigh int64 `json:"queued_high,omitempty"`
+	QueuedLow  int64 `json:"queued_low,omitempty"`
 }
 
 // DeadLetter is a message in a receiver's dead-letter stream.

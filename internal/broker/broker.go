@@ -61,7 +61,20 @@ type Envelope struct {
 	// the requester's inbox, and a reply to it goes through
 	// Inbox.ReplyInbox. The broker sets it; it travels with the message.
 	FromInbox bool
+	// Priority is the message's level in its receiver's queue, from
+	// PriorityLow to PriorityHigh; 0 (PriorityNormal) is the default. A
+	// fetch takes every waiting message of a higher level before any of a
+	// lower one. The broker keeps it with the message (it is not part of
+	// the wire encoding) and sets it on deliveries and dead letters.
+	Priority int
 }
+
+// The priority levels of a message (Envelope.Priority).
+const (
+	PriorityLow    = -1
+	PriorityNormal = 0
+	PriorityHigh   = 1
+)
 
 // Delivery is one leased delivery of a message to a consumer.
 type Delivery struct {
@@ -164,6 +177,9 @@ type ReceiverStats struct {
 	// OldestQueued is when the oldest entry not yet delivered was queued
 	// (broker time); zero when none waits.
 	OldestQueued time.Time
+	// QueuedHigh and QueuedLow are the entries of Queued at PriorityHigh
+	// and PriorityLow (the rest are at PriorityNormal).
+	QueuedHigh, QueuedLow int64
 }
 
 // Broker is the storage engine: the composition of one small interface
@@ -460,6 +476,8 @@ func CheckSend(env *Envelope, maxSize int) error {
 		return fmt.Errorf("Envelope.Timeout is negative: %v", env.Timeout)
 	case env.Timeout > 0 && env.Sender == "":
 		return errors.New("Envelope.Sender is empty, but a message with a Timeout needs a reply address")
+	case env.Priority < PriorityLow || env.Priority > PriorityHigh:
+		return fmt.Errorf("Envelope.Priority is %d, out of %d..%d", env.Priority, PriorityLow, PriorityHigh)
 	}
 	return CheckSize(env, maxSize)
 }

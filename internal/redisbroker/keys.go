@@ -16,6 +16,19 @@ func (k keys) named(name, suffix string) string {
 // queue is the receiver's queue stream (consumer group "g").
 func (k keys) queue(receiver string) string { return k.named(receiver, "q") }
 
+// queueAt is the receiver's queue stream of priority level prio: the
+// normal level is queue itself, so that a receiver that never uses
+// priorities has the one stream it always had.
+func (k keys) queueAt(receiver string, prio int) string {
+	switch {
+	case prio > 0:
+		return k.named(receiver, "qh")
+	case prio < 0:
+		return k.named(receiver, "ql")
+	}
+	return k.queue(receiver)
+}
+
 // deadLetters is the receiver's dead-letter stream.
 func (k keys) deadLetters(receiver string) string { return k.named(receiver, "dlq") }
 

@@ -146,7 +146,8 @@ func sameEnv(a, b broker.Envelope) bool {
 	return a.ID == b.ID && a.Sender == b.Sender && a.Receiver == b.Receiver &&
 		bytes.Equal(a.Content, b.Content) && maps.Equal(a.Headers, b.Headers) &&
 		a.FireAndForget == b.FireAndForget && a.Timeout == b.Timeout &&
-		a.InReplyTo == b.InReplyTo && a.ErrorCode == b.ErrorCode && a.ErrorText == b.ErrorText
+		a.InReplyTo == b.InReplyTo && a.ErrorCode == b.ErrorCode && a.ErrorText == b.ErrorText &&
+		a.Priority == b.Priority
 }
 
 func checkEnv(t *testing.T, what string, got broker.Envelope, want *broker.Envelope) {
