@@ -91,6 +91,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"OldestQueued", testOldestQueued},
 		{"Fate", testFate},
 		{"DeadLettersAfter", testDeadLettersAfter},
+		{"Priorities", testPriorities},
 		{"Tokens", testTokens},
 		{"Slots", testSlots},
 		{"RetryUncounted", testRetryUncounted},
