@@ -43,6 +43,9 @@ type Message struct {
 	// Error is set on replies that carry an error instead of a response,
 	// such as a request that was dead-lettered (Code CodeDeadLetter).
 	Error *RemoteError
+	// Priority is set on delivered messages: the level it was sent with
+	// (WithPriority).
+	Priority Priority
 
 	// timeout is the timeout the message was sent with (WithTimeout), set
 	// on delivered messages; 0 if none.
@@ -85,7 +88,8 @@ type SendOption func(*sendOptions)
 // in one place (check). A new option is a function that sets a field here,
 // and a case in check.
 type sendOptions struct {
-	timeout time.Duration // WithTimeout
+	timeout  time.Duration // WithTimeout
+	priority Priority      // WithPriority
 }
 
 // sendOptionsOf applies opts.
@@ -107,8 +111,53 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithTimeout", "must be at least 1ms, got %v", o.timeout)
 	case o.timeout > 0 && !hasSender:
 		return invalid("WithTimeout", "a message without a Sender is fire-and-forget: nobody would receive its timeout notice")
+	case o.priority < PriorityLow || o.priority > PriorityHigh:
+		return invalid("WithPriority", "must be in %d..%d (PriorityLow..PriorityHigh), got %d", PriorityLow, PriorityHigh, o.priority)
 	}
 	return nil
+}
+
+// Priority is a message's level in its receiver's queue: a worker takes
+// every waiting message of a higher level before any of a lower one.
+type Priority int
+
+// The priority levels. PriorityNormal is the default.
+const (
+	PriorityLow    Priority = -1
+	PriorityNormal Priority = 0
+	PriorityHigh   Priority = 1
+)
+
+// String returns "low", "normal" or "high" (or the number, out of range).
+func (p Priority) String() string {
+	switch p {
+	case PriorityLow:
+		return "low"
+	case PriorityNormal:
+		return "normal"
+	case PriorityHigh:
+		return "high"
+	}
+	return fmt.Sprintf("Priority(%d)", int(p))
+}
+
+// WithPriority sends the message at level p, one of PriorityLow,
+// PriorityNormal (the default) and PriorityHigh. Priority is strict: a
+// worker of the receiver takes every waiting message of a higher level
+// before any of a lower one, including messages whose retry delay or
+// lease has run out, so a steady flow of high messages starves the lower
+// levels. The level stays with the message through retries, lease
+// reclaims and dead letters (a dead letter retried goes back to its
+// level), and is set on the delivered Message.Priority.
+//
+// A receiver that has only ever had normal messages costs nothing more
+// than before: on Redis each level is a stream of its own beside the
+// receiver's queue, and workers look at the others only while they hold
+// messages. A worker that is waiting in a blocking read when the first
+// message of another level arrives for an idle receiver takes it when its
+// read ends, within Config.ReceiverBlockTimeout.
+func WithPriority(p Priority) SendOption {
+	return func(o *sendOptions) { o.priority = p }
 }
 
 // WithTimeout gives the message a deadline of d after it is sent: its
@@ -138,7 +187,7 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 		return "", err
 	}
 	id := newID()
-	if _, err := d.send(ctx, &msg, o.timeout, id); err != nil {
+	if _, err := d.send(ctx, &msg, &o, id); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -174,7 +223,7 @@ func (d *Disker) SendBatch(ctx context.Context, msgs []Message, opts ...SendOpti
 			}
 			return nil, err
 		}
-		envs[i] = envelope(m, o.timeout, newID())
+		envs[i] = envelope(m, &o, newID())
 	}
 	if len(envs) == 0 {
 		return []string{}, nil
@@ -238,13 +287,14 @@ func (d *Disker) checkContent(m *Message) error {
 	return nil
 }
 
-// send sends a validated message with timeout (0 for none) under id. It
-// returns the deadline in the broker's clock (zero if none).
-func (d *Disker) send(ctx context.Context, m *Message, timeout time.Duration, id string) (time.Time, error) {
+// send sends a validated message with o under id. It returns the deadline
+// in the broker's clock (zero if none).
+func (d *Disker) send(ctx context.Context, m *Message, o *sendOptions, id string) (time.Time, error) {
 	if d.closed.Load() {
 		return time.Time{}, ErrClosed
 	}
-	env := envelope(m, timeout, id)
+	timeout := o.timeout
+	env := envelope(m, o, id)
 	if timeout > 0 {
 		// Watch before sending: the monitor must know the sender by the time
 		// the deadline passes.
@@ -269,8 +319,8 @@ func (d *Disker) afterSend(m *Message, id string, err error) error {
 	return nil
 }
 
-// envelope returns the envelope of m, sent with timeout under id.
-func envelope(m *Message, timeout time.Duration, id string) *broker.Envelope {
+// envelope returns the envelope of m, sent with o under id.
+func envelope(m *Message, o *sendOptions, id string) *broker.Envelope {
 	return &broker.Envelope{
 		ID:            id,
 		Sender:        m.Sender,
@@ -278,7 +328,8 @@ func envelope(m *Message, timeout time.Duration, id string) *broker.Envelope {
 		Content:       m.Content,
 		Headers:       m.Headers,
 		FireAndForget: m.Sender == "",
-		Timeout:       timeout,
+		Timeout:       o.timeout,
+		Priority:      int(o.priority),
 	}
 }
 
@@ -293,6 +344,7 @@ func (d *Disker) messageOf(env *broker.Envelope, deadline time.Time, attempt int
 		Deadline:  d.b.Local(deadline),
 		Attempt:   attempt,
 		InReplyTo: env.InReplyTo,
+		Priority:  Priority(env.Priority),
 
 		timeout:        env.Timeout,
 		noReply:        env.FireAndForget,

@@ -246,7 +246,7 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 		stopSend = dl.Add(RequestGrace)
 	}
 	deadline, ok, err := within(r, stopSend, func() (time.Time, error) {
-		return r.send(context.WithoutCancel(ctx), &msg, timeout, id)
+		return r.send(context.WithoutCancel(ctx), &msg, &sendOptions{timeout: timeout, priority: o.priority}, id)
 	})
 	if !ok {
 		deadline, err = dl, fmt.Errorf("%w: the send did not end by %v after the deadline", ErrUnavailable, RequestGrace)
@@ -468,12 +468,12 @@ func (r *requester) deliverOutcome(e *broker.Reply) {
 // send sends m, a Request's message from the inbox, under id. It returns
 // the deadline in the broker's clock (zero if none), also with an error
 // that leaves it unknown whether m was queued (see broker.Inbox).
-func (r *requester) send(ctx context.Context, m *Message, timeout time.Duration, id string) (time.Time, error) {
+func (r *requester) send(ctx context.Context, m *Message, o *sendOptions, id string) (time.Time, error) {
 	d := r.d
 	if d.closed.Load() {
 		return time.Time{}, ErrClosed
 	}
-	bdl, err := d.b.SendRequest(ctx, envelope(m, timeout, id))
+	bdl, err := d.b.SendRequest(ctx, envelope(m, o, id))
 	return bdl, d.afterSend(m, id, err)
 }
 

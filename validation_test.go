@@ -113,6 +113,8 @@ func TestBadInput(t *testing.T) {
 			{"negative timeout", "WithTimeout", disker.Message{Sender: "s", Receiver: "r"}, []disker.SendOption{disker.WithTimeout(-time.Second)}},
 			{"sub-millisecond timeout", "WithTimeout", disker.Message{Sender: "s", Receiver: "r"}, []disker.SendOption{disker.WithTimeout(time.Microsecond)}},
 			{"timed fire-and-forget", "WithTimeout", disker.Message{Receiver: "r"}, []disker.SendOption{disker.WithTimeout(time.Second)}},
+			{"priority above high", "WithPriority", disker.Message{Receiver: "r"}, []disker.SendOption{disker.WithPriority(disker.PriorityHigh + 1)}},
+			{"priority below low", "WithPriority", disker.Message{Receiver: "r"}, []disker.SendOption{disker.WithPriority(-5)}},
 		} {
 			t.Run("Send "+tc.what, func(t *testing.T) {
 				id, err := d.Send(ctx, tc.msg, tc.opts...)
@@ -131,6 +133,10 @@ func TestBadInput(t *testing.T) {
 		wantValidation(t, err, "Message.Sender")
 		_, err = d.Request(ctx, disker.Message{Receiver: "r"}, disker.WithTimeout(-time.Second))
 		wantValidation(t, err, "WithTimeout")
+		_, err = d.Request(ctx, disker.Message{Receiver: "r"}, disker.WithPriority(2))
+		wantValidation(t, err, "WithPriority")
+		_, err = d.SendBatch(ctx, []disker.Message{{Receiver: "r"}}, disker.WithPriority(2))
+		wantValidation(t, err, "WithPriority")
 
 		wantValidation(t, d.Handle("r", nil), "Handler")
 		wantValidation(t, disker.HandleWithPool[int](d, "r", nil, func(context.Context, int, *disker.Message) ([]byte, error) { return nil, nil }), "Pool")
