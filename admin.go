@@ -21,6 +21,13 @@ type WorkerInfo struct {
 	Receivers []string `json:"receivers"`
 	// Concurrency is the concurrency of each receiver it serves.
 	Concurrency map[string]int `json:"concurrency"`
+	// GlobalConcurrency is WithGlobalConcurrency of each receiver it
+	// serves that has one.
+	GlobalConcurrency map[string]int `json:"global_concurrency,omitempty"`
+	// RateLimit and RateBurst are WithRateLimit of each receiver it serves
+	// that has one.
+	RateLimit map[string]float64 `json:"rate_limit,omitempty"`
+	RateBurst map[string]int     `json:"rate_burst,omitempty"`
 	// InFlight is how many messages it was handling at its last heartbeat.
 	InFlight int64 `json:"in_flight"`
 	// Processed is how many messages it handled successfully.

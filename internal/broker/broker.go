@@ -159,7 +159,11 @@ type WorkerInfo struct {
 	PID         int            `json:"pid"`
 	Receivers   []string       `json:"receivers"`
 	Concurrency map[string]int `json:"concurrency"`
-	InFlight    int64          `json:"in_flight"`
+	// The cluster-wide limits of the receivers that have them.
+	GlobalConcurrency map[string]int     `json:"global_concurrency,omitempty"`
+	RateLimit         map[string]float64 `json:"rate_limit,omitempty"`
+	RateBurst         map[string]int     `json:"rate_burst,omitempty"`
+	InFlight          int64              `json:"in_flight"`
 	Processed   int64          `json:"processed"`
 	Failed      int64          `json:"failed"`
 	StartedAt   time.Time      `json:"started_at"`

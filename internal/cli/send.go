@@ -33,6 +33,7 @@ type sendOptions struct {
 	concurrency   int
 	headers       []string
 	maxMsgSize    byteSize
+	priority      string
 }
 
 func (a *app) sendCommand() *cobra.Command {
@@ -69,6 +70,7 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
   disker send --to thumbs --wait --timeout 30s @photo.jpg > thumb.png
   echo hi | disker send --to upper --wait -
   disker send --to jobs --file jobs.jsonl
+  disker send --to jobs --priority high '{"job": 1}'
   disker send --to upper --wait --concurrency 16 --file requests.jsonl > replies.jsonl`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
@@ -87,6 +89,7 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
 	fs.IntVar(&o.concurrency, "concurrency", 8, "with --file, how many requests (with --wait) or batches of 100 messages (without) to have in flight at once")
 	fs.StringArrayVar(&o.headers, "header", nil, "message header KEY=VALUE (repeatable)")
 	fs.Var(&o.maxMsgSize, "max-message-size", "largest content accepted")
+	fs.StringVar(&o.priority, "priority", "normal", "the messages' priority: high, normal or low (a worker takes every waiting message of a higher level first)")
 	o.conn.register(fs)
 	return cmd
 }
@@ -98,6 +101,20 @@ type outgoing struct {
 	content []byte
 	headers map[string]string
 	timeout time.Duration
+	prio    disker.Priority
+}
+
+// parsePriority reads a --priority value: high, normal, low, or 1, 0, -1.
+func parsePriority(v string) (disker.Priority, error) {
+	switch strings.ToLower(v) {
+	case "high", "1", "+1":
+		return disker.PriorityHigh, nil
+	case "normal", "0", "":
+		return disker.PriorityNormal, nil
+	case "low", "-1":
+		return disker.PriorityLow, nil
+	}
+	return 0, usagef("invalid --priority %q: want high, normal or low", v)
 }
 
 func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error {
@@ -108,6 +125,10 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 		o.to = o.receiver
 	}
 	if err := checkName("to", o.to); err != nil {
+		return err
+	}
+	prio, err := parsePriority(o.priority)
+	if err != nil {
 		return err
 	}
 	modes := 0
@@ -162,6 +183,7 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 		msgs = []outgoing{{to: o.to, content: content, timeout: o.timeout}}
 	}
 	for i := range msgs {
+		msgs[i].prio = prio
 		for k, v := range headers {
 			if msgs[i].headers == nil {
 				msgs[i].headers = map[string]string{}
@@ -336,7 +358,7 @@ func (a *app) checkWorkers(ctx context.Context, d *disker.Disker, receiver strin
 func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing) ([]byte, error) {
 	rctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers})
+	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers}, disker.WithPriority(m.prio))
 	if err != nil {
 		if errors.Is(err, disker.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return nil, fmt.Errorf("no reply from %q within %v", m.to, m.timeout)
@@ -347,7 +369,7 @@ func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing) ([]byte
 }
 
 func (a *app) sendAsync(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing) (string, error) {
-	return d.Send(ctx, asyncMessage(o, m), disker.WithTimeout(m.timeout))
+	return d.Send(ctx, asyncMessage(o, m), disker.WithTimeout(m.timeout), disker.WithPriority(m.prio))
 }
 
 // asyncMessage is the message of m sent without waiting for a reply: from
@@ -372,7 +394,7 @@ func (a *app) sendAsyncBatch(ctx context.Context, d *disker.Disker, o *sendOptio
 	errs := make([]error, 0, len(ms))
 	for len(ms) > 0 {
 		n := 1
-		for n < len(ms) && ms[n].timeout == ms[0].timeout {
+		for n < len(ms) && ms[n].timeout == ms[0].timeout && ms[n].prio == ms[0].prio {
 			n++
 		}
 		i, e := a.sendAsyncRun(ctx, d, o, ms[:n])
@@ -387,13 +409,13 @@ func (a *app) sendAsyncBatch(ctx context.Context, d *disker.Disker, o *sendOptio
 // (a message fails validation), it sends them one by one, so that each
 // line gets its own answer.
 func (a *app) sendAsyncRun(ctx context.Context, d *disker.Disker, o *sendOptions, ms []outgoing) ([]string, []error) {
-	timeout := disker.WithTimeout(ms[0].timeout)
+	timeout, prio := disker.WithTimeout(ms[0].timeout), disker.WithPriority(ms[0].prio)
 	msgs := make([]disker.Message, len(ms))
 	for i, m := range ms {
 		msgs[i] = asyncMessage(o, m)
 	}
 	errs := make([]error, len(ms))
-	ids, err := d.SendBatch(ctx, msgs, timeout)
+	ids, err := d.SendBatch(ctx, msgs, timeout, prio)
 	var be *disker.BatchError
 	var ve *disker.ValidationError
 	switch {
@@ -403,7 +425,7 @@ func (a *app) sendAsyncRun(ctx context.Context, d *disker.Disker, o *sendOptions
 	case errors.As(err, &ve):
 		ids = make([]string, len(ms))
 		for i := range msgs {
-			ids[i], errs[i] = d.Send(ctx, msgs[i], timeout)
+			ids[i], errs[i] = d.Send(ctx, msgs[i], timeout, prio)
 		}
 	default:
 		ids = make([]string, len(ms))
