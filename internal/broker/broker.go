@@ -164,9 +164,9 @@ type WorkerInfo struct {
 	RateLimit         map[string]float64 `json:"rate_limit,omitempty"`
 	RateBurst         map[string]int     `json:"rate_burst,omitempty"`
 	InFlight          int64              `json:"in_flight"`
-	Processed   int64          `json:"processed"`
-	Failed      int64          `json:"failed"`
-	StartedAt   time.Time      `json:"started_at"`
+	Processed         int64              `json:"processed"`
+	Failed            int64              `json:"failed"`
+	StartedAt         time.Time          `json:"started_at"`
 	// LastSeen is set by the broker on Heartbeat (broker time).
 	LastSeen time.Time `json:"last_seen"`
 }
