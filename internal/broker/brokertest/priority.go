@@ -24,6 +24,11 @@ func testPriorities(t *testing.T, b broker.Broker) {
 		send(t, b, env)
 	}
 	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 6, QueuedHigh: 2, QueuedLow: 2})
+	for _, env := range []*broker.Envelope{high1, low2} {
+		if f, err := b.Fate(ctx, &broker.FateParams{Receiver: r, ID: env.ID, MaxScan: 100}); err != nil || f.State != broker.StateQueued {
+			t.Fatalf("Fate of %s at level %d: %+v, %v; want queued", env.Content, env.Priority, f, err)
+		}
+	}
 	if _, err := b.Send(ctx, at("bad", 2)); err == nil {
 		t.Fatal("Send with Priority 2: no error")
 	}
