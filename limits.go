@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -23,7 +24,9 @@ import (
 // deliveries' leases; the slots of an instance that died come back when
 // its lease runs out, on the broker's clock. A slot stays with its
 // instance while it keeps finding messages, and is given back when a fetch
-// finds fewer messages than it had slots for.
+// finds fewer messages than it had slots for. An instance cut off from the
+// broker for longer than its lease loses its slots to the others, and its
+// handlers still running then count beyond n until they end.
 func WithGlobalConcurrency(n int) HandleOption {
 	return func(o *handleOptions) {
 		if n < 1 {
@@ -69,7 +72,8 @@ func WithRateLimit(rate float64, burst int) HandleOption {
 // messages wait in the queue for this or another instance. A message whose
 // worker could not be had (a failed or degraded checkout), or whose worker
 // fn reported broken, is given back at once for any instance without
-// counting an attempt; other errors of fn count as usual.
+// counting an attempt; other errors of fn count as usual. Once p is
+// closed the instance fetches no more of receiver's messages (Unhandle it).
 //
 // opts are those of Handle. It returns what Handle returns, and a
 // *ValidationError when p or fn is nil.
@@ -80,6 +84,7 @@ func HandleWithPool[W any](d *Disker, receiver string, p *pool.Pool[W], fn func(
 	if fn == nil {
 		return invalid("Handler", "must not be nil")
 	}
+	var closed atomic.Bool
 	h := HandlerFunc(func(ctx context.Context, msg *Message) ([]byte, error) {
 		var resp []byte
 		ran := false
@@ -89,6 +94,9 @@ func HandleWithPool[W any](d *Disker, receiver string, p *pool.Pool[W], fn func(
 			resp, err = fn(ctx, w, msg)
 			return err
 		})
+		if !ran && errors.Is(err, pool.ErrClosed) && !closed.Swap(true) {
+			d.log.Warn("disker: the pool of a receiver is closed; this instance fetches no more of its messages", "receiver", receiver)
+		}
 		switch {
 		case err == nil:
 			return resp, nil
@@ -100,7 +108,7 @@ func HandleWithPool[W any](d *Disker, receiver string, p *pool.Pool[W], fn func(
 	})
 	ready := func(inFlight int) int {
 		s := p.Stats()
-		if s.Degraded {
+		if s.Degraded || closed.Load() {
 			return 0
 		}
 		return s.Size + s.MaxOverflow - max(s.Busy+s.Starting, inFlight)
