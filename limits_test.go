@@ -205,6 +205,12 @@ func TestGlobalConcurrencyProcesses(t *testing.T) {
 // 200/s with bursts of 20: of 5,000 messages, at most 220 start in any one
 // second (by Redis time), the achieved rate is near 200/s, and none is
 // dead-lettered.
+//
+// The bucket bounds when tokens are granted; a handler records its start
+// a fetch and a round trip later, and on a loaded machine that lag varies
+// by tens of milliseconds, which can move a few more starts into one
+// second (at 200/s, 5 per 25ms of spread). The check allows 5% for that:
+// a limit applied per process instead of across them would start 600.
 func TestRateLimitProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a multi-process test: runs without -short")
@@ -241,8 +247,8 @@ func TestRateLimitProcesses(t *testing.T) {
 	}
 	rate := float64(n-1) / (float64(at[n-1]-at[0]) / 1e6)
 	t.Logf("3 processes, limit 200/s burst 20, %d messages: at most %d started in any 1s window; achieved %.1f/s", n, most, rate)
-	if most > 220 {
-		t.Errorf("%d messages started within one second, want at most 220 (200/s + a burst of 20)", most)
+	if most > 231 {
+		t.Errorf("%d messages started within one second, want at most 220 (200/s + a burst of 20), with 5%% for the lag of recording starts", most)
 	}
 	if rate < 190 {
 		t.Errorf("achieved rate %.1f/s, want at least 190/s of the 200/s allowed", rate)
