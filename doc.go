@@ -42,7 +42,13 @@
 //   - [Disker.Close] stops fetching, lets in-flight handlers finish until its
 //     context ends, and leaves the rest to be delivered again.
 //
-// [WithExclusive] makes one instance at a time serve a receiver. The registry
+// [WithExclusive] makes one instance at a time serve a receiver. Flow
+// control, decided in the broker on its clock: [WithPriority] sends a
+// message ahead of (or behind) the normal ones; [WithGlobalConcurrency] and
+// [WithRateLimit] bound a receiver across all its instances, and a message
+// over a limit waits in the queue without using an attempt;
+// [HandleWithPool] serves a receiver with the workers of a [pool.Pool],
+// fetching only as many messages as it has workers ready. The registry
 // of live instances is [Disker.Workers]; queue and dead-letter statistics are
 // [Disker.Stats], and [Config.OnEvent] and [Disker.LocalStats] feed metrics.
 //

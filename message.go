@@ -146,7 +146,9 @@ func (p Priority) String() string {
 // worker of the receiver takes every waiting message of a higher level
 // before any of a lower one, including messages whose retry delay or
 // lease has run out, so a steady flow of high messages starves the lower
-// levels. The level stays with the message through retries, lease
+// levels, and messages an instance already fetched ahead of its free
+// handlers (WithPrefetch) still run first. The level stays with the
+// message through retries, lease
 // reclaims and dead letters (a dead letter retried goes back to its
 // level), and is set on the delivered Message.Priority.
 //
