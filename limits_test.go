@@ -381,3 +381,93 @@ func TestPoolBrokenGivenBack(t *testing.T) {
 		}
 	})
 }
+
+// TestGlobalConcurrencyInstances: on every broker, three instances in one
+// process serve a receiver with WithConcurrency(8) and
+// WithGlobalConcurrency(3): never more than 3 handlers run at once, and
+// every message is handled; once they stop, every slot was given back.
+func TestGlobalConcurrencyInstances(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := ctxTimeout(t, time.Minute)
+		var running, top, done atomic.Int64
+		const n = 150
+		h := disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
+			now := running.Add(1)
+			for {
+				if old := top.Load(); now <= old || top.CompareAndSwap(old, now) {
+					break
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+			running.Add(-1)
+			done.Add(1)
+			return nil, nil
+		})
+		var ds []*disker.Disker
+		for range 3 {
+			d := e.open()
+			if err := d.Handle("capped", h, disker.WithConcurrency(8), disker.WithGlobalConcurrency(3)); err != nil {
+				t.Fatal(err)
+			}
+			ds = append(ds, d)
+		}
+		msgs := make([]disker.Message, n)
+		for i := range msgs {
+			msgs[i] = disker.Message{Receiver: "capped", Content: []byte("x")}
+		}
+		if _, err := ds[0].SendBatch(ctx, msgs); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "every message handled", func() bool { return done.Load() == n })
+		if top.Load() > 3 {
+			t.Fatalf("%d handlers ran at once, want at most 3", top.Load())
+		}
+		for _, d := range ds {
+			if err := d.Unhandle(ctx, "capped"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if e.redis {
+			// Every slot was given back: the holders' keys are gone.
+			rc := rawRedis(t, e)
+			if keys := scanKeys(t, rc, e.base.KeyPrefix+":{capped}:slot*"); len(keys) != 0 {
+				t.Fatalf("after Unhandle, slot keys remain: %v", keys)
+			}
+		}
+	})
+}
+
+// TestRateLimitInstances: on every broker, two instances serve a receiver
+// limited to 50/s with bursts of 5: 60 queued messages take about a second
+// (55 beyond the burst at 50/s), not less.
+func TestRateLimitInstances(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := ctxTimeout(t, time.Minute)
+		const n = 60
+		var done atomic.Int64
+		h := disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
+			done.Add(1)
+			return nil, nil
+		})
+		sender := e.open()
+		msgs := make([]disker.Message, n)
+		for i := range msgs {
+			msgs[i] = disker.Message{Receiver: "paced", Content: []byte("x")}
+		}
+		if _, err := sender.SendBatch(ctx, msgs); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for range 2 {
+			if err := e.open().Handle("paced", h, disker.WithRateLimit(50, 5)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 30*time.Second, "every message handled", func() bool { return done.Load() == n })
+		took := time.Since(start)
+		t.Logf("%d messages at 50/s, burst 5, two instances: %v", n, took.Round(time.Millisecond))
+		if took < 900*time.Millisecond {
+			t.Fatalf("%d messages took %v: faster than 50/s after a burst of 5 allows (1.1s)", n, took)
+		}
+	})
+}
