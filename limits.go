@@ -232,7 +232,8 @@ func (l *limiter) ungate(ctx context.Context, asked, got int) {
 	}
 	if c.o.globalConcurrency > 0 {
 		l.mu.Lock()
-		if spare := l.held - int(c.n.Load()); spare > 0 {
+		// The got messages are not dispatched yet: they are not in c.n.
+		if spare := l.held - int(c.n.Load()) - got; spare > 0 {
 			if _, err := l.slots(ctx, -spare); err != nil {
 				c.d.health.fail("give back slots", err)
 			}
