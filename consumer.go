@@ -155,8 +155,9 @@ func (c *consumer) fetchLoop() {
 		}
 		if c.lim != nil {
 			var wait time.Duration
+			var onFree bool
 			var err error
-			free, fp.Block, wait, err = c.lim.gate(c.fetchCtx, free)
+			free, fp.Block, wait, onFree, err = c.lim.gate(c.fetchCtx, free)
 			if err != nil {
 				if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
 					return
@@ -166,7 +167,7 @@ func (c *consumer) fetchLoop() {
 				continue
 			}
 			if free <= 0 {
-				c.sleep(wait)
+				c.sleep(wait, onFree)
 				continue
 			}
 		}
@@ -175,7 +176,7 @@ func (c *consumer) fetchLoop() {
 		if c.lim != nil {
 			c.lim.ungate(d.opCtx, free, len(ds))
 			if err == nil && len(ds) == 0 && fp.Block <= 0 {
-				c.sleep(c.lim.idleWait())
+				c.sleep(c.lim.idleWait(), false)
 				continue
 			}
 		}

@@ -175,14 +175,15 @@ func (l *limiter) slots(ctx context.Context, delta int) (int, error) {
 
 // gate returns how many messages the fetch loop may fetch now, at most
 // free, and the block of that fetch; 0 with the time to wait before asking
-// again.
-func (l *limiter) gate(ctx context.Context, free int) (n int, block, wait time.Duration, err error) {
+// again, and whether a freed handler slot should end that wait (it does
+// for a global slot or a pool worker, not for a token).
+func (l *limiter) gate(ctx context.Context, free int) (n int, block, wait time.Duration, onFree bool, err error) {
 	c := l.c
 	inFlight := int(c.n.Load())
 	block = c.d.cfg.ReceiverBlockTimeout
 	if c.o.ready != nil {
 		if free = min(free, c.o.ready(inFlight)); free <= 0 {
-			return 0, 0, 5 * gatePoll, nil
+			return 0, 0, 5 * gatePoll, true, nil
 		}
 	}
 	if c.o.globalConcurrency > 0 {
@@ -193,11 +194,11 @@ func (l *limiter) gate(ctx context.Context, free int) (n int, block, wait time.D
 		free = min(free, l.held-inFlight)
 		l.mu.Unlock()
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, false, err
 		}
 		if free <= 0 {
 			l.full = min(max(2*l.full, gatePoll), gatePollMax)
-			return 0, 0, l.full, nil
+			return 0, 0, l.full, true, nil
 		}
 		l.full = 0
 	}
@@ -205,14 +206,14 @@ func (l *limiter) gate(ctx context.Context, free int) (n int, block, wait time.D
 		l.tp.Want = free
 		took, w, err := c.d.b.TakeTokens(ctx, &l.tp)
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, false, err
 		}
 		if took == 0 {
-			return 0, 0, w, nil
+			return 0, 0, w, false, nil
 		}
 		free, block = took, 0
 	}
-	return free, block, 0, nil
+	return free, block, 0, false, nil
 }
 
 // ungate gives back what a fetch of asked messages that got got did not
@@ -286,14 +287,20 @@ func (l *limiter) heldSlots() int {
 	return l.held
 }
 
-// sleep waits for d, for a freed handler slot, or for the loop's end.
-func (c *consumer) sleep(d time.Duration) {
+// sleep waits for d or for the loop's end, and with onFree also for a
+// freed handler slot (which frees a global slot or a pool worker, but
+// brings no token).
+func (c *consumer) sleep(d time.Duration, onFree bool) {
 	d = min(max(d, time.Millisecond), c.d.cfg.ReceiverBlockTimeout)
 	t := time.NewTimer(d)
 	defer t.Stop()
+	freed := c.freed
+	if !onFree {
+		freed = nil
+	}
 	select {
 	case <-t.C:
-	case <-c.freed:
+	case <-freed:
 	case <-c.fetchCtx.Done():
 	}
 }
