@@ -175,10 +175,6 @@ func (c *consumer) fetchLoop() {
 		ds, err := d.b.Fetch(c.fetchCtx, &fp)
 		if c.lim != nil {
 			c.lim.ungate(d.opCtx, free, len(ds))
-			if err == nil && len(ds) == 0 && fp.Block <= 0 {
-				c.sleep(c.lim.idleWait(), false)
-				continue
-			}
 		}
 		if err != nil {
 			if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
@@ -193,6 +189,10 @@ func (c *consumer) fetchLoop() {
 		if len(ds) > 0 {
 			c.dispatch(ds)
 			yieldToWoken()
+		} else if c.lim != nil && fp.Block <= 0 {
+			// A fetch that may not block in the broker (WithRateLimit)
+			// found nothing: look again after a while.
+			c.sleep(c.lim.idleWait(), false)
 		}
 	}
 }
