@@ -155,9 +155,11 @@ func (p Priority) String() string {
 // A receiver that has only ever had normal messages costs nothing more
 // than before: on Redis each level is a stream of its own beside the
 // receiver's queue, and workers look at the others only while they hold
-// messages. A worker that is waiting in a blocking read when the first
-// message of another level arrives for an idle receiver takes it when its
-// read ends, within Config.ReceiverBlockTimeout.
+// messages. So the first message at another level sent to a receiver
+// whose other levels are empty is noticed by a busy worker within 100ms
+// (until then it may take normal messages first), and by one waiting in a
+// blocking read when that read ends, within Config.ReceiverBlockTimeout.
+// From then on the order is strict.
 func WithPriority(p Priority) SendOption {
 	return func(o *sendOptions) { o.priority = p }
 }
