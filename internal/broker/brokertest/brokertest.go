@@ -92,6 +92,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Fate", testFate},
 		{"DeadLettersAfter", testDeadLettersAfter},
 		{"Priorities", testPriorities},
+		{"PriorityReclaim", testPriorityReclaim},
 		{"Tokens", testTokens},
 		{"Slots", testSlots},
 		{"RetryUncounted", testRetryUncounted},

@@ -2,6 +2,7 @@ package brokertest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
 )
@@ -95,4 +96,47 @@ func testPriorities(t *testing.T, b broker.Broker) {
 	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "c3", Max: 10, Lease: longLease, MaxAttempts: 10}); len(ds) != 0 {
 		t.Fatalf("after acking all: fetched %+v", ds)
 	}
+}
+
+// testPriorityReclaim: a high message whose holder's lease ran out comes
+// back, at its level, before the normal messages waiting.
+func testPriorityReclaim(t *testing.T, b broker.Broker) {
+	r := name("recv")
+	norm := newEnv(r, "normal")
+	high := newEnv(r, "high")
+	high.Priority = broker.PriorityHigh
+	send(t, b, norm)
+	send(t, b, high)
+	start, err := b.Now(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1 := fetchOne1(t, b, r, "dies", shortLease)
+	checkEnv(t, "first delivery", d1.Env, high)
+	// Its holder stops renewing: once the lease has run out, the high
+	// message is waiting again, and comes before the normal one.
+	waitBrokerTime(t, b, start.Add(shortLease+50*time.Millisecond))
+	d2 := fetchOne1(t, b, r, "lives", longLease)
+	checkEnv(t, "after the lease ran out", d2.Env, high)
+	if d2.Attempt != 2 || d2.Env.Priority != broker.PriorityHigh {
+		t.Fatalf("reclaimed high message: attempt %d, priority %d; want 2 and high", d2.Attempt, d2.Env.Priority)
+	}
+	ack(t, b, r, d2.Ref)
+	d3 := fetchOne1(t, b, r, "lives", longLease)
+	checkEnv(t, "then", d3.Env, norm)
+	ack(t, b, r, d3.Ref)
+}
+
+// fetchOne1 fetches one message with Max 1, polling until one comes.
+func fetchOne1(t *testing.T, b broker.Broker, r, consumer string, lease time.Duration) broker.Delivery {
+	t.Helper()
+	deadline := time.Now().Add(Patience)
+	for time.Now().Before(deadline) {
+		ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: consumer, Max: 1, Block: pollBlock, Lease: lease, MaxAttempts: 10})
+		if len(ds) == 1 {
+			return ds[0]
+		}
+	}
+	t.Fatalf("no delivery within %v", Patience)
+	return broker.Delivery{}
 }
