@@ -24,7 +24,10 @@ import (
 // deliveries' leases; the slots of an instance that died come back when
 // its lease runs out, on the broker's clock. A slot stays with its
 // instance while it keeps finding messages, and is given back when a fetch
-// finds fewer messages than it had slots for. An instance cut off from the
+// finds fewer messages than it had slots for. An instance that finds every
+// slot taken looks again after a delay that doubles up to
+// Config.ReceiverBlockTimeout (or when one of its own handlers ends). An
+// instance cut off from the
 // broker for longer than its lease loses its slots to the others, and its
 // handlers still running then count beyond n until they end.
 func WithGlobalConcurrency(n int) HandleOption {
@@ -130,10 +133,9 @@ func isGivenBack(err error) bool {
 
 // Waits of a gated fetch loop (WithGlobalConcurrency, WithRateLimit,
 // HandleWithPool).
-const (
-	gatePoll    = 10 * time.Millisecond  // the first look again after finding nothing
-	gatePollMax = 200 * time.Millisecond // the longest wait for a slot or a ready worker
-)
+// The first look again after finding nothing; the waits double from it up
+// to Config.ReceiverBlockTimeout while nothing is found.
+const gatePoll = 10 * time.Millisecond
 
 // limiter is a consumer's share of its receiver's cluster-wide limits.
 type limiter struct {
@@ -197,7 +199,7 @@ func (l *limiter) gate(ctx context.Context, free int) (n int, block, wait time.D
 			return 0, 0, 0, false, err
 		}
 		if free <= 0 {
-			l.full = min(max(2*l.full, gatePoll), gatePollMax)
+			l.full = min(max(2*l.full, gatePoll), c.d.cfg.ReceiverBlockTimeout)
 			return 0, 0, l.full, true, nil
 		}
 		l.full = 0
