@@ -21,6 +21,13 @@ type WorkerInfo struct {
 	Receivers []string `json:"receivers"`
 	// Concurrency is the concurrency of each receiver it serves.
 	Concurrency map[string]int `json:"concurrency"`
+	// GlobalConcurrency is WithGlobalConcurrency of each receiver it
+	// serves that has one.
+	GlobalConcurrency map[string]int `json:"global_concurrency,omitempty"`
+	// RateLimit and RateBurst are WithRateLimit of each receiver it serves
+	// that has one.
+	RateLimit map[string]float64 `json:"rate_limit,omitempty"`
+	RateBurst map[string]int     `json:"rate_burst,omitempty"`
 	// InFlight is how many messages it was handling at its last heartbeat.
 	InFlight int64 `json:"in_flight"`
 	// Processed is how many messages it handled successfully.
@@ -52,6 +59,10 @@ type ReceiverStats struct {
 	// Paused reports whether the receiver is paused (Pause): its messages
 	// queue, and no instance starts them until Resume.
 	Paused bool `json:"paused"`
+	// QueuedHigh and QueuedLow count the messages of Queued sent with
+	// PriorityHigh and PriorityLow (the others are at PriorityNormal).
+	QueuedHigh int64 `json:"queued_high,omitempty"`
+	QueuedLow  int64 `json:"queued_low,omitempty"`
 }
 
 // DeadLetter is a message in a receiver's dead-letter stream.
@@ -94,6 +105,16 @@ type ReceiverLocalStats struct {
 	DeadLettered int64
 	// Expired counts messages dropped because their deadline had passed.
 	Expired int64
+	// GivenBack counts messages given back without counting an attempt
+	// (HandleWithPool: no worker could be had, or it was broken).
+	GivenBack int64
+	// GlobalConcurrency is the receiver's WithGlobalConcurrency (0 when
+	// none), and HeldSlots how many of its slots this instance holds now.
+	GlobalConcurrency, HeldSlots int
+	// RateLimit and RateBurst are the receiver's WithRateLimit (0 when
+	// none).
+	RateLimit float64
+	RateBurst int
 }
 
 // LocalStats are this instance's counters since New.

@@ -41,6 +41,7 @@ type consumer struct {
 	lockHeld    atomic.Bool      // exclusive mode: this instance holds the lock
 	lockTTL     time.Duration
 	lockRenewAt time.Time
+	lim         *limiter // nil unless gated (limits.go)
 
 	// paused is set while the receiver is paused (see pause.go); resumed
 	// is closed when it is resumed. Guarded by pauseMu, paused read alone
@@ -49,7 +50,7 @@ type consumer struct {
 	pauseMu sync.Mutex
 	resumed chan struct{}
 
-	processed, failed, retried, deadLettered, expired atomic.Int64
+	processed, failed, retried, deadLettered, expired, givenBack atomic.Int64
 }
 
 // task is one delivery being handled.
@@ -88,6 +89,9 @@ func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*cons
 	c.acks = newAcker(d, "receiver", receiver, func(ctx context.Context, refs ...string) error {
 		return d.b.Ack(ctx, receiver, refs...)
 	})
+	if c.gated() {
+		c.lim = newLimiter(c)
+	}
 	c.fetchCtx, c.stopFetch = context.WithCancel(d.bgCtx)
 	c.hardCtx, c.hardCancel = context.WithCancelCause(context.Background())
 	return c, nil
@@ -118,6 +122,11 @@ func (c *consumer) stop(ctx context.Context) error {
 		close(c.keeperStop)
 		<-c.keeperDone
 		c.acks.close(ctx)
+		if c.lim != nil {
+			rctx, cancel := context.WithTimeout(c.d.opCtx, 5*time.Second)
+			c.lim.releaseAll(rctx)
+			cancel()
+		}
 		if c.lockHeld.Load() {
 			rctx, cancel := context.WithTimeout(c.d.opCtx, 5*time.Second)
 			if err := c.d.b.Release(rctx, c.name, c.d.id); err != nil {
@@ -156,8 +165,29 @@ func (c *consumer) fetchLoop() {
 			}
 			continue
 		}
+		if c.lim != nil {
+			var wait time.Duration
+			var onFree bool
+			var err error
+			free, fp.Block, wait, onFree, err = c.lim.gate(c.fetchCtx, free)
+			if err != nil {
+				if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+					return
+				}
+				d.health.fail("flow limits", err)
+				bo.wait(c.fetchCtx.Done())
+				continue
+			}
+			if free <= 0 {
+				c.sleep(wait, onFree)
+				continue
+			}
+		}
 		fp.Max = free
 		ds, err := d.b.Fetch(c.fetchCtx, &fp)
+		if c.lim != nil {
+			c.lim.ungate(d.opCtx, free, len(ds))
+		}
 		if err != nil {
 			if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
 				return
@@ -171,6 +201,10 @@ func (c *consumer) fetchLoop() {
 		if len(ds) > 0 {
 			c.dispatch(ds)
 			yieldToWoken()
+		} else if c.lim != nil && fp.Block <= 0 {
+			// A fetch that may not block in the broker (WithRateLimit)
+			// found nothing: look again after a while.
+			c.sleep(c.lim.idleWait(), false)
 		}
 	}
 }
@@ -323,6 +357,10 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 		c.succeed(t, msg, resp, took, err != nil)
 		return
 	}
+	if isGivenBack(err) {
+		c.giveBack(t, msg, err)
+		return
+	}
 	c.fail(t, msg, err, took, deadline)
 }
 
@@ -414,6 +452,19 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 	}
 }
 
+// giveBack returns a delivery at once without counting an attempt: it
+// could not start here for a reason of this instance's (HandleWithPool).
+func (c *consumer) giveBack(t *task, msg *Message, err error) {
+	d := c.d
+	d.log.Debug("disker: message given back without counting an attempt", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
+	if err := d.b.Retry(d.opCtx, &broker.RetryParams{Receiver: c.name, Consumer: d.id, Ref: t.dl.Ref, Lease: c.o.lease, Uncounted: true}); err != nil && !errors.Is(err, broker.ErrLeaseLost) {
+		d.health.fail("give back", err)
+		d.log.Warn("disker: cannot give the message back; it returns when its lease ends", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
+		return
+	}
+	c.givenBack.Add(1)
+}
+
 // errorText is the text of a handler error as it travels in an error reply:
 // a panic's value without its stack.
 func errorText(err error) string {
@@ -445,6 +496,9 @@ func (c *consumer) keepLeases() {
 			refs = append(refs, ref)
 		}
 		c.mu.Unlock()
+		if c.lim != nil {
+			c.lim.renew(d.opCtx)
+		}
 		if len(refs) == 0 {
 			continue
 		}
@@ -478,7 +532,20 @@ func (c *consumer) stats() ReceiverLocalStats {
 		Retried:      c.retried.Load(),
 		DeadLettered: c.deadLettered.Load(),
 		Expired:      c.expired.Load(),
+		GivenBack:    c.givenBack.Load(),
+
+		GlobalConcurrency: c.o.globalConcurrency,
+		HeldSlots:         c.heldSlots(),
+		RateLimit:         c.o.rate,
+		RateBurst:         c.o.burst,
 	}
+}
+
+func (c *consumer) heldSlots() int {
+	if c.lim == nil {
+		return 0
+	}
+	return c.lim.heldSlots()
 }
 
 // logAttrs are the attributes of a delivery in logs.

@@ -42,10 +42,16 @@
 //   - [Disker.Close] stops fetching, lets in-flight handlers finish until its
 //     context ends, and leaves the rest to be delivered again.
 //
-// Flow control: [WithDedupKey] sends a message once per key and receiver
-// within a window; [WithIdempotencyKey] makes Requests with one key share one
-// run of the handler and its one reply; [Disker.Pause] and [Disker.Resume]
-// stop and restart a receiver on every instance, while sends still queue.
+// Flow control, decided in the broker on its clock: [WithDedupKey] sends a
+// message once per key and receiver within a window; [WithIdempotencyKey]
+// makes Requests with one key share one run of the handler and its one
+// reply; [Disker.Pause] and [Disker.Resume] stop and restart a receiver on
+// every instance, while sends still queue; [WithPriority] sends a message
+// ahead of (or behind) the normal ones; [WithGlobalConcurrency] and
+// [WithRateLimit] bound a receiver across all its instances, and a message
+// over a limit waits in the queue without using an attempt;
+// [HandleWithPool] serves a receiver with the workers of a [pool.Pool],
+// fetching only as many messages as it has workers ready.
 //
 // [WithExclusive] makes one instance at a time serve a receiver. The registry
 // of live instances is [Disker.Workers]; queue and dead-letter statistics are

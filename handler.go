@@ -90,7 +90,12 @@ type handleOptions struct {
 	backoff     func(attempt int) time.Duration
 	lease       time.Duration
 	exclusive   bool
-	err         error
+	// Flow limits (limits.go): 0 (nil) when not used.
+	globalConcurrency int
+	rate              float64
+	burst             int
+	ready             func(inFlight int) int // HandleWithPool: workers ready
+	err               error
 }
 
 // HandleOption configures how a receiver is served (Handle).

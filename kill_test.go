@@ -101,6 +101,9 @@ func runChild() int {
 	if os.Getenv(childEnv) == "scheduler" {
 		return runScheduler(d)
 	}
+	if os.Getenv(childEnv) == "limited" {
+		return runLimitedChild(d)
+	}
 	block := make(chan struct{})
 	err = d.Handle(os.Getenv("DISKER_TEST_RECEIVER"), disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
 		fmt.Printf("started %s %d\n", m.ID, m.Attempt)
@@ -198,12 +201,13 @@ type child struct {
 // startChild starts the test binary as a child of kind ("worker" or
 // "requester") on e's Redis, for receiver; instance is the requester's
 // instance id. The child is killed when the test ends, if it was not.
-func startChild(t *testing.T, e *env, kind, receiver, instance string) *child {
+func startChild(t *testing.T, e *env, kind, receiver, instance string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+kind,
 		"DISKER_TEST_URL="+e.url, "DISKER_TEST_PREFIX="+e.base.KeyPrefix,
 		"DISKER_TEST_RECEIVER="+receiver, "DISKER_TEST_INSTANCE="+instance)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe() // kept open: the child runs while it is
 	if err != nil {

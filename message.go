@@ -43,6 +43,9 @@ type Message struct {
 	// Error is set on replies that carry an error instead of a response,
 	// such as a request that was dead-lettered (Code CodeDeadLetter).
 	Error *RemoteError
+	// Priority is set on delivered messages: the level it was sent with
+	// (WithPriority).
+	Priority Priority
 
 	// timeout is the timeout the message was sent with (WithTimeout), set
 	// on delivered messages; 0 if none.
@@ -98,6 +101,7 @@ type sendOptions struct {
 	idempotent bool // WithIdempotencyKey
 	idemKey    string
 	idemTTL    time.Duration // WithIdempotencyTTL; 0 means DefaultIdempotencyTTL
+	priority   Priority      // WithPriority
 }
 
 // sendOptionsOf applies opts.
@@ -135,6 +139,8 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithIdempotencyTTL", "must be >= 1ms, got %v", o.idemTTL)
 	case o.idemTTL > 0 && !o.idempotent:
 		return invalid("WithIdempotencyTTL", "needs WithIdempotencyKey")
+	case o.priority < PriorityLow || o.priority > PriorityHigh:
+		return invalid("WithPriority", "must be in %d..%d (PriorityLow..PriorityHigh), got %d", PriorityLow, PriorityHigh, o.priority)
 	}
 	return nil
 }
@@ -175,6 +181,53 @@ func WithDedupKey(key string, ttl time.Duration) SendOption {
 	return func(o *sendOptions) { o.dedup, o.dedupKey, o.dedupTTL = true, key, ttl }
 }
 
+// Priority is a message's level in its receiver's queue: a worker takes
+// every waiting message of a higher level before any of a lower one.
+type Priority int
+
+// The priority levels. PriorityNormal is the default.
+const (
+	PriorityLow    Priority = -1
+	PriorityNormal Priority = 0
+	PriorityHigh   Priority = 1
+)
+
+// String returns "low", "normal" or "high" (or the number, out of range).
+func (p Priority) String() string {
+	switch p {
+	case PriorityLow:
+		return "low"
+	case PriorityNormal:
+		return "normal"
+	case PriorityHigh:
+		return "high"
+	}
+	return fmt.Sprintf("Priority(%d)", int(p))
+}
+
+// WithPriority sends the message at level p, one of PriorityLow,
+// PriorityNormal (the default) and PriorityHigh. Priority is strict: a
+// worker of the receiver takes every waiting message of a higher level
+// before any of a lower one, including messages whose retry delay or
+// lease has run out, so a steady flow of high messages starves the lower
+// levels, and messages an instance already fetched ahead of its free
+// handlers (WithPrefetch) still run first. The level stays with the
+// message through retries, lease
+// reclaims and dead letters (a dead letter retried goes back to its
+// level), and is set on the delivered Message.Priority.
+//
+// A receiver that has only ever had normal messages costs nothing more
+// than before: on Redis each level is a stream of its own beside the
+// receiver's queue, and workers look at the others only while they hold
+// messages. So the first message at another level sent to a receiver
+// whose other levels are empty is noticed by a busy worker within 100ms
+// (until then it may take normal messages first), and by one waiting in a
+// blocking read when that read ends, within Config.ReceiverBlockTimeout.
+// From then on the order is strict.
+func WithPriority(p Priority) SendOption {
+	return func(o *sendOptions) { o.priority = p }
+}
+
 // WithTimeout gives the message a deadline of d after it is sent: its
 // sender then receives exactly one of the reply or a timeout notice (see
 // OnTimeout), and a worker never starts it after the deadline. 0 means no
@@ -211,7 +264,7 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 	if o.dedup {
 		return d.sendDedup(ctx, &msg, &o, id)
 	}
-	if _, err := d.send(ctx, &msg, o.timeout, id); err != nil {
+	if _, err := d.send(ctx, &msg, &o, id); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -250,7 +303,7 @@ func (d *Disker) SendBatch(ctx context.Context, msgs []Message, opts ...SendOpti
 			}
 			return nil, err
 		}
-		envs[i] = envelope(m, o.timeout, newID())
+		envs[i] = envelope(m, &o, newID())
 	}
 	if len(envs) == 0 {
 		return []string{}, nil
@@ -296,7 +349,7 @@ func (d *Disker) sendDedup(ctx context.Context, m *Message, o *sendOptions, id s
 	if d.closed.Load() {
 		return "", ErrClosed
 	}
-	first, dup, err := d.b.SendDedup(ctx, &broker.SendDedupParams{Env: envelope(m, 0, id), Key: o.dedupKey, TTL: o.dedupTTL})
+	first, dup, err := d.b.SendDedup(ctx, &broker.SendDedupParams{Env: envelope(m, &sendOptions{priority: o.priority}, id), Key: o.dedupKey, TTL: o.dedupTTL})
 	if err != nil {
 		return "", d.afterSend(m, id, err)
 	}
@@ -331,13 +384,14 @@ func (d *Disker) checkContent(m *Message) error {
 	return nil
 }
 
-// send sends a validated message with timeout (0 for none) under id. It
-// returns the deadline in the broker's clock (zero if none).
-func (d *Disker) send(ctx context.Context, m *Message, timeout time.Duration, id string) (time.Time, error) {
+// send sends a validated message with o under id. It returns the deadline
+// in the broker's clock (zero if none).
+func (d *Disker) send(ctx context.Context, m *Message, o *sendOptions, id string) (time.Time, error) {
 	if d.closed.Load() {
 		return time.Time{}, ErrClosed
 	}
-	env := envelope(m, timeout, id)
+	timeout := o.timeout
+	env := envelope(m, o, id)
 	if timeout > 0 {
 		// Watch before sending: the monitor must know the sender by the time
 		// the deadline passes.
@@ -362,8 +416,8 @@ func (d *Disker) afterSend(m *Message, id string, err error) error {
 	return nil
 }
 
-// envelope returns the envelope of m, sent with timeout under id.
-func envelope(m *Message, timeout time.Duration, id string) *broker.Envelope {
+// envelope returns the envelope of m, sent with o under id.
+func envelope(m *Message, o *sendOptions, id string) *broker.Envelope {
 	return &broker.Envelope{
 		ID:            id,
 		Sender:        m.Sender,
@@ -371,7 +425,8 @@ func envelope(m *Message, timeout time.Duration, id string) *broker.Envelope {
 		Content:       m.Content,
 		Headers:       m.Headers,
 		FireAndForget: m.Sender == "",
-		Timeout:       timeout,
+		Timeout:       o.timeout,
+		Priority:      int(o.priority),
 	}
 }
 
@@ -386,6 +441,7 @@ func (d *Disker) messageOf(env *broker.Envelope, deadline time.Time, attempt int
 		Deadline:  d.b.Local(deadline),
 		Attempt:   attempt,
 		InReplyTo: env.InReplyTo,
+		Priority:  Priority(env.Priority),
 
 		timeout:        env.Timeout,
 		noReply:        env.FireAndForget,

@@ -64,6 +64,18 @@ func (d *Disker) workerInfo() broker.WorkerInfo {
 	for name, c := range d.consumers {
 		info.Receivers = append(info.Receivers, name)
 		info.Concurrency[name] = c.o.concurrency
+		if c.o.globalConcurrency > 0 {
+			if info.GlobalConcurrency == nil {
+				info.GlobalConcurrency = map[string]int{}
+			}
+			info.GlobalConcurrency[name] = c.o.globalConcurrency
+		}
+		if c.o.rate > 0 {
+			if info.RateLimit == nil {
+				info.RateLimit, info.RateBurst = map[string]float64{}, map[string]int{}
+			}
+			info.RateLimit[name], info.RateBurst[name] = c.o.rate, c.o.burst
+		}
 		info.InFlight += c.n.Load()
 		info.Processed += c.processed.Load()
 		info.Failed += c.failed.Load()

@@ -256,7 +256,7 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 		if o.idempotent {
 			return r.sendIdempotent(context.WithoutCancel(ctx), &msg, timeout, id, &o)
 		}
-		dl, err := r.send(context.WithoutCancel(ctx), &msg, timeout, id)
+		dl, err := r.send(context.WithoutCancel(ctx), &msg, &sendOptions{timeout: timeout, priority: o.priority}, id)
 		return sentRequest{deadline: dl}, err
 	})
 	deadline := res.deadline
@@ -484,12 +484,12 @@ func (r *requester) deliverOutcome(e *broker.Reply) {
 // send sends m, a Request's message from the inbox, under id. It returns
 // the deadline in the broker's clock (zero if none), also with an error
 // that leaves it unknown whether m was queued (see broker.Inbox).
-func (r *requester) send(ctx context.Context, m *Message, timeout time.Duration, id string) (time.Time, error) {
+func (r *requester) send(ctx context.Context, m *Message, o *sendOptions, id string) (time.Time, error) {
 	d := r.d
 	if d.closed.Load() {
 		return time.Time{}, ErrClosed
 	}
-	bdl, err := d.b.SendRequest(ctx, envelope(m, timeout, id))
+	bdl, err := d.b.SendRequest(ctx, envelope(m, o, id))
 	return bdl, d.afterSend(m, id, err)
 }
 
@@ -547,7 +547,7 @@ func (r *requester) sendIdempotent(ctx context.Context, m *Message, timeout time
 	if ttl == 0 {
 		ttl = DefaultIdempotencyTTL
 	}
-	bdl, stored, err := d.b.BeginIdempotent(ctx, &broker.BeginIdempotentParams{Env: envelope(m, timeout, id), Key: o.idemKey, TTL: ttl})
+	bdl, stored, err := d.b.BeginIdempotent(ctx, &broker.BeginIdempotentParams{Env: envelope(m, &sendOptions{timeout: timeout, priority: o.priority}, id), Key: o.idemKey, TTL: ttl})
 	if stored != nil {
 		// Answered already: nothing was sent.
 		stored.InReplyTo = id

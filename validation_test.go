@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +113,8 @@ func TestBadInput(t *testing.T) {
 			{"negative timeout", "WithTimeout", disker.Message{Sender: "s", Receiver: "r"}, []disker.SendOption{disker.WithTimeout(-time.Second)}},
 			{"sub-millisecond timeout", "WithTimeout", disker.Message{Sender: "s", Receiver: "r"}, []disker.SendOption{disker.WithTimeout(time.Microsecond)}},
 			{"timed fire-and-forget", "WithTimeout", disker.Message{Receiver: "r"}, []disker.SendOption{disker.WithTimeout(time.Second)}},
+			{"priority above high", "WithPriority", disker.Message{Receiver: "r"}, []disker.SendOption{disker.WithPriority(disker.PriorityHigh + 1)}},
+			{"priority below low", "WithPriority", disker.Message{Receiver: "r"}, []disker.SendOption{disker.WithPriority(-5)}},
 		} {
 			t.Run("Send "+tc.what, func(t *testing.T) {
 				id, err := d.Send(ctx, tc.msg, tc.opts...)
@@ -130,8 +133,13 @@ func TestBadInput(t *testing.T) {
 		wantValidation(t, err, "Message.Sender")
 		_, err = d.Request(ctx, disker.Message{Receiver: "r"}, disker.WithTimeout(-time.Second))
 		wantValidation(t, err, "WithTimeout")
+		_, err = d.Request(ctx, disker.Message{Receiver: "r"}, disker.WithPriority(2))
+		wantValidation(t, err, "WithPriority")
+		_, err = d.SendBatch(ctx, []disker.Message{{Receiver: "r"}}, disker.WithPriority(2))
+		wantValidation(t, err, "WithPriority")
 
 		wantValidation(t, d.Handle("r", nil), "Handler")
+		wantValidation(t, disker.HandleWithPool[int](d, "r", nil, func(context.Context, int, *disker.Message) ([]byte, error) { return nil, nil }), "Pool")
 		wantValidation(t, d.OnReply("s", nil), "ReplyHandler")
 		wantValidation(t, d.OnTimeout("s", nil), "TimeoutHandler")
 		for _, tc := range []struct {
@@ -143,6 +151,12 @@ func TestBadInput(t *testing.T) {
 			{"WithMaxAttempts", disker.WithMaxAttempts(0)},
 			{"WithBackoff", disker.WithBackoff(nil)},
 			{"WithLease", disker.WithLease(time.Millisecond)},
+			{"WithGlobalConcurrency", disker.WithGlobalConcurrency(0)},
+			{"WithRateLimit.rate", disker.WithRateLimit(0, 1)},
+			{"WithRateLimit.rate", disker.WithRateLimit(-5, 1)},
+			{"WithRateLimit.rate", disker.WithRateLimit(math.NaN(), 1)},
+			{"WithRateLimit.rate", disker.WithRateLimit(math.Inf(1), 1)},
+			{"WithRateLimit.burst", disker.WithRateLimit(10, 0)},
 		} {
 			wantValidation(t, d.Handle("r", h, tc.opt), tc.field)
 		}

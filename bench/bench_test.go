@@ -84,7 +84,7 @@ func TestDiskerSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTables(t, tables, 4)
+	checkTables(t, tables, 5)
 }
 
 // TestDiskerSuiteCommandStats checks that -cmdstats reports the commands of

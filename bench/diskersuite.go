@@ -11,15 +11,17 @@ import (
 // DiskerSuite runs the Redis workloads against one private redis-server per
 // workload (persistence off), emptied with FLUSHALL before every run:
 // fire-and-forget (8 producers, 32 handlers, 100,000 no-op messages) and
-// request/reply with a 5 s timeout from 1 and from 32 requesters, and sends
-// with and without a dedup key (fewer messages with Quick or Tiny).
+// request/reply with a 5 s timeout from 1 and from 32 requesters, sends
+// with and without a dedup key, and the flow limits (a rate-limited
+// receiver, global against local concurrency) (fewer messages with Quick or
+// Tiny).
 func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
-	nFF, nRR1, nRR32 := 100_000, 10_000, 50_000
+	nFF, nRR1, nRR32, nLim := 100_000, 10_000, 50_000, 5_000
 	switch {
 	case o.Tiny:
-		nFF, nRR1, nRR32 = 400, 50, 320
+		nFF, nRR1, nRR32, nLim = 400, 50, 320, 100
 	case o.Quick:
-		nFF, nRR1, nRR32 = 10_000, 1_000, 5_000
+		nFF, nRR1, nRR32, nLim = 10_000, 1_000, 5_000, 1_000
 	}
 
 	nDedup := 50_000
@@ -51,6 +53,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			return nil, err
 		}
 	}
+	var lim map[string][]sample
+	if o.runsWorkload("limits") {
+		if lim, err = runRedisWorkload(ctx, o, "flow limits", limitsImpls(nLim)); err != nil {
+			return nil, err
+		}
+	}
 	var tables []Table
 	if ff != nil {
 		tables = append(tables, ffTable(ff, nFF))
@@ -63,6 +71,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	if dd != nil {
 		tables = append(tables, dedupTable(dd, nDedup))
+	}
+	if lim != nil {
+		tables = append(tables, limitsTable(lim, nLim))
 	}
 	return tables, nil
 }

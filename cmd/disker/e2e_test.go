@@ -544,6 +544,63 @@ func TestDeadLettersAndStats(t *testing.T) {
 	}
 }
 
+// TestPriorityAndLimits sends messages at three priority levels with
+// "disker send --priority" to a receiver no worker serves: "stats" counts
+// them by level. A worker started with --global-concurrency and --rate
+// shows its limits in "stats", and handles the high one first.
+func TestPriorityAndLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, p := range []string{"low", "normal", "high"} {
+		if _, errOut, code := e.run("", "send", "--to", "ranked", "--priority", p, "--fire-and-forget", p); code != 0 {
+			t.Fatalf("send --priority %s: %s", p, errOut)
+		}
+	}
+	type row struct {
+		Receiver          string  `json:"receiver"`
+		Queued            int64   `json:"queued"`
+		QueuedHigh        int64   `json:"queued_high"`
+		QueuedLow         int64   `json:"queued_low"`
+		GlobalConcurrency int     `json:"global_concurrency"`
+		RateLimit         float64 `json:"rate_limit"`
+		RateBurst         int     `json:"rate_burst"`
+	}
+	stats := func() row {
+		out, errOut, code := e.run("", "stats", "--json", "--receiver", "ranked")
+		var snap struct {
+			Receivers []row `json:"receivers"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &snap) != nil || len(snap.Receivers) != 1 {
+			t.Fatalf("stats --json: %d %s %s", code, out, errOut)
+		}
+		return snap.Receivers[0]
+	}
+	if r := stats(); r.Queued != 3 || r.QueuedHigh != 1 || r.QueuedLow != 1 {
+		t.Fatalf("stats: %+v, want 3 queued, 1 high and 1 low", r)
+	}
+	out, _, code := e.run("", "stats", "--receiver", "ranked")
+	if code != 0 || !strings.Contains(out, "3 (high 1, low 1)") || !strings.Contains(out, "LIMITS") {
+		t.Fatalf("stats (%d):\n%s", code, out)
+	}
+	log := filepath.Join(t.TempDir(), "order")
+	e.startWorker("--receiver", "ranked", "--concurrency", "1", "--global-concurrency", "2", "--rate", "50", "--burst", "5",
+		"--shell", "--exec", "cat >> "+log+"; echo >> "+log)
+	waitFor(t, 30*time.Second, "the three messages handled", func() bool {
+		b, _ := os.ReadFile(log)
+		return strings.Count(string(b), "\n") == 3
+	})
+	if b, _ := os.ReadFile(log); string(b) != "high\nnormal\nlow\n" {
+		t.Fatalf("handled in the order %q, want high, normal, low", b)
+	}
+	if r := stats(); r.GlobalConcurrency != 2 || r.RateLimit != 50 || r.RateBurst != 5 {
+		t.Fatalf("stats with the worker: %+v, want global concurrency 2, rate 50, burst 5", r)
+	}
+	out, _, _ = e.run("", "stats", "--receiver", "ranked")
+	if !strings.Contains(out, "2 at once, 50/s burst 5") {
+		t.Fatalf("stats does not show the limits:\n%s", out)
+	}
+}
+
 // TestWorkerGracefulStop sends SIGTERM to a worker with a message in
 // flight: it finishes the message, replies, and exits 0. A second signal
 // exits at once.
@@ -699,6 +756,12 @@ func TestUsage(t *testing.T) {
 		{[]string{"worker", "--receiver", "x", "--exec", "cat"}, "DISKER_CONCURRENCY=lots", 2, "DISKER_CONCURRENCY"},
 		{[]string{"worker", "--receiver", "x", "--exec", "'unterminated"}, "", 2, "unterminated"},
 		{[]string{"gateway", "--receiver", "web", "--timeout", "0s"}, "", 2, "--timeout"},
+		{[]string{"worker", "--receiver", "x", "--exec", "cat", "--global-concurrency", "0"}, "", 2, "--global-concurrency"},
+		{[]string{"worker", "--receiver", "x", "--exec", "cat", "--rate", "0"}, "", 2, "--rate"},
+		{[]string{"worker", "--receiver", "x", "--exec", "cat", "--rate", "-3"}, "", 2, "--rate"},
+		{[]string{"worker", "--receiver", "x", "--exec", "cat", "--rate", "10", "--burst", "0"}, "", 2, "--burst"},
+		{[]string{"worker", "--receiver", "x", "--exec", "cat", "--burst", "5"}, "", 2, "--burst needs --rate"},
+		{[]string{"send", "--to", "x", "--priority", "urgent", "hi"}, "", 2, "--priority"},
 		{[]string{"send", "hello"}, "", 2, "--to is required"},
 		{[]string{"send", "--to", "x", "--wait", "--fire-and-forget", "hi"}, "", 2, "exclude each other"},
 		{[]string{"dlq", "retry", "--receiver", "x"}, "", 2, "--all"},

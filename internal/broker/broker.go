@@ -65,7 +65,20 @@ type Envelope struct {
 	// Idempotency.BeginIdempotent: its reply is stored under the key and
 	// sent to the key's waiters (Idempotency.SettleIdempotent).
 	IdempotencyKey string
+	// Priority is the message's level in its receiver's queue, from
+	// PriorityLow to PriorityHigh; 0 (PriorityNormal) is the default. A
+	// fetch takes every waiting message of a higher level before any of a
+	// lower one. The broker keeps it with the message (it is not part of
+	// the wire encoding) and sets it on deliveries and dead letters.
+	Priority int
 }
+
+// The priority levels of a message (Envelope.Priority).
+const (
+	PriorityLow    = -1
+	PriorityNormal = 0
+	PriorityHigh   = 1
+)
 
 // Delivery is one leased delivery of a message to a consumer.
 type Delivery struct {
@@ -150,10 +163,14 @@ type WorkerInfo struct {
 	PID         int            `json:"pid"`
 	Receivers   []string       `json:"receivers"`
 	Concurrency map[string]int `json:"concurrency"`
-	InFlight    int64          `json:"in_flight"`
-	Processed   int64          `json:"processed"`
-	Failed      int64          `json:"failed"`
-	StartedAt   time.Time      `json:"started_at"`
+	// The cluster-wide limits of the receivers that have them.
+	GlobalConcurrency map[string]int     `json:"global_concurrency,omitempty"`
+	RateLimit         map[string]float64 `json:"rate_limit,omitempty"`
+	RateBurst         map[string]int     `json:"rate_burst,omitempty"`
+	InFlight          int64              `json:"in_flight"`
+	Processed         int64              `json:"processed"`
+	Failed            int64              `json:"failed"`
+	StartedAt         time.Time          `json:"started_at"`
 	// LastSeen is set by the broker on Heartbeat (broker time).
 	LastSeen time.Time `json:"last_seen"`
 }
@@ -170,6 +187,9 @@ type ReceiverStats struct {
 	OldestQueued time.Time
 	// Paused reports whether the receiver is paused (Pauses.Pause).
 	Paused bool
+	// QueuedHigh and QueuedLow are the entries of Queued at PriorityHigh
+	// and PriorityLow (the rest are at PriorityNormal).
+	QueuedHigh, QueuedLow int64
 }
 
 // Broker is the storage engine: the composition of one small interface
@@ -194,6 +214,7 @@ type Broker interface {
 	Pauses
 	Idempotency
 	Schedules
+	Limits
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.
@@ -371,6 +392,31 @@ type Locks interface {
 	Release(ctx context.Context, receiver, owner string) error
 }
 
+// Limits are a receiver's cluster-wide flow limits, shared by every
+// instance that serves it and decided on broker time: a token bucket of
+// starts per second (a rate limit) and a set of concurrency slots held
+// under leases (a global concurrency limit). The caller takes tokens and
+// slots before it fetches, so that it never fetches a message it may not
+// start.
+type Limits interface {
+	// TakeTokens takes up to p.Want tokens from p.Receiver's bucket, which
+	// holds at most p.Burst and refills at p.Rate tokens per second of
+	// broker time (a bucket never used is full). It returns how many it
+	// took and, when it took none, how long until the next token is due.
+	// A negative p.Want puts -p.Want tokens back (unused ones), up to
+	// p.Burst, and returns 0.
+	TakeTokens(ctx context.Context, p *TokensParams) (took int, wait time.Duration, err error)
+
+	// Slots changes how many of p.Receiver's p.Limit concurrency slots
+	// p.Holder holds, and returns how many it holds after: p.Delta > 0
+	// takes up to p.Delta more while the holders together hold fewer than
+	// p.Limit; p.Delta < 0 gives -p.Delta back; 0 changes nothing. Each
+	// call renews the holder's lease to p.Lease from now (broker time);
+	// the slots of a holder whose lease ran out are free again, and a
+	// holder that lost its slots that way is told by the count returned.
+	Slots(ctx context.Context, p *SlotsParams) (held int, err error)
+}
+
 // Registry is the registry of live workers.
 type Registry interface {
 	// Heartbeat records info as live for ttl.
@@ -510,6 +556,8 @@ func CheckSend(env *Envelope, maxSize int) error {
 		return fmt.Errorf("Envelope.Timeout is negative: %v", env.Timeout)
 	case env.Timeout > 0 && env.Sender == "":
 		return errors.New("Envelope.Sender is empty, but a message with a Timeout needs a reply address")
+	case env.Priority < PriorityLow || env.Priority > PriorityHigh:
+		return fmt.Errorf("Envelope.Priority is %d, out of %d..%d", env.Priority, PriorityLow, PriorityHigh)
 	}
 	return CheckSize(env, maxSize)
 }

@@ -82,6 +82,11 @@ type RetryParams struct {
 	// Lease is the lease the consumer holds the delivery for (a broker
 	// that ages leases to delay a retry needs it); > 0.
 	Lease time.Duration
+	// Uncounted gives the delivery back without counting it as an
+	// attempt: the next delivery has the same Attempt as this one (the
+	// message could not start here for a reason of the consumer's, such as
+	// a pool of workers that cannot make one).
+	Uncounted bool
 }
 
 // Validate returns an error naming the first field that is not valid.
@@ -166,6 +171,33 @@ func (p *SendDedupParams) Validate() error {
 	return nil
 }
 
+// TokensParams are the parameters of Limits.TakeTokens.
+type TokensParams struct {
+	// Receiver is the receiver whose bucket is used.
+	Receiver string
+	// Want is how many tokens to take; < 0 puts -Want back; not 0.
+	Want int
+	// Rate is how many tokens the bucket gains per second; > 0.
+	Rate float64
+	// Burst is how many tokens the bucket holds at most; >= 1.
+	Burst int
+}
+
+// Validate returns an error naming the first field that is not valid.
+func (p *TokensParams) Validate() error {
+	switch {
+	case p.Receiver == "":
+		return empty("TokensParams.Receiver")
+	case p.Want == 0:
+		return fmt.Errorf("broker: TokensParams.Want must not be 0")
+	case !(p.Rate > 0):
+		return fmt.Errorf("broker: TokensParams.Rate must be > 0, got %v", p.Rate)
+	case p.Burst < 1:
+		return notPositive("TokensParams.Burst", p.Burst)
+	}
+	return nil
+}
+
 // BeginIdempotentParams are the parameters of Idempotency.BeginIdempotent.
 type BeginIdempotentParams struct {
 	// Env is the request, from an inbox (Env.Sender); Env.Timeout is the
@@ -192,6 +224,36 @@ func (p *BeginIdempotentParams) Validate() error {
 		return fmt.Errorf("broker: BeginIdempotentParams.Key is %d bytes, over %d", len(p.Key), MaxKeyLen)
 	case p.TTL <= 0:
 		return notPositive("BeginIdempotentParams.TTL", p.TTL)
+	}
+	return nil
+}
+
+// SlotsParams are the parameters of Limits.Slots.
+type SlotsParams struct {
+	// Receiver is the receiver whose slots are held.
+	Receiver string
+	// Holder is the name the slots are held under (an instance).
+	Holder string
+	// Delta is how many slots to take (> 0) or give back (< 0).
+	Delta int
+	// Limit is how many slots the holders of Receiver may hold together;
+	// > 0.
+	Limit int
+	// Lease is how long the holder's slots stay held unless renewed; > 0.
+	Lease time.Duration
+}
+
+// Validate returns an error naming the first field that is not valid.
+func (p *SlotsParams) Validate() error {
+	switch {
+	case p.Receiver == "":
+		return empty("SlotsParams.Receiver")
+	case p.Holder == "":
+		return empty("SlotsParams.Holder")
+	case p.Limit <= 0:
+		return notPositive("SlotsParams.Limit", p.Limit)
+	case p.Lease <= 0:
+		return notPositive("SlotsParams.Lease", p.Lease)
 	}
 	return nil
 }

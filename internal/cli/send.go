@@ -39,6 +39,7 @@ type sendOptions struct {
 	// dedupSet, dedupTTLSet and idemSet say the flags were given (an
 	// empty key given is an error, not no key).
 	dedupSet, dedupTTLSet, idemSet bool
+	priority                       string
 }
 
 func (a *app) sendCommand() *cobra.Command {
@@ -75,6 +76,7 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
   disker send --to thumbs --wait --timeout 30s @photo.jpg > thumb.png
   echo hi | disker send --to upper --wait -
   disker send --to jobs --file jobs.jsonl
+  disker send --to jobs --priority high '{"job": 1}'
   disker send --to upper --wait --concurrency 16 --file requests.jsonl > replies.jsonl`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
@@ -98,6 +100,7 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
 	fs.StringVar(&o.dedupKey, "dedup-key", "", "send only if no message with this key went to the receiver within --dedup-ttl (not with --wait or --file)")
 	fs.DurationVar(&o.dedupTTL, "dedup-ttl", time.Hour, "with --dedup-key, how long after the first send another with the key is a duplicate")
 	fs.StringVar(&o.idemKey, "idempotency-key", "", "with --wait, requests with this key share one run of the handler and its reply")
+	fs.StringVar(&o.priority, "priority", "normal", "the messages' priority: high, normal or low (a worker takes every waiting message of a higher level first)")
 	o.conn.register(fs)
 	return cmd
 }
@@ -109,6 +112,20 @@ type outgoing struct {
 	content []byte
 	headers map[string]string
 	timeout time.Duration
+	prio    disker.Priority
+}
+
+// parsePriority reads a --priority value: high, normal, low, or 1, 0, -1.
+func parsePriority(v string) (disker.Priority, error) {
+	switch strings.ToLower(v) {
+	case "high", "1", "+1":
+		return disker.PriorityHigh, nil
+	case "normal", "0", "":
+		return disker.PriorityNormal, nil
+	case "low", "-1":
+		return disker.PriorityLow, nil
+	}
+	return 0, usagef("invalid --priority %q: want high, normal or low", v)
 }
 
 func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error {
@@ -119,6 +136,10 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 		o.to = o.receiver
 	}
 	if err := checkName("to", o.to); err != nil {
+		return err
+	}
+	prio, err := parsePriority(o.priority)
+	if err != nil {
 		return err
 	}
 	modes := 0
@@ -176,6 +197,7 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 		msgs = []outgoing{{to: o.to, content: content, timeout: o.timeout}}
 	}
 	for i := range msgs {
+		msgs[i].prio = prio
 		for k, v := range headers {
 			if msgs[i].headers == nil {
 				msgs[i].headers = map[string]string{}
@@ -391,7 +413,7 @@ func (a *app) checkWorkers(ctx context.Context, d *disker.Disker, receiver strin
 func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing, opts ...disker.SendOption) ([]byte, error) {
 	rctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers}, opts...)
+	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers}, append(opts, disker.WithPriority(m.prio))...)
 	if err != nil {
 		if errors.Is(err, disker.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return nil, fmt.Errorf("no reply from %q within %v", m.to, m.timeout)
@@ -403,9 +425,9 @@ func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing, opts ..
 
 func (a *app) sendAsync(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing) (string, error) {
 	if o.dedupKey != "" {
-		return d.Send(ctx, asyncMessage(o, m), disker.WithDedupKey(o.dedupKey, o.dedupTTL))
+		return d.Send(ctx, asyncMessage(o, m), disker.WithDedupKey(o.dedupKey, o.dedupTTL), disker.WithPriority(m.prio))
 	}
-	return d.Send(ctx, asyncMessage(o, m), disker.WithTimeout(m.timeout))
+	return d.Send(ctx, asyncMessage(o, m), disker.WithTimeout(m.timeout), disker.WithPriority(m.prio))
 }
 
 // asyncMessage is the message of m sent without waiting for a reply: from
@@ -430,7 +452,7 @@ func (a *app) sendAsyncBatch(ctx context.Context, d *disker.Disker, o *sendOptio
 	errs := make([]error, 0, len(ms))
 	for len(ms) > 0 {
 		n := 1
-		for n < len(ms) && ms[n].timeout == ms[0].timeout {
+		for n < len(ms) && ms[n].timeout == ms[0].timeout && ms[n].prio == ms[0].prio {
 			n++
 		}
 		i, e := a.sendAsyncRun(ctx, d, o, ms[:n])
@@ -445,13 +467,13 @@ func (a *app) sendAsyncBatch(ctx context.Context, d *disker.Disker, o *sendOptio
 // (a message fails validation), it sends them one by one, so that each
 // line gets its own answer.
 func (a *app) sendAsyncRun(ctx context.Context, d *disker.Disker, o *sendOptions, ms []outgoing) ([]string, []error) {
-	timeout := disker.WithTimeout(ms[0].timeout)
+	timeout, prio := disker.WithTimeout(ms[0].timeout), disker.WithPriority(ms[0].prio)
 	msgs := make([]disker.Message, len(ms))
 	for i, m := range ms {
 		msgs[i] = asyncMessage(o, m)
 	}
 	errs := make([]error, len(ms))
-	ids, err := d.SendBatch(ctx, msgs, timeout)
+	ids, err := d.SendBatch(ctx, msgs, timeout, prio)
 	var be *disker.BatchError
 	var ve *disker.ValidationError
 	switch {
@@ -461,7 +483,7 @@ func (a *app) sendAsyncRun(ctx context.Context, d *disker.Disker, o *sendOptions
 	case errors.As(err, &ve):
 		ids = make([]string, len(ms))
 		for i := range msgs {
-			ids[i], errs[i] = d.Send(ctx, msgs[i], timeout)
+			ids[i], errs[i] = d.Send(ctx, msgs[i], timeout, prio)
 		}
 	default:
 		ids = make([]string, len(ms))

@@ -71,6 +71,35 @@ type receiverRow struct {
 	InFlight int64   `json:"in_flight"`
 	Rate     float64 `json:"rate"`
 	Workers  int     `json:"workers"`
+	// The limits its workers serve it with (the first worker's that has
+	// them; every worker of a receiver should use the same).
+	GlobalConcurrency int     `json:"global_concurrency,omitempty"`
+	RateLimit         float64 `json:"rate_limit,omitempty"`
+	RateBurst         int     `json:"rate_burst,omitempty"`
+}
+
+// limits returns the LIMITS column of r: "-" when none.
+func (r *receiverRow) limits() string {
+	var parts []string
+	if r.GlobalConcurrency > 0 {
+		parts = append(parts, fmt.Sprintf("%d at once", r.GlobalConcurrency))
+	}
+	if r.RateLimit > 0 {
+		parts = append(parts, fmt.Sprintf("%s/s burst %d", strconv.FormatFloat(r.RateLimit, 'g', -1, 64), r.RateBurst))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// queued returns the QUEUED column of r: with the counts of the high and
+// low priority levels when there are any.
+func (r *receiverRow) queued() string {
+	if r.QueuedHigh == 0 && r.QueuedLow == 0 {
+		return strconv.FormatInt(r.Queued, 10)
+	}
+	return fmt.Sprintf("%d (high %d, low %d)", r.Queued, r.QueuedHigh, r.QueuedLow)
 }
 
 // statsSnapshot is what stats prints.
@@ -202,6 +231,12 @@ func takeSnapshot(ctx context.Context, d *disker.Disker, only []string, rates *r
 			row.Workers++
 			row.InFlight += w.InFlight
 			row.Rate += rateOf[w.ID]
+			if n := w.GlobalConcurrency[name]; n > 0 && row.GlobalConcurrency == 0 {
+				row.GlobalConcurrency = n
+			}
+			if r := w.RateLimit[name]; r > 0 && row.RateLimit == 0 {
+				row.RateLimit, row.RateBurst = r, w.RateBurst[name]
+			}
 		}
 		snap.Receivers = append(snap.Receivers, row)
 	}
@@ -217,13 +252,13 @@ func printStats(w io.Writer, s *statsSnapshot, recent bool) {
 		if recent {
 			rateHead = "RATE/S"
 		}
-		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\t%s\tWORKERS\tPAUSED\n", rateHead)
+		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\t%s\tWORKERS\tLIMITS\tPAUSED\n", rateHead)
 		for _, r := range s.Receivers {
 			paused := "no"
 			if r.Paused {
 				paused = "yes"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\t%s\n", r.Receiver, r.Length, r.Queued, r.Pending, r.InFlight, r.DeadLetters, r.Rate, r.Workers, paused)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", r.Receiver, r.Length, r.queued(), r.Pending, r.InFlight, r.DeadLetters, r.Rate, r.Workers, r.limits(), paused)
 		}
 	}
 	fmt.Fprintln(tw)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"slices"
@@ -35,6 +36,10 @@ type workerOptions struct {
 	exclusive   bool
 	maxMsgSize  byteSize
 	execEnv     []string
+	global      int
+	rate        float64
+	burst       int
+	set         func(name string) bool // whether a flag was given
 }
 
 func (a *app) workerCommand() *cobra.Command {
@@ -63,6 +68,13 @@ to get a response (connection refused, the message's deadline) is an error.
 The request carries X-Forwarded-For, X-Forwarded-Host, X-Disker-Message-Id and
 X-Disker-Attempt.
 
+--global-concurrency N limits the messages of the receiver handled at once
+across every worker that serves it (give each the same N); --rate R limits
+how many start per second across them all, with bursts of up to --burst
+after a quiet spell. A message over a limit waits in the queue: it is not
+fetched and uses no attempt. Both are kept in Redis, on Redis's clock; the
+slots of a worker that dies come back after its --lease.
+
 An error is retried with backoff; after --max-attempts deliveries the message
 moves to the dead-letter stream (see "disker dlq"). If a worker dies, its
 messages go to another worker once their --lease runs out.
@@ -76,6 +88,10 @@ exits 0. A second signal exits at once.`),
   # A script run through sh, four at a time, killed after 10s
   disker worker --receiver thumbs --concurrency 4 --shell --exec-timeout 10s \
     --exec 'convert - -resize 128x128 png:-'
+
+  # At most 5 at once and 200 per second across every worker of "mail"
+  disker worker --receiver mail --global-concurrency 5 --rate 200 --burst 20 \
+    --exec ./send-mail
 
   # Serve HTTP requests from "disker gateway" with a local service
   disker worker --receiver web --http http://127.0.0.1:8000 --admin :9090`,
@@ -98,6 +114,10 @@ exits 0. A second signal exits at once.`),
 	fs.DurationVar(&o.lease, "lease", disker.DefaultLease, "how long a message stays with this worker if it stops renewing (crash) before another worker gets it")
 	fs.BoolVar(&o.exclusive, "exclusive", false, "let one worker at a time serve the receiver (the others stand by)")
 	fs.Var(&o.maxMsgSize, "max-message-size", "largest message or reply content (with --exec, the largest stdout)")
+	fs.IntVar(&o.global, "global-concurrency", 0, "handle at most this many messages of the receiver at once across all its workers (0: no such limit)")
+	fs.Float64Var(&o.rate, "rate", 0, "start at most this many messages of the receiver per second across all its workers (0: no limit)")
+	fs.IntVar(&o.burst, "burst", 1, "with --rate, how many may start at once after a quiet spell")
+	o.set = func(name string) bool { return fs.Changed(name) }
 	o.conn.register(fs)
 	o.adm.register(fs)
 	return cmd
@@ -129,6 +149,14 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 		return usagef("invalid --max-body %v: must be > 0", &o.maxBody)
 	case o.maxMsgSize < 1 || o.maxMsgSize > disker.MaxMessageSizeLimit:
 		return usagef("invalid --max-message-size %v: must be in 1..%d", &o.maxMsgSize, disker.MaxMessageSizeLimit)
+	case o.global < 0 || o.global == 0 && o.set != nil && o.set("global-concurrency"):
+		return usagef("invalid --global-concurrency %d: must be >= 1", o.global)
+	case !(o.rate >= 0) || math.IsInf(o.rate, 1) || o.rate == 0 && o.set != nil && o.set("rate"):
+		return usagef("invalid --rate %v: must be > 0", o.rate)
+	case o.burst < 1:
+		return usagef("invalid --burst %d: must be >= 1", o.burst)
+	case o.rate == 0 && o.set != nil && o.set("burst"):
+		return usagef("--burst needs --rate")
 	}
 	maxMsg := int(o.maxMsgSize)
 	stopTracing, err := a.startTracing(ctx, "worker")
@@ -203,6 +231,12 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 	if o.exclusive {
 		opts = append(opts, disker.WithExclusive())
 	}
+	if o.global > 0 {
+		opts = append(opts, disker.WithGlobalConcurrency(o.global))
+	}
+	if o.rate > 0 {
+		opts = append(opts, disker.WithRateLimit(o.rate, o.burst))
+	}
 	if err := d.Handle(o.receiver, a.traceHandler(h), opts...); err != nil {
 		_ = closeDisker(d, o.adm.shutdownTimeout)
 		return err
@@ -210,7 +244,7 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 	if !a.waitVisible(ctx, d, o.receiver) {
 		a.log.Warn("the registry of workers does not list this worker yet; senders may report no live worker", "receiver", o.receiver)
 	}
-	attrs := []any{"receiver", o.receiver, "mode", mode, "concurrency", o.concurrency,
+	attrs := []any{"receiver", o.receiver, "mode", mode, "concurrency", o.concurrency, "global_concurrency", o.global, "rate", o.rate,
 		"redis", redact(o.conn.redisURL), "instance", d.ID()}
 	if admin != nil {
 		attrs = append(attrs, "admin", admin.Addr())

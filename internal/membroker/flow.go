@@ -166,7 +166,7 @@ func (b *Broker) BeginIdempotent(ctx context.Context, p *broker.BeginIdempotentP
 	c.sweepKeys(now)
 	expires := now.Add(p.TTL)
 	c.idems[k] = &idemEntry{waiters: []broker.IdempotentWaiter{w}, expires: expires}
-	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: expires, at: now})
+	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: expires, prio: env.Priority, at: now})
 	return deadline, nil, nil
 }
 

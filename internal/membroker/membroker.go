@@ -187,6 +187,9 @@ type core struct {
 	// made on first use.
 	schedules    map[string]*schedule
 	schedVersion int64 // the last version given to a schedule
+	// buckets and slots are the receivers' flow limits (limits.go).
+	buckets map[string]*bucket
+	slots   map[string]map[string]slotHold
 }
 
 func newCore(opts Options) *core {
@@ -203,6 +206,8 @@ func newCore(opts Options) *core {
 		dedups:   make(map[string]dedupEntry),
 		paused:   make(map[string]bool),
 		idems:    make(map[string]*idemEntry),
+		buckets:  make(map[string]*bucket),
+		slots:    make(map[string]map[string]slotHold),
 	}
 	if c.now == nil {
 		c.now = time.Now

@@ -63,7 +63,7 @@ func (c *core) put(env *broker.Envelope, raw []byte) time.Time {
 			c.pendingTimeouts(env.Sender).put(env.ID, deadline, raw)
 		}
 	}
-	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: deadline, at: c.now()})
+	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: deadline, prio: env.Priority, at: c.now()})
 	return deadline
 }
 
@@ -102,24 +102,32 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	receiver, consumer, max, lease, maxAttempts := p.Receiver, p.Consumer, p.Max, p.Lease, p.MaxAttempts
 	c := b.c
 	out := []broker.Delivery{}
+	// Priority levels, highest first: in each, reclaimed entries, then
+	// new ones.
 	take := func(s *stream, now time.Time) int {
 		lapsed := func(owner string) bool { return c.lapsed(receiver, consumer, owner, now) }
-		for e := range s.expired(now, lapsed) {
-			if len(out) == max {
-				return len(out)
+		for _, prio := range [...]int{broker.PriorityHigh, broker.PriorityNormal, broker.PriorityLow} {
+			for e := range s.expired(now, lapsed) {
+				if len(out) == max {
+					return len(out)
+				}
+				if e.prio != prio {
+					continue
+				}
+				if maxAttempts > 0 && e.count >= maxAttempts {
+					s.remove(e.ref)
+					c.deadLetter(receiver, e, fmt.Sprintf("gave up after %d deliveries (max attempts %d): lease expired or retried", e.count, maxAttempts), now)
+					continue
+				}
+				if d, ok := c.lease(receiver, s, e, consumer, now, lease); ok {
+					out = append(out, d)
+				}
 			}
-			if maxAttempts > 0 && e.count >= maxAttempts {
-				s.remove(e.ref)
-				c.deadLetter(receiver, e, fmt.Sprintf("gave up after %d deliveries (max attempts %d): lease expired or retried", e.count, maxAttempts), now)
-				continue
-			}
-			if d, ok := c.lease(receiver, s, e, consumer, now, lease); ok {
-				out = append(out, d)
-			}
-		}
-		for len(out) < max && s.fresh.Len() > 0 {
-			if d, ok := c.lease(receiver, s, s.fresh.Front().Value.(*entry), consumer, now, lease); ok {
-				out = append(out, d)
+			fresh := s.freshOf(prio)
+			for len(out) < max && fresh.Len() > 0 {
+				if d, ok := c.lease(receiver, s, fresh.Front().Value.(*entry), consumer, now, lease); ok {
+					out = append(out, d)
+				}
 			}
 		}
 		return len(out)
@@ -141,6 +149,7 @@ func (c *core) lease(receiver string, s *stream, e *entry, consumer string, now 
 		c.deadLetter(receiver, e, "undecodable message: "+err.Error(), now)
 		return broker.Delivery{}, false
 	}
+	env.Priority = e.prio
 	return broker.Delivery{Env: env, Ref: e.ref, Deadline: e.deadline, Attempt: e.count}, true
 }
 
@@ -250,6 +259,9 @@ func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
 	}
 	e := s.entries[ref]
 	e.delivered, e.lease = b.c.now().Add(delay-lease), lease
+	if p.Uncounted && e.count > 0 {
+		e.count--
+	}
 	s.wake() // blocked readers must re-arm for the new due time
 	return nil
 }

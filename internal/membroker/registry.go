@@ -188,11 +188,12 @@ func (b *Broker) Stats(ctx context.Context, receiver string) (broker.ReceiverSta
 func (c *core) stats(receiver string) broker.ReceiverStats {
 	st := broker.ReceiverStats{Receiver: receiver}
 	if s := c.queues[receiver]; s != nil {
-		st.Queued = int64(s.fresh.Len())
+		st.Queued = int64(s.queued())
+		st.QueuedHigh, st.QueuedLow = int64(s.high.Len()), int64(s.low.Len())
 		st.Pending = int64(s.pending.Len())
 		st.Length = st.Queued + st.Pending
-		if first := s.fresh.Front(); first != nil {
-			st.OldestQueued = first.Value.(*entry).at
+		if at, ok := s.oldestQueued(); ok {
+			st.OldestQueued = at
 		}
 	}
 	if d := c.dead[receiver]; d != nil {

@@ -43,7 +43,7 @@ func (b *Broker) Fate(ctx context.Context, p *broker.FateParams) (broker.Fate, e
 	if s := b.c.queues[p.Receiver]; s != nil {
 		var found *entry
 		n := 0
-		for _, l := range []*list.List{&s.pending, &s.fresh} {
+		for _, l := range []*list.List{&s.pending, &s.high, &s.fresh, &s.low} {
 			for el := l.Front(); el != nil && found == nil; el = el.Next() {
 				e := el.Value.(*entry)
 				if e.at.Before(p.Since) {

@@ -14,6 +14,7 @@ type entry struct {
 	raw []byte // the encoded envelope (or bytes that do not decode)
 
 	deadline time.Time // queue entries: the message's deadline, zero if none
+	prio     int       // queue entries: the message's priority level
 
 	kind      broker.ReplyKind // reply entries
 	requestID string           // reply entries
@@ -34,8 +35,10 @@ type entry struct {
 // reclaimed by a reader once idle for at least its lease.
 type stream struct {
 	entries map[string]*entry
-	fresh   list.List // entries never delivered, oldest first
-	pending list.List // delivered entries, in ref order
+	fresh   list.List // entries never delivered, oldest first (of the normal priority level)
+	high    list.List // likewise, of the high level
+	low     list.List // likewise, of the low level
+	pending list.List // delivered entries, in the order of their first delivery
 
 	waiters int           // blocked readers
 	notify  chan struct{} // closed to wake the blocked readers; nil if none wait
@@ -50,10 +53,38 @@ func (s *stream) idle() bool {
 	return len(s.entries) == 0 && s.waiters == 0
 }
 
+// freshOf returns the list of the entries of priority level prio never
+// delivered.
+func (s *stream) freshOf(prio int) *list.List {
+	switch {
+	case prio > 0:
+		return &s.high
+	case prio < 0:
+		return &s.low
+	}
+	return &s.fresh
+}
+
+// queued returns how many entries were never delivered, of all levels.
+func (s *stream) queued() int { return s.fresh.Len() + s.high.Len() + s.low.Len() }
+
+// oldestQueued returns when the oldest entry never delivered was added,
+// of any level, and false when there is none.
+func (s *stream) oldestQueued() (time.Time, bool) {
+	var t time.Time
+	found := false
+	for _, l := range []*list.List{&s.high, &s.fresh, &s.low} {
+		if f := l.Front(); f != nil && (!found || f.Value.(*entry).at.Before(t)) {
+			t, found = f.Value.(*entry).at, true
+		}
+	}
+	return t, found
+}
+
 // add appends e to the stream and wakes the readers.
 func (s *stream) add(e *entry) {
 	s.entries[e.ref] = e
-	e.elem = s.fresh.PushBack(e)
+	e.elem = s.freshOf(e.prio).PushBack(e)
 	s.wake()
 }
 
@@ -67,7 +98,7 @@ func (s *stream) remove(ref string) *entry {
 	if e.pending {
 		s.pending.Remove(e.elem)
 	} else {
-		s.fresh.Remove(e.elem)
+		s.freshOf(e.prio).Remove(e.elem)
 	}
 	e.elem = nil
 	return e
@@ -85,11 +116,8 @@ func (s *stream) owned(ref, consumer string) *entry {
 // deliver leases e to consumer at now.
 func (s *stream) deliver(e *entry, consumer string, now time.Time, lease time.Duration) {
 	if !e.pending {
-		s.fresh.Remove(e.elem)
+		s.freshOf(e.prio).Remove(e.elem)
 		e.pending = true
-		// Fresh entries are delivered oldest first, and their refs are larger
-		// than those of every entry delivered before, so appending keeps the
-		// pending list in ref order.
 		e.elem = s.pending.PushBack(e)
 	}
 	e.owner = consumer
@@ -99,7 +127,8 @@ func (s *stream) deliver(e *entry, consumer string, now time.Time, lease time.Du
 }
 
 // expired yields the pending entries idle for at least their holder's lease
-// at now, and those of a holder for which lapsed is true, in ref order. The
+// at now, and those of a holder for which lapsed is true, in the order of
+// their first delivery. The
 // loop body may remove the entry it is given.
 func (s *stream) expired(now time.Time, lapsed func(owner string) bool) iter.Seq[*entry] {
 	return func(yield func(*entry) bool) {

@@ -180,7 +180,7 @@ func (b *Broker) Receivers(ctx context.Context) ([]string, error) {
 	}
 	var streams []string
 	for _, node := range b.client.Nodes() {
-		for _, suffix := range []string{"q", "dlq"} {
+		for _, suffix := range []string{"q", "qh", "ql", "dlq"} {
 			var cursor uint64
 			for {
 				e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(b.keys.pattern(suffix)).Count(1000).Type("stream").Build()).AsScanEntry()
@@ -211,11 +211,12 @@ func (b *Broker) Receivers(ctx context.Context) ([]string, error) {
 				return nil, b.fail(ctx, "receivers", err)
 			}
 			if n > 0 {
-				name, ok := b.keys.name(streams[i], "q")
-				if !ok {
-					name, _ = b.keys.name(streams[i], "dlq")
+				for _, suffix := range []string{"q", "qh", "ql", "dlq"} {
+					if name, ok := b.keys.name(streams[i], suffix); ok {
+						set[name] = true
+						break
+					}
 				}
-				set[name] = true
 			}
 		}
 	}

@@ -171,3 +171,50 @@ func BenchmarkRequestReply(b *testing.B) {
 	cancel()
 	wg.Wait()
 }
+
+// BenchmarkFetchOne measures one consumer that fetches one message at a
+// time and acks it, from a backlog of b.N messages at the normal level:
+// "plain" with no other level in use (a fetch is one XREADGROUP), "levels"
+// with one message parked at the low level the whole time (every fetch
+// runs the fetch script, which serves the levels in order).
+func BenchmarkFetchOne(b *testing.B) {
+	for _, mode := range []string{"plain", "levels"} {
+		b.Run(mode, func(b *testing.B) {
+			br := newBroker(b)
+			ctx := context.Background()
+			r := "bench-one-" + mode
+			if mode == "levels" {
+				env := &broker.Envelope{ID: "parked", Receiver: r, Content: []byte("x"), Priority: broker.PriorityLow}
+				if _, err := br.Send(ctx, env); err != nil {
+					b.Fatal(err)
+				}
+			}
+			envs := make([]*broker.Envelope, b.N)
+			for i := range envs {
+				envs[i] = &broker.Envelope{ID: fmt.Sprint("m", i), Receiver: r, Content: make([]byte, 100)}
+			}
+			for i := 0; i < len(envs); i += 1000 {
+				if _, err := br.SendBatch(ctx, envs[i:min(i+1000, len(envs))]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p := broker.FetchParams{Receiver: r, Consumer: "c", Max: 1, Block: 50 * time.Millisecond, Lease: time.Minute}
+			b.ResetTimer()
+			for got := 0; got < b.N; {
+				ds, err := br.Fetch(ctx, &p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, d := range ds {
+					if d.Env.Priority != broker.PriorityNormal {
+						b.Fatalf("fetched the parked low message before %d normal ones", b.N-got)
+					}
+					if err := br.Ack(ctx, r, d.Ref); err != nil {
+						b.Fatal(err)
+					}
+					got++
+				}
+			}
+		})
+	}
+}

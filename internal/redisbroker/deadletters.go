@@ -41,6 +41,12 @@ func (b *Broker) deadLettersFrom(ctx context.Context, receiver, start string, ma
 			dl.Raw = []byte(f["m"])
 		} else {
 			dl.Env = env
+			switch f["p"] {
+			case "h":
+				dl.Env.Priority = broker.PriorityHigh
+			case "l":
+				dl.Env.Priority = broker.PriorityLow
+			}
 		}
 		out = append(out, dl)
 	}
@@ -57,7 +63,8 @@ func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...
 	if err := broker.CheckName("receiver", receiver); err != nil {
 		return 0, err
 	}
-	keys := []string{b.keys.queue(receiver), b.keys.deadLetters(receiver)}
+	keys := []string{b.keys.queue(receiver), b.keys.deadLetters(receiver),
+		b.keys.queueAt(receiver, broker.PriorityHigh), b.keys.queueAt(receiver, broker.PriorityLow)}
 	move := func(ids []string) (int, error) {
 		n, err := scriptRequeue.Exec(ctx, b.client, keys, ids).AsInt64()
 		if err != nil {

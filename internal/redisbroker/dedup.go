@@ -25,7 +25,7 @@ func (b *Broker) SendDedup(ctx context.Context, p *broker.SendDedupParams) (stri
 	}
 	env := p.Env
 	data := rueidis.BinaryString(wire.Encode(env))
-	keys := []string{b.keys.queue(env.Receiver), b.keys.dedup(env.Receiver, p.Key)}
+	keys := []string{b.keys.queueAt(env.Receiver, env.Priority), b.keys.dedup(env.Receiver, p.Key)}
 	v, err := scriptSendDedup.Exec(ctx, b.client, keys, []string{data, env.ID, msString(p.TTL)}).ToArray()
 	if err != nil {
 		return "", false, b.fail(ctx, "send", err)

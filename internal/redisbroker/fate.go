@@ -16,12 +16,17 @@ import (
 var scriptFate = rueidis.NewLuaScriptReadOnly(`-- fate
 -- KEYS[1] -> the queue stream P:{R}:q
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
+-- KEYS[3] -> the high level stream P:{R}:qh
+-- KEYS[4] -> the low level stream P:{R}:ql
 -- ARGV[1] -> the start of the message's encoding (wire.IDPrefix)
 -- ARGV[2] -> the first entry id to read (Since, in ms)
 -- ARGV[3] -> the most entries read in each stream
--- Returns {state, entry id, attempts, reason, complete}: state is 0 (not
--- found), 1 (queued), 2 (pending) or 3 (dead-lettered); complete is 1 when
--- not found and both scans reached the end of their stream.
+-- Looks in the level streams in order (high, normal, low), then in the
+-- dead letters.
+-- Returns {state, ref, attempts, reason, complete}: state is 0 (not
+-- found), 1 (queued), 2 (pending) or 3 (dead-lettered); ref is the entry
+-- id (prefixed "h"/"l" at the high and low levels); complete is 1 when not
+-- found and every scan reached the end of its stream.
 local prefix, n = ARGV[1], #ARGV[1]
 local function find(key)
   local start, left = ARGV[2], tonumber(ARGV[3])
@@ -43,13 +48,17 @@ local function find(key)
   end
   return nil, false
 end
-local e, doneQ = find(KEYS[1])
-if e then
-  local p = redis.pcall('XPENDING', KEYS[1], 'g', e[1], e[1], 1)
-  if type(p) == 'table' and not p.err and #p > 0 then
-    return {2, e[1], p[1][4], '', 0}
+local doneQ = true
+for _, l in ipairs({{KEYS[3], 'h'}, {KEYS[1], ''}, {KEYS[4], 'l'}}) do
+  local e, done = find(l[1])
+  doneQ = doneQ and done
+  if e then
+    local p = redis.pcall('XPENDING', l[1], 'g', e[1], e[1], 1)
+    if type(p) == 'table' and not p.err and #p > 0 then
+      return {2, l[2] .. e[1], p[1][4], '', 0}
+    end
+    return {1, l[2] .. e[1], 0, '', 0}
   end
-  return {1, e[1], 0, '', 0}
 end
 local d, doneD = find(KEYS[2])
 if d then
@@ -104,6 +113,9 @@ func (b *Broker) Fate(ctx context.Context, p *broker.FateParams) (broker.Fate, e
 		f.State = broker.StateDeadLettered
 	case complete == 1:
 		f.State = broker.StateGone
+	}
+	if _, id := refLevel(ref); id != "" {
+		ref = id
 	}
 	if ms, _, found := strings.Cut(ref, "-"); found {
 		f.At, _ = unixMS(ms) // an entry id starts with the Redis time it was added

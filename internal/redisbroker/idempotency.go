@@ -43,7 +43,7 @@ func (b *Broker) BeginIdempotent(ctx context.Context, p *broker.BeginIdempotentP
 		waiter = strconv.FormatInt(deadline.UnixMilli(), 10) + ":" + env.Sender
 	}
 	data := rueidis.BinaryString(wire.Encode(env))
-	keys := []string{b.keys.queue(env.Receiver), b.keys.idempotency(env.Receiver, p.Key)}
+	keys := []string{b.keys.queueAt(env.Receiver, env.Priority), b.keys.idempotency(env.Receiver, p.Key)}
 	rep, err := scriptIdemBegin.Exec(ctx, b.client, keys, []string{data, env.ID, waiter, msString(p.TTL)}).ToString()
 	if err != nil {
 		if !mayHaveRun(err) {

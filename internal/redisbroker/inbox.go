@@ -230,7 +230,7 @@ func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block tim
 		return nil, nil
 	}
 	b.cursors.Store(inbox, es[len(es)-1].ID)
-	return b.replyEntries(ctx, inbox, appendRead(nil, es))
+	return b.replyEntries(ctx, inbox, appendRead(nil, es, ""))
 }
 
 // AckInbox trims inbox's reply stream: its one reader reads in order and

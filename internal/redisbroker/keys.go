@@ -16,6 +16,19 @@ func (k keys) named(name, suffix string) string {
 // queue is the receiver's queue stream (consumer group "g").
 func (k keys) queue(receiver string) string { return k.named(receiver, "q") }
 
+// queueAt is the receiver's queue stream of priority level prio: the
+// normal level is queue itself, so that a receiver that never uses
+// priorities has the one stream it always had.
+func (k keys) queueAt(receiver string, prio int) string {
+	switch {
+	case prio > 0:
+		return k.named(receiver, "qh")
+	case prio < 0:
+		return k.named(receiver, "ql")
+	}
+	return k.queue(receiver)
+}
+
 // deadLetters is the receiver's dead-letter stream.
 func (k keys) deadLetters(receiver string) string { return k.named(receiver, "dlq") }
 
@@ -62,6 +75,17 @@ func (k keys) paused(receiver string) string { return k.named(receiver, "paused"
 // waiters ("w:<request id>" -> "<deadline ms>:<inbox>"), expiring at the
 // end of its window.
 func (k keys) idempotency(receiver, key string) string { return k.named(receiver, "idem:"+key) }
+
+// rate is receiver's token bucket (rate limit): a hash with "t" (tokens,
+// a decimal) and "at" (when they were counted, unix ms, Redis time).
+func (k keys) rate(receiver string) string { return k.named(receiver, "rate") }
+
+// slots is the zset of the holders of receiver's global concurrency slots:
+// member holder, score the end of its lease (unix ms, Redis time).
+func (k keys) slots(receiver string) string { return k.named(receiver, "slots") }
+
+// slotCounts is the hash of how many slots each holder of slots holds.
+func (k keys) slotCounts(receiver string) string { return k.named(receiver, "slotn") }
 
 // workers is the zset of live worker ids, scored by expiry in unix ms.
 func (k keys) workers() string { return k.prefix + ":{workers}:ids" }

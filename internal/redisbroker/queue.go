@@ -73,7 +73,7 @@ func (b *Broker) sendKind(env *broker.Envelope) int {
 	switch {
 	case env.Timeout <= 0:
 		return sendPlain
-	case b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
+	case b.cluster && keyslot.Of(b.keys.queueAt(env.Receiver, env.Priority)) != keyslot.Of(b.keys.timeouts(env.Sender)):
 		return sendSplit
 	}
 	return sendTimed
@@ -102,7 +102,7 @@ func (b *Broker) execOK(res []rueidis.RedisResult) error {
 // xadd returns the XADD that queues env, encoded as data, with its
 // deadline (unix ms) in field d unless deadline is "".
 func (b *Broker) xadd(env *broker.Envelope, data, deadline string) rueidis.Completed {
-	c := b.client.B().Xadd().Key(b.keys.queue(env.Receiver)).Id("*").FieldValue().FieldValue("m", data)
+	c := b.client.B().Xadd().Key(b.keys.queueAt(env.Receiver, env.Priority)).Id("*").FieldValue().FieldValue("m", data)
 	if deadline != "" {
 		c = c.FieldValue("d", deadline)
 	}
@@ -110,7 +110,7 @@ func (b *Broker) xadd(env *broker.Envelope, data, deadline string) rueidis.Compl
 }
 
 func (b *Broker) sendTimedKeys(env *broker.Envelope) []string {
-	return []string{b.keys.queue(env.Receiver), b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)}
+	return []string{b.keys.queueAt(env.Receiver, env.Priority), b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)}
 }
 
 func sendTimedArgs(env *broker.Envelope, data string) []string {
@@ -276,6 +276,9 @@ type streamKeys struct {
 	dlq     string // its dead-letter stream
 	delayed string // its delayed zset
 	holders string // its holders hash
+	// high and low are the streams of the high and low priority levels
+	// (for a reply stream, keys of its slot that are never written).
+	high, low string
 	// record: the fetch records the consumer's lease in holders (queues;
 	// a reply stream's readers all read with one lease).
 	record bool
@@ -283,7 +286,8 @@ type streamKeys struct {
 
 // queueKeys returns the streamKeys of receiver's queue.
 func (b *Broker) queueKeys(receiver string) streamKeys {
-	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver), record: true}
+	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver),
+		high: b.keys.queueAt(receiver, broker.PriorityHigh), low: b.keys.queueAt(receiver, broker.PriorityLow), record: true}
 }
 
 // fetch returns up to p.Max entries of s.stream for p.Consumer. At most every
@@ -295,26 +299,42 @@ func (b *Broker) queueKeys(receiver string) streamKeys {
 // connection (it answers at once when entries are waiting, so a read
 // without BLOCK before it would only add a round trip), else a pipelined
 // one.
+//
+// Priorities: the script also answers whether the high or low level
+// streams of a queue hold entries (two XLENs), which this broker remembers
+// per queue. While they do, every fetch runs the script, which serves the
+// levels highest first (reclaiming only when due), and a blocking read
+// reads every level stream that holds entries, keeping the highest p.Max
+// entries and giving any others back at once (levelRead). While they do
+// not, which is the case of a receiver that never uses priorities, a
+// fetch is exactly what it was without them.
 func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams) ([]entry, error) {
 	op, stream, consumer, max, block := s.op, s.stream, p.Consumer, p.Max, p.Block
 	var entries []entry
-	script := b.reclaimDue(stream) || b.leaseChanged(stream, consumer, p.Lease)
+	levels := 0
+	if s.record {
+		if v, ok := b.levels.Load(stream); ok {
+			levels = v.(int)
+		}
+	}
+	due := b.reclaimDue(stream) || b.leaseChanged(stream, consumer, p.Lease)
+	script := due || levels != 0
 	if !script && block <= 0 {
 		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 			Streams().Key(stream).Id(">").Build()).AsXRead()
 		switch {
 		case isNoGroup(err):
-			script = true // the script creates the group
+			script, due = true, true // the script creates the group
 		case rueidis.IsRedisNil(err):
 		case err != nil:
 			return nil, b.fail(ctx, op, err)
 		}
-		entries = appendRead(entries, read[stream])
+		entries = appendRead(entries, read[stream], "")
 	}
 	if script {
 		var dead int64
 		var err error
-		entries, dead, err = b.reclaim(ctx, s, p)
+		entries, dead, levels, err = b.reclaim(ctx, s, p, due)
 		if err != nil || dead > 0 {
 			return entries, err
 		}
@@ -327,6 +347,9 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 	}
 	bctx, stop := b.blockingCtx(ctx)
 	defer stop()
+	if levels != 0 {
+		return b.levelRead(ctx, bctx, s, p, levels)
+	}
 	read, err := b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 		Block(ms(block)).Streams().Key(stream).Id(">").Build()).AsXRead()
 	switch {
@@ -334,14 +357,94 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 		// The group is missing: Redis lost its data (a restart without
 		// persistence) or the stream was deleted. The fetch script creates
 		// it again and reads what is there, such as messages sent since.
-		entries, _, err = b.reclaim(ctx, s, p)
+		entries, _, _, err = b.reclaim(ctx, s, p, true)
 		return entries, err
 	case rueidis.IsRedisNil(err):
 		return entries, nil
 	case err != nil:
 		return nil, b.fail(ctx, op, err)
 	}
-	return appendRead(entries, read[stream]), nil
+	return appendRead(entries, read[stream], ""), nil
+}
+
+// levelRead is the blocking read of a queue whose priority levels hold
+// entries (levels: the fetch script's answer): one XREADGROUP BLOCK of
+// every level stream that does, which answers with up to p.Max entries of
+// each stream that has new ones. It keeps the p.Max highest and gives the
+// others back at once, as if never delivered (XCLAIM IDLE lease
+// RETRYCOUNT 0: the next reclaim takes them, as attempt 1).
+func (b *Broker) levelRead(ctx, bctx context.Context, s *streamKeys, p *broker.FetchParams, levels int) ([]entry, error) {
+	streams := make([]string, 0, 3)
+	prefixes := make([]string, 0, 3)
+	if levels&1 != 0 {
+		streams, prefixes = append(streams, s.high), append(prefixes, "h")
+	}
+	streams, prefixes = append(streams, s.stream), append(prefixes, "")
+	if levels&2 != 0 {
+		streams, prefixes = append(streams, s.low), append(prefixes, "l")
+	}
+	ids := make([]string, len(streams))
+	for i := range ids {
+		ids[i] = ">"
+	}
+	read, err := b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", p.Consumer).Count(int64(p.Max)).
+		Block(ms(p.Block)).Streams().Key(streams...).Id(ids...).Build()).AsXRead()
+	switch {
+	case isNoGroup(err):
+		entries, _, _, err := b.reclaim(ctx, s, p, true)
+		return entries, err
+	case rueidis.IsRedisNil(err):
+		return nil, nil
+	case err != nil:
+		return nil, b.fail(ctx, s.op, err)
+	}
+	var entries []entry
+	for i, stream := range streams {
+		entries = appendRead(entries, read[stream], prefixes[i])
+	}
+	if len(entries) <= p.Max {
+		return entries, nil
+	}
+	for _, e := range entries[p.Max:] {
+		stream, id, _ := b.splitRef(s, e.id)
+		err := b.client.Do(ctx, b.client.B().Xclaim().Key(stream).Group("g").Consumer(p.Consumer).MinIdleTime("0").
+			Id(id).Idle(p.Lease.Milliseconds()).Retrycount(0).Justid().Build()).Error()
+		if err != nil {
+			// It stays with p.Consumer until its lease ends.
+			b.forceReclaim(s.stream)
+			return entries[:p.Max], b.fail(ctx, s.op, err)
+		}
+	}
+	b.forceReclaim(s.stream)
+	return entries[:p.Max], nil
+}
+
+// splitRef returns the stream of s, the entry id and the priority level
+// of a delivery's ref: the entry id, prefixed "h" or "l" at the high and
+// low levels.
+func (b *Broker) splitRef(s *streamKeys, ref string) (stream, id string, prio int) {
+	if ref != "" {
+		switch ref[0] {
+		case 'h':
+			return s.high, ref[1:], broker.PriorityHigh
+		case 'l':
+			return s.low, ref[1:], broker.PriorityLow
+		}
+	}
+	return s.stream, ref, broker.PriorityNormal
+}
+
+// refLevel returns the priority level of ref and its entry id.
+func refLevel(ref string) (prio int, id string) {
+	if ref != "" {
+		switch ref[0] {
+		case 'h':
+			return broker.PriorityHigh, ref[1:]
+		case 'l':
+			return broker.PriorityLow, ref[1:]
+		}
+	}
+	return broker.PriorityNormal, ref
 }
 
 // blockingCtx returns the context of a blocking read under ctx, and the
@@ -360,44 +463,52 @@ func (b *Broker) blockingCtx(ctx context.Context) (context.Context, func()) {
 	}
 }
 
-// reclaim runs the fetch script.
-func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchParams) ([]entry, int64, error) {
+// reclaim runs the fetch script; with due, it reclaims before it reads.
+// It returns the script's answer of which level streams hold entries, and
+// remembers it for s's fetches.
+func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchParams, due bool) ([]entry, int64, int, error) {
 	op, stream := s.op, s.stream
 	prune := "0"
-	if b.dueForPrune(stream) {
+	if due && b.dueForPrune(stream) {
 		prune = msString(b.pruneIdle)
 	}
-	record := "0"
-	if s.record {
-		record = "1"
-	}
-	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed, s.holders},
-		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, record}).ToArray()
+	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed, s.holders, s.high, s.low},
+		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, boolArg(s.record), boolArg(due)}).ToArray()
 	if err != nil {
 		b.forceReclaim(stream)
-		return nil, 0, b.fail(ctx, op, err)
+		return nil, 0, 0, b.fail(ctx, op, err)
 	}
-	if len(res) == 0 {
-		return nil, 0, fmt.Errorf("redisbroker: %s: the fetch script answered nothing", op)
+	if len(res) < 2 {
+		return nil, 0, 0, fmt.Errorf("redisbroker: %s: the fetch script answered nothing", op)
 	}
-	entries := make([]entry, 0, len(res)-1)
-	for _, r := range res[1:] {
+	levels, _ := res[1].AsInt64()
+	if s.record {
+		if levels != 0 {
+			b.levels.Store(stream, int(levels))
+		} else {
+			b.levels.Delete(stream)
+		}
+	}
+	entries := make([]entry, 0, len(res)-2)
+	for _, r := range res[2:] {
 		e, err := scriptEntry(r)
 		if err != nil {
-			return nil, 0, fmt.Errorf("redisbroker: %s: %w", op, err)
+			return nil, 0, 0, fmt.Errorf("redisbroker: %s: %w", op, err)
 		}
 		entries = append(entries, e)
 	}
 	dead, _ := res[0].AsInt64()
-	return entries, dead, nil
+	return entries, dead, int(levels), nil
 }
 
-func appendRead(entries []entry, read []rueidis.XRangeEntry) []entry {
+// appendRead appends the entries of an XREADGROUP of one stream, whose
+// refs are their ids with prefix (that of the stream's priority level).
+func appendRead(entries []entry, read []rueidis.XRangeEntry, prefix string) []entry {
 	for _, e := range read {
 		if e.FieldValues == nil {
 			continue // deleted after it was added
 		}
-		entries = append(entries, entry{id: e.ID, attempt: 1, fields: e.FieldValues})
+		entries = append(entries, entry{id: prefix + e.ID, attempt: 1, fields: e.FieldValues})
 	}
 	return entries
 }
@@ -486,6 +597,7 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	out := make([]broker.Delivery, 0, len(entries))
 	for _, e := range entries {
 		d, err := delivery(&e)
+		d.Env.Priority, _ = refLevel(e.id)
 		if err != nil {
 			if err := b.bury(ctx, &s, e.id, "undecodable message: "+err.Error(), e.attempt, true); err != nil {
 				return nil, err
@@ -518,14 +630,11 @@ func delivery(e *entry) (broker.Delivery, error) {
 	return d, nil
 }
 
-// bury moves entry id of stream to dlq; it reports whether it was there.
-func (b *Broker) bury(ctx context.Context, s *streamKeys, id, reason string, attempts int, bad bool) error {
-	flag := "0"
-	if bad {
-		flag = "1"
-	}
-	err := scriptBury.Exec(ctx, b.client, []string{s.stream, s.dlq, s.delayed},
-		[]string{id, reason, strconv.Itoa(attempts), flag}).Error()
+// bury moves the entry ref of s to its dead-letter stream.
+func (b *Broker) bury(ctx context.Context, s *streamKeys, ref, reason string, attempts int, bad bool) error {
+	stream, id, _ := b.splitRef(s, ref)
+	err := scriptBury.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed},
+		[]string{id, reason, strconv.Itoa(attempts), boolArg(bad), ref[:len(ref)-len(id)]}).Error()
 	return b.failIf(ctx, s.op, err)
 }
 
@@ -539,24 +648,46 @@ func (b *Broker) Extend(ctx context.Context, p *broker.ExtendParams) ([]string, 
 	}
 	receiver, consumer, refs := p.Receiver, p.Consumer, p.Refs
 	var lost []string
+	var levels [3][]string // entry ids by level, low, normal, high
 	for _, ref := range refs {
-		if !validRef(ref) {
+		prio, id := refLevel(ref)
+		if !validRef(id) {
 			lost = append(lost, ref)
+			continue
 		}
+		levels[prio+1] = append(levels[prio+1], id)
 	}
-	keys := []string{b.keys.queue(receiver), b.keys.holders(receiver)}
-	for chunk := range chunks(validRefs(refs)) {
-		res, err := scriptExtend.Exec(ctx, b.client, keys, append([]string{consumer, msString(p.Lease)}, chunk...)).AsStrSlice()
-		if err != nil {
-			if isNoGroup(err) {
-				lost = append(lost, chunk...) // the queue is gone, and its leases with it
-				continue
+	holders := b.keys.holders(receiver)
+	for i, ids := range levels {
+		prio := i - 1
+		prefix := levelPrefix(prio)
+		keys := []string{b.keys.queueAt(receiver, prio), holders}
+		for chunk := range chunks(ids) {
+			res, err := scriptExtend.Exec(ctx, b.client, keys, append([]string{consumer, msString(p.Lease)}, chunk...)).AsStrSlice()
+			if err != nil {
+				if isNoGroup(err) {
+					res = chunk // the queue is gone, and its leases with it
+				} else {
+					return nil, b.fail(ctx, "extend", err)
+				}
 			}
-			return nil, b.fail(ctx, "extend", err)
+			for _, id := range res {
+				lost = append(lost, prefix+id)
+			}
 		}
-		lost = append(lost, res...)
 	}
 	return lost, nil
+}
+
+// levelPrefix is the prefix of the refs of priority level prio.
+func levelPrefix(prio int) string {
+	switch {
+	case prio > 0:
+		return "h"
+	case prio < 0:
+		return "l"
+	}
+	return ""
 }
 
 // validRef reports whether ref has the form of a stream entry id
@@ -573,6 +704,18 @@ func parseID(id string) (ms, seq uint64, ok bool) {
 	ms, err1 := strconv.ParseUint(a, 10, 64)
 	seq, err2 := strconv.ParseUint(b, 10, 64)
 	return ms, seq, ok && err1 == nil && err2 == nil
+}
+
+// validLevelRefs returns the refs that have the form of a delivery's ref:
+// a stream entry id, prefixed "h" or "l" at the high and low levels.
+func validLevelRefs(refs []string) []string {
+	out := refs[:0:0]
+	for _, ref := range refs {
+		if _, id := refLevel(ref); validRef(id) {
+			out = append(out, ref)
+		}
+	}
+	return out
 }
 
 // validRefs returns the refs that have the form of a stream entry id.
@@ -607,20 +750,51 @@ func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error
 	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
 	}
-	return b.ack(ctx, "ack", b.keys.queue(receiver), b.keys.delayed(receiver), refs)
+	delayed := b.keys.delayed(receiver)
+	plain := true
+	for _, ref := range refs {
+		if prio, _ := refLevel(ref); prio != broker.PriorityNormal {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return b.ack(ctx, "ack", b.keys.queue(receiver), delayed, refs)
+	}
+	// Refs of several levels: one transaction per level.
+	var levels [3][]string
+	for _, ref := range refs {
+		prio, _ := refLevel(ref)
+		levels[prio+1] = append(levels[prio+1], ref)
+	}
+	for i, rs := range levels {
+		if len(rs) > 0 {
+			if err := b.ack(ctx, "ack", b.keys.queueAt(receiver, i-1), delayed, rs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
-// ack acknowledges and deletes refs of stream, and drops them from the
-// delayed zset, in one transaction (MULTI XACK ZREM XDEL EXEC, one write):
-// it costs Redis a fraction of a script call, and acks are the most
-// frequent call after sends and replies.
+// ack acknowledges and deletes refs of stream (all of one priority level),
+// and drops them from the delayed zset, in one transaction (MULTI XACK
+// ZREM XDEL EXEC, one write): it costs Redis a fraction of a script call,
+// and acks are the most frequent call after sends and replies.
 func (b *Broker) ack(ctx context.Context, op, stream, delayed string, refs []string) error {
-	for chunk := range chunks(validRefs(refs)) {
+	for chunk := range chunks(validLevelRefs(refs)) {
+		ids := chunk
+		if prio, _ := refLevel(chunk[0]); prio != broker.PriorityNormal {
+			ids = make([]string, len(chunk))
+			for i, ref := range chunk {
+				_, ids[i] = refLevel(ref)
+			}
+		}
 		res := b.client.DoMulti(ctx,
 			b.client.B().Multi().Build(),
-			b.client.B().Xack().Key(stream).Group("g").Id(chunk...).Build(),
+			b.client.B().Xack().Key(stream).Group("g").Id(ids...).Build(),
 			b.client.B().Zrem().Key(delayed).Member(chunk...).Build(),
-			b.client.B().Xdel().Key(stream).Id(chunk...).Build(),
+			b.client.B().Xdel().Key(stream).Id(ids...).Build(),
 			b.client.B().Exec().Build())
 		if err := b.execOK(res); err != nil {
 			return b.fail(ctx, op, err)
@@ -640,11 +814,12 @@ func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
 		return err
 	}
 	receiver, consumer, ref, delay, lease := p.Receiver, p.Consumer, p.Ref, p.Delay, p.Lease
-	if !validRef(ref) {
+	prio, id := refLevel(ref)
+	if !validRef(id) {
 		return broker.ErrLeaseLost
 	}
-	n, err := scriptRetry.Exec(ctx, b.client, []string{b.keys.queue(receiver), b.keys.delayed(receiver)},
-		[]string{consumer, ref, strconv.FormatInt(delay.Milliseconds(), 10), msString(lease)}).AsInt64()
+	n, err := scriptRetry.Exec(ctx, b.client, []string{b.keys.queueAt(receiver, prio), b.keys.delayed(receiver)},
+		[]string{consumer, id, strconv.FormatInt(delay.Milliseconds(), 10), msString(lease), boolArg(p.Uncounted), ref}).AsInt64()
 	if err != nil {
 		if isNoGroup(err) {
 			return broker.ErrLeaseLost
@@ -671,12 +846,13 @@ func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Deliv
 	if err := broker.CheckName("Delivery.Ref", d.Ref); err != nil {
 		return err
 	}
-	if !validRef(d.Ref) {
+	prio, id := refLevel(d.Ref)
+	if !validRef(id) {
 		return broker.ErrLeaseLost
 	}
 	n, err := scriptBury.Exec(ctx, b.client,
-		[]string{b.keys.queue(receiver), b.keys.deadLetters(receiver), b.keys.delayed(receiver)},
-		[]string{d.Ref, reason, strconv.Itoa(d.Attempt), "0"}).AsInt64()
+		[]string{b.keys.queueAt(receiver, prio), b.keys.deadLetters(receiver), b.keys.delayed(receiver)},
+		[]string{id, reason, strconv.Itoa(d.Attempt), "0", levelPrefix(prio)}).AsInt64()
 	if err != nil {
 		if isNoGroup(err) {
 			return broker.ErrLeaseLost
@@ -687,4 +863,11 @@ func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Deliv
 		return broker.ErrLeaseLost
 	}
 	return nil
+}
+
+func boolArg(v bool) string {
+	if v {
+		return "1"
+	}
+	return "0"
 }

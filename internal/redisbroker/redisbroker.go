@@ -106,6 +106,7 @@ type Broker struct {
 	reclaimEvery time.Duration
 	reclaimed    sync.Map // stream key -> *atomic.Int64: unix ns when the next reclaim is due
 	leases       sync.Map // stream key + "\x00" + consumer -> the lease of its last fetch
+	levels       sync.Map // queue key -> int: which priority level streams hold entries (the fetch script's answer)
 	pruneIdle    time.Duration
 	pruneEvery   time.Duration
 	pruned       sync.Map // stream key -> time.Time of the last prune

@@ -191,7 +191,8 @@ func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) (
 
 // replyKeys returns the streamKeys of sender's reply stream.
 func (b *Broker) replyKeys(sender string) streamKeys {
-	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender), holders: b.keys.replyHolders(sender)}
+	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender), holders: b.keys.replyHolders(sender),
+		high: b.keys.named(sender, "rqh"), low: b.keys.named(sender, "rql")}
 }
 
 // replyEntries turns reply-stream entries into Replies, burying malformed

@@ -25,13 +25,15 @@ local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
 local nowStr = string.format('%.0f', now)
 `
 
-// luaBury defines bury(stream, dlq, id, reason, attempts, bad): it moves
-// entry id of stream to the dead-letter stream dlq (XADD + XACK + XDEL) and
-// returns 1, or 0 when the entry is no longer in the stream (it is then
-// only removed from the group's pending list). bad forces the entry to be
-// marked undecodable. An entry without an m field is kept whole, as JSON.
+// luaBury defines bury(stream, dlq, id, reason, attempts, bad, prio): it
+// moves entry id of stream to the dead-letter stream dlq (XADD + XACK +
+// XDEL) and returns 1, or 0 when the entry is no longer in the stream (it
+// is then only removed from the group's pending list). bad forces the
+// entry to be marked undecodable. An entry without an m field is kept
+// whole, as JSON. prio ("h", "l", or "" for the normal level) is kept in
+// field p, so that a retried dead letter goes back to its level.
 const luaBury = `
-local function bury(stream, dlq, id, reason, attempts, bad)
+local function bury(stream, dlq, id, reason, attempts, bad, prio)
   local e = redis.call('XRANGE', stream, id, id)
   redis.call('XACK', stream, 'g', id)
   if not e[1] then
@@ -51,19 +53,29 @@ local function bury(stream, dlq, id, reason, attempts, bad)
     args[#args + 1] = 'd'
     args[#args + 1] = d
   end
+  if prio and prio ~= '' then
+    args[#args + 1] = 'p'
+    args[#args + 1] = prio
+  end
   redis.call('XADD', unpack(args))
   redis.call('XDEL', stream, id)
   return 1
 end
 `
 
-// scriptFetch reclaims and reads entries of a stream for a consumer.
+// scriptFetch reclaims and reads entries of a receiver's queue (its
+// priority levels, highest first) or of a reply stream for a consumer.
 var scriptFetch = rueidis.NewLuaScript(`-- fetch
--- KEYS[1] -> the stream: P:{R}:q (queue) or P:{S}:r (reply stream)
+-- KEYS[1] -> the stream: P:{R}:q (queue; its normal level) or P:{S}:r (reply stream)
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
--- KEYS[3] -> the delayed zset P:{R}:delay (retries longer than the lease)
+-- KEYS[3] -> the delayed zset P:{R}:delay (retries longer than the lease;
+--            members are refs: entry ids, prefixed "h"/"l" for the high
+--            and low levels)
 -- KEYS[4] -> the holders hash P:{R}:hold ("l:<consumer>" -> its lease ms,
 --            "a:<consumer>" -> until when its heartbeat vouches, unix ms)
+-- KEYS[5] -> the high level stream P:{R}:qh (for a reply stream, a key
+--            never written)
+-- KEYS[6] -> the low level stream P:{R}:ql (likewise)
 -- ARGV[1] -> consumer name
 -- ARGV[2] -> max entries to return (> 0)
 -- ARGV[3] -> lease in ms, recorded as this consumer's: a pending entry is
@@ -76,114 +88,173 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 --            hold nothing and were idle this long; 0 skips it
 -- ARGV[6] -> "1" records the consumer's lease in the holders hash; "0"
 --            (a reply stream) leaves the hash alone
--- Creates the group "g" (from the start of the stream, MKSTREAM) if missing.
--- Returns {dead, e1, e2, ...}: dead is how many entries were dead-lettered,
--- each e is {id, attempt, field1, value1, ...}, reclaimed entries first.
+-- ARGV[7] -> "1" reclaims (expired leases, lapsed holders, due retries)
+--            before reading new entries; "0" only reads new entries
+-- Serves the levels in order, high, normal, low (a level stream that holds
+-- nothing is skipped): in each, reclaimed entries then new ones, until max.
+-- Creates the group "g" of a stream (from its start, MKSTREAM) if missing.
+-- Returns {dead, levels, e1, e2, ...}: dead is how many entries were
+-- dead-lettered; levels is 1 when the high level stream holds entries, +2
+-- when the low one does; each e is {ref, attempt, field1, value1, ...},
+-- where ref is the entry id, prefixed "h" or "l" at those levels.
 ` + luaNow + luaBury + `
-local stream, dlq, delayed, hold = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local base, dlq, delayed, hold = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumer, max, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local maxAttempts, pruneIdle = tonumber(ARGV[4]), tonumber(ARGV[5])
-local out = {0}
+local reclaim = ARGV[7] == '1'
+local out = {0, 0}
 if ARGV[6] == '1' then
   redis.call('HSET', hold, 'l:' .. consumer, lease)
 end
+local levels = {}
+if redis.call('XLEN', KEYS[5]) > 0 then
+  levels[#levels + 1] = {KEYS[5], 'h'}
+  out[2] = 1
+end
+levels[#levels + 1] = {base, ''}
+if redis.call('XLEN', KEYS[6]) > 0 then
+  levels[#levels + 1] = {KEYS[6], 'l'}
+  out[2] = out[2] + 2
+end
+local streamOf = {h = KEYS[5], l = KEYS[6]}
+-- splitRef returns the stream and entry id of a ref.
+local function splitRef(ref)
+  local c = string.sub(ref, 1, 1)
+  if c == 'h' or c == 'l' then
+    return streamOf[c], string.sub(ref, 2), c
+  end
+  return base, ref, ''
+end
+local function ensureGroup(stream, err)
+  if string.find(err, 'NOGROUP', 1, true) == nil then
+    error(err)
+  end
+  redis.call('XGROUP', 'CREATE', stream, 'g', '0', 'MKSTREAM')
+end
 -- The holders' leases, the least of them, and the holders whose heartbeat
 -- lapsed (dead, or cut off from Redis): theirs are reclaimable at once.
-local leases, dead, minLease = {}, {}, tonumber(lease)
-local h = redis.call('HGETALL', hold)
-for j = 1, #h, 2 do
-  local kind, who, v = string.sub(h[j], 1, 2), string.sub(h[j], 3), tonumber(h[j + 1])
-  if kind == 'l:' then
-    leases[who] = v
-    if v < minLease then minLease = v end
-  elseif kind == 'a:' and v <= now and who ~= consumer then
-    dead[#dead + 1] = who
+local leases, dead, lapsed, minLease = {}, {}, {}, tonumber(lease)
+local heldBy = {}
+local dueBy = {}
+if reclaim then
+  local h = redis.call('HGETALL', hold)
+  for j = 1, #h, 2 do
+    local kind, who, v = string.sub(h[j], 1, 2), string.sub(h[j], 3), tonumber(h[j + 1])
+    if kind == 'l:' then
+      leases[who] = v
+      if v < minLease then minLease = v end
+    elseif kind == 'a:' and v <= now and who ~= consumer then
+      dead[#dead + 1] = who
+      lapsed[who] = true
+      heldBy[who] = 0
+    end
+  end
+  -- Delayed retries that came due become reclaimable now.
+  for _, ref in ipairs(redis.call('ZRANGEBYSCORE', delayed, '-inf', nowStr, 'LIMIT', 0, max)) do
+    local stream, id = splitRef(ref)
+    redis.call('ZREM', delayed, ref)
+    if redis.call('XCLAIM', stream, 'g', consumer, 0, id, 'IDLE', lease, 'JUSTID')[1] then
+      dueBy[stream] = dueBy[stream] or {}
+      table.insert(dueBy[stream], redis.call('XPENDING', stream, 'g', id, id, 1)[1])
+    end
   end
 end
 local function ownerLease(owner)
   return leases[owner] or tonumber(lease)
 end
-local lapsed, taken, pend = {}, {}, {}
-local function take(p)
-  if p and #pend < max and not taken[p[1]] then
-    taken[p[1]] = true
-    pend[#pend + 1] = p
-  end
-end
-local scan = redis.pcall('XPENDING', stream, 'g', 'IDLE', string.format('%.0f', minLease), '-', '+', max + 100)
-if type(scan) == 'table' and scan.err then
-  if string.find(scan.err, 'NOGROUP', 1, true) == nil then
-    return redis.error_reply(scan.err)
-  end
-  redis.call('XGROUP', 'CREATE', stream, 'g', '0', 'MKSTREAM')
-  scan = {}
-end
-for _, who in ipairs(dead) do
-  lapsed[who] = true
-  local held = redis.call('XPENDING', stream, 'g', '-', '+', max, who)
-  if #held == 0 then
-    redis.call('HDEL', hold, 'a:' .. who, 'l:' .. who)
-  end
-  for _, p in ipairs(held) do take(p) end
-end
-for _, p in ipairs(scan) do
-  if not lapsed[p[2]] and p[3] >= ownerLease(p[2]) then take(p) end
-end
-if pruneIdle > 0 then
-  for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, 'g')) do
-    local name, pending, idle
-    for j = 1, #c, 2 do
-      if c[j] == 'name' then name = c[j + 1]
-      elseif c[j] == 'pending' then pending = c[j + 1]
-      elseif c[j] == 'idle' then idle = c[j + 1] end
-    end
-    if pending == 0 and idle >= pruneIdle and name ~= consumer then
-      redis.call('XGROUP', 'DELCONSUMER', stream, 'g', name)
-      redis.call('HDEL', hold, 'a:' .. name, 'l:' .. name)
+local scanned = 0
+local function serve(stream, prefix)
+  local room = max - (#out - 2)
+  local taken, pend = {}, {}
+  local function take(p)
+    if p and #pend < room and not taken[p[1]] then
+      taken[p[1]] = true
+      pend[#pend + 1] = p
     end
   end
-end
--- Delayed retries that came due become reclaimable now.
-local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', nowStr, 'LIMIT', 0, max)
-if #due > 0 then
-  for _, id in ipairs(due) do
-    redis.call('ZREM', delayed, id)
-    redis.call('XCLAIM', stream, 'g', consumer, 0, id, 'IDLE', lease, 'JUSTID')
-    take(redis.call('XPENDING', stream, 'g', id, id, 1)[1])
-  end
-end
-for _, p in ipairs(pend) do
-  local id, owner, count = p[1], p[2], p[4]
-  local wait = redis.call('ZSCORE', delayed, id)
-  if wait and tonumber(wait) > now then
-    -- A retry delay longer than the lease: keep it with its owner.
-    redis.call('XCLAIM', stream, 'g', owner, 0, id, 'IDLE', 0, 'JUSTID')
-  else
-    if wait then
-      redis.call('ZREM', delayed, id)
+  if reclaim then
+    scanned = scanned + 1
+    for _, p in ipairs(dueBy[stream] or {}) do take(p) end
+    local scan = redis.pcall('XPENDING', stream, 'g', 'IDLE', string.format('%.0f', minLease), '-', '+', room + 100)
+    if type(scan) == 'table' and scan.err then
+      ensureGroup(stream, scan.err)
+      scan = {}
     end
-    if maxAttempts > 0 and count >= maxAttempts then
-      out[1] = out[1] + bury(stream, dlq, id, 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried', count, '0')
+    for _, who in ipairs(dead) do
+      local held = redis.call('XPENDING', stream, 'g', '-', '+', room, who)
+      heldBy[who] = heldBy[who] + #held
+      for _, p in ipairs(held) do take(p) end
+    end
+    for _, p in ipairs(scan) do
+      if not lapsed[p[2]] and p[3] >= ownerLease(p[2]) then take(p) end
+    end
+    if pruneIdle > 0 then
+      for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, 'g')) do
+        local name, pending, idle
+        for j = 1, #c, 2 do
+          if c[j] == 'name' then name = c[j + 1]
+          elseif c[j] == 'pending' then pending = c[j + 1]
+          elseif c[j] == 'idle' then idle = c[j + 1] end
+        end
+        if pending == 0 and idle >= pruneIdle and name ~= consumer then
+          redis.call('XGROUP', 'DELCONSUMER', stream, 'g', name)
+          if stream == base then
+            redis.call('HDEL', hold, 'a:' .. name, 'l:' .. name)
+          end
+        end
+      end
+    end
+  end
+  for _, p in ipairs(pend) do
+    local id, owner, count = p[1], p[2], p[4]
+    local ref = prefix .. id
+    local wait = redis.call('ZSCORE', delayed, ref)
+    if wait and tonumber(wait) > now then
+      -- A retry delay longer than the lease: keep it with its owner.
+      redis.call('XCLAIM', stream, 'g', owner, 0, id, 'IDLE', 0, 'JUSTID')
     else
-      local c = redis.call('XCLAIM', stream, 'g', consumer, 0, id)
-      if c[1] then
-        local e = {c[1][1], count + 1}
-        for _, v in ipairs(c[1][2]) do e[#e + 1] = v end
-        out[#out + 1] = e
+      if wait then
+        redis.call('ZREM', delayed, ref)
+      end
+      if maxAttempts > 0 and count >= maxAttempts then
+        out[1] = out[1] + bury(stream, dlq, id, 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried', count, '0', prefix)
       else
-        redis.call('XACK', stream, 'g', id)
+        local c = redis.call('XCLAIM', stream, 'g', consumer, 0, id)
+        if c[1] then
+          local e = {ref, count + 1}
+          for _, v in ipairs(c[1][2]) do e[#e + 1] = v end
+          out[#out + 1] = e
+        else
+          redis.call('XACK', stream, 'g', id)
+        end
+      end
+    end
+  end
+  local n = #out - 2
+  if n < max then
+    local r = redis.pcall('XREADGROUP', 'GROUP', 'g', consumer, 'COUNT', max - n, 'STREAMS', stream, '>')
+    if type(r) == 'table' and r.err then
+      ensureGroup(stream, r.err)
+      r = redis.call('XREADGROUP', 'GROUP', 'g', consumer, 'COUNT', max - n, 'STREAMS', stream, '>')
+    end
+    if r then
+      for _, entry in ipairs(r[1][2]) do
+        local e = {prefix .. entry[1], 1}
+        for _, v in ipairs(entry[2]) do e[#e + 1] = v end
+        out[#out + 1] = e
       end
     end
   end
 end
-local n = #out - 1
-if n < max then
-  local r = redis.call('XREADGROUP', 'GROUP', 'g', consumer, 'COUNT', max - n, 'STREAMS', stream, '>')
-  if r then
-    for _, entry in ipairs(r[1][2]) do
-      local e = {entry[1], 1}
-      for _, v in ipairs(entry[2]) do e[#e + 1] = v end
-      out[#out + 1] = e
+for _, l in ipairs(levels) do
+  if #out - 2 >= max then break end
+  serve(l[1], l[2])
+end
+if scanned == #levels then
+  -- Every level was looked at: a lapsed holder that holds nothing is gone.
+  for _, who in ipairs(dead) do
+    if heldBy[who] == 0 then
+      redis.call('HDEL', hold, 'a:' .. who, 'l:' .. who)
     end
   end
 end
@@ -192,22 +263,24 @@ return out
 
 // scriptBury dead-letters one entry.
 var scriptBury = rueidis.NewLuaScript(`-- bury
--- KEYS[1] -> the stream: P:{R}:q (or P:{S}:r for an unreadable reply entry)
+-- KEYS[1] -> the stream: P:{R}:q, or a level stream P:{R}:qh / P:{R}:ql
+--            (or P:{S}:r for an unreadable reply entry)
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
 -- KEYS[3] -> the delayed zset P:{R}:delay
 -- ARGV[1] -> entry id
 -- ARGV[2] -> reason
 -- ARGV[3] -> attempts so far
 -- ARGV[4] -> "1" if the entry does not decode, else "0"
+-- ARGV[5] -> the level's prefix: "h", "l", or "" (the normal level)
 -- Returns 1 when moved, 0 when the entry was no longer in the stream.
 ` + luaNow + luaBury + `
-redis.call('ZREM', KEYS[3], ARGV[1])
-return bury(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+redis.call('ZREM', KEYS[3], ARGV[5] .. ARGV[1])
+return bury(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 `)
 
 // scriptExtend renews the leases a consumer holds.
 var scriptExtend = rueidis.NewLuaScript(`-- extend
--- KEYS[1] -> the queue stream P:{R}:q
+-- KEYS[1] -> the queue stream P:{R}:q, or a level stream P:{R}:qh / P:{R}:ql
 -- KEYS[2] -> the holders hash P:{R}:hold
 -- ARGV[1] -> consumer name
 -- ARGV[2] -> lease in ms, recorded as the consumer's
@@ -232,12 +305,16 @@ return lost
 
 // scriptRetry schedules a held entry for redelivery.
 var scriptRetry = rueidis.NewLuaScript(`-- retry
--- KEYS[1] -> the queue stream P:{R}:q
+-- KEYS[1] -> the queue stream P:{R}:q, or a level stream P:{R}:qh / P:{R}:ql
 -- KEYS[2] -> the delayed zset P:{R}:delay
 -- ARGV[1] -> consumer name
 -- ARGV[2] -> entry id
 -- ARGV[3] -> delay in ms
 -- ARGV[4] -> lease in ms
+-- ARGV[5] -> "1": the delivery does not count as an attempt (its delivery
+--            count goes back by one); "0": it does
+-- ARGV[6] -> the entry's ref (its member in the delayed zset: the id,
+--            prefixed "h"/"l" at the high and low levels)
 -- Ages the entry so that a Fetch with this lease reclaims it once the delay
 -- has passed: idle = lease - delay. A delay of at least the lease is kept in
 -- the delayed zset (score: due time) with the entry idle 0; fetch promotes it.
@@ -249,11 +326,15 @@ local p = redis.call('XPENDING', stream, 'g', id, id, 1)
 if not p[1] or p[1][2] ~= ARGV[1] then
   return 0
 end
+if ARGV[5] == '1' then
+  -- Uncounted: the next delivery counts as this one again.
+  redis.call('XCLAIM', stream, 'g', ARGV[1], 0, id, 'RETRYCOUNT', math.max(p[1][4] - 1, 0), 'JUSTID')
+end
 if delay >= lease then
-  redis.call('ZADD', KEYS[2], string.format('%.0f', now + delay), id)
+  redis.call('ZADD', KEYS[2], string.format('%.0f', now + delay), ARGV[6])
   redis.call('XCLAIM', stream, 'g', ARGV[1], 0, id, 'IDLE', 0, 'JUSTID')
 else
-  redis.call('ZREM', KEYS[2], id)
+  redis.call('ZREM', KEYS[2], ARGV[6])
   redis.call('XCLAIM', stream, 'g', ARGV[1], 0, id, 'IDLE', string.format('%.0f', lease - delay), 'JUSTID')
 end
 return 1
@@ -393,9 +474,12 @@ return redis.call('ZREM', KEYS[1], ARGV[1])
 var scriptRequeue = rueidis.NewLuaScript(`-- requeue
 -- KEYS[1] -> the queue stream P:{R}:q
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
+-- KEYS[3] -> the high level stream P:{R}:qh
+-- KEYS[4] -> the low level stream P:{R}:ql
 -- ARGV    -> dead-letter ids
 -- Each decodable dead letter becomes a new queue entry (m, and d if it had
--- one; deliveries start again from 1) and leaves the dead-letter stream.
+-- one; deliveries start again from 1) at its level (field p) and leaves
+-- the dead-letter stream.
 -- Undecodable ones (bad=1) and unknown ids are left alone.
 -- Returns how many moved.
 local n = 0
@@ -403,17 +487,19 @@ for _, id in ipairs(ARGV) do
   local e = redis.call('XRANGE', KEYS[2], id, id)
   if e[1] then
     local f = e[1][2]
-    local m, d, bad
+    local m, d, bad, q = nil, nil, nil, KEYS[1]
     for j = 1, #f, 2 do
       if f[j] == 'm' then m = f[j + 1]
       elseif f[j] == 'd' then d = f[j + 1]
-      elseif f[j] == 'bad' then bad = f[j + 1] end
+      elseif f[j] == 'bad' then bad = f[j + 1]
+      elseif f[j] == 'p' and f[j + 1] == 'h' then q = KEYS[3]
+      elseif f[j] == 'p' and f[j + 1] == 'l' then q = KEYS[4] end
     end
     if m and bad ~= '1' then
       if d then
-        redis.call('XADD', KEYS[1], '*', 'm', m, 'd', d)
+        redis.call('XADD', q, '*', 'm', m, 'd', d)
       else
-        redis.call('XADD', KEYS[1], '*', 'm', m)
+        redis.call('XADD', q, '*', 'm', m)
       end
       redis.call('XDEL', KEYS[2], id)
       n = n + 1
@@ -550,4 +636,85 @@ for i = 1, #all, 2 do
   end
 end
 return out
+`)
+
+// scriptTokens takes tokens from a receiver's bucket (WithRateLimit).
+var scriptTokens = rueidis.NewLuaScript(`-- tokens
+-- KEYS[1] -> the bucket P:{R}:rate ("t" tokens, "at" unix ms)
+-- ARGV[1] -> rate: tokens per second (> 0, may be fractional)
+-- ARGV[2] -> burst: the most tokens the bucket holds (>= 1)
+-- ARGV[3] -> want: tokens to take (> 0), or to put back (< 0)
+-- The bucket refills by rate x the Redis time elapsed since "at", up to
+-- burst; a missing bucket is full. The key expires once the bucket would be
+-- full again, so an idle receiver leaves nothing.
+-- Returns {took, wait ms}: wait is how long until the next token when
+-- took is 0, else 0.
+` + luaNow + `
+local rate, burst, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local v = redis.call('HMGET', KEYS[1], 't', 'at')
+local tokens, at = tonumber(v[1]), tonumber(v[2])
+if tokens == nil or at == nil then
+  tokens, at = burst, now
+end
+if now > at then
+  tokens = math.min(burst, tokens + (now - at) * rate / 1000)
+  at = now
+end
+local took, wait = 0, 0
+if want > 0 then
+  took = math.min(want, math.floor(tokens))
+  tokens = tokens - took
+  if took == 0 then
+    wait = math.ceil((1 - tokens) * 1000 / rate)
+  end
+else
+  tokens = math.min(burst, tokens - want)
+end
+redis.call('HSET', KEYS[1], 't', string.format('%.6f', tokens), 'at', string.format('%.0f', at))
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) * 1000 / rate) + 1000)
+return {took, wait}
+`)
+
+// scriptSlots takes, gives back or renews a holder's global concurrency
+// slots (WithGlobalConcurrency).
+var scriptSlots = rueidis.NewLuaScript(`-- slots
+-- KEYS[1] -> the holders zset P:{R}:slots (member holder, score lease end)
+-- KEYS[2] -> the counts hash P:{R}:slotn (holder -> slots held)
+-- ARGV[1] -> holder
+-- ARGV[2] -> delta: > 0 takes up to that many more, < 0 gives back, 0 none
+-- ARGV[3] -> limit: how many the holders may hold together
+-- ARGV[4] -> lease ms
+-- First frees the slots of holders whose lease ended (Redis time). Takes
+-- only while the holders together hold fewer than the limit. Renews the
+-- holder's lease to now + lease. The keys expire with the latest lease.
+-- Returns how many slots the holder holds after.
+` + luaNow + `
+local zs, hs, holder = KEYS[1], KEYS[2], ARGV[1]
+local delta, limit, lease = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+for _, h in ipairs(redis.call('ZRANGEBYSCORE', zs, '-inf', nowStr)) do
+  redis.call('ZREM', zs, h)
+  redis.call('HDEL', hs, h)
+end
+local mine = tonumber(redis.call('HGET', hs, holder)) or 0
+if delta > 0 then
+  local total = 0
+  for _, n in ipairs(redis.call('HVALS', hs)) do total = total + tonumber(n) end
+  mine = mine + math.max(0, math.min(delta, limit - total))
+elseif delta < 0 then
+  mine = math.max(0, mine + delta)
+end
+if mine > 0 then
+  redis.call('HSET', hs, holder, mine)
+  redis.call('ZADD', zs, string.format('%.0f', now + lease), holder)
+else
+  redis.call('HDEL', hs, holder)
+  redis.call('ZREM', zs, holder)
+end
+local last = redis.call('ZRANGE', zs, -1, -1, 'WITHSCORES')
+if last[2] then
+  local ttl = math.max(1, tonumber(last[2]) - now + 1000)
+  redis.call('PEXPIRE', zs, ttl)
+  redis.call('PEXPIRE', hs, ttl)
+end
+return mine
 `)

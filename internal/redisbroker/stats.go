@@ -14,36 +14,52 @@ import (
 
 // statsSource reads a consistent snapshot of a receiver's queue.
 const statsSource = `-- stats
--- KEYS[1] -> the queue stream P:{R}:q
+-- KEYS[1] -> the queue stream P:{R}:q (the normal level)
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
--- KEYS[3] -> the pause flag P:{R}:paused
--- Returns {length, pending, dead letters, oldest queued, paused}: oldest
--- queued is the Unix ms of the first entry after the group's
--- last-delivered id (its entry id is the Redis time it was added), -1
--- when none waits; paused is 1 when the flag exists.
-local pending = 0
-local p = redis.pcall('XPENDING', KEYS[1], 'g')
-if type(p) == 'table' and not p.err then
-  pending = p[1]
-end
-local start = '-'
-local groups = redis.pcall('XINFO', 'GROUPS', KEYS[1])
-if type(groups) == 'table' and not groups.err then
-  for _, g in ipairs(groups) do
-    local name, last
-    for i = 1, #g, 2 do
-      if g[i] == 'name' then name = g[i + 1] end
-      if g[i] == 'last-delivered-id' then last = g[i + 1] end
-    end
-    if name == 'g' and last then start = '(' .. last end
+-- KEYS[3] -> the high level stream P:{R}:qh
+-- KEYS[4] -> the low level stream P:{R}:ql
+-- KEYS[5] -> the pause flag P:{R}:paused
+-- Returns {length, pending, dead letters, oldest queued, high length,
+-- high pending, low length, low pending, paused}: length and pending are those of
+-- the normal level; oldest queued is the Unix ms of the first entry after
+-- the group's last-delivered id (its entry id is the Redis time it was
+-- added) of any level, -1 when none waits; paused is 1 when the flag
+-- exists.
+local function level(q)
+  if redis.call('EXISTS', q) == 0 then
+    return 0, 0, -1
   end
+  local pending = 0
+  local p = redis.pcall('XPENDING', q, 'g')
+  if type(p) == 'table' and not p.err then
+    pending = p[1]
+  end
+  local start = '-'
+  local groups = redis.pcall('XINFO', 'GROUPS', q)
+  if type(groups) == 'table' and not groups.err then
+    for _, g in ipairs(groups) do
+      local name, last
+      for i = 1, #g, 2 do
+        if g[i] == 'name' then name = g[i + 1] end
+        if g[i] == 'last-delivered-id' then last = g[i + 1] end
+      end
+      if name == 'g' and last then start = '(' .. last end
+    end
+  end
+  local oldest = -1
+  local first = redis.call('XRANGE', q, start, '+', 'COUNT', 1)
+  if #first > 0 then
+    oldest = tonumber(string.match(first[1][1], '^(%d+)'))
+  end
+  return redis.call('XLEN', q), pending, oldest
 end
-local oldest = -1
-local first = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 1)
-if #first > 0 then
-  oldest = tonumber(string.match(first[1][1], '^(%d+)'))
+local n, np, oldest = level(KEYS[1])
+local h, hp, ho = level(KEYS[3])
+local l, lp, lo = level(KEYS[4])
+for _, o in ipairs({ho, lo}) do
+  if o >= 0 and (oldest < 0 or o < oldest) then oldest = o end
 end
-return {redis.call('XLEN', KEYS[1]), pending, redis.call('XLEN', KEYS[2]), oldest, redis.call('EXISTS', KEYS[3])}
+return {n, np, redis.call('XLEN', KEYS[2]), oldest, h, hp, l, lp, redis.call('EXISTS', KEYS[5])}
 `
 
 var (
@@ -88,7 +104,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds := make(rueidis.Commands, len(receivers))
 	for i, r := range receivers {
-		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(3).Key(b.statsKeys(r)...).Build()
+		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(5).Key(b.statsKeys(r)...).Build()
 	}
 	var again []int
 	for i, res := range b.client.DoMulti(ctx, cmds...) {
@@ -109,7 +125,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds = cmds[:0]
 	for _, i := range again {
-		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(3).Key(b.statsKeys(receivers[i])...).Build())
+		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(5).Key(b.statsKeys(receivers[i])...).Build())
 	}
 	for j, res := range b.client.DoMulti(ctx, cmds...) {
 		v, err := res.AsIntSlice()
@@ -125,22 +141,26 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 }
 
 func (b *Broker) statsKeys(receiver string) []string {
-	return []string{b.keys.queue(receiver), b.keys.deadLetters(receiver), b.keys.paused(receiver)}
+	return []string{b.keys.queue(receiver), b.keys.deadLetters(receiver),
+		b.keys.queueAt(receiver, broker.PriorityHigh), b.keys.queueAt(receiver, broker.PriorityLow),
+		b.keys.paused(receiver)}
 }
 
 // statsOf reads the stats script's answer v.
 func statsOf(receiver string, v []int64) (broker.ReceiverStats, error) {
-	if len(v) != 5 {
+	if len(v) != 9 {
 		return broker.ReceiverStats{}, fmt.Errorf("redisbroker: stats: script answered %v", v)
 	}
 	st := broker.ReceiverStats{
 		Receiver:    receiver,
-		Length:      v[0],
-		Pending:     v[1],
-		Queued:      max(v[0]-v[1], 0),
+		Length:      v[0] + v[4] + v[6],
+		Pending:     v[1] + v[5] + v[7],
 		DeadLetters: v[2],
-		Paused:      v[4] == 1,
+		QueuedHigh:  max(v[4]-v[5], 0),
+		QueuedLow:   max(v[6]-v[7], 0),
+		Paused:      v[8] == 1,
 	}
+	st.Queued = max(v[0]-v[1], 0) + st.QueuedHigh + st.QueuedLow
 	if v[3] >= 0 {
 		st.OldestQueued = time.UnixMilli(v[3])
 	}

@@ -94,6 +94,11 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Dedup", testDedup},
 		{"Pause", testPause},
 		{"Idempotency", testIdempotency},
+		{"Priorities", testPriorities},
+		{"PriorityReclaim", testPriorityReclaim},
+		{"Tokens", testTokens},
+		{"Slots", testSlots},
+		{"RetryUncounted", testRetryUncounted},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
 		{"SchedulePutList", testSchedulePutList},
@@ -152,7 +157,8 @@ func sameEnv(a, b broker.Envelope) bool {
 		bytes.Equal(a.Content, b.Content) && maps.Equal(a.Headers, b.Headers) &&
 		a.FireAndForget == b.FireAndForget && a.Timeout == b.Timeout &&
 		a.InReplyTo == b.InReplyTo && a.ErrorCode == b.ErrorCode && a.ErrorText == b.ErrorText &&
-		a.IdempotencyKey == b.IdempotencyKey
+		a.IdempotencyKey == b.IdempotencyKey &&
+		a.Priority == b.Priority
 }
 
 func checkEnv(t *testing.T, what string, got broker.Envelope, want *broker.Envelope) {

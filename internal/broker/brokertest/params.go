@@ -39,6 +39,8 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 	noSender := func() *broker.Envelope { e := newEnv(r, "x"); e.Sender = ""; return e }
 	longKey := string(make([]byte, broker.MaxKeyLen+1))
 	refs := []string{"1-1"}
+	tokens := func(p *broker.TokensParams) error { _, _, err := b.TakeTokens(ctx, p); return err }
+	slots := func(p *broker.SlotsParams) error { _, err := b.Slots(ctx, p); return err }
 	cases := []paramCase{
 		invalidCall("Fetch", &broker.FetchParams{Consumer: "c", Max: 1, Lease: longLease}, fetch),
 		invalidCall("Fetch", &broker.FetchParams{Receiver: r, Max: 1, Lease: longLease}, fetch),
@@ -71,6 +73,14 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Env: env(), TTL: time.Second}, begin),
 		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Env: env(), Key: longKey, TTL: time.Second}, begin),
 		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Env: env(), Key: "k", TTL: -time.Second}, begin),
+		invalidCall("TakeTokens", &broker.TokensParams{Want: 1, Rate: 1, Burst: 1}, tokens),
+		invalidCall("TakeTokens", &broker.TokensParams{Receiver: r, Rate: 1, Burst: 1}, tokens),
+		invalidCall("TakeTokens", &broker.TokensParams{Receiver: r, Want: 1, Rate: -1, Burst: 1}, tokens),
+		invalidCall("TakeTokens", &broker.TokensParams{Receiver: r, Want: 1, Rate: 1}, tokens),
+		invalidCall("Slots", &broker.SlotsParams{Holder: "h", Limit: 1, Lease: longLease}, slots),
+		invalidCall("Slots", &broker.SlotsParams{Receiver: r, Limit: 1, Lease: longLease}, slots),
+		invalidCall("Slots", &broker.SlotsParams{Receiver: r, Holder: "h", Lease: longLease}, slots),
+		invalidCall("Slots", &broker.SlotsParams{Receiver: r, Holder: "h", Limit: 1}, slots),
 	}
 	for _, tc := range cases {
 		want := tc.valid()
