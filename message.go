@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -57,6 +58,11 @@ type Message struct {
 	fromInbox bool
 	// replyHeaders are the headers of the reply (SetReplyHeader).
 	replyHeaders map[string]string
+	// settle is the state of the delivery being handled (taskRunning,
+	// taskSettled, taskCancelled), set on delivered messages: a reply is
+	// sent only while it is not cancelled, and a cancellation only takes
+	// one not settled.
+	settle *atomic.Int32
 }
 
 // SetReplyHeader sets header key to value on the reply to msg, a message
@@ -86,7 +92,17 @@ type SendOption func(*sendOptions)
 // and a case in check.
 type sendOptions struct {
 	timeout time.Duration // WithTimeout
+	delay   time.Duration // WithDelay
+	at      time.Time     // WithDeliverAt
+	delaySet, atSet bool
 }
+
+// MaxDelay is the longest delay WithDelay accepts (100 years); WithDeliverAt
+// accepts times up to the year 9999.
+const MaxDelay = broker.MaxDelay
+
+// later reports whether the message is sent for later.
+func (o *sendOptions) later() bool { return o.delay > 0 || !o.at.IsZero() }
 
 // sendOptionsOf applies opts.
 func sendOptionsOf(opts []SendOption) sendOptions {
@@ -107,8 +123,38 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithTimeout", "must be at least 1ms, got %v", o.timeout)
 	case o.timeout > 0 && !hasSender:
 		return invalid("WithTimeout", "a message without a Sender is fire-and-forget: nobody would receive its timeout notice")
+	case o.delaySet && o.atSet:
+		return invalid("WithDelay", "WithDelay and WithDeliverAt cannot both be given")
+	case o.delay < 0:
+		return invalid("WithDelay", "must be >= 0, got %v", o.delay)
+	case o.delay > 0 && o.delay < time.Millisecond:
+		return invalid("WithDelay", "must be at least 1ms, got %v", o.delay)
+	case o.delay > MaxDelay:
+		return invalid("WithDelay", "%v is over the limit of %v (MaxDelay)", o.delay, MaxDelay)
+	case o.atSet && o.at.IsZero():
+		return invalid("WithDeliverAt", "the zero time is not a delivery time")
+	case o.atSet && (o.at.Year() < 1970 || o.at.Year() > 9999):
+		return invalid("WithDeliverAt", "%v is out of range (years 1970 to 9999)", o.at)
 	}
 	return nil
+}
+
+// WithDelay sends the message for later: it is queued d after the broker
+// accepted it, by the broker's clock (Redis time), and until then it counts
+// as Scheduled in Stats, is delivered to no worker, and can be cancelled
+// (Cancel). 0 sends it now. A timed message's deadline is its due time
+// plus its timeout: WithTimeout counts from the delivery. d must be at
+// least 1ms and at most MaxDelay.
+func WithDelay(d time.Duration) SendOption {
+	return func(o *sendOptions) { o.delay, o.delaySet = d, true }
+}
+
+// WithDeliverAt sends the message for delivery at t, compared with the
+// broker's clock (Redis time), not the sender's: as WithDelay otherwise. A
+// time that has passed (by the broker's clock) delivers the message now,
+// with its timeout, if any, counted from now.
+func WithDeliverAt(t time.Time) SendOption {
+	return func(o *sendOptions) { o.at, o.atSet = t, true }
 }
 
 // WithTimeout gives the message a deadline of d after it is sent: its
@@ -138,7 +184,7 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 		return "", err
 	}
 	id := newID()
-	if _, err := d.send(ctx, &msg, o.timeout, id); err != nil {
+	if _, err := d.send(ctx, &msg, &o, id); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -174,14 +220,14 @@ func (d *Disker) SendBatch(ctx context.Context, msgs []Message, opts ...SendOpti
 			}
 			return nil, err
 		}
-		envs[i] = envelope(m, o.timeout, newID())
+		envs[i] = envelope(m, &o, newID())
 	}
 	if len(envs) == 0 {
 		return []string{}, nil
 	}
 	for _, env := range envs {
 		if env.Timeout > 0 {
-			d.monitor.watch(env.Sender, time.Now().Add(env.Timeout))
+			d.monitor.watch(env.Sender, o.deadline(time.Now()))
 		}
 	}
 	_, err := d.b.SendBatch(ctx, envs)
@@ -238,17 +284,27 @@ func (d *Disker) checkContent(m *Message) error {
 	return nil
 }
 
-// send sends a validated message with timeout (0 for none) under id. It
-// returns the deadline in the broker's clock (zero if none).
-func (d *Disker) send(ctx context.Context, m *Message, timeout time.Duration, id string) (time.Time, error) {
+// deadline is the local estimate of the deadline of a message sent at now
+// with o: its due time plus its timeout.
+func (o *sendOptions) deadline(now time.Time) time.Time {
+	due := now.Add(o.delay)
+	if o.at.After(now) {
+		due = o.at
+	}
+	return due.Add(o.timeout)
+}
+
+// send sends a validated message with o under id. It returns the
+// deadline in the broker's clock (zero if none).
+func (d *Disker) send(ctx context.Context, m *Message, o *sendOptions, id string) (time.Time, error) {
 	if d.closed.Load() {
 		return time.Time{}, ErrClosed
 	}
-	env := envelope(m, timeout, id)
-	if timeout > 0 {
+	env := envelope(m, o, id)
+	if o.timeout > 0 {
 		// Watch before sending: the monitor must know the sender by the time
 		// the deadline passes.
-		d.monitor.watch(m.Sender, time.Now().Add(timeout))
+		d.monitor.watch(m.Sender, o.deadline(time.Now()))
 	}
 	bdl, err := d.b.Send(ctx, env)
 	return bdl, d.afterSend(m, id, err)
@@ -269,8 +325,8 @@ func (d *Disker) afterSend(m *Message, id string, err error) error {
 	return nil
 }
 
-// envelope returns the envelope of m, sent with timeout under id.
-func envelope(m *Message, timeout time.Duration, id string) *broker.Envelope {
+// envelope returns the envelope of m, sent with o under id.
+func envelope(m *Message, o *sendOptions, id string) *broker.Envelope {
 	return &broker.Envelope{
 		ID:            id,
 		Sender:        m.Sender,
@@ -278,7 +334,9 @@ func envelope(m *Message, timeout time.Duration, id string) *broker.Envelope {
 		Content:       m.Content,
 		Headers:       m.Headers,
 		FireAndForget: m.Sender == "",
-		Timeout:       timeout,
+		Timeout:       o.timeout,
+		Delay:         o.delay,
+		DeliverAt:     o.at,
 	}
 }
 

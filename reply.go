@@ -77,6 +77,17 @@ func (d *Disker) repliedBy(msg *Message) bool {
 
 // reply sends a reply (or an error reply when code is set) to msg's sender.
 func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code, text string) error {
+	if msg.settle != nil && code != CodeCancelled {
+		// The delivery is settled by its first reply, unless it was
+		// cancelled first: then the reply is dropped.
+		if !msg.settle.CompareAndSwap(taskRunning, taskSettled) && msg.settle.Load() == taskCancelled {
+			d.late.Add(1)
+			if d.onEvent != nil {
+				d.emit(Event{Kind: EventLate, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: ErrLate})
+			}
+			return ErrLate
+		}
+	}
 	env := broker.Envelope{
 		ID:        newID(),
 		Sender:    msg.Receiver,

@@ -196,9 +196,18 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 	if err := o.check(true); err != nil { // the inbox is the sender
 		return nil, err
 	}
+	// lead is how long until the message is due (WithDelay,
+	// WithDeliverAt): WithTimeout counts from then.
+	var lead time.Duration
+	if o.later() {
+		lead = o.delay
+		if !o.at.IsZero() {
+			lead = max(time.Until(o.at), 0)
+		}
+	}
 	if o.timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		ctx, cancel = context.WithTimeout(ctx, lead+o.timeout)
 		defer cancel()
 	}
 	id := newID()
@@ -206,6 +215,12 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 	dl, hasDeadline := ctx.Deadline()
 	if hasDeadline {
 		timeout = max(time.Until(dl), time.Millisecond)
+		if lead > 0 {
+			if timeout <= lead {
+				return nil, invalid("WithDelay", "the Request's deadline (ctx's, or WithTimeout's) comes before its delivery time, %v from now", lead)
+			}
+			timeout -= lead // counted from the delivery
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, d.requestEnded(id, err)
@@ -246,7 +261,9 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 		stopSend = dl.Add(RequestGrace)
 	}
 	deadline, ok, err := within(r, stopSend, func() (time.Time, error) {
-		return r.send(context.WithoutCancel(ctx), &msg, timeout, id)
+		so := o
+		so.timeout = timeout
+		return r.send(context.WithoutCancel(ctx), &msg, &so, id)
 	})
 	if !ok {
 		deadline, err = dl, fmt.Errorf("%w: the send did not end by %v after the deadline", ErrUnavailable, RequestGrace)
@@ -290,6 +307,12 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 		case <-d.closing:
 			return nil, ErrClosed
 		case <-ended:
+			if ctx.Err() == context.Canceled {
+				// Nobody waits for the reply any more: cancel the message
+				// (it is never delivered if it has not been, and its
+				// handler's context ends if it is being handled).
+				r.cancelMessage(msg.Receiver, id)
+			}
 			if timeout == 0 {
 				return nil, d.requestEnded(id, ctx.Err())
 			}
@@ -322,6 +345,22 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 			return nil, d.requestEnded(id, ctx.Err())
 		}
 	}
+}
+
+// cancelMessage cancels message id of receiver, a Request's whose context
+// was cancelled, in the background (Close waits for it), within
+// RequestGrace.
+func (r *requester) cancelMessage(receiver, id string) {
+	d := r.d
+	r.requests.Add(1)
+	go func() {
+		defer r.requests.Done()
+		ctx, cancel := context.WithTimeout(d.opCtx, RequestGrace)
+		defer cancel()
+		if _, err := d.cancel(ctx, receiver, id, false); err != nil && ctx.Err() == nil {
+			d.log.Debug("disker: cannot cancel the message of a cancelled Request", "receiver", receiver, "id", id, "error", err)
+		}
+	}()
 }
 
 // giveUp appends Request id's marker to the inbox. When the Request's
@@ -468,12 +507,12 @@ func (r *requester) deliverOutcome(e *broker.Reply) {
 // send sends m, a Request's message from the inbox, under id. It returns
 // the deadline in the broker's clock (zero if none), also with an error
 // that leaves it unknown whether m was queued (see broker.Inbox).
-func (r *requester) send(ctx context.Context, m *Message, timeout time.Duration, id string) (time.Time, error) {
+func (r *requester) send(ctx context.Context, m *Message, o *sendOptions, id string) (time.Time, error) {
 	d := r.d
 	if d.closed.Load() {
 		return time.Time{}, ErrClosed
 	}
-	bdl, err := d.b.SendRequest(ctx, envelope(m, timeout, id))
+	bdl, err := d.b.SendRequest(ctx, envelope(m, o, id))
 	return bdl, d.afterSend(m, id, err)
 }
 

@@ -175,6 +175,9 @@ type core struct {
 	// there is none). An expired inbox is dropped by the next lock.
 	inboxes    map[string]time.Time
 	nextExpiry time.Time
+	// marks holds, by receiver, the Cancels of messages in flight, oldest
+	// first (broker.Cancels.CancelMarks).
+	marks map[string][]mark
 }
 
 func newCore(opts Options) *core {
@@ -188,6 +191,7 @@ func newCore(opts Options) *core {
 		locks:    make(map[string]lockEntry),
 		workers:  make(map[string]workerEntry),
 		inboxes:  make(map[string]time.Time),
+		marks:    make(map[string][]mark),
 	}
 	if c.now == nil {
 		c.now = time.Now

@@ -194,6 +194,9 @@ func (c *core) stats(receiver string) broker.ReceiverStats {
 		if first := s.fresh.Front(); first != nil {
 			st.OldestQueued = first.Value.(*entry).at
 		}
+		if s.sched != nil {
+			st.Scheduled = int64(len(s.sched.byID))
+		}
 	}
 	if d := c.dead[receiver]; d != nil {
 		st.DeadLetters = int64(d.order.Len())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -37,6 +38,10 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 		return time.Time{}, b.sendPlain(ctx, env, data)
 	case sendSplit:
 		return b.sendTimedSplit(ctx, env, data)
+	case sendSched, sendSchedTimed:
+		return b.sendScheduled(ctx, env, data)
+	case sendSchedSplit:
+		return b.sendScheduledSplit(ctx, env, data)
 	}
 	res, err := scriptSendTimed.Exec(ctx, b.client, b.sendTimedKeys(env), sendTimedArgs(env, data)).ToString()
 	if err != nil {
@@ -67,9 +72,21 @@ const (
 	sendPlain = iota // no timeout: one XADD
 	sendTimed        // script send_timed
 	sendSplit        // on a Cluster, across slots: sendTimedSplit
+	sendSched        // for later, untimed or from an inbox: script schedule
+	sendSchedTimed   // for later, timed: script schedule_timed
+	sendSchedSplit   // for later, timed, on a Cluster across slots: sendScheduledSplit
 )
 
 func (b *Broker) sendKind(env *broker.Envelope) int {
+	if env.Scheduled() {
+		switch {
+		case env.Timeout <= 0 || env.FromInbox:
+			return sendSched
+		case b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
+			return sendSchedSplit
+		}
+		return sendSchedTimed
+	}
 	switch {
 	case env.Timeout <= 0:
 		return sendPlain
@@ -139,7 +156,7 @@ func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time
 	for start := 0; start < len(envs); {
 		kind := b.sendKind(envs[start])
 		end := start + 1
-		for kind != sendSplit && end < len(envs) && end-start < maxBatch && b.sendKind(envs[end]) == kind {
+		for kind != sendSplit && kind != sendSchedSplit && end < len(envs) && end-start < maxBatch && b.sendKind(envs[end]) == kind {
 			end++
 		}
 		if b.sendRun(ctx, kind, envs[start:end], deadlines[start:end], errs[start:end]) {
@@ -162,6 +179,24 @@ func (b *Broker) sendRun(ctx context.Context, kind int, envs []*broker.Envelope,
 		data := rueidis.BinaryString(wire.Encode(envs[0]))
 		deadlines[0], errs[0] = b.sendTimedSplit(ctx, envs[0], data)
 		return errs[0] != nil
+	case sendSchedSplit:
+		data := rueidis.BinaryString(wire.Encode(envs[0]))
+		deadlines[0], errs[0] = b.sendScheduledSplit(ctx, envs[0], data)
+		return errs[0] != nil
+	case sendSched, sendSchedTimed:
+		script := scriptSchedule
+		if kind == sendSchedTimed {
+			script = scriptScheduleTimed
+		}
+		execs := make([]rueidis.LuaExec, len(envs))
+		for i, env := range envs {
+			execs[i] = b.scheduleExec(env, rueidis.BinaryString(wire.Encode(env)))
+		}
+		for i, r := range script.ExecMulti(ctx, b.client, execs...) {
+			if deadlines[i], errs[i] = b.scheduled(ctx, r); errs[i] != nil {
+				failed = true
+			}
+		}
 	case sendPlain:
 		cmds := make(rueidis.Commands, len(envs))
 		for i, env := range envs {
@@ -224,6 +259,92 @@ func (b *Broker) sendTimedSplit(ctx context.Context, env *broker.Envelope, data 
 	return time.Time{}, b.fail(ctx, "send", err)
 }
 
+// scheduleExec returns the keys and arguments of the script schedule (or
+// schedule_timed, for a timed message of a named sender) for env, encoded
+// as data.
+func (b *Broker) scheduleExec(env *broker.Envelope, data string) rueidis.LuaExec {
+	keys := []string{b.keys.scheduled(env.Receiver), b.keys.scheduledMessages(env.Receiver), b.keys.queue(env.Receiver)}
+	if env.Timeout > 0 && !env.FromInbox {
+		keys = append(keys, b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender))
+	}
+	at := ""
+	if !env.DeliverAt.IsZero() {
+		at = strconv.FormatInt(env.DeliverAt.UnixMilli(), 10)
+	}
+	timeout := "0"
+	if env.Timeout > 0 {
+		timeout = msString(env.Timeout)
+	}
+	return rueidis.LuaExec{Keys: keys, Args: []string{data, env.ID, msString(env.Delay), at, timeout}}
+}
+
+// sendScheduled sends env, encoded as data, for later: one script,
+// schedule (schedule_timed for a timed message of a named sender, which
+// also records the pending timeout at due + timeout). The due time is
+// Redis time.
+func (b *Broker) sendScheduled(ctx context.Context, env *broker.Envelope, data string) (time.Time, error) {
+	script := scriptSchedule
+	if env.Timeout > 0 && !env.FromInbox {
+		script = scriptScheduleTimed
+	}
+	e := b.scheduleExec(env, data)
+	return b.scheduled(ctx, script.Exec(ctx, b.client, e.Keys, e.Args))
+}
+
+// scheduled reads the answer of a schedule script: the deadline, zero if
+// none.
+func (b *Broker) scheduled(ctx context.Context, r rueidis.RedisResult) (time.Time, error) {
+	v, err := r.AsIntSlice()
+	if err != nil {
+		return time.Time{}, b.fail(ctx, "send", err)
+	}
+	if len(v) != 2 {
+		return time.Time{}, fmt.Errorf("redisbroker: send: schedule script answered %v", v)
+	}
+	if v[1] < 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(v[1]), nil
+}
+
+// sendScheduledSplit is sendTimedSplit for a message sent for later: the
+// pending timeout is recorded first, in the sender's slot, at Redis time +
+// the delay + the timeout, then the message is scheduled in the
+// receiver's slot for that deadline - the timeout.
+func (b *Broker) sendScheduledSplit(ctx context.Context, env *broker.Envelope, data string) (time.Time, error) {
+	t, tm := b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)
+	delay := env.Delay
+	if !env.DeliverAt.IsZero() {
+		now, err := b.estimateNow(ctx)
+		if err != nil {
+			return time.Time{}, err
+		}
+		delay = max(env.DeliverAt.Sub(now), 0)
+	}
+	res, err := scriptPendTimed.Exec(ctx, b.client, []string{t, tm},
+		[]string{data, env.ID, msString(delay + env.Timeout)}).ToString()
+	if err != nil {
+		return time.Time{}, b.fail(ctx, "send", err)
+	}
+	deadline, err := parseDeadline(res)
+	if err != nil {
+		return time.Time{}, err
+	}
+	at := deadline.Add(-env.Timeout)
+	e := rueidis.LuaExec{
+		Keys: []string{b.keys.scheduled(env.Receiver), b.keys.scheduledMessages(env.Receiver), b.keys.queue(env.Receiver)},
+		Args: []string{data, env.ID, "0", strconv.FormatInt(at.UnixMilli(), 10), msString(env.Timeout)},
+	}
+	_, err = b.scheduled(ctx, scriptSchedule.Exec(ctx, b.client, e.Keys, e.Args))
+	if err == nil {
+		return deadline, nil
+	}
+	if cerr := scriptCancel.Exec(context.WithoutCancel(ctx), b.client, []string{t, tm}, []string{env.ID}).Error(); cerr != nil {
+		err = fmt.Errorf("%w (and the pending timeout could not be withdrawn: the sender gets a timeout notice for it: %v)", err, cerr)
+	}
+	return time.Time{}, err
+}
+
 func parseDeadline(res string) (time.Time, error) {
 	deadline, ok := unixMS(res)
 	if !ok {
@@ -279,11 +400,16 @@ type streamKeys struct {
 	// record: the fetch records the consumer's lease in holders (queues;
 	// a reply stream's readers all read with one lease).
 	record bool
+	// sched, schedMsgs: the scheduled zset and hash whose due messages the
+	// fetch script queues (queues only: promote).
+	sched, schedMsgs string
+	promote          bool
 }
 
 // queueKeys returns the streamKeys of receiver's queue.
 func (b *Broker) queueKeys(receiver string) streamKeys {
-	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver), record: true}
+	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver), record: true,
+		sched: b.keys.scheduled(receiver), schedMsgs: b.keys.scheduledMessages(receiver), promote: true}
 }
 
 // fetch returns up to p.Max entries of s.stream for p.Consumer. At most every
@@ -298,7 +424,7 @@ func (b *Broker) queueKeys(receiver string) streamKeys {
 func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams) ([]entry, error) {
 	op, stream, consumer, max, block := s.op, s.stream, p.Consumer, p.Max, p.Block
 	var entries []entry
-	script := b.reclaimDue(stream) || b.leaseChanged(stream, consumer, p.Lease)
+	script := b.reclaimDue(stream) || b.leaseChanged(stream, consumer, p.Lease) || (s.promote && b.scheduleDue(stream))
 	if !script && block <= 0 {
 		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 			Streams().Key(stream).Id(">").Build()).AsXRead()
@@ -321,6 +447,9 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 	}
 	if len(entries) > 0 || block <= 0 {
 		return entries, nil
+	}
+	if s.promote {
+		block = b.blockUntilDue(stream, block)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, b.fail(ctx, op, err)
@@ -371,17 +500,25 @@ func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchPara
 	if s.record {
 		record = "1"
 	}
-	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed, s.holders},
-		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, record}).ToArray()
+	sched, schedMsgs, promote := s.delayed, s.delayed, "0"
+	if s.promote {
+		sched, schedMsgs, promote = s.sched, s.schedMsgs, "1"
+	}
+	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed, s.holders, sched, schedMsgs},
+		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, record, promote}).ToArray()
 	if err != nil {
 		b.forceReclaim(stream)
 		return nil, 0, b.fail(ctx, op, err)
 	}
-	if len(res) == 0 {
+	if len(res) < 2 {
 		return nil, 0, fmt.Errorf("redisbroker: %s: the fetch script answered nothing", op)
 	}
-	entries := make([]entry, 0, len(res)-1)
-	for _, r := range res[1:] {
+	if s.promote {
+		next, _ := res[1].AsInt64()
+		b.setNextDue(stream, next)
+	}
+	entries := make([]entry, 0, len(res)-2)
+	for _, r := range res[2:] {
 		e, err := scriptEntry(r)
 		if err != nil {
 			return nil, 0, fmt.Errorf("redisbroker: %s: %w", op, err)
@@ -421,6 +558,53 @@ func (b *Broker) leaseChanged(stream, consumer string, lease time.Duration) bool
 	old, ok := b.leases.Swap(stream+"\x00"+consumer, lease)
 	return !ok || old.(time.Duration) != lease
 }
+
+// scheduleDue reports whether the first scheduled message of stream's
+// receiver, as this broker last saw it, is due by the local clock
+// corrected to Redis time (see setNextDue).
+func (b *Broker) scheduleDue(stream string) bool {
+	v, ok := b.nextDue.Load(stream)
+	return ok && time.Now().UnixNano() >= v.(*atomic.Int64).Load()
+}
+
+// setNextDue records the due time (unix ms, Redis time; -1 for none) of
+// the first message scheduled for stream's receiver, as the fetch script
+// answered it, in local unix ns.
+func (b *Broker) setNextDue(stream string, ms int64) {
+	at := int64(math.MaxInt64)
+	if ms >= 0 {
+		at = b.offset.Local(time.UnixMilli(ms)).UnixNano()
+	}
+	v, _ := b.nextDue.LoadOrStore(stream, new(atomic.Int64))
+	v.(*atomic.Int64).Store(at)
+}
+
+// forceSchedule makes the next fetch of stream run the fetch script, which
+// queues the due scheduled messages and reads the next due time: a wake
+// entry said that a message was scheduled before the one known.
+func (b *Broker) forceSchedule(stream string) {
+	v, _ := b.nextDue.LoadOrStore(stream, new(atomic.Int64))
+	v.(*atomic.Int64).Store(0)
+}
+
+// blockUntilDue bounds block, the time a fetch of stream blocks in Redis,
+// by the due time of the first scheduled message, so that the fetch after
+// it queues that message.
+func (b *Broker) blockUntilDue(stream string, block time.Duration) time.Duration {
+	v, ok := b.nextDue.Load(stream)
+	if !ok {
+		return block
+	}
+	at := v.(*atomic.Int64).Load()
+	if at == math.MaxInt64 {
+		return block
+	}
+	return min(block, max(time.Duration(at-time.Now().UnixNano()), minDueBlock))
+}
+
+// minDueBlock is the least block time of a fetch whose scheduled message
+// is due (by the local clock, which may be ahead of Redis's by a little).
+const minDueBlock = 2 * time.Millisecond
 
 // forceReclaim makes the next fetch of stream run the fetch script.
 func (b *Broker) forceReclaim(stream string) {
@@ -484,7 +668,12 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 		return nil, err
 	}
 	out := make([]broker.Delivery, 0, len(entries))
+	var wakes []string
 	for _, e := range entries {
+		if _, ok := e.fields["w"]; ok && len(e.fields) == 1 {
+			wakes = append(wakes, e.id)
+			continue
+		}
 		d, err := delivery(&e)
 		if err != nil {
 			if err := b.bury(ctx, &s, e.id, "undecodable message: "+err.Error(), e.attempt, true); err != nil {
@@ -493,6 +682,15 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 			continue
 		}
 		out = append(out, d)
+	}
+	if len(wakes) > 0 {
+		// A message was scheduled before the first one known: the next
+		// fetch runs the script, which queues what is due and reads the
+		// new due time.
+		b.forceSchedule(s.stream)
+		if err := b.ack(ctx, "fetch", s.stream, s.delayed, wakes); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

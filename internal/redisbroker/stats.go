@@ -16,9 +16,11 @@ import (
 const statsSource = `-- stats
 -- KEYS[1] -> the queue stream P:{R}:q
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
--- Returns {length, pending, dead letters, oldest queued}: the last is the
--- Unix ms of the first entry after the group's last-delivered id (its
--- entry id is the Redis time it was added), -1 when none waits.
+-- KEYS[3] -> the scheduled zset P:{R}:s
+-- Returns {length, pending, dead letters, oldest queued, scheduled}:
+-- oldest queued is the Unix ms of the first entry after the group's
+-- last-delivered id (its entry id is the Redis time it was added), -1 when
+-- none waits.
 local pending = 0
 local p = redis.pcall('XPENDING', KEYS[1], 'g')
 if type(p) == 'table' and not p.err then
@@ -41,7 +43,7 @@ local first = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 1)
 if #first > 0 then
   oldest = tonumber(string.match(first[1][1], '^(%d+)'))
 end
-return {redis.call('XLEN', KEYS[1]), pending, redis.call('XLEN', KEYS[2]), oldest}
+return {redis.call('XLEN', KEYS[1]), pending, redis.call('XLEN', KEYS[2]), oldest, redis.call('ZCARD', KEYS[3])}
 `
 
 var (
@@ -86,7 +88,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds := make(rueidis.Commands, len(receivers))
 	for i, r := range receivers {
-		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(2).Key(b.statsKeys(r)...).Build()
+		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(3).Key(b.statsKeys(r)...).Build()
 	}
 	var again []int
 	for i, res := range b.client.DoMulti(ctx, cmds...) {
@@ -107,7 +109,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds = cmds[:0]
 	for _, i := range again {
-		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(2).Key(b.statsKeys(receivers[i])...).Build())
+		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(3).Key(b.statsKeys(receivers[i])...).Build())
 	}
 	for j, res := range b.client.DoMulti(ctx, cmds...) {
 		v, err := res.AsIntSlice()
@@ -123,12 +125,12 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 }
 
 func (b *Broker) statsKeys(receiver string) []string {
-	return []string{b.keys.queue(receiver), b.keys.deadLetters(receiver)}
+	return []string{b.keys.queue(receiver), b.keys.deadLetters(receiver), b.keys.scheduled(receiver)}
 }
 
 // statsOf reads the stats script's answer v.
 func statsOf(receiver string, v []int64) (broker.ReceiverStats, error) {
-	if len(v) != 4 {
+	if len(v) != 5 {
 		return broker.ReceiverStats{}, fmt.Errorf("redisbroker: stats: script answered %v", v)
 	}
 	st := broker.ReceiverStats{
@@ -137,6 +139,7 @@ func statsOf(receiver string, v []int64) (broker.ReceiverStats, error) {
 		Pending:     v[1],
 		Queued:      max(v[0]-v[1], 0),
 		DeadLetters: v[2],
+		Scheduled:   v[4],
 	}
 	if v[3] >= 0 {
 		st.OldestQueued = time.UnixMilli(v[3])
