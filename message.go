@@ -91,9 +91,9 @@ type SendOption func(*sendOptions)
 // in one place (check). A new option is a function that sets a field here,
 // and a case in check.
 type sendOptions struct {
-	timeout time.Duration // WithTimeout
-	delay   time.Duration // WithDelay
-	at      time.Time     // WithDeliverAt
+	timeout         time.Duration // WithTimeout
+	delay           time.Duration // WithDelay
+	at              time.Time     // WithDeliverAt
 	delaySet, atSet bool
 }
 

@@ -64,7 +64,6 @@ func (c *core) put(env *broker.Envelope, raw []byte) time.Time {
 	case !env.DeliverAt.IsZero() && env.DeliverAt.After(now):
 		due = env.DeliverAt
 	}
-	due = due.Truncate(time.Millisecond)
 	var deadline time.Time
 	if env.Timeout > 0 {
 		deadline = due.Add(env.Timeout)

@@ -69,12 +69,12 @@ func mayHaveRun(err error) bool {
 
 // How a message is sent.
 const (
-	sendPlain = iota // no timeout: one XADD
-	sendTimed        // script send_timed
-	sendSplit        // on a Cluster, across slots: sendTimedSplit
-	sendSched        // for later, untimed or from an inbox: script schedule
-	sendSchedTimed   // for later, timed: script schedule_timed
-	sendSchedSplit   // for later, timed, on a Cluster across slots: sendScheduledSplit
+	sendPlain      = iota // no timeout: one XADD
+	sendTimed             // script send_timed
+	sendSplit             // on a Cluster, across slots: sendTimedSplit
+	sendSched             // for later, untimed or from an inbox: script schedule
+	sendSchedTimed        // for later, timed: script schedule_timed
+	sendSchedSplit        // for later, timed, on a Cluster across slots: sendScheduledSplit
 )
 
 func (b *Broker) sendKind(env *broker.Envelope) int {
@@ -263,7 +263,7 @@ func (b *Broker) sendTimedSplit(ctx context.Context, env *broker.Envelope, data 
 // schedule_timed, for a timed message of a named sender) for env, encoded
 // as data.
 func (b *Broker) scheduleExec(env *broker.Envelope, data string) rueidis.LuaExec {
-	keys := []string{b.keys.scheduled(env.Receiver), b.keys.scheduledMessages(env.Receiver), b.keys.queue(env.Receiver)}
+	keys := []string{b.keys.scheduled(env.Receiver), b.keys.scheduledMessages(env.Receiver), b.keys.queue(env.Receiver), b.keys.holders(env.Receiver)}
 	if env.Timeout > 0 && !env.FromInbox {
 		keys = append(keys, b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender))
 	}
@@ -332,7 +332,7 @@ func (b *Broker) sendScheduledSplit(ctx context.Context, env *broker.Envelope, d
 	}
 	at := deadline.Add(-env.Timeout)
 	e := rueidis.LuaExec{
-		Keys: []string{b.keys.scheduled(env.Receiver), b.keys.scheduledMessages(env.Receiver), b.keys.queue(env.Receiver)},
+		Keys: []string{b.keys.scheduled(env.Receiver), b.keys.scheduledMessages(env.Receiver), b.keys.queue(env.Receiver), b.keys.holders(env.Receiver)},
 		Args: []string{data, env.ID, "0", strconv.FormatInt(at.UnixMilli(), 10), msString(env.Timeout)},
 	}
 	_, err = b.scheduled(ctx, scriptSchedule.Exec(ctx, b.client, e.Keys, e.Args))
@@ -688,8 +688,14 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 		// fetch runs the script, which queues what is due and reads the
 		// new due time.
 		b.forceSchedule(s.stream)
-		if err := b.ack(ctx, "fetch", s.stream, s.delayed, wakes); err != nil {
-			return nil, err
+		res := b.client.DoMulti(ctx,
+			b.client.B().Multi().Build(),
+			b.client.B().Xack().Key(s.stream).Group("g").Id(wakes...).Build(),
+			b.client.B().Xdel().Key(s.stream).Id(wakes...).Build(),
+			b.client.B().Hincrby().Key(s.holders).Field("wakes").Increment(-int64(len(wakes))).Build(),
+			b.client.B().Exec().Build())
+		if err := b.execOK(res); err != nil {
+			return nil, b.fail(ctx, "fetch", err)
 		}
 	}
 	return out, nil

@@ -89,15 +89,16 @@ local function promote(sched, msgs, stream)
 end
 `
 
-// luaSchedule defines schedule(sched, msgs, stream, env, id, delay, at,
-// timeout): the message's due time is at (unix ms) when at is not empty,
-// else now + delay, and never before now; its deadline is due + timeout
-// when timeout > 0. A message due now is queued at once (XADD); any other
-// is added to the scheduled zset and hash, and when it comes first in the
-// zset, a wake entry (field w, no m) is queued so that a blocked fetch
-// looks at the new due time. Returns due, deadline (or -1).
+// luaSchedule defines schedule(sched, msgs, stream, hold, env, id, delay,
+// at, timeout): the message's due time is at (unix ms) when at is not
+// empty, else now + delay, and never before now; its deadline is due +
+// timeout when timeout > 0. A message due now is queued at once (XADD); any
+// other is added to the scheduled zset and hash, and when it comes first in
+// the zset, a wake entry (field w, no m) is queued, and counted in the
+// holders hash (field wakes, which Stats subtracts), so that a blocked
+// fetch looks at the new due time. Returns due, deadline (or -1).
 const luaSchedule = `
-local function schedule(sched, msgs, stream, env, id, delay, at, timeout)
+local function schedule(sched, msgs, stream, hold, env, id, delay, at, timeout)
   local due = now + tonumber(delay)
   if at ~= '' then due = tonumber(at) end
   if due < now then due = now end
@@ -118,6 +119,7 @@ local function schedule(sched, msgs, stream, env, id, delay, at, timeout)
   redis.call('HSET', msgs, id, d .. ':' .. env)
   if redis.call('ZRANGE', sched, 0, 0)[1] == id then
     redis.call('XADD', stream, '*', 'w', '1')
+    redis.call('HINCRBY', hold, 'wakes', 1)
   end
   return {due, deadline}
 end
@@ -128,6 +130,7 @@ var scriptSchedule = rueidis.NewLuaScript(`-- schedule
 -- KEYS[1] -> the scheduled zset P:{R}:s
 -- KEYS[2] -> the scheduled hash P:{R}:sm
 -- KEYS[3] -> the queue stream P:{R}:q (a message due now, a wake entry)
+-- KEYS[4] -> the holders hash P:{R}:hold (field wakes counts wake entries)
 -- ARGV[1] -> the encoded envelope
 -- ARGV[2] -> message id
 -- ARGV[3] -> delay ms (used when ARGV[4] is empty)
@@ -135,21 +138,21 @@ var scriptSchedule = rueidis.NewLuaScript(`-- schedule
 -- ARGV[5] -> timeout ms, 0 for none (the deadline is due + timeout)
 -- See luaSchedule. Returns {due, deadline or -1}.
 ` + luaNow + luaSchedule + `
-return schedule(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+return schedule(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 `)
 
 // scriptScheduleTimed sends a timed message of a named sender for later.
 var scriptScheduleTimed = rueidis.NewLuaScript(`-- schedule_timed
--- KEYS[1..3] -> as schedule (of the receiver R)
--- KEYS[4] -> the pending timeouts zset P:{S}:t of the sender S
--- KEYS[5] -> the pending messages hash P:{S}:tm
+-- KEYS[1..4] -> as schedule (of the receiver R)
+-- KEYS[5] -> the pending timeouts zset P:{S}:t of the sender S
+-- KEYS[6] -> the pending messages hash P:{S}:tm
 -- ARGV as schedule; ARGV[5] > 0.
 -- schedule, then the pending timeout at its deadline, in one step (both
 -- names in one slot, as send_timed). Returns {due, deadline}.
 ` + luaNow + luaSchedule + `
-local r = schedule(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
-redis.call('ZADD', KEYS[4], string.format('%.0f', r[2]), ARGV[2])
-redis.call('HSET', KEYS[5], ARGV[2], ARGV[1])
+local r = schedule(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+redis.call('ZADD', KEYS[5], string.format('%.0f', r[2]), ARGV[2])
+redis.call('HSET', KEYS[6], ARGV[2], ARGV[1])
 return r
 `)
 

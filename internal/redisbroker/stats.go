@@ -17,10 +17,12 @@ const statsSource = `-- stats
 -- KEYS[1] -> the queue stream P:{R}:q
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
 -- KEYS[3] -> the scheduled zset P:{R}:s
+-- KEYS[4] -> the holders hash P:{R}:hold (field wakes: the wake entries
+--            of the queue, which are not messages)
 -- Returns {length, pending, dead letters, oldest queued, scheduled}:
--- oldest queued is the Unix ms of the first entry after the group's
--- last-delivered id (its entry id is the Redis time it was added), -1 when
--- none waits.
+-- length leaves out the wake entries; oldest queued is the Unix ms of the
+-- first message after the group's last-delivered id (its entry id is the
+-- Redis time it was added), -1 when none waits.
 local pending = 0
 local p = redis.pcall('XPENDING', KEYS[1], 'g')
 if type(p) == 'table' and not p.err then
@@ -39,11 +41,17 @@ if type(groups) == 'table' and not groups.err then
   end
 end
 local oldest = -1
-local first = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 1)
-if #first > 0 then
-  oldest = tonumber(string.match(first[1][1], '^(%d+)'))
+local first = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 4)
+for _, e in ipairs(first) do
+  if e[2][1] ~= 'w' then
+    oldest = tonumber(string.match(e[1], '^(%d+)'))
+    break
+  end
 end
-return {redis.call('XLEN', KEYS[1]), pending, redis.call('XLEN', KEYS[2]), oldest, redis.call('ZCARD', KEYS[3])}
+local wakes = tonumber(redis.call('HGET', KEYS[4], 'wakes') or '0')
+local length = redis.call('XLEN', KEYS[1]) - wakes
+if length < 0 then length = 0 end
+return {length, pending, redis.call('XLEN', KEYS[2]), oldest, redis.call('ZCARD', KEYS[3])}
 `
 
 var (
@@ -88,7 +96,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds := make(rueidis.Commands, len(receivers))
 	for i, r := range receivers {
-		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(3).Key(b.statsKeys(r)...).Build()
+		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(4).Key(b.statsKeys(r)...).Build()
 	}
 	var again []int
 	for i, res := range b.client.DoMulti(ctx, cmds...) {
@@ -109,7 +117,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds = cmds[:0]
 	for _, i := range again {
-		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(3).Key(b.statsKeys(receivers[i])...).Build())
+		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(4).Key(b.statsKeys(receivers[i])...).Build())
 	}
 	for j, res := range b.client.DoMulti(ctx, cmds...) {
 		v, err := res.AsIntSlice()
@@ -125,7 +133,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 }
 
 func (b *Broker) statsKeys(receiver string) []string {
-	return []string{b.keys.queue(receiver), b.keys.deadLetters(receiver), b.keys.scheduled(receiver)}
+	return []string{b.keys.queue(receiver), b.keys.deadLetters(receiver), b.keys.scheduled(receiver), b.keys.holders(receiver)}
 }
 
 // statsOf reads the stats script's answer v.

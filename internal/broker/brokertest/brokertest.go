@@ -91,6 +91,10 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"OldestQueued", testOldestQueued},
 		{"Fate", testFate},
 		{"DeadLettersAfter", testDeadLettersAfter},
+		{"Scheduled", testScheduled},
+		{"ScheduledPast", testScheduledPast},
+		{"ScheduledValidation", testScheduledValidation},
+		{"Cancel", testCancel},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
 	}

@@ -32,6 +32,7 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 	read := func(p *broker.ReadRepliesParams) error { _, err := b.ReadReplies(ctx, p); return err }
 	fate := func(p *broker.FateParams) error { _, err := b.Fate(ctx, p); return err }
 	dlAfter := func(p *broker.DeadLettersParams) error { _, err := b.DeadLettersAfter(ctx, p); return err }
+	cancel := func(p *broker.CancelParams) error { _, err := b.Cancel(ctx, p); return err }
 	refs := []string{"1-1"}
 	cases := []paramCase{
 		invalidCall("Fetch", &broker.FetchParams{Consumer: "c", Max: 1, Lease: longLease}, fetch),
@@ -55,6 +56,9 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 		invalidCall("Fate", &broker.FateParams{Receiver: r, ID: "m"}, fate),
 		invalidCall("DeadLettersAfter", &broker.DeadLettersParams{Max: 1}, dlAfter),
 		invalidCall("DeadLettersAfter", &broker.DeadLettersParams{Receiver: r}, dlAfter),
+		invalidCall("Cancel", &broker.CancelParams{ID: "m", MaxScan: 1}, cancel),
+		invalidCall("Cancel", &broker.CancelParams{Receiver: r, MaxScan: 1}, cancel),
+		invalidCall("Cancel", &broker.CancelParams{Receiver: r, ID: "m"}, cancel),
 	}
 	for _, tc := range cases {
 		want := tc.valid()
