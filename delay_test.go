@@ -1,0 +1,212 @@
+package disker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker"
+)
+
+// TestDelayedSend sends messages for later with WithDelay and
+// WithDeliverAt (Send, SendBatch, Request): none is handled before its due
+// time, each counts as scheduled until then, and a time that has passed
+// delivers at once.
+func TestDelayedSend(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		ctx := ctxTimeout(t, 30*time.Second)
+		type got struct {
+			content string
+			at      time.Time
+		}
+		seen := make(chan got, 10)
+		if err := d.Handle("later", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+			seen <- got{string(m.Content), time.Now()}
+			return []byte("ok:" + string(m.Content)), nil
+		}), disker.WithConcurrency(4)); err != nil {
+			t.Fatal(err)
+		}
+		const delay = 400 * time.Millisecond
+		sent := time.Now()
+		if _, err := d.Send(ctx, disker.Message{Receiver: "later", Content: []byte("delay")}, disker.WithDelay(delay)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Send(ctx, disker.Message{Receiver: "later", Content: []byte("at")}, disker.WithDeliverAt(sent.Add(delay))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.SendBatch(ctx, []disker.Message{{Receiver: "later", Content: []byte("batch")}}, disker.WithDelay(delay)); err != nil {
+			t.Fatal(err)
+		}
+		st, err := d.Stats(ctx, "later")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(sent) < delay && st.Scheduled == 0 {
+			t.Fatalf("Stats before the due time: %+v, want scheduled messages", st)
+		}
+		// A Request's timeout counts from its delivery: 50ms would be
+		// long past at the due time if it counted from the send.
+		reply, err := d.Request(ctx, disker.Message{Receiver: "later", Content: []byte("request")}, disker.WithDelay(delay), disker.WithTimeout(2*time.Second))
+		if err != nil || string(reply.Content) != "ok:request" {
+			t.Fatalf("Request with a delay: %v, %v", reply, err)
+		}
+		for range 4 {
+			g := recv(t, seen, 10*time.Second, "a delayed message")
+			// The broker decides by its clock, to the millisecond; this
+			// machine's clock is the same one.
+			if early := sent.Add(delay - 2*time.Millisecond).Sub(g.at); early > 0 && g.content != "request" {
+				t.Fatalf("%s handled %v before its due time", g.content, early)
+			}
+		}
+		if _, err := d.Send(ctx, disker.Message{Receiver: "later", Content: []byte("past")}, disker.WithDeliverAt(time.Now().Add(-time.Hour))); err != nil {
+			t.Fatal(err)
+		}
+		if g := recv(t, seen, 10*time.Second, "a message due in the past"); g.content != "past" {
+			t.Fatalf("got %q, want the message due in the past", g.content)
+		}
+		waitFor(t, 10*time.Second, "no scheduled messages", func() bool {
+			st, err := d.Stats(ctx, "later")
+			return err == nil && st.Scheduled == 0 && st.Length == 0
+		})
+	})
+}
+
+// TestDelayValidation: bad delays and delivery times are *ValidationErrors
+// naming the option, and nothing is sent.
+func TestDelayValidation(t *testing.T) {
+	d := newEnv(t, false, "").open()
+	ctx := ctxTimeout(t, 10*time.Second)
+	msg := disker.Message{Receiver: "r", Content: []byte("x")}
+	for _, tc := range []struct {
+		field string
+		opts  []disker.SendOption
+	}{
+		{"WithDelay", []disker.SendOption{disker.WithDelay(-time.Second)}},
+		{"WithDelay", []disker.SendOption{disker.WithDelay(time.Microsecond)}},
+		{"WithDelay", []disker.SendOption{disker.WithDelay(disker.MaxDelay + time.Hour)}},
+		{"WithDelay", []disker.SendOption{disker.WithDelay(time.Second), disker.WithDeliverAt(time.Now())}},
+		{"WithDeliverAt", []disker.SendOption{disker.WithDeliverAt(time.Time{})}},
+		{"WithDeliverAt", []disker.SendOption{disker.WithDeliverAt(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))}},
+	} {
+		_, err := d.Send(ctx, msg, tc.opts...)
+		var ve *disker.ValidationError
+		if !errors.As(err, &ve) || ve.Field != tc.field {
+			t.Errorf("Send with %s: got %v, want a *ValidationError naming %s", tc.field, err, tc.field)
+		}
+		if _, err := d.SendBatch(ctx, []disker.Message{msg}, tc.opts...); !errors.As(err, &ve) {
+			t.Errorf("SendBatch with %s: got %v, want a *ValidationError", tc.field, err)
+		}
+	}
+	// A year is valid.
+	if _, err := d.Send(ctx, msg, disker.WithDelay(365*24*time.Hour)); err != nil {
+		t.Fatalf("Send with a delay of a year: %v", err)
+	}
+	// A Request whose deadline comes before its delivery.
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err := d.Request(short, msg, disker.WithDelay(time.Second))
+	var ve *disker.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "WithDelay" {
+		t.Fatalf("Request due after its deadline: got %v, want a *ValidationError", err)
+	}
+	for _, id := range []string{"", "not-an-id", "01J9Z6T000000000000000000U"} {
+		if _, err := d.Cancel(ctx, "r", id); !errors.As(err, &ve) || ve.Field != "id" {
+			t.Errorf("Cancel %q: got %v, want a *ValidationError naming id", id, err)
+		}
+	}
+	if _, err := d.Cancel(ctx, "", "01j9z6t0000000000000000000"); !errors.As(err, &ve) {
+		t.Errorf("Cancel with no receiver: got %v, want a *ValidationError", err)
+	}
+}
+
+// TestCancel cancels a scheduled, a queued and an in-flight message: the
+// first two are never handled and their sender gets the cancelled error;
+// the handler of the third sees its context end with the cause
+// ErrCancelled, its Request ends with ErrCancelled, and its reply is
+// dropped with ErrLate. Cancelling again says not found.
+func TestCancel(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		ctx := ctxTimeout(t, 30*time.Second)
+		outcomes := make(chan *disker.Message, 10)
+		if err := d.OnReply("canceller", disker.ReplyHandlerFunc(func(_ context.Context, m *disker.Message) { outcomes <- m })); err != nil {
+			t.Fatal(err)
+		}
+		sched, err := d.Send(ctx, disker.Message{Sender: "canceller", Receiver: "work", Content: []byte("scheduled")}, disker.WithDelay(300*time.Millisecond), disker.WithTimeout(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued, err := d.Send(ctx, disker.Message{Sender: "canceller", Receiver: "work", Content: []byte("queued")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			id   string
+			want disker.CancelResult
+		}{{sched, disker.CancelScheduled}, {queued, disker.CancelQueued}} {
+			if got, err := d.Cancel(ctx, "work", c.id); err != nil || got != c.want {
+				t.Fatalf("Cancel: got %v, %v; want %v", got, err, c.want)
+			}
+			m := recv(t, outcomes, 10*time.Second, "the cancelled notice")
+			if m.InReplyTo != c.id || !errors.Is(m.Error, disker.ErrCancelled) {
+				t.Fatalf("outcome of %s: %+v, want a cancelled error", c.id, m)
+			}
+		}
+		type start struct{ id, content string }
+		started := make(chan start, 10)
+		causes := make(chan error, 10)
+		replies := make(chan error, 10)
+		if err := d.Handle("work", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			started <- start{m.ID, string(m.Content)}
+			if string(m.Content) != "blocks" {
+				return nil, nil
+			}
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			replies <- d.Reply(context.Background(), m, []byte("too late"))
+			return nil, disker.ErrReplyLater
+		})); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			reply *disker.Message
+			err   error
+		}
+		done := make(chan result, 1)
+		go func() {
+			r, err := d.Request(ctx, disker.Message{Receiver: "work", Content: []byte("blocks")})
+			done <- result{r, err}
+		}()
+		got := recv(t, started, 10*time.Second, "the handler")
+		if got.content != "blocks" {
+			t.Fatalf("handled %q: a cancelled message was handled", got.content)
+		}
+		id := got.id
+		at := time.Now()
+		if got, err := d.Cancel(ctx, "work", id); err != nil || got != disker.CancelInFlight {
+			t.Fatalf("Cancel in flight: got %v, %v", got, err)
+		}
+		if cause := recv(t, causes, 10*time.Second, "the handler's cancellation"); !errors.Is(cause, disker.ErrCancelled) {
+			t.Fatalf("handler's cause: %v, want ErrCancelled", cause)
+		}
+		t.Logf("the handler saw the cancellation %v after Cancel", time.Since(at))
+		if err := recv(t, replies, 10*time.Second, "the late reply"); !errors.Is(err, disker.ErrLate) {
+			t.Fatalf("Reply after the cancellation: %v, want ErrLate", err)
+		}
+		if r := recv(t, done, 10*time.Second, "the Request"); !errors.Is(r.err, disker.ErrCancelled) {
+			t.Fatalf("Request of a cancelled message: %v, %v; want ErrCancelled", r.reply, r.err)
+		}
+		if got, err := d.Cancel(ctx, "work", id); err != nil || got != disker.CancelNotFound {
+			t.Fatalf("Cancel again: got %v, %v; want not found", got, err)
+		}
+		// The scheduled one never comes, even after its due time.
+		if _, err := d.Send(ctx, disker.Message{Receiver: "work", Content: []byte("sentinel")}, disker.WithDelay(500*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if got := recv(t, started, 10*time.Second, "the sentinel"); got.content != "sentinel" {
+			t.Fatalf("handled %q: a cancelled message was handled", got.content)
+		}
+	})
+}
