@@ -3,6 +3,10 @@ package disker_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,7 +154,7 @@ func TestCancel(t *testing.T) {
 				t.Fatalf("Cancel: got %v, %v; want %v", got, err, c.want)
 			}
 			m := recv(t, outcomes, 10*time.Second, "the cancelled notice")
-			if m.InReplyTo != c.id || !errors.Is(m.Error, disker.ErrCancelled) {
+			if m.InReplyTo != c.id || m.Error == nil || !errors.Is(m.Error, disker.ErrCancelled) {
 				t.Fatalf("outcome of %s: %+v, want a cancelled error", c.id, m)
 			}
 		}
@@ -207,6 +211,150 @@ func TestCancel(t *testing.T) {
 		}
 		if got := recv(t, started, 10*time.Second, "the sentinel"); got.content != "sentinel" {
 			t.Fatalf("handled %q: a cancelled message was handled", got.content)
+		}
+	})
+}
+
+// TestCancelRaces races 1,000 cancels against handlers that reply: each
+// message ends with exactly one outcome at its sender (the reply, or the
+// cancelled error), which agrees with what the replier was told (nil, or
+// ErrLate) and with what Cancel found. It logs the p99 of the time from
+// Cancel to the handler seeing the cause, for the handlers that did.
+func TestCancelRaces(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		n := 1000
+		if e.url != "" && strings.Contains(t.Name(), "cluster") || testing.Short() {
+			n = 200
+		}
+		d := e.open()
+		ctx := ctxTimeout(t, 120*time.Second)
+		var mu sync.Mutex
+		outcome := map[string][]*disker.Message{}
+		replied := map[string]error{}
+		sawCause := map[string]time.Time{}
+		all := make(chan struct{}, n)
+		if err := d.OnReply("racer", disker.ReplyHandlerFunc(func(_ context.Context, m *disker.Message) {
+			mu.Lock()
+			outcome[m.InReplyTo] = append(outcome[m.InReplyTo], m)
+			mu.Unlock()
+			all <- struct{}{}
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Handle("race", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			select {
+			case <-time.After(time.Duration(rand.IntN(300)) * time.Millisecond):
+			case <-ctx.Done():
+				if errors.Is(context.Cause(ctx), disker.ErrCancelled) {
+					mu.Lock()
+					sawCause[m.ID] = time.Now()
+					mu.Unlock()
+				}
+			}
+			err := d.Reply(context.Background(), m, []byte("done"))
+			mu.Lock()
+			replied[m.ID] = err
+			mu.Unlock()
+			return nil, disker.ErrReplyLater
+		}), disker.WithConcurrency(64)); err != nil {
+			t.Fatal(err)
+		}
+		results := map[string]disker.CancelResult{}
+		cancelAt := map[string]time.Time{}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 32)
+		for range n {
+			id, err := d.Send(ctx, disker.Message{Sender: "racer", Receiver: "race"}, disker.WithTimeout(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond) // the race's other side
+				at := time.Now()
+				res, err := d.Cancel(ctx, "race", id)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				results[id], cancelAt[id] = res, at
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		for range n {
+			recv(t, all, 60*time.Second, "an outcome")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		count := map[string]int{}
+		var lat []time.Duration
+		for id, res := range results {
+			os := outcome[id]
+			if len(os) != 1 {
+				t.Fatalf("%s: %d outcomes, want exactly one", id, len(os))
+			}
+			cancelled := os[0].Error != nil && errors.Is(os[0].Error, disker.ErrCancelled)
+			rerr, handled := replied[id]
+			switch {
+			case !cancelled && (!handled || rerr != nil):
+				t.Fatalf("%s: sender got the reply, but the replier was told %v (handled %v)", id, rerr, handled)
+			case cancelled && handled && !errors.Is(rerr, disker.ErrLate):
+				t.Fatalf("%s: sender got the cancelled error, but the replier was told %v", id, rerr)
+			case (res == disker.CancelQueued || res == disker.CancelScheduled) && (handled || !cancelled):
+				t.Fatalf("%s: Cancel found it %v, but it was handled (%v) or replied to", id, res, handled)
+			case res == disker.CancelNotFound && cancelled:
+				t.Fatalf("%s: Cancel found nothing, but the sender got the cancelled error", id)
+			}
+			if seen, ok := sawCause[id]; ok {
+				lat = append(lat, seen.Sub(cancelAt[id]))
+			}
+			key := res.String()
+			if cancelled {
+				key += ", cancelled"
+			} else {
+				key += ", replied"
+			}
+			count[key]++
+		}
+		slices.Sort(lat)
+		if len(lat) > 0 {
+			t.Logf("outcomes: %v; handlers that saw ErrCancelled: %d, from Cancel: p50 %v, p99 %v, max %v",
+				count, len(lat), lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1])
+		}
+	})
+}
+
+// TestRequestCancelledCancelsHandler: a Request whose context is cancelled
+// cancels its message: the handler's context ends with ErrCancelled.
+func TestRequestCancelledCancelsHandler(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		started := make(chan struct{}, 1)
+		causes := make(chan error, 1)
+		if err := d.Handle("slow", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil, ctx.Err()
+		})); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(ctxTimeout(t, 30*time.Second))
+		done := make(chan error, 1)
+		go func() {
+			_, err := d.Request(ctx, disker.Message{Receiver: "slow"})
+			done <- err
+		}()
+		recv(t, started, 10*time.Second, "the handler")
+		cancel()
+		if err := recv(t, done, 10*time.Second, "the Request"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Request: %v, want context.Canceled", err)
+		}
+		if cause := recv(t, causes, 10*time.Second, "the handler's end"); !errors.Is(cause, disker.ErrCancelled) {
+			t.Fatalf("handler's cause: %v, want ErrCancelled", cause)
 		}
 	})
 }

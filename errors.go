@@ -119,7 +119,7 @@ func (e *RemoteError) Error() string {
 // Is reports whether target is ErrCancelled and e says that the message
 // was cancelled (CodeCancelled).
 func (e *RemoteError) Is(target error) bool {
-	return target == ErrCancelled && e.Code == CodeCancelled
+	return e != nil && target == ErrCancelled && e.Code == CodeCancelled
 }
 
 type noRetryError struct{ err error }
