@@ -219,6 +219,7 @@ failure, 2 usage error.`,
 		a.sendCommand(),
 		a.statsCommand(),
 		a.dlqCommand(),
+		a.cancelCommand(),
 		a.dashboardCommand(),
 		a.versionCommand(),
 	)

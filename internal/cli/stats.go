@@ -217,9 +217,9 @@ func printStats(w io.Writer, s *statsSnapshot, recent bool) {
 		if recent {
 			rateHead = "RATE/S"
 		}
-		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\t%s\tWORKERS\n", rateHead)
+		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\tSCHEDULED\t%s\tWORKERS\n", rateHead)
 		for _, r := range s.Receivers {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\n", r.Receiver, r.Length, r.Queued, r.Pending, r.InFlight, r.DeadLetters, r.Rate, r.Workers)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\n", r.Receiver, r.Length, r.Queued, r.Pending, r.InFlight, r.DeadLetters, r.Scheduled, r.Rate, r.Workers)
 		}
 	}
 	fmt.Fprintln(tw)
