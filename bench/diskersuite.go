@@ -14,12 +14,12 @@ import (
 // request/reply with a 5 s timeout from 1 and from 32 requesters (fewer
 // messages with Quick or Tiny).
 func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
-	nFF, nRR1, nRR32 := 100_000, 10_000, 50_000
+	nFF, nRR1, nRR32, nDelayed := 100_000, 10_000, 50_000, 100_000
 	switch {
 	case o.Tiny:
-		nFF, nRR1, nRR32 = 400, 50, 320
+		nFF, nRR1, nRR32, nDelayed = 400, 50, 320, 400
 	case o.Quick:
-		nFF, nRR1, nRR32 = 10_000, 1_000, 5_000
+		nFF, nRR1, nRR32, nDelayed = 10_000, 1_000, 5_000, 10_000
 	}
 
 	var ff, rr1, rr32 map[string][]sample
@@ -39,6 +39,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			return nil, err
 		}
 	}
+	var delayed map[string][]sample
+	if o.runsWorkload("delayed") {
+		if delayed, err = runRedisWorkload(ctx, o, "delayed fire-and-forget", delayedImpls(nDelayed)); err != nil {
+			return nil, err
+		}
+	}
 	var tables []Table
 	if ff != nil {
 		tables = append(tables, ffTable(ff, nFF))
@@ -48,6 +54,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	if ff != nil && rr1 != nil && rr32 != nil {
 		tables = append(tables, targetsTable(ff, rr1, rr32), cpuTable(ff, rr1, rr32))
+	}
+	if delayed != nil {
+		tables = append(tables, delayedTable(delayed, nDelayed))
 	}
 	return tables, nil
 }

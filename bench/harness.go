@@ -43,7 +43,8 @@ type Options struct {
 	CommandStats bool
 	// Workloads, when not empty, limits DiskerSuite to these of its
 	// workloads: "ff" (fire-and-forget), "rr1" and "rr32" (request/reply
-	// from 1 and 32 requesters), to iterate on one. The targets table needs
+	// from 1 and 32 requesters), "delayed" (fire-and-forget, each message
+	// due within a second), to iterate on one. The targets table needs
 	// all three.
 	Workloads []string
 }
