@@ -157,7 +157,7 @@ func (b *Broker) Receivers(ctx context.Context) ([]string, error) {
 	c.sweep(c.now())
 	set := make(map[string]struct{})
 	for r, s := range c.queues {
-		if len(s.entries) > 0 {
+		if len(s.entries) > 0 || s.sched != nil && len(s.sched.byID) > 0 {
 			set[r] = struct{}{}
 		}
 	}

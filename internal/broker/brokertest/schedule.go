@@ -48,6 +48,9 @@ func testScheduled(t *testing.T, b broker.Broker) {
 	if st := stats(t, b, r); st.Scheduled != 2 || st.Queued != 0 || st.Length != 0 {
 		t.Fatalf("Stats before the due time: got %+v, want 2 scheduled and nothing queued", st)
 	}
+	if !receivers(t, b)[r] {
+		t.Fatalf("Receivers does not list %s, which has scheduled messages", r)
+	}
 	var got []broker.Delivery
 	eventually(t, "the scheduled messages", func() bool {
 		ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 10, Block: pollBlock, Lease: longLease})
