@@ -172,7 +172,7 @@ var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
 -- A scheduled message is unscheduled (1); else the queue is read, in
 -- chunks, for an entry whose m starts with the prefix: one not delivered is
 -- deleted (2), one delivered and not acknowledged is acknowledged and
--- deleted, and marked (3). Returns {state, envelope, deadline or ""}, state
+-- deleted, and marked (3); the marks expire ARGV[5] after the last one. Returns {state, envelope, deadline or ""}, state
 -- 0 when not found.
 ` + luaNow + `
 local id = ARGV[1]
@@ -201,6 +201,7 @@ while left > 0 do
         redis.call('XACK', KEYS[3], 'g', e[1])
         redis.call('ZREM', KEYS[4], e[1])
         redis.call('ZADD', KEYS[5], nowStr, id)
+        redis.call('PEXPIRE', KEYS[5], ARGV[5])
       end
       redis.call('XDEL', KEYS[3], e[1])
       return {state, m, d}
