@@ -345,15 +345,24 @@ func (c *consumer) call(ctx context.Context, msg *Message) (resp []byte, err err
 }
 
 // cancelled ends the handling of msg, cancelled (Cancel) before it was
-// settled: the broker no longer has it, and its sender, if it waits for a
-// reply, gets the cancelled error instead.
+// settled: the broker no longer has it, and its sender was told when the
+// cancellation took it (see pollCancels).
 func (c *consumer) cancelled(msg *Message) {
+	c.d.log.Debug("disker: message cancelled while being handled", logAttrs(c.name, msg.ID, msg.Attempt)...)
+}
+
+// notifyCancelled sends the sender of t's message, if it waits for a
+// reply, the cancelled error in place of the reply: at the moment the
+// cancellation took the delivery, so that the sender learns it then,
+// whatever the handler does, and in the same order as a reply would be.
+func (c *consumer) notifyCancelled(t *task) {
 	d := c.d
-	d.log.Debug("disker: message cancelled while being handled", logAttrs(c.name, msg.ID, msg.Attempt)...)
-	if msg.ExpectsReply() {
-		if err := d.reply(d.opCtx, msg, nil, CodeCancelled, ErrCancelled.Error()); err != nil && !errors.Is(err, ErrLate) {
-			d.log.Warn("disker: cannot tell the sender that its message was cancelled", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
-		}
+	msg := d.messageOf(&t.dl.Env, t.dl.Deadline, t.dl.Attempt)
+	if !msg.ExpectsReply() {
+		return
+	}
+	if err := d.reply(d.opCtx, msg, nil, CodeCancelled, ErrCancelled.Error()); err != nil && !errors.Is(err, ErrLate) {
+		d.log.Warn("disker: cannot tell the sender that its message was cancelled", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
 	}
 }
 
@@ -529,13 +538,18 @@ func (c *consumer) pollCancels(since *time.Time) {
 	for _, id := range ids {
 		want[id] = true
 	}
+	var took []*task
 	c.mu.Lock()
 	for _, t := range c.inflight {
 		if want[t.dl.Env.ID] && t.settle.CompareAndSwap(taskRunning, taskCancelled) {
 			t.cancel(ErrCancelled)
+			took = append(took, t)
 		}
 	}
 	c.mu.Unlock()
+	for _, t := range took {
+		c.notifyCancelled(t)
+	}
 }
 
 // stats is the consumer's LocalStats entry.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -287,6 +288,10 @@ func TestCancelRaces(t *testing.T) {
 		for range n {
 			recv(t, all, 60*time.Second, "an outcome")
 		}
+		// The handlers record what their Reply returned after it returned.
+		waitFor(t, 30*time.Second, "the handlers to return", func() bool {
+			return d.LocalStats().Receivers["race"].InFlight == 0
+		})
 		mu.Lock()
 		defer mu.Unlock()
 		count := map[string]int{}
@@ -356,5 +361,75 @@ func TestRequestCancelledCancelsHandler(t *testing.T) {
 		if cause := recv(t, causes, 10*time.Second, "the handler's end"); !errors.Is(cause, disker.ErrCancelled) {
 			t.Fatalf("handler's cause: %v, want ErrCancelled", cause)
 		}
+	})
+}
+
+// TestRequestCancelRaces races the cancellation of Requests' contexts
+// against handlers that reply: a Request returns the reply exactly when
+// its replier was told the reply was accepted, and otherwise
+// context.Canceled, the replier (if its handler ran) having got ErrLate.
+func TestRequestCancelRaces(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		const n = 300
+		d := e.open()
+		var mu sync.Mutex
+		replied := map[string]error{}
+		if err := d.Handle("race", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			select {
+			case <-time.After(time.Duration(rand.IntN(300)) * time.Millisecond):
+			case <-ctx.Done():
+			}
+			err := d.Reply(context.Background(), m, []byte(m.Headers["n"]))
+			mu.Lock()
+			replied[m.Headers["n"]] = err
+			mu.Unlock()
+			return nil, disker.ErrReplyLater
+		}), disker.WithConcurrency(64)); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]error{}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 32)
+		for i := range n {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				time.AfterFunc(time.Duration(rand.IntN(300))*time.Millisecond, cancel)
+				key := strconv.Itoa(i)
+				_, err := d.Request(ctx, disker.Message{Receiver: "race", Headers: map[string]string{"n": key}})
+				mu.Lock()
+				got[key] = err
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		waitFor(t, 30*time.Second, "the handlers to return", func() bool {
+			return d.LocalStats().Receivers["race"].InFlight == 0
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		count := map[string]int{}
+		for key, err := range got {
+			rerr, handled := replied[key]
+			switch {
+			case err == nil && (!handled || rerr != nil):
+				t.Fatalf("request %s: got the reply, but the replier was told %v (handled %v)", key, rerr, handled)
+			case err != nil && !errors.Is(err, context.Canceled):
+				t.Fatalf("request %s: %v, want the reply or context.Canceled", key, err)
+			case err != nil && handled && rerr == nil:
+				t.Fatalf("request %s: cancelled, but its replier was told its reply was accepted", key)
+			}
+			switch {
+			case err == nil:
+				count["replied"]++
+			case handled:
+				count["cancelled in flight"]++
+			default:
+				count["cancelled before the handler"]++
+			}
+		}
+		t.Logf("outcomes: %v", count)
 	})
 }

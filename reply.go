@@ -33,8 +33,10 @@ const answeredFor = time.Minute
 // returns an error matching ErrLate that says the message was already
 // answered (the instance remembers it until a minute after the deadline);
 // one from another instance is not refused, but only the first reaches
-// the requester. Nor is a reply refused that comes before the deadline of a
-// Request whose ctx was cancelled.
+// the requester. A reply to a message cancelled (Cancel, or its Request's
+// ctx) before it was answered is refused with ErrLate; one that comes
+// before the deadline of a Request whose ctx was cancelled, when that
+// cancellation could not reach the worker in time (see Request), is not.
 //
 // A handler usually returns its response instead; Reply is for replying
 // from elsewhere, or before the handler returns (a handler that replies

@@ -162,7 +162,12 @@ func (r *requester) close(ctx context.Context) {
 // when no reply came in time, a *RemoteError when the reply carries an error
 // (for instance, the message was dead-lettered after its last attempt), and
 // ctx's error when ctx was cancelled before a deadline; a reply that was
-// already in the inbox then is returned instead. When the broker cannot be
+// already in the inbox then is returned instead. A cancelled ctx cancels
+// the message (see Cancel): one not delivered yet never is, and when a
+// worker holds it, Request waits (within RequestGrace) for the worker's
+// outcome: the reply if the handler replied before the cancellation reached
+// the worker, else ctx's error, and then the handler's reply is refused
+// with ErrLate. When the broker cannot be
 // reached, Request returns an error matching ErrUnavailable at once, unless
 // the connection broke after the message was written: then the message may
 // have been queued all the same, so Request waits for its deadline and
@@ -307,15 +312,6 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 		case <-d.closing:
 			return nil, ErrClosed
 		case <-ended:
-			if ctx.Err() == context.Canceled {
-				// Nobody waits for the reply any more: cancel the message
-				// (it is never delivered if it has not been, and its
-				// handler's context ends if it is being handled).
-				r.cancelMessage(msg.Receiver, id)
-			}
-			if timeout == 0 {
-				return nil, d.requestEnded(id, ctx.Err())
-			}
 			ended = nil
 			// By RequestGrace after the deadline (after the cancellation
 			// without one), with a tenth of it at least to try.
@@ -324,6 +320,23 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 			if hasDeadline && dl.Add(RequestGrace).Before(stop) {
 				stop = dl.Add(RequestGrace)
 			}
+			if ctx.Err() == context.Canceled {
+				// Nobody waits for the reply any more: cancel the message.
+				// One not delivered yet never will be; the worker that
+				// holds one settles it, with its reply or a cancelled
+				// notice, whichever came first there: wait for that, so
+				// that the Request and the replier agree.
+				if e, ok := r.cancelOwn(w, msg.Receiver, id, deadline, now.Add(RequestGrace*6/10)); ok {
+					if e.Kind == broker.KindReply && e.Env.ErrorCode != CodeCancelled {
+						return d.outcome(id, &e)
+					}
+					return nil, d.requestEnded(id, ctx.Err())
+				}
+			}
+			if timeout == 0 {
+				return nil, d.requestEnded(id, ctx.Err())
+			}
+			now = time.Now()
 			if floor := now.Add(RequestGrace / 10); stop.Before(floor) {
 				stop = floor
 			}
@@ -347,20 +360,48 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 	}
 }
 
-// cancelMessage cancels message id of receiver, a Request's whose context
-// was cancelled, in the background (Close waits for it), within
-// RequestGrace.
-func (r *requester) cancelMessage(receiver, id string) {
+// cancelOwn cancels message id of receiver, sent by a Request (waiting
+// as w) whose context was cancelled, within until. When the message was
+// not delivered yet, no reply can come: it returns a marker-kind entry
+// and true. When a worker holds it, it waits until until for the worker's
+// outcome, the first reply before deadline (the reply, or the worker's
+// cancelled notice), and returns it and true. Otherwise (not found: the
+// reply, if any, is on its way; or no answer in time) it returns false,
+// and the Request settles the request in its inbox as before.
+func (r *requester) cancelOwn(w *waiter, receiver, id string, deadline, until time.Time) (broker.Reply, bool) {
 	d := r.d
-	r.requests.Add(1)
-	go func() {
-		defer r.requests.Done()
-		ctx, cancel := context.WithTimeout(d.opCtx, RequestGrace)
+	res, ok, err := within(r, until, func() (CancelResult, error) {
+		ctx, cancel := context.WithDeadline(d.opCtx, until)
 		defer cancel()
-		if _, err := d.cancel(ctx, receiver, id, false); err != nil && ctx.Err() == nil {
+		return d.cancel(ctx, receiver, id, false)
+	})
+	if !ok || err != nil {
+		if err != nil {
 			d.log.Debug("disker: cannot cancel the message of a cancelled Request", "receiver", receiver, "id", id, "error", err)
 		}
-	}()
+		return broker.Reply{}, false
+	}
+	switch res {
+	case CancelQueued, CancelScheduled:
+		return broker.Reply{Kind: broker.KindTimeout, RequestID: id}, true
+	case CancelInFlight:
+	default:
+		return broker.Reply{}, false
+	}
+	t := time.NewTimer(max(time.Until(until), 0))
+	defer t.Stop()
+	for {
+		if e, ok := w.decide(deadline, ""); ok {
+			return e, true
+		}
+		select {
+		case <-w.ready:
+		case <-t.C:
+			return broker.Reply{}, false
+		case <-d.closing:
+			return broker.Reply{}, false
+		}
+	}
 }
 
 // giveUp appends Request id's marker to the inbox. When the Request's
