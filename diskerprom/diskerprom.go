@@ -34,6 +34,7 @@
 //	queue_queued{receiver}                   gauge     messages waiting for a worker
 //	queue_pending{receiver}                  gauge     messages delivered, not yet acknowledged
 //	queue_dead_letters{receiver}             gauge     messages in the dead-letter stream
+//	queue_scheduled{receiver}                gauge     messages sent for later, not due yet
 //	queue_stats_errors_total                 counter   scrapes that could not read a queue's depth
 package diskerprom
 
@@ -210,6 +211,8 @@ var (
 		"Messages of the receiver delivered and not yet acknowledged: in flight, or waiting for a retry or a redelivery.", []string{"receiver"}, nil)
 	deadLettersDesc = prometheus.NewDesc(Namespace+"_queue_dead_letters",
 		"Messages in the receiver's dead-letter stream.", []string{"receiver"}, nil)
+	scheduledDesc = prometheus.NewDesc(Namespace+"_queue_scheduled",
+		"Messages of the receiver sent for later (WithDelay, WithDeliverAt) that are not due yet.", []string{"receiver"}, nil)
 )
 
 // Describe sends the descriptions of every metric.
@@ -217,7 +220,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, v := range c.vecs {
 		v.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{inFlightDesc, concurrencyDesc, queuedDesc, pendingDesc, deadLettersDesc} {
+	for _, d := range []*prometheus.Desc{inFlightDesc, concurrencyDesc, queuedDesc, pendingDesc, deadLettersDesc, scheduledDesc} {
 		ch <- d
 	}
 }
@@ -269,5 +272,6 @@ func (c *Collector) collectQueues(ch chan<- prometheus.Metric, src Source, local
 		ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(s.Queued), name)
 		ch <- prometheus.MustNewConstMetric(pendingDesc, prometheus.GaugeValue, float64(s.Pending), name)
 		ch <- prometheus.MustNewConstMetric(deadLettersDesc, prometheus.GaugeValue, float64(s.DeadLetters), name)
+		ch <- prometheus.MustNewConstMetric(scheduledDesc, prometheus.GaugeValue, float64(s.Scheduled), name)
 	}
 }
