@@ -433,3 +433,46 @@ func TestRequestCancelRaces(t *testing.T) {
 		t.Logf("outcomes: %v", count)
 	})
 }
+
+// TestScheduledIdleLateness: an idle worker, with the default block time,
+// handles messages scheduled 100ms to 2s ahead: none early, and it logs the
+// lateness (p50, p99, max), measured from the start of each Send plus its
+// delay.
+func TestScheduledIdleLateness(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open(func(c *disker.Config) { c.ReceiverBlockTimeout = disker.DefaultReceiverBlockTimeout })
+		const n = 100
+		type got struct {
+			i  int
+			at time.Time
+		}
+		seen := make(chan got, n)
+		if err := d.Handle("idle", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+			i, _ := strconv.Atoi(string(m.Content))
+			seen <- got{i, time.Now()}
+			return nil, nil
+		}), disker.WithConcurrency(8)); err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, 60*time.Second)
+		due := make([]time.Time, n)
+		for i := range n {
+			delay := 100*time.Millisecond + time.Duration(rand.Int64N(int64(1900*time.Millisecond)))
+			sent := time.Now()
+			if _, err := d.Send(ctx, disker.Message{Receiver: "idle", Content: []byte(strconv.Itoa(i))}, disker.WithDelay(delay)); err != nil {
+				t.Fatal(err)
+			}
+			due[i] = sent.Add(delay)
+		}
+		late := make([]time.Duration, 0, n)
+		for range n {
+			g := recv(t, seen, 30*time.Second, "a scheduled message")
+			if early := due[g.i].Add(-2 * time.Millisecond).Sub(g.at); early > 0 {
+				t.Fatalf("message %d handled %v before its due time", g.i, early)
+			}
+			late = append(late, g.at.Sub(due[g.i]))
+		}
+		slices.Sort(late)
+		t.Logf("%d messages due 100ms to 2s ahead, idle worker: lateness p50 %v, p99 %v, max %v", n, late[n/2], late[n*99/100], late[n-1])
+	})
+}

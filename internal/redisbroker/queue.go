@@ -448,11 +448,26 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 	if len(entries) > 0 || block <= 0 {
 		return entries, nil
 	}
-	if s.promote {
-		block = b.blockUntilDue(stream, block)
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, b.fail(ctx, op, err)
+	}
+	if s.promote {
+		var sleep time.Duration
+		if block, sleep = b.blockUntilDue(stream, block); sleep > 0 {
+			// The first scheduled message is due sooner than Redis's
+			// timeout of a blocking read is precise: wait here, and the
+			// next fetch runs the script.
+			t := time.NewTimer(sleep)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return entries, nil
+			case <-ctx.Done():
+				return nil, b.fail(ctx, op, ctx.Err())
+			case <-b.closing.Done():
+				return nil, broker.ErrClosed
+			}
+		}
 	}
 	bctx, stop := b.blockingCtx(ctx)
 	defer stop()
@@ -589,22 +604,33 @@ func (b *Broker) forceSchedule(stream string) {
 
 // blockUntilDue bounds block, the time a fetch of stream blocks in Redis,
 // by the due time of the first scheduled message, so that the fetch after
-// it queues that message.
-func (b *Broker) blockUntilDue(stream string, block time.Duration) time.Duration {
+// it queues that message. Redis ends a blocking read's timeout only at its
+// next cron tick (every 100ms at the default hz 10), so the read is made
+// to end redisTimerSlack before the due time; when the due time is closer
+// than that, it returns no block but how long to wait here instead.
+func (b *Broker) blockUntilDue(stream string, block time.Duration) (time.Duration, time.Duration) {
 	v, ok := b.nextDue.Load(stream)
 	if !ok {
-		return block
+		return block, 0
 	}
 	at := v.(*atomic.Int64).Load()
 	if at == math.MaxInt64 {
-		return block
+		return block, 0
 	}
-	return min(block, max(time.Duration(at-time.Now().UnixNano()), minDueBlock))
+	wait := time.Duration(at - time.Now().UnixNano())
+	if wait <= redisTimerSlack+minDueBlock {
+		return block, min(max(wait, minDueBlock), block)
+	}
+	return min(block, wait-redisTimerSlack), 0
 }
 
-// minDueBlock is the least block time of a fetch whose scheduled message
-// is due (by the local clock, which may be ahead of Redis's by a little).
+// minDueBlock is the least wait of a fetch whose scheduled message is due
+// (by the local clock, which may be ahead of Redis's by a little).
 const minDueBlock = 2 * time.Millisecond
+
+// redisTimerSlack is how late Redis may end a blocking read past its
+// timeout: one period of its cron at the default hz (10).
+const redisTimerSlack = 100 * time.Millisecond
 
 // forceReclaim makes the next fetch of stream run the fetch script.
 func (b *Broker) forceReclaim(stream string) {
