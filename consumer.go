@@ -538,17 +538,20 @@ func (c *consumer) pollCancels(since *time.Time) {
 	for _, id := range ids {
 		want[id] = true
 	}
-	var took []*task
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, t := range c.inflight {
 		if want[t.dl.Env.ID] && t.settle.CompareAndSwap(taskRunning, taskCancelled) {
 			t.cancel(ErrCancelled)
-			took = append(took, t)
+			// Off the lease keeper's loop, which a slow broker must not
+			// hold up; stop waits for it (the task is still counted in
+			// c.tasks, so the count is above zero here).
+			c.tasks.Add(1)
+			go func() {
+				defer c.tasks.Done()
+				c.notifyCancelled(t)
+			}()
 		}
-	}
-	c.mu.Unlock()
-	for _, t := range took {
-		c.notifyCancelled(t)
 	}
 }
 
