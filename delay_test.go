@@ -163,14 +163,16 @@ func TestCancel(t *testing.T) {
 		started := make(chan start, 10)
 		causes := make(chan error, 10)
 		replies := make(chan error, 10)
-		if err := d.Handle("work", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		// The worker is another instance than the one that cancels.
+		w := e.open()
+		if err := w.Handle("work", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
 			started <- start{m.ID, string(m.Content)}
 			if string(m.Content) != "blocks" {
 				return nil, nil
 			}
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
-			replies <- d.Reply(context.Background(), m, []byte("too late"))
+			replies <- w.Reply(context.Background(), m, []byte("too late"))
 			return nil, disker.ErrReplyLater
 		})); err != nil {
 			t.Fatal(err)

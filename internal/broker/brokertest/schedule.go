@@ -45,7 +45,7 @@ func testScheduled(t *testing.T, b broker.Broker) {
 	if min := before.Add(delay + time.Minute).Truncate(time.Millisecond); deadline.Before(min) {
 		t.Fatalf("deadline of a timed scheduled message: got %v, want at least due + timeout %v", deadline, min)
 	}
-	if st := stats(t, b, r); st.Scheduled != 2 || st.Queued != 0 || st.Length != 0 {
+	if st := stats(t, b, r); st.Scheduled != 2 || st.Queued != 0 || st.Length != 0 || !st.OldestQueued.IsZero() {
 		t.Fatalf("Stats before the due time: got %+v, want 2 scheduled and nothing queued", st)
 	}
 	if !receivers(t, b)[r] {
