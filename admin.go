@@ -53,6 +53,9 @@ type ReceiverStats struct {
 	DeadLetters int64 `json:"dead_letters"`
 	// Length counts every message in the queue (queued and pending).
 	Length int64 `json:"length"`
+	// Scheduled counts messages sent for later (WithDelay, WithDeliverAt)
+	// that are not due yet: they are in none of the counts above.
+	Scheduled int64 `json:"scheduled"`
 	// OldestQueued is when the oldest message not yet delivered was queued
 	// (broker time); zero when none waits.
 	OldestQueued time.Time `json:"oldest_queued,omitzero"`

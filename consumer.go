@@ -57,7 +57,22 @@ type consumer struct {
 type task struct {
 	dl     broker.Delivery
 	cancel context.CancelCauseFunc
+	// settle is taskRunning until the delivery is settled (replied to,
+	// acknowledged, retried: taskSettled) or cancelled (Cancel:
+	// taskCancelled), whichever comes first.
+	settle atomic.Int32
 }
+
+// The states of task.settle.
+const (
+	taskRunning int32 = iota
+	taskSettled
+	taskCancelled
+)
+
+// cancelPoll is how often a consumer with deliveries in flight reads the
+// broker's marks of cancelled messages (broker.Cancels.CancelMarks).
+const cancelPoll = 250 * time.Millisecond
 
 // errStopped is the cause of a handler's context ending because its
 // instance stopped serving the receiver and the grace period ran out.
@@ -329,6 +344,11 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 		return
 	}
 	msg := d.messageOf(&dl.Env, dl.Deadline, dl.Attempt)
+	msg.settle = &t.settle
+	if t.settle.Load() == taskCancelled {
+		c.cancelled(msg)
+		return
+	}
 	hctx := ctx
 	if !deadline.IsZero() {
 		var cancel context.CancelFunc
@@ -341,6 +361,11 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 	began := time.Now()
 	resp, err := c.call(hctx, msg)
 	took := time.Since(began)
+
+	if t.settle.Load() == taskCancelled {
+		c.cancelled(msg)
+		return
+	}
 
 	if cause := context.Cause(ctx); cause != nil {
 		if errors.Is(cause, broker.ErrLeaseLost) {
@@ -374,10 +399,36 @@ func (c *consumer) call(ctx context.Context, msg *Message) (resp []byte, err err
 	return c.h.Handle(ctx, msg)
 }
 
+// cancelled ends the handling of msg, cancelled (Cancel) before it was
+// settled: the broker no longer has it, and its sender was told when the
+// cancellation took it (see pollCancels).
+func (c *consumer) cancelled(msg *Message) {
+	c.d.log.Debug("disker: message cancelled while being handled", logAttrs(c.name, msg.ID, msg.Attempt)...)
+}
+
+// notifyCancelled sends the sender of t's message, if it waits for a
+// reply, the cancelled error in place of the reply: at the moment the
+// cancellation took the delivery, so that the sender learns it then,
+// whatever the handler does, and in the same order as a reply would be.
+func (c *consumer) notifyCancelled(t *task) {
+	d := c.d
+	msg := d.messageOf(&t.dl.Env, t.dl.Deadline, t.dl.Attempt)
+	if !msg.ExpectsReply() {
+		return
+	}
+	if err := d.reply(d.opCtx, msg, nil, CodeCancelled, ErrCancelled.Error()); err != nil && !errors.Is(err, ErrLate) {
+		d.log.Warn("disker: cannot tell the sender that its message was cancelled", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
+	}
+}
+
 // succeed acknowledges a handled message, after sending resp as its reply
 // unless the handler replies later (ErrReplyLater).
 func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duration, later bool) {
 	d := c.d
+	if !t.settle.CompareAndSwap(taskRunning, taskSettled) && t.settle.Load() == taskCancelled {
+		c.cancelled(msg)
+		return
+	}
 	if !later && msg.ExpectsReply() && (resp != nil || msg.fromInbox) && !d.repliedBy(msg) {
 		if resp == nil {
 			resp = []byte{}
@@ -403,6 +454,10 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duratio
 
 func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, deadline time.Time) {
 	d := c.d
+	if !t.settle.CompareAndSwap(taskRunning, taskSettled) && t.settle.Load() == taskCancelled {
+		c.cancelled(msg)
+		return
+	}
 	c.failed.Add(1)
 	if d.onEvent != nil {
 		d.emit(Event{Kind: EventFailed, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Duration: took, Err: err})
@@ -482,12 +537,18 @@ func (c *consumer) keepLeases() {
 	d := c.d
 	tick := time.NewTicker(c.o.lease / 3)
 	defer tick.Stop()
+	poll := time.NewTicker(cancelPoll)
+	defer poll.Stop()
 	var refs []string
+	var since time.Time
 	ep := broker.ExtendParams{Receiver: c.name, Consumer: d.id, Lease: c.o.lease}
 	for {
 		select {
 		case <-c.keeperStop:
 			return
+		case <-poll.C:
+			c.pollCancels(&since)
+			continue
 		case <-tick.C:
 		}
 		refs = refs[:0]
@@ -509,6 +570,11 @@ func (c *consumer) keepLeases() {
 			continue
 		}
 		d.health.ok()
+		if len(lost) > 0 {
+			// A cancelled message is lost to its holder too: learn why
+			// first, so that its handler's cause is ErrCancelled.
+			c.pollCancels(&since)
+		}
 		for _, ref := range lost {
 			c.mu.Lock()
 			t := c.inflight[ref]
@@ -516,6 +582,46 @@ func (c *consumer) keepLeases() {
 			if t != nil {
 				t.cancel(broker.ErrLeaseLost)
 			}
+		}
+	}
+}
+
+// pollCancels reads the marks of messages cancelled in flight since
+// *since, when this consumer handles any, and cancels the handlers of
+// those it holds.
+func (c *consumer) pollCancels(since *time.Time) {
+	if c.n.Load() == 0 {
+		return
+	}
+	d := c.d
+	ids, latest, err := d.b.CancelMarks(d.opCtx, c.name, *since)
+	if err != nil {
+		d.health.fail("cancel marks", err)
+		return
+	}
+	if !latest.IsZero() {
+		*since = latest
+	}
+	if len(ids) == 0 {
+		return
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.inflight {
+		if want[t.dl.Env.ID] && t.settle.CompareAndSwap(taskRunning, taskCancelled) {
+			t.cancel(ErrCancelled)
+			// Off the lease keeper's loop, which a slow broker must not
+			// hold up; stop waits for it (the task is still counted in
+			// c.tasks, so the count is above zero here).
+			c.tasks.Add(1)
+			go func() {
+				defer c.tasks.Done()
+				c.notifyCancelled(t)
+			}()
 		}
 	}
 }

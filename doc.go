@@ -41,6 +41,14 @@
 //     deadline has passed, and the handler's context carries the deadline.
 //   - [Disker.Close] stops fetching, lets in-flight handlers finish until its
 //     context ends, and leaves the rest to be delivered again.
+//   - A message sent [WithDelay] or [WithDeliverAt] is delivered no earlier
+//     than its due time by the broker's clock (Redis time); until then it
+//     counts as Scheduled in [Disker.Stats].
+//   - [Disker.Cancel] cancels a message: a scheduled or queued one is never
+//     delivered, and the handler of one in flight sees its context end with
+//     the cause [ErrCancelled]; its sender gets the reply or a [RemoteError]
+//     with [CodeCancelled], exactly one. A [Disker.Request] whose context is
+//     cancelled cancels its message.
 //
 // Flow control, decided in the broker on its clock: [WithDedupKey] sends a
 // message once per key and receiver within a window; [WithIdempotencyKey]
@@ -71,8 +79,8 @@
 // context's end; the in-memory broker answers at once. Over Redis:
 //
 //   - [New] connects: until Redis answers, for at most 10 seconds.
-//   - [Disker.Send], [Disker.SendBatch], [Disker.Reply], [Disker.Stats],
-//     [Disker.Workers], [Disker.Receivers], [Disker.Pause],
+//   - [Disker.Send], [Disker.SendBatch], [Disker.Reply], [Disker.Cancel],
+//     [Disker.Stats], [Disker.Workers], [Disker.Receivers], [Disker.Pause],
 //     [Disker.Resume], the dead-letter calls, [Disker.Schedules] and
 //     [Disker.RemoveSchedule] make one round trip (a few for a large batch,
 //     and for [Disker.Schedule]): each Redis command gives up after 10

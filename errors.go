@@ -105,7 +105,17 @@ const (
 	// CodeDeadLetter is the code of the error reply sent to a waiting sender
 	// when its message was moved to the dead-letter stream.
 	CodeDeadLetter = "dead_letter"
+	// CodeCancelled is the code of the error reply sent to a waiting sender
+	// when its message was cancelled (Cancel) before its handler replied.
+	// A RemoteError with it matches ErrCancelled.
+	CodeCancelled = "cancelled"
 )
+
+// ErrCancelled is the cause of a handler's context (context.Cause) when
+// its message was cancelled with Cancel, or by a Request whose context was
+// cancelled; and matches the RemoteError (CodeCancelled) that its sender
+// gets instead of a reply.
+var ErrCancelled = errors.New("disker: message cancelled")
 
 // RemoteError is an error that travelled back in a reply: the receiver could
 // not handle the message. Request returns it; OnReply handlers see it in
@@ -124,6 +134,12 @@ type RemoteError struct {
 // Error returns "disker: remote error (Code): Text".
 func (e *RemoteError) Error() string {
 	return "disker: remote error (" + e.Code + "): " + e.Text
+}
+
+// Is reports whether target is ErrCancelled and e says that the message
+// was cancelled (CodeCancelled).
+func (e *RemoteError) Is(target error) bool {
+	return e != nil && target == ErrCancelled && e.Code == CodeCancelled
 }
 
 type noRetryError struct{ err error }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -64,6 +65,11 @@ type Message struct {
 	// idempotent Request: its reply is stored under the key and sent to
 	// the key's waiters (see Disker.replyIdempotent).
 	idemKey string
+	// settle is the state of the delivery being handled (taskRunning,
+	// taskSettled, taskCancelled), set on delivered messages: a reply is
+	// sent only while it is not cancelled, and a cancellation only takes
+	// one not settled.
+	settle *atomic.Int32
 }
 
 // SetReplyHeader sets header key to value on the reply to msg, a message
@@ -98,11 +104,21 @@ type sendOptions struct {
 	dedupKey string
 	dedupTTL time.Duration
 
-	idempotent bool // WithIdempotencyKey
-	idemKey    string
-	idemTTL    time.Duration // WithIdempotencyTTL; 0 means DefaultIdempotencyTTL
-	priority   Priority      // WithPriority
+	idempotent      bool // WithIdempotencyKey
+	idemKey         string
+	idemTTL         time.Duration // WithIdempotencyTTL; 0 means DefaultIdempotencyTTL
+	priority        Priority      // WithPriority
+	delay           time.Duration // WithDelay
+	at              time.Time     // WithDeliverAt
+	delaySet, atSet bool
 }
+
+// MaxDelay is the longest delay WithDelay accepts (100 years); WithDeliverAt
+// accepts times up to the year 9999.
+const MaxDelay = broker.MaxDelay
+
+// later reports whether the message is sent for later.
+func (o *sendOptions) later() bool { return o.delay > 0 || !o.at.IsZero() }
 
 // sendOptionsOf applies opts.
 func sendOptionsOf(opts []SendOption) sendOptions {
@@ -141,6 +157,24 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithIdempotencyTTL", "needs WithIdempotencyKey")
 	case o.priority < PriorityLow || o.priority > PriorityHigh:
 		return invalid("WithPriority", "must be in %d..%d (PriorityLow..PriorityHigh), got %d", PriorityLow, PriorityHigh, o.priority)
+	case o.delaySet && o.atSet:
+		return invalid("WithDelay", "WithDelay and WithDeliverAt cannot both be given")
+	case o.delay < 0:
+		return invalid("WithDelay", "must be >= 0, got %v", o.delay)
+	case o.delay > 0 && o.delay < time.Millisecond:
+		return invalid("WithDelay", "must be at least 1ms, got %v", o.delay)
+	case o.delay > MaxDelay:
+		return invalid("WithDelay", "%v is over the limit of %v (MaxDelay)", o.delay, MaxDelay)
+	case o.atSet && o.at.IsZero():
+		return invalid("WithDeliverAt", "the zero time is not a delivery time")
+	case o.atSet && (o.at.Year() < 1970 || o.at.Year() > 9999):
+		return invalid("WithDeliverAt", "%v is out of range (years 1970 to 9999)", o.at)
+	case o.later() && o.dedup:
+		return invalid("WithDedupKey", "cannot be combined with WithDelay or WithDeliverAt")
+	case o.later() && o.idempotent:
+		return invalid("WithIdempotencyKey", "cannot be combined with WithDelay or WithDeliverAt")
+	case o.later() && o.priority != PriorityNormal:
+		return invalid("WithPriority", "cannot be combined with WithDelay or WithDeliverAt: a message sent for later is delivered at the normal level")
 	}
 	return nil
 }
@@ -228,6 +262,24 @@ func WithPriority(p Priority) SendOption {
 	return func(o *sendOptions) { o.priority = p }
 }
 
+// WithDelay sends the message for later: it is queued d after the broker
+// accepted it, by the broker's clock (Redis time), and until then it counts
+// as Scheduled in Stats, is delivered to no worker, and can be cancelled
+// (Cancel). 0 sends it now. A timed message's deadline is its due time
+// plus its timeout: WithTimeout counts from the delivery. d must be at
+// least 1ms and at most MaxDelay.
+func WithDelay(d time.Duration) SendOption {
+	return func(o *sendOptions) { o.delay, o.delaySet = d, true }
+}
+
+// WithDeliverAt sends the message for delivery at t, compared with the
+// broker's clock (Redis time), not the sender's: as WithDelay otherwise. A
+// time that has passed (by the broker's clock) delivers the message now,
+// with its timeout, if any, counted from now.
+func WithDeliverAt(t time.Time) SendOption {
+	return func(o *sendOptions) { o.at, o.atSet = t, true }
+}
+
 // WithTimeout gives the message a deadline of d after it is sent: its
 // sender then receives exactly one of the reply or a timeout notice (see
 // OnTimeout), and a worker never starts it after the deadline. 0 means no
@@ -310,7 +362,7 @@ func (d *Disker) SendBatch(ctx context.Context, msgs []Message, opts ...SendOpti
 	}
 	for _, env := range envs {
 		if env.Timeout > 0 {
-			d.monitor.watch(env.Sender, time.Now().Add(env.Timeout))
+			d.monitor.watch(env.Sender, o.deadline(time.Now()))
 		}
 	}
 	_, err := d.b.SendBatch(ctx, envs)
@@ -384,18 +436,27 @@ func (d *Disker) checkContent(m *Message) error {
 	return nil
 }
 
-// send sends a validated message with o under id. It returns the deadline
-// in the broker's clock (zero if none).
+// deadline is the local estimate of the deadline of a message sent at now
+// with o: its due time plus its timeout.
+func (o *sendOptions) deadline(now time.Time) time.Time {
+	due := now.Add(o.delay)
+	if o.at.After(now) {
+		due = o.at
+	}
+	return due.Add(o.timeout)
+}
+
+// send sends a validated message with o under id. It returns the
+// deadline in the broker's clock (zero if none).
 func (d *Disker) send(ctx context.Context, m *Message, o *sendOptions, id string) (time.Time, error) {
 	if d.closed.Load() {
 		return time.Time{}, ErrClosed
 	}
-	timeout := o.timeout
 	env := envelope(m, o, id)
-	if timeout > 0 {
+	if o.timeout > 0 {
 		// Watch before sending: the monitor must know the sender by the time
 		// the deadline passes.
-		d.monitor.watch(m.Sender, time.Now().Add(timeout))
+		d.monitor.watch(m.Sender, o.deadline(time.Now()))
 	}
 	bdl, err := d.b.Send(ctx, env)
 	return bdl, d.afterSend(m, id, err)
@@ -427,6 +488,8 @@ func envelope(m *Message, o *sendOptions, id string) *broker.Envelope {
 		FireAndForget: m.Sender == "",
 		Timeout:       o.timeout,
 		Priority:      int(o.priority),
+		Delay:         o.delay,
+		DeliverAt:     o.at,
 	}
 }
 

@@ -34,8 +34,10 @@ const answeredFor = time.Minute
 // returns an error matching ErrLate that says the message was already
 // answered (the instance remembers it until a minute after the deadline);
 // one from another instance is not refused, but only the first reaches
-// the requester. Nor is a reply refused that comes before the deadline of a
-// Request whose ctx was cancelled.
+// the requester. A reply to a message cancelled (Cancel, or its Request's
+// ctx) before it was answered is refused with ErrLate; one that comes
+// before the deadline of a Request whose ctx was cancelled, when that
+// cancellation could not reach the worker in time (see Request), is not.
 //
 // A handler usually returns its response instead; Reply is for replying
 // from elsewhere, or before the handler returns (a handler that replies
@@ -78,6 +80,17 @@ func (d *Disker) repliedBy(msg *Message) bool {
 
 // reply sends a reply (or an error reply when code is set) to msg's sender.
 func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code, text string) error {
+	if msg.settle != nil && code != CodeCancelled {
+		// The delivery is settled by its first reply, unless it was
+		// cancelled first: then the reply is dropped.
+		if !msg.settle.CompareAndSwap(taskRunning, taskSettled) && msg.settle.Load() == taskCancelled {
+			d.late.Add(1)
+			if d.onEvent != nil {
+				d.emit(Event{Kind: EventLate, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: ErrLate})
+			}
+			return ErrLate
+		}
+	}
 	env := broker.Envelope{
 		ID:        newID(),
 		Sender:    msg.Receiver,

@@ -162,7 +162,12 @@ func (r *requester) close(ctx context.Context) {
 // when no reply came in time, a *RemoteError when the reply carries an error
 // (for instance, the message was dead-lettered after its last attempt), and
 // ctx's error when ctx was cancelled before a deadline; a reply that was
-// already in the inbox then is returned instead. When the broker cannot be
+// already in the inbox then is returned instead. A cancelled ctx cancels
+// the message (see Cancel): one not delivered yet never is, and when a
+// worker holds it, Request waits (within RequestGrace) for the worker's
+// outcome: the reply if the handler replied before the cancellation reached
+// the worker, else ctx's error, and then the handler's reply is refused
+// with ErrLate. When the broker cannot be
 // reached, Request returns an error matching ErrUnavailable at once, unless
 // the connection broke after the message was written: then the message may
 // have been queued all the same, so Request waits for its deadline and
@@ -203,9 +208,18 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 	if err := o.checkCall("Request"); err != nil {
 		return nil, err
 	}
+	// lead is how long until the message is due (WithDelay,
+	// WithDeliverAt): WithTimeout counts from then.
+	var lead time.Duration
+	if o.later() {
+		lead = o.delay
+		if !o.at.IsZero() {
+			lead = max(time.Until(o.at), 0)
+		}
+	}
 	if o.timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		ctx, cancel = context.WithTimeout(ctx, lead+o.timeout)
 		defer cancel()
 	}
 	id := newID()
@@ -213,6 +227,12 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 	dl, hasDeadline := ctx.Deadline()
 	if hasDeadline {
 		timeout = max(time.Until(dl), time.Millisecond)
+		if lead > 0 {
+			if timeout <= lead {
+				return nil, invalid("WithDelay", "the Request's deadline (ctx's, or WithTimeout's) comes before its delivery time, %v from now", lead)
+			}
+			timeout -= lead // counted from the delivery
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, d.requestEnded(id, err)
@@ -256,7 +276,9 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 		if o.idempotent {
 			return r.sendIdempotent(context.WithoutCancel(ctx), &msg, timeout, id, &o)
 		}
-		dl, err := r.send(context.WithoutCancel(ctx), &msg, &sendOptions{timeout: timeout, priority: o.priority}, id)
+		so := o
+		so.timeout = timeout
+		dl, err := r.send(context.WithoutCancel(ctx), &msg, &so, id)
 		return sentRequest{deadline: dl}, err
 	})
 	deadline := res.deadline
@@ -306,9 +328,6 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 		case <-d.closing:
 			return nil, ErrClosed
 		case <-ended:
-			if timeout == 0 {
-				return nil, d.requestEnded(id, ctx.Err())
-			}
 			ended = nil
 			// By RequestGrace after the deadline (after the cancellation
 			// without one), with a tenth of it at least to try.
@@ -317,6 +336,23 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 			if hasDeadline && dl.Add(RequestGrace).Before(stop) {
 				stop = dl.Add(RequestGrace)
 			}
+			if ctx.Err() == context.Canceled {
+				// Nobody waits for the reply any more: cancel the message.
+				// One not delivered yet never will be; the worker that
+				// holds one settles it, with its reply or a cancelled
+				// notice, whichever came first there: wait for that, so
+				// that the Request and the replier agree.
+				if e, ok := r.cancelOwn(w, msg.Receiver, id, deadline, now.Add(RequestGrace*6/10)); ok {
+					if e.Kind == broker.KindReply && e.Env.ErrorCode != CodeCancelled {
+						return d.outcome(id, &e)
+					}
+					return nil, d.requestEnded(id, ctx.Err())
+				}
+			}
+			if timeout == 0 {
+				return nil, d.requestEnded(id, ctx.Err())
+			}
+			now = time.Now()
 			if floor := now.Add(RequestGrace / 10); stop.Before(floor) {
 				stop = floor
 			}
@@ -336,6 +372,50 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 			grace = t.C
 		case <-grace:
 			return nil, d.requestEnded(id, ctx.Err())
+		}
+	}
+}
+
+// cancelOwn cancels message id of receiver, sent by a Request (waiting
+// as w) whose context was cancelled, within until. When the message was
+// not delivered yet, no reply can come: it returns a marker-kind entry
+// and true. When a worker holds it, it waits until until for the worker's
+// outcome, the first reply before deadline (the reply, or the worker's
+// cancelled notice), and returns it and true. Otherwise (not found: the
+// reply, if any, is on its way; or no answer in time) it returns false,
+// and the Request settles the request in its inbox as before.
+func (r *requester) cancelOwn(w *waiter, receiver, id string, deadline, until time.Time) (broker.Reply, bool) {
+	d := r.d
+	res, ok, err := within(r, until, func() (CancelResult, error) {
+		ctx, cancel := context.WithDeadline(d.opCtx, until)
+		defer cancel()
+		return d.cancel(ctx, receiver, id, false)
+	})
+	if !ok || err != nil {
+		if err != nil {
+			d.log.Debug("disker: cannot cancel the message of a cancelled Request", "receiver", receiver, "id", id, "error", err)
+		}
+		return broker.Reply{}, false
+	}
+	switch res {
+	case CancelQueued, CancelScheduled:
+		return broker.Reply{Kind: broker.KindTimeout, RequestID: id}, true
+	case CancelInFlight:
+	default:
+		return broker.Reply{}, false
+	}
+	t := time.NewTimer(max(time.Until(until), 0))
+	defer t.Stop()
+	for {
+		if e, ok := w.decide(deadline, ""); ok {
+			return e, true
+		}
+		select {
+		case <-w.ready:
+		case <-t.C:
+			return broker.Reply{}, false
+		case <-d.closing:
+			return broker.Reply{}, false
 		}
 	}
 }

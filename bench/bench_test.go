@@ -84,7 +84,7 @@ func TestDiskerSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTables(t, tables, 5)
+	checkTables(t, tables, 7)
 }
 
 // TestDiskerSuiteCommandStats checks that -cmdstats reports the commands of
@@ -97,7 +97,7 @@ func TestDiskerSuiteCommandStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Count(out.String(), "redis commands per op:")
-	if want := len(ffImpls(1)) + 2*len(rrImpls(1, 1)); lines != want {
+	if want := len(ffImpls(1)) + 2*len(rrImpls(1, 1)) + len(dedupImpls(1)) + len(limitsImpls(1)) + len(delayedImpls(1)); lines != want {
 		t.Fatalf("%d command statistics lines, want %d:\n%s", lines, want, out.String())
 	}
 	for _, l := range strings.Split(out.String(), "\n") {

@@ -16,12 +16,12 @@ import (
 // receiver, global against local concurrency) (fewer messages with Quick or
 // Tiny).
 func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
-	nFF, nRR1, nRR32, nLim := 100_000, 10_000, 50_000, 5_000
+	nFF, nRR1, nRR32, nLim, nDelayed := 100_000, 10_000, 50_000, 5_000, 100_000
 	switch {
 	case o.Tiny:
-		nFF, nRR1, nRR32, nLim = 400, 50, 320, 100
+		nFF, nRR1, nRR32, nLim, nDelayed = 400, 50, 320, 100, 400
 	case o.Quick:
-		nFF, nRR1, nRR32, nLim = 10_000, 1_000, 5_000, 1_000
+		nFF, nRR1, nRR32, nLim, nDelayed = 10_000, 1_000, 5_000, 1_000, 10_000
 	}
 
 	nDedup := 50_000
@@ -59,6 +59,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			return nil, err
 		}
 	}
+	var delayed map[string][]sample
+	if o.runsWorkload("delayed") {
+		if delayed, err = runRedisWorkload(ctx, o, "delayed fire-and-forget", delayedImpls(nDelayed)); err != nil {
+			return nil, err
+		}
+	}
 	var tables []Table
 	if ff != nil {
 		tables = append(tables, ffTable(ff, nFF))
@@ -74,6 +80,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	if lim != nil {
 		tables = append(tables, limitsTable(lim, nLim))
+	}
+	if delayed != nil {
+		tables = append(tables, delayedTable(delayed, nDelayed))
 	}
 	return tables, nil
 }

@@ -43,8 +43,9 @@ type Options struct {
 	CommandStats bool
 	// Workloads, when not empty, limits DiskerSuite to these of its
 	// workloads: "ff" (fire-and-forget), "rr1" and "rr32" (request/reply
-	// from 1 and 32 requesters), "limits" (flow limits), to iterate on one.
-	// The targets table needs the first three.
+	// from 1 and 32 requesters), "limits" (flow limits), "delayed"
+	// (fire-and-forget, each message due within a second), to iterate on
+	// one. The targets table needs the first three.
 	Workloads []string
 }
 

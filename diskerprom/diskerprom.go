@@ -35,6 +35,7 @@
 //	queue_pending{receiver}                  gauge     messages delivered, not yet acknowledged
 //	queue_dead_letters{receiver}             gauge     messages in the dead-letter stream
 //	queue_paused{receiver}                   gauge     1 while the receiver is paused (Pause)
+//	queue_scheduled{receiver}                gauge     messages sent for later, not due yet
 //	queue_stats_errors_total                 counter   scrapes that could not read a queue's depth
 package diskerprom
 
@@ -213,6 +214,8 @@ var (
 		"Messages in the receiver's dead-letter stream.", []string{"receiver"}, nil)
 	pausedDesc = prometheus.NewDesc(Namespace+"_queue_paused",
 		"1 while the receiver is paused: its messages queue and no instance starts them.", []string{"receiver"}, nil)
+	scheduledDesc = prometheus.NewDesc(Namespace+"_queue_scheduled",
+		"Messages of the receiver sent for later (WithDelay, WithDeliverAt) that are not due yet.", []string{"receiver"}, nil)
 )
 
 // Describe sends the descriptions of every metric.
@@ -220,7 +223,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, v := range c.vecs {
 		v.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{inFlightDesc, concurrencyDesc, queuedDesc, pendingDesc, deadLettersDesc, pausedDesc} {
+	for _, d := range []*prometheus.Desc{inFlightDesc, concurrencyDesc, queuedDesc, pendingDesc, deadLettersDesc, pausedDesc, scheduledDesc} {
 		ch <- d
 	}
 }
@@ -277,5 +280,6 @@ func (c *Collector) collectQueues(ch chan<- prometheus.Metric, src Source, local
 			paused = 1
 		}
 		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, paused, name)
+		ch <- prometheus.MustNewConstMetric(scheduledDesc, prometheus.GaugeValue, float64(s.Scheduled), name)
 	}
 }

@@ -141,6 +141,9 @@ func TestValuesEqualStats(t *testing.T) {
 	if err := d.Pause(ctx, "backlog"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := d.Send(ctx, disker.Message{Receiver: "backlog", Content: []byte("later")}, disker.WithDelay(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		s := d.LocalStats().Receivers["jobs"]
@@ -157,7 +160,7 @@ func TestValuesEqualStats(t *testing.T) {
 	js := local.Receivers["jobs"]
 	want := map[string]float64{
 		`disker_messages_sent_total{receiver="jobs"}`:                              ok + bad,
-		`disker_messages_sent_total{receiver="backlog"}`:                           waiting,
+		`disker_messages_sent_total{receiver="backlog"}`:                           waiting + 1,
 		`disker_messages_handled_total{receiver="jobs"}`:                           float64(js.Processed),
 		`disker_messages_failed_total{receiver="jobs"}`:                            float64(js.Failed),
 		`disker_messages_dead_lettered_total{receiver="jobs"}`:                     float64(js.DeadLettered),
@@ -178,10 +181,12 @@ func TestValuesEqualStats(t *testing.T) {
 		want[fmt.Sprintf(`disker_queue_queued{receiver=%q}`, r)] = float64(s.Queued)
 		want[fmt.Sprintf(`disker_queue_pending{receiver=%q}`, r)] = float64(s.Pending)
 		want[fmt.Sprintf(`disker_queue_dead_letters{receiver=%q}`, r)] = float64(s.DeadLetters)
+		want[fmt.Sprintf(`disker_queue_scheduled{receiver=%q}`, r)] = float64(s.Scheduled)
 	}
 	want[`disker_queue_paused{receiver="jobs"}`] = 0
 	want[`disker_queue_paused{receiver="backlog"}`] = 1
-	if want[`disker_queue_queued{receiver="backlog"}`] != waiting || want[`disker_queue_dead_letters{receiver="jobs"}`] != bad {
+	if want[`disker_queue_queued{receiver="backlog"}`] != waiting || want[`disker_queue_dead_letters{receiver="jobs"}`] != bad ||
+		want[`disker_queue_scheduled{receiver="backlog"}`] != 1 {
 		t.Fatalf("Stats do not show the workload: %v", want)
 	}
 	for name, r := range map[string]*prometheus.Registry{"Receivers": reg, "AllReceivers": regAll} {

@@ -71,6 +71,22 @@ type Envelope struct {
 	// lower one. The broker keeps it with the message (it is not part of
 	// the wire encoding) and sets it on deliveries and dead letters.
 	Priority int
+
+	// Delay, when > 0, makes Send (SendBatch, SendRequest) schedule the
+	// message instead of queueing it: it is queued when Delay has passed in
+	// broker time, and until then counts as scheduled (see Cancel). A timed
+	// message's deadline is its due time plus Timeout. Delay and DeliverAt
+	// are instructions to the send; they do not travel with the message.
+	Delay time.Duration
+	// DeliverAt, when not zero, schedules the message for that broker time
+	// (see Delay; at most one of the two is set). A time that has passed
+	// queues the message at once, with its deadline counted from now.
+	DeliverAt time.Time
+}
+
+// Scheduled reports whether env is sent for later (Delay or DeliverAt).
+func (env *Envelope) Scheduled() bool {
+	return env.Delay > 0 || !env.DeliverAt.IsZero()
 }
 
 // The priority levels of a message (Envelope.Priority).
@@ -182,6 +198,9 @@ type ReceiverStats struct {
 	Pending     int64 // delivered, not yet acknowledged (in flight or awaiting redelivery)
 	DeadLetters int64
 	Length      int64 // all entries in the queue stream (queued + pending)
+	// Scheduled counts the messages sent for later (Envelope.Delay,
+	// DeliverAt) that are not due yet: they are in none of the above.
+	Scheduled int64
 	// OldestQueued is when the oldest entry not yet delivered was queued
 	// (broker time); zero when none waits.
 	OldestQueued time.Time
@@ -215,6 +234,7 @@ type Broker interface {
 	Idempotency
 	Schedules
 	Limits
+	Cancels
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.
@@ -504,6 +524,55 @@ type IdempotentWaiter struct {
 	Deadline time.Time
 }
 
+// Cancels is the cancellation of sent messages: a scheduled or queued
+// message is removed before any delivery; one that a consumer holds is
+// removed from the queue and marked, and its holder learns of the mark
+// with CancelMarks.
+type Cancels interface {
+	// Cancel cancels message p.ID of p.Receiver in one atomic step: a
+	// scheduled one is unscheduled (CancelScheduled), a queued one removed
+	// (CancelQueued); one delivered and not acknowledged is removed from
+	// the queue, so that it is never delivered again, and marked for its
+	// holder (CancelInFlight). Otherwise nothing changes and the state is
+	// CancelNotFound (finished, dead-lettered, never sent, or not among
+	// the p.MaxScan entries read since p.Since).
+	Cancel(ctx context.Context, p *CancelParams) (Cancelled, error)
+	// CancelMarks returns the ids of receiver's messages cancelled while
+	// in flight (marked by Cancel) at or after since (broker time; the
+	// zero time: every mark kept), and the time of the latest mark
+	// returned, to pass as since next time (zero when none). Marks are
+	// kept for MarkRetention.
+	CancelMarks(ctx context.Context, receiver string, since time.Time) (ids []string, latest time.Time, err error)
+}
+
+// MarkRetention is how long a broker keeps a mark of Cancel.
+const MarkRetention = 10 * time.Minute
+
+// CancelState is what Cancel found.
+type CancelState int
+
+// The states Cancel reports.
+const (
+	// CancelNotFound: not scheduled, queued or in flight; nothing changed.
+	CancelNotFound CancelState = iota
+	// CancelScheduled: it was scheduled, and never will be delivered.
+	CancelScheduled
+	// CancelQueued: it was queued, and never will be delivered.
+	CancelQueued
+	// CancelInFlight: a consumer held it; it is no longer in the queue,
+	// and is marked for its holder.
+	CancelInFlight
+)
+
+// Cancelled is what Cancel did.
+type Cancelled struct {
+	State CancelState
+	// Env is the message (not for CancelNotFound).
+	Env Envelope
+	// Deadline is the message's deadline (broker time), zero if none.
+	Deadline time.Time
+}
+
 // BatchError is SendBatch's error when some envelopes were not sent.
 type BatchError struct {
 	// Errs[i] is the error of the batch's envelope i, nil if it was sent.
@@ -558,9 +627,24 @@ func CheckSend(env *Envelope, maxSize int) error {
 		return errors.New("Envelope.Sender is empty, but a message with a Timeout needs a reply address")
 	case env.Priority < PriorityLow || env.Priority > PriorityHigh:
 		return fmt.Errorf("Envelope.Priority is %d, out of %d..%d", env.Priority, PriorityLow, PriorityHigh)
+	case env.Delay < 0:
+		return fmt.Errorf("Envelope.Delay is negative: %v", env.Delay)
+	case env.Delay > MaxDelay:
+		return fmt.Errorf("Envelope.Delay %v is over the limit of %v", env.Delay, MaxDelay)
+	case env.Delay > 0 && !env.DeliverAt.IsZero():
+		return errors.New("Envelope.Delay and Envelope.DeliverAt are both set")
+	case !env.DeliverAt.IsZero() && (env.DeliverAt.UnixMilli() <= 0 || env.DeliverAt.UnixMilli() > maxDeliverAt):
+		return fmt.Errorf("Envelope.DeliverAt %v is out of range", env.DeliverAt)
 	}
 	return CheckSize(env, maxSize)
 }
+
+// MaxDelay is the longest Envelope.Delay a broker accepts: 100 years.
+const MaxDelay = 100 * 365 * 24 * time.Hour
+
+// maxDeliverAt is the latest Envelope.DeliverAt accepted, in unix ms: the
+// year 9999.
+const maxDeliverAt = 253402300799000
 
 // CheckSize returns an error when env's content is over max bytes (the
 // broker's MaxMessageSize). Callers add their package prefix.

@@ -258,6 +258,33 @@ func (p *SlotsParams) Validate() error {
 	return nil
 }
 
+// CancelParams are the parameters of Cancels.Cancel.
+type CancelParams struct {
+	// Receiver is the receiver the message was sent to.
+	Receiver string
+	// ID is the message's id.
+	ID string
+	// Since is a broker time no later than when the message was sent:
+	// queue entries added before it are not read. The zero time reads
+	// from the start.
+	Since time.Time
+	// MaxScan is the most queue entries read to find the message; > 0.
+	MaxScan int
+}
+
+// Validate returns an error naming the first field that is not valid.
+func (p *CancelParams) Validate() error {
+	switch {
+	case p.Receiver == "":
+		return empty("CancelParams.Receiver")
+	case p.ID == "":
+		return empty("CancelParams.ID")
+	case p.MaxScan <= 0:
+		return notPositive("CancelParams.MaxScan", p.MaxScan)
+	}
+	return nil
+}
+
 // CheckName returns an error naming field when v is empty: the check of
 // a name argument of an operation without a params type, shared by the
 // brokers.

@@ -223,6 +223,7 @@ failure, 2 usage error.`,
 		a.pauseCommand(true),
 		a.scheduleCommand(),
 		a.schedulesCommand(),
+		a.cancelCommand(),
 		a.dashboardCommand(),
 		a.versionCommand(),
 	)

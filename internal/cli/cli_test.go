@@ -291,3 +291,71 @@ func TestCheckRedisURL(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayClientGoneCancelsService: when the HTTP client of the
+// gateway goes away, its message is cancelled: the worker's --http call is
+// cancelled, and the service sees its request's context end.
+func TestGatewayClientGoneCancelsService(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 1)
+	ended := make(chan error, 1)
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			ended <- r.Context().Err()
+		case <-time.After(time.Minute):
+			ended <- errors.New("the service's request was not cancelled")
+		}
+	}))
+	defer svc.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wOut, gOut syncBuffer
+	codes := make(chan int, 2)
+	broker := "mem://cli-http-cancel"
+	go func() {
+		codes <- Run(ctx, []string{"worker", "--receiver", "web", "--http", svc.URL, "--redis-url", broker,
+			"--log-format", "json"}, strings.NewReader(""), io.Discard, &wOut)
+	}()
+	logField(t, &wOut, "worker started", "receiver")
+	go func() {
+		codes <- Run(ctx, []string{"gateway", "--listen", "127.0.0.1:0", "--receiver", "web", "--redis-url", broker,
+			"--log-format", "json", "--timeout", "60s"}, strings.NewReader(""), io.Discard, &gOut)
+	}()
+	url := "http://" + logField(t, &gOut, "gateway started", "listen")
+
+	cctx, goAway := context.WithCancel(ctx)
+	req, _ := http.NewRequestWithContext(cctx, http.MethodGet, url+"/slow", nil)
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the service got no request")
+	}
+	gone := time.Now()
+	goAway()
+	<-errc
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the service's request ended with %v, want it cancelled", err)
+		}
+		t.Logf("the service's request was cancelled %v after the client went away", time.Since(gone))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the service's request was not cancelled after the client went away")
+	}
+	http.DefaultClient.CloseIdleConnections()
+	cancel()
+	for range 2 {
+		<-codes
+	}
+}

@@ -279,6 +279,10 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 			return g.fail(w, r, http.StatusServiceUnavailable, "the message broker cannot be reached", err)
 		case errors.Is(err, disker.ErrClosed):
 			return g.fail(w, r, http.StatusServiceUnavailable, "the gateway is stopping", nil)
+		case errors.Is(err, disker.ErrCancelled):
+			// Cancelled by someone else (disker cancel) before a worker
+			// answered.
+			return g.fail(w, r, http.StatusServiceUnavailable, "the request was cancelled (disker cancel) before a worker answered", nil)
 		case errors.As(err, &re):
 			// The reason may name internal addresses: it goes to the log,
 			// the client gets the id to quote.

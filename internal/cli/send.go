@@ -40,6 +40,9 @@ type sendOptions struct {
 	// empty key given is an error, not no key).
 	dedupSet, dedupTTLSet, idemSet bool
 	priority                       string
+	delay                          time.Duration
+	at                             string
+	later                          []disker.SendOption // from --delay or --at
 }
 
 func (a *app) sendCommand() *cobra.Command {
@@ -58,6 +61,12 @@ What happens to the reply:
   --fire-and-forget  there is none (the default when neither --wait nor --from
                      is given)
 Without --wait, send prints the message id once Redis has accepted it.
+
+--delay 10m or --at 2026-12-24T18:00:00Z sends the message for later: it is
+delivered to no worker before that time by Redis's clock, counts as
+scheduled in "disker stats", and can be cancelled with "disker cancel". A
+time that has passed delivers it now. With --wait, --timeout counts from the
+delivery.
 With --wait, when no live worker serves NAME, send says so on stderr at once
 and waits all the same (a worker may start); --require-worker makes it fail
 at once instead. A reply printed to a terminal ends with a newline.
@@ -75,6 +84,8 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
   disker send --to jobs --fire-and-forget '{"job": 42}'
   disker send --to thumbs --wait --timeout 30s @photo.jpg > thumb.png
   echo hi | disker send --to upper --wait -
+  disker send --to reminders --delay 10m 'call back'
+  disker send --to greetings --at 2026-12-24T18:00:00Z 'merry christmas'
   disker send --to jobs --file jobs.jsonl
   disker send --to jobs --priority high '{"job": 1}'
   disker send --to upper --wait --concurrency 16 --file requests.jsonl > replies.jsonl`,
@@ -101,8 +112,36 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
 	fs.DurationVar(&o.dedupTTL, "dedup-ttl", time.Hour, "with --dedup-key, how long after the first send another with the key is a duplicate")
 	fs.StringVar(&o.idemKey, "idempotency-key", "", "with --wait, requests with this key share one run of the handler and its reply")
 	fs.StringVar(&o.priority, "priority", "normal", "the messages' priority: high, normal or low (a worker takes every waiting message of a higher level first)")
+	fs.DurationVar(&o.delay, "delay", 0, "send for later: deliver after this delay (Redis time)")
+	fs.StringVar(&o.at, "at", "", "send for later: deliver at this time, RFC 3339 (Redis time)")
 	o.conn.register(fs)
 	return cmd
+}
+
+// laterOptions checks --delay and --at and sets o.later.
+func (o *sendOptions) laterOptions() error {
+	switch {
+	case o.delay != 0 && o.at != "":
+		return usagef("--delay and --at exclude each other")
+	case o.delay < 0:
+		return usagef("invalid --delay %v: must be >= 0", o.delay)
+	case o.delay > 0 && o.delay < time.Millisecond:
+		return usagef("invalid --delay %v: must be at least 1ms", o.delay)
+	case o.delay > disker.MaxDelay:
+		return usagef("invalid --delay %v: over the limit of %v", o.delay, disker.MaxDelay)
+	case o.delay > 0:
+		o.later = []disker.SendOption{disker.WithDelay(o.delay)}
+	case o.at != "":
+		t, err := time.Parse(time.RFC3339Nano, o.at)
+		if err != nil {
+			return usagef("invalid --at %q: want an RFC 3339 time such as 2026-12-24T18:00:00Z", o.at)
+		}
+		if t.Year() > 9999 || t.Year() < 1970 {
+			return usagef("invalid --at %q: out of range", o.at)
+		}
+		o.later = []disker.SendOption{disker.WithDeliverAt(t)}
+	}
+	return nil
 }
 
 // outgoing is one message to send.
@@ -113,6 +152,7 @@ type outgoing struct {
 	headers map[string]string
 	timeout time.Duration
 	prio    disker.Priority
+	later   []disker.SendOption // --delay or --at
 }
 
 // parsePriority reads a --priority value: high, normal, low, or 1, 0, -1.
@@ -141,6 +181,9 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 	prio, err := parsePriority(o.priority)
 	if err != nil {
 		return err
+	}
+	if prio != disker.PriorityNormal && (o.delay != 0 || o.at != "") {
+		return usagef("--priority does not go with --delay or --at: a message sent for later is delivered at the normal level")
 	}
 	modes := 0
 	for _, on := range []bool{o.wait, o.fireAndForget, o.from != ""} {
@@ -172,6 +215,9 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 	if o.timeout > 0 && !o.wait && o.from == "" {
 		return usagef("--timeout needs --wait or --from: a fire-and-forget message has no timeout")
 	}
+	if err := o.laterOptions(); err != nil {
+		return err
+	}
 	if o.wait && o.timeout == 0 {
 		o.timeout = 30 * time.Second
 	}
@@ -198,6 +244,7 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 	}
 	for i := range msgs {
 		msgs[i].prio = prio
+		msgs[i].later = o.later
 		for k, v := range headers {
 			if msgs[i].headers == nil {
 				msgs[i].headers = map[string]string{}
@@ -236,6 +283,10 @@ func checkFlowFlags(o *sendOptions) error {
 		return usagef("--dedup-key does not go with --file: it is the key of one message")
 	case dedup && o.timeout > 0:
 		return usagef("--dedup-key does not go with --timeout")
+	case dedup && (o.delay != 0 || o.at != ""):
+		return usagef("--dedup-key does not go with --delay or --at")
+	case o.idemSet && (o.delay != 0 || o.at != ""):
+		return usagef("--idempotency-key does not go with --delay or --at")
 	case o.idemSet && o.idemKey == "":
 		return usagef("invalid --idempotency-key: must not be empty")
 	case o.idemSet && !o.wait:
@@ -411,9 +462,11 @@ func (a *app) checkWorkers(ctx context.Context, d *disker.Disker, receiver strin
 }
 
 func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing, opts ...disker.SendOption) ([]byte, error) {
-	rctx, cancel := context.WithTimeout(ctx, m.timeout)
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers}, append(opts, disker.WithPriority(m.prio))...)
+	// The timeout counts from the delivery (--delay, --at).
+	opts = append(append([]disker.SendOption{disker.WithTimeout(m.timeout), disker.WithPriority(m.prio)}, m.later...), opts...)
+	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers}, opts...)
 	if err != nil {
 		if errors.Is(err, disker.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return nil, fmt.Errorf("no reply from %q within %v", m.to, m.timeout)
@@ -424,10 +477,11 @@ func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing, opts ..
 }
 
 func (a *app) sendAsync(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing) (string, error) {
+	opts := append([]disker.SendOption{disker.WithPriority(m.prio)}, m.later...)
 	if o.dedupKey != "" {
-		return d.Send(ctx, asyncMessage(o, m), disker.WithDedupKey(o.dedupKey, o.dedupTTL), disker.WithPriority(m.prio))
+		return d.Send(ctx, asyncMessage(o, m), append(opts, disker.WithDedupKey(o.dedupKey, o.dedupTTL))...)
 	}
-	return d.Send(ctx, asyncMessage(o, m), disker.WithTimeout(m.timeout), disker.WithPriority(m.prio))
+	return d.Send(ctx, asyncMessage(o, m), append(opts, disker.WithTimeout(m.timeout))...)
 }
 
 // asyncMessage is the message of m sent without waiting for a reply: from
@@ -467,13 +521,13 @@ func (a *app) sendAsyncBatch(ctx context.Context, d *disker.Disker, o *sendOptio
 // (a message fails validation), it sends them one by one, so that each
 // line gets its own answer.
 func (a *app) sendAsyncRun(ctx context.Context, d *disker.Disker, o *sendOptions, ms []outgoing) ([]string, []error) {
-	timeout, prio := disker.WithTimeout(ms[0].timeout), disker.WithPriority(ms[0].prio)
+	timeout := append([]disker.SendOption{disker.WithTimeout(ms[0].timeout), disker.WithPriority(ms[0].prio)}, ms[0].later...)
 	msgs := make([]disker.Message, len(ms))
 	for i, m := range ms {
 		msgs[i] = asyncMessage(o, m)
 	}
 	errs := make([]error, len(ms))
-	ids, err := d.SendBatch(ctx, msgs, timeout, prio)
+	ids, err := d.SendBatch(ctx, msgs, timeout...)
 	var be *disker.BatchError
 	var ve *disker.ValidationError
 	switch {
@@ -483,7 +537,7 @@ func (a *app) sendAsyncRun(ctx context.Context, d *disker.Disker, o *sendOptions
 	case errors.As(err, &ve):
 		ids = make([]string, len(ms))
 		for i := range msgs {
-			ids[i], errs[i] = d.Send(ctx, msgs[i], timeout, prio)
+			ids[i], errs[i] = d.Send(ctx, msgs[i], timeout...)
 		}
 	default:
 		ids = make([]string, len(ms))

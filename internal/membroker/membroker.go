@@ -190,6 +190,9 @@ type core struct {
 	// buckets and slots are the receivers' flow limits (limits.go).
 	buckets map[string]*bucket
 	slots   map[string]map[string]slotHold
+	// marks holds, by receiver, the Cancels of messages in flight, oldest
+	// first (broker.Cancels.CancelMarks).
+	marks map[string][]mark
 }
 
 func newCore(opts Options) *core {
@@ -208,6 +211,7 @@ func newCore(opts Options) *core {
 		idems:    make(map[string]*idemEntry),
 		buckets:  make(map[string]*bucket),
 		slots:    make(map[string]map[string]slotHold),
+		marks:    make(map[string][]mark),
 	}
 	if c.now == nil {
 		c.now = time.Now

@@ -56,15 +56,42 @@ func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time
 // deadline.
 // Call with c.mu held.
 func (c *core) put(env *broker.Envelope, raw []byte) time.Time {
+	now := c.now()
+	due := now
+	switch {
+	case env.Delay > 0:
+		due = now.Add(env.Delay)
+	case !env.DeliverAt.IsZero() && env.DeliverAt.After(now):
+		due = env.DeliverAt
+	}
 	var deadline time.Time
 	if env.Timeout > 0 {
-		deadline = c.now().Add(env.Timeout)
+		deadline = due.Add(env.Timeout)
 		if !env.FromInbox {
 			c.pendingTimeouts(env.Sender).put(env.ID, deadline, raw)
 		}
 	}
-	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: deadline, prio: env.Priority, at: c.now()})
+	s := c.queue(env.Receiver)
+	if due.After(now) {
+		s.scheduled().put(env.ID, due, deadline, raw)
+		s.wake() // blocked readers re-arm for the new due time
+		return deadline
+	}
+	s.add(&entry{ref: c.nextRef(), raw: raw, deadline: deadline, prio: env.Priority, at: now})
 	return deadline
+}
+
+// promote queues the scheduled messages of s that are due at now. Callers
+// hold mu.
+func (c *core) promote(s *stream, now time.Time) {
+	if s.sched == nil {
+		return
+	}
+	for len(s.sched.heap) > 0 && !s.sched.heap[0].due.After(now) {
+		it := s.sched.heap[0]
+		s.sched.remove(it)
+		s.add(&entry{ref: c.nextRef(), raw: it.raw, deadline: it.deadline, at: now})
+	}
 }
 
 func (b *Broker) checkSize(env *broker.Envelope) error {
@@ -105,6 +132,7 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	// Priority levels, highest first: in each, reclaimed entries, then
 	// new ones.
 	take := func(s *stream, now time.Time) int {
+		c.promote(s, now)
 		lapsed := func(owner string) bool { return c.lapsed(receiver, consumer, owner, now) }
 		for _, prio := range [...]int{broker.PriorityHigh, broker.PriorityNormal, broker.PriorityLow} {
 			for e := range s.expired(now, lapsed) {

@@ -42,6 +42,8 @@ type stream struct {
 
 	waiters int           // blocked readers
 	notify  chan struct{} // closed to wake the blocked readers; nil if none wait
+
+	sched *dueSet // a queue's messages sent for later; nil until one is
 }
 
 func newStream() *stream {
@@ -50,7 +52,7 @@ func newStream() *stream {
 
 // idle reports whether s holds nothing and nobody waits on it.
 func (s *stream) idle() bool {
-	return len(s.entries) == 0 && s.waiters == 0
+	return len(s.entries) == 0 && s.waiters == 0 && (s.sched == nil || len(s.sched.byID) == 0)
 }
 
 // freshOf returns the list of the entries of priority level prio never
@@ -143,7 +145,8 @@ func (s *stream) expired(now time.Time, lapsed func(owner string) bool) iter.Seq
 }
 
 // nextDue returns how long after now the first pending entry becomes
-// reclaimable (its holder's lease over), and false when none is pending.
+// reclaimable (its holder's lease over), or the first scheduled message is
+// due, whichever comes first, and false when there is neither.
 func (s *stream) nextDue(now time.Time) (time.Duration, bool) {
 	var first time.Time
 	found := false
@@ -151,6 +154,11 @@ func (s *stream) nextDue(now time.Time) (time.Duration, bool) {
 		e := el.Value.(*entry)
 		due := e.delivered.Add(e.lease)
 		if !found || due.Before(first) {
+			first, found = due, true
+		}
+	}
+	if s.sched != nil && len(s.sched.heap) > 0 {
+		if due := s.sched.heap[0].due; !found || due.Before(first) {
 			first, found = due, true
 		}
 	}

@@ -28,6 +28,11 @@ func (b *Broker) SendRequest(ctx context.Context, env *broker.Envelope) (time.Ti
 	}
 	env.FromInbox = true
 	data := rueidis.BinaryString(wire.Encode(env))
+	if env.Scheduled() {
+		// The script schedule decides the due time, and the deadline (due
+		// + timeout), by Redis time.
+		return b.sendScheduled(ctx, env, data)
+	}
 	if env.Timeout <= 0 {
 		return time.Time{}, b.sendPlain(ctx, env, data)
 	}

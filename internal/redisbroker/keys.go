@@ -36,6 +36,18 @@ func (k keys) deadLetters(receiver string) string { return k.named(receiver, "dl
 // longer than their lease: member entry id, score due time in unix ms.
 func (k keys) delayed(receiver string) string { return k.named(receiver, "delay") }
 
+// scheduled is the zset of receiver's messages sent for later: member
+// message id, score due time in unix ms.
+func (k keys) scheduled(receiver string) string { return k.named(receiver, "s") }
+
+// scheduledMessages is the hash of receiver's scheduled messages: message
+// id to "<deadline ms or empty>:<encoded envelope>".
+func (k keys) scheduledMessages(receiver string) string { return k.named(receiver, "sm") }
+
+// cancelMarks is the zset of receiver's messages cancelled while in
+// flight: member message id, score the time of the mark in unix ms.
+func (k keys) cancelMarks(receiver string) string { return k.named(receiver, "x") }
+
 // holders is the hash of the holders of receiver's deliveries: "l:<consumer>"
 // is the lease (ms) the consumer took them with, at its last fetch or
 // extension, and "a:<consumer>" the time (unix ms, Redis time) until which

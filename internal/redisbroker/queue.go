@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -37,6 +38,10 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 		return time.Time{}, b.sendPlain(ctx, env, data)
 	case sendSplit:
 		return b.sendTimedSplit(ctx, env, data)
+	case sendSched, sendSchedTimed:
+		return b.sendScheduled(ctx, env, data)
+	case sendSchedSplit:
+		return b.sendScheduledSplit(ctx, env, data)
 	}
 	res, err := scriptSendTimed.Exec(ctx, b.client, b.sendTimedKeys(env), sendTimedArgs(env, data)).ToString()
 	if err != nil {
@@ -64,12 +69,24 @@ func mayHaveRun(err error) bool {
 
 // How a message is sent.
 const (
-	sendPlain = iota // no timeout: one XADD
-	sendTimed        // script send_timed
-	sendSplit        // on a Cluster, across slots: sendTimedSplit
+	sendPlain      = iota // no timeout: one XADD
+	sendTimed             // script send_timed
+	sendSplit             // on a Cluster, across slots: sendTimedSplit
+	sendSched             // for later, untimed or from an inbox: script schedule
+	sendSchedTimed        // for later, timed: script schedule_timed
+	sendSchedSplit        // for later, timed, on a Cluster across slots: sendScheduledSplit
 )
 
 func (b *Broker) sendKind(env *broker.Envelope) int {
+	if env.Scheduled() {
+		switch {
+		case env.Timeout <= 0 || env.FromInbox:
+			return sendSched
+		case b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
+			return sendSchedSplit
+		}
+		return sendSchedTimed
+	}
 	switch {
 	case env.Timeout <= 0:
 		return sendPlain
@@ -139,7 +156,7 @@ func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time
 	for start := 0; start < len(envs); {
 		kind := b.sendKind(envs[start])
 		end := start + 1
-		for kind != sendSplit && end < len(envs) && end-start < maxBatch && b.sendKind(envs[end]) == kind {
+		for kind != sendSplit && kind != sendSchedSplit && end < len(envs) && end-start < maxBatch && b.sendKind(envs[end]) == kind {
 			end++
 		}
 		if b.sendRun(ctx, kind, envs[start:end], deadlines[start:end], errs[start:end]) {
@@ -162,6 +179,24 @@ func (b *Broker) sendRun(ctx context.Context, kind int, envs []*broker.Envelope,
 		data := rueidis.BinaryString(wire.Encode(envs[0]))
 		deadlines[0], errs[0] = b.sendTimedSplit(ctx, envs[0], data)
 		return errs[0] != nil
+	case sendSchedSplit:
+		data := rueidis.BinaryString(wire.Encode(envs[0]))
+		deadlines[0], errs[0] = b.sendScheduledSplit(ctx, envs[0], data)
+		return errs[0] != nil
+	case sendSched, sendSchedTimed:
+		script := scriptSchedule
+		if kind == sendSchedTimed {
+			script = scriptScheduleTimed
+		}
+		execs := make([]rueidis.LuaExec, len(envs))
+		for i, env := range envs {
+			execs[i] = b.scheduleExec(env, rueidis.BinaryString(wire.Encode(env)))
+		}
+		for i, r := range script.ExecMulti(ctx, b.client, execs...) {
+			if deadlines[i], errs[i] = b.scheduled(ctx, r); errs[i] != nil {
+				failed = true
+			}
+		}
 	case sendPlain:
 		cmds := make(rueidis.Commands, len(envs))
 		for i, env := range envs {
@@ -224,6 +259,92 @@ func (b *Broker) sendTimedSplit(ctx context.Context, env *broker.Envelope, data 
 	return time.Time{}, b.fail(ctx, "send", err)
 }
 
+// scheduleExec returns the keys and arguments of the script schedule (or
+// schedule_timed, for a timed message of a named sender) for env, encoded
+// as data.
+func (b *Broker) scheduleExec(env *broker.Envelope, data string) rueidis.LuaExec {
+	keys := []string{b.keys.scheduled(env.Receiver), b.keys.scheduledMessages(env.Receiver), b.keys.queue(env.Receiver), b.keys.holders(env.Receiver)}
+	if env.Timeout > 0 && !env.FromInbox {
+		keys = append(keys, b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender))
+	}
+	at := ""
+	if !env.DeliverAt.IsZero() {
+		at = strconv.FormatInt(env.DeliverAt.UnixMilli(), 10)
+	}
+	timeout := "0"
+	if env.Timeout > 0 {
+		timeout = msString(env.Timeout)
+	}
+	return rueidis.LuaExec{Keys: keys, Args: []string{data, env.ID, msString(env.Delay), at, timeout}}
+}
+
+// sendScheduled sends env, encoded as data, for later: one script,
+// schedule (schedule_timed for a timed message of a named sender, which
+// also records the pending timeout at due + timeout). The due time is
+// Redis time.
+func (b *Broker) sendScheduled(ctx context.Context, env *broker.Envelope, data string) (time.Time, error) {
+	script := scriptSchedule
+	if env.Timeout > 0 && !env.FromInbox {
+		script = scriptScheduleTimed
+	}
+	e := b.scheduleExec(env, data)
+	return b.scheduled(ctx, script.Exec(ctx, b.client, e.Keys, e.Args))
+}
+
+// scheduled reads the answer of a schedule script: the deadline, zero if
+// none.
+func (b *Broker) scheduled(ctx context.Context, r rueidis.RedisResult) (time.Time, error) {
+	v, err := r.AsIntSlice()
+	if err != nil {
+		return time.Time{}, b.fail(ctx, "send", err)
+	}
+	if len(v) != 2 {
+		return time.Time{}, fmt.Errorf("redisbroker: send: schedule script answered %v", v)
+	}
+	if v[1] < 0 {
+		return time.Time{}, nil
+	}
+	return time.UnixMilli(v[1]), nil
+}
+
+// sendScheduledSplit is sendTimedSplit for a message sent for later: the
+// pending timeout is recorded first, in the sender's slot, at Redis time +
+// the delay + the timeout, then the message is scheduled in the
+// receiver's slot for that deadline - the timeout.
+func (b *Broker) sendScheduledSplit(ctx context.Context, env *broker.Envelope, data string) (time.Time, error) {
+	t, tm := b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)
+	delay := env.Delay
+	if !env.DeliverAt.IsZero() {
+		now, err := b.estimateNow(ctx)
+		if err != nil {
+			return time.Time{}, err
+		}
+		delay = max(env.DeliverAt.Sub(now), 0)
+	}
+	res, err := scriptPendTimed.Exec(ctx, b.client, []string{t, tm},
+		[]string{data, env.ID, msString(delay + env.Timeout)}).ToString()
+	if err != nil {
+		return time.Time{}, b.fail(ctx, "send", err)
+	}
+	deadline, err := parseDeadline(res)
+	if err != nil {
+		return time.Time{}, err
+	}
+	at := deadline.Add(-env.Timeout)
+	e := rueidis.LuaExec{
+		Keys: []string{b.keys.scheduled(env.Receiver), b.keys.scheduledMessages(env.Receiver), b.keys.queue(env.Receiver), b.keys.holders(env.Receiver)},
+		Args: []string{data, env.ID, "0", strconv.FormatInt(at.UnixMilli(), 10), msString(env.Timeout)},
+	}
+	_, err = b.scheduled(ctx, scriptSchedule.Exec(ctx, b.client, e.Keys, e.Args))
+	if err == nil {
+		return deadline, nil
+	}
+	if cerr := scriptCancel.Exec(context.WithoutCancel(ctx), b.client, []string{t, tm}, []string{env.ID}).Error(); cerr != nil {
+		err = fmt.Errorf("%w (and the pending timeout could not be withdrawn: the sender gets a timeout notice for it: %v)", err, cerr)
+	}
+	return time.Time{}, err
+}
+
 func parseDeadline(res string) (time.Time, error) {
 	deadline, ok := unixMS(res)
 	if !ok {
@@ -282,12 +403,17 @@ type streamKeys struct {
 	// record: the fetch records the consumer's lease in holders (queues;
 	// a reply stream's readers all read with one lease).
 	record bool
+	// sched, schedMsgs: the scheduled zset and hash whose due messages the
+	// fetch script queues (queues only: promote).
+	sched, schedMsgs string
+	promote          bool
 }
 
 // queueKeys returns the streamKeys of receiver's queue.
 func (b *Broker) queueKeys(receiver string) streamKeys {
 	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver),
-		high: b.keys.queueAt(receiver, broker.PriorityHigh), low: b.keys.queueAt(receiver, broker.PriorityLow), record: true}
+		high: b.keys.queueAt(receiver, broker.PriorityHigh), low: b.keys.queueAt(receiver, broker.PriorityLow), record: true,
+		sched: b.keys.scheduled(receiver), schedMsgs: b.keys.scheduledMessages(receiver), promote: true}
 }
 
 // fetch returns up to p.Max entries of s.stream for p.Consumer. At most every
@@ -318,7 +444,7 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 		}
 	}
 	due := b.reclaimDue(stream) || b.leaseChanged(stream, consumer, p.Lease)
-	script := due || levels != 0
+	script := due || levels != 0 || (s.promote && b.scheduleDue(stream))
 	if !script && block <= 0 {
 		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 			Streams().Key(stream).Id(">").Build()).AsXRead()
@@ -345,10 +471,28 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 	if err := ctx.Err(); err != nil {
 		return nil, b.fail(ctx, op, err)
 	}
+	if s.promote {
+		var sleep time.Duration
+		if block, sleep = b.blockUntilDue(stream, block); sleep > 0 {
+			// The first scheduled message is due sooner than Redis's
+			// timeout of a blocking read is precise: wait here, and the
+			// next fetch runs the script.
+			t := time.NewTimer(sleep)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return entries, nil
+			case <-ctx.Done():
+				return nil, b.fail(ctx, op, ctx.Err())
+			case <-b.closing.Done():
+				return nil, broker.ErrClosed
+			}
+		}
+	}
 	bctx, stop := b.blockingCtx(ctx)
 	defer stop()
 	if levels != 0 {
-		return b.levelRead(ctx, bctx, s, p, levels)
+		return b.levelRead(ctx, bctx, s, p, levels, block)
 	}
 	read, err := b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 		Block(ms(block)).Streams().Key(stream).Id(">").Build()).AsXRead()
@@ -373,7 +517,7 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 // each stream that has new ones. It keeps the p.Max highest and gives the
 // others back at once, as if never delivered (XCLAIM IDLE lease
 // RETRYCOUNT 0: the next reclaim takes them, as attempt 1).
-func (b *Broker) levelRead(ctx, bctx context.Context, s *streamKeys, p *broker.FetchParams, levels int) ([]entry, error) {
+func (b *Broker) levelRead(ctx, bctx context.Context, s *streamKeys, p *broker.FetchParams, levels int, block time.Duration) ([]entry, error) {
 	streams := make([]string, 0, 3)
 	prefixes := make([]string, 0, 3)
 	if levels&1 != 0 {
@@ -388,7 +532,7 @@ func (b *Broker) levelRead(ctx, bctx context.Context, s *streamKeys, p *broker.F
 		ids[i] = ">"
 	}
 	read, err := b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", p.Consumer).Count(int64(p.Max)).
-		Block(ms(p.Block)).Streams().Key(streams...).Id(ids...).Build()).AsXRead()
+		Block(ms(block)).Streams().Key(streams...).Id(ids...).Build()).AsXRead()
 	switch {
 	case isNoGroup(err):
 		entries, _, _, err := b.reclaim(ctx, s, p, true)
@@ -472,13 +616,17 @@ func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchPara
 	if due && b.dueForPrune(stream) {
 		prune = msString(b.pruneIdle)
 	}
-	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed, s.holders, s.high, s.low},
-		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, boolArg(s.record), boolArg(due)}).ToArray()
+	sched, schedMsgs := s.delayed, s.delayed
+	if s.promote {
+		sched, schedMsgs = s.sched, s.schedMsgs
+	}
+	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed, s.holders, s.high, s.low, sched, schedMsgs},
+		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, boolArg(s.record), boolArg(due), boolArg(s.promote)}).ToArray()
 	if err != nil {
 		b.forceReclaim(stream)
 		return nil, 0, 0, b.fail(ctx, op, err)
 	}
-	if len(res) < 2 {
+	if len(res) < 3 {
 		return nil, 0, 0, fmt.Errorf("redisbroker: %s: the fetch script answered nothing", op)
 	}
 	levels, _ := res[1].AsInt64()
@@ -489,8 +637,12 @@ func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchPara
 			b.levels.Delete(stream)
 		}
 	}
-	entries := make([]entry, 0, len(res)-2)
-	for _, r := range res[2:] {
+	if s.promote {
+		next, _ := res[2].AsInt64()
+		b.setNextDue(stream, next)
+	}
+	entries := make([]entry, 0, len(res)-3)
+	for _, r := range res[3:] {
 		e, err := scriptEntry(r)
 		if err != nil {
 			return nil, 0, 0, fmt.Errorf("redisbroker: %s: %w", op, err)
@@ -532,6 +684,64 @@ func (b *Broker) leaseChanged(stream, consumer string, lease time.Duration) bool
 	old, ok := b.leases.Swap(stream+"\x00"+consumer, lease)
 	return !ok || old.(time.Duration) != lease
 }
+
+// scheduleDue reports whether the first scheduled message of stream's
+// receiver, as this broker last saw it, is due by the local clock
+// corrected to Redis time (see setNextDue).
+func (b *Broker) scheduleDue(stream string) bool {
+	v, ok := b.nextDue.Load(stream)
+	return ok && time.Now().UnixNano() >= v.(*atomic.Int64).Load()
+}
+
+// setNextDue records the due time (unix ms, Redis time; -1 for none) of
+// the first message scheduled for stream's receiver, as the fetch script
+// answered it, in local unix ns.
+func (b *Broker) setNextDue(stream string, ms int64) {
+	at := int64(math.MaxInt64)
+	if ms >= 0 {
+		at = b.offset.Local(time.UnixMilli(ms)).UnixNano()
+	}
+	v, _ := b.nextDue.LoadOrStore(stream, new(atomic.Int64))
+	v.(*atomic.Int64).Store(at)
+}
+
+// forceSchedule makes the next fetch of stream run the fetch script, which
+// queues the due scheduled messages and reads the next due time: a wake
+// entry said that a message was scheduled before the one known.
+func (b *Broker) forceSchedule(stream string) {
+	v, _ := b.nextDue.LoadOrStore(stream, new(atomic.Int64))
+	v.(*atomic.Int64).Store(0)
+}
+
+// blockUntilDue bounds block, the time a fetch of stream blocks in Redis,
+// by the due time of the first scheduled message, so that the fetch after
+// it queues that message. Redis ends a blocking read's timeout only at its
+// next cron tick (every 100ms at the default hz 10), so the read is made
+// to end redisTimerSlack before the due time; when the due time is closer
+// than that, it returns no block but how long to wait here instead.
+func (b *Broker) blockUntilDue(stream string, block time.Duration) (time.Duration, time.Duration) {
+	v, ok := b.nextDue.Load(stream)
+	if !ok {
+		return block, 0
+	}
+	at := v.(*atomic.Int64).Load()
+	if at == math.MaxInt64 {
+		return block, 0
+	}
+	wait := time.Duration(at - time.Now().UnixNano())
+	if wait <= redisTimerSlack+minDueBlock {
+		return block, min(max(wait, minDueBlock), block)
+	}
+	return min(block, wait-redisTimerSlack), 0
+}
+
+// minDueBlock is the least wait of a fetch whose scheduled message is due
+// (by the local clock, which may be ahead of Redis's by a little).
+const minDueBlock = 2 * time.Millisecond
+
+// redisTimerSlack is how late Redis may end a blocking read past its
+// timeout: one period of its cron at the default hz (10).
+const redisTimerSlack = 100 * time.Millisecond
 
 // forceReclaim makes the next fetch of stream run the fetch script.
 func (b *Broker) forceReclaim(stream string) {
@@ -595,7 +805,12 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 		return nil, err
 	}
 	out := make([]broker.Delivery, 0, len(entries))
+	var wakes []string
 	for _, e := range entries {
+		if _, ok := e.fields["w"]; ok && len(e.fields) == 1 {
+			wakes = append(wakes, e.id)
+			continue
+		}
 		d, err := delivery(&e)
 		d.Env.Priority, _ = refLevel(e.id)
 		if err != nil {
@@ -605,6 +820,21 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 			continue
 		}
 		out = append(out, d)
+	}
+	if len(wakes) > 0 {
+		// A message was scheduled before the first one known: the next
+		// fetch runs the script, which queues what is due and reads the
+		// new due time.
+		b.forceSchedule(s.stream)
+		res := b.client.DoMulti(ctx,
+			b.client.B().Multi().Build(),
+			b.client.B().Xack().Key(s.stream).Group("g").Id(wakes...).Build(),
+			b.client.B().Xdel().Key(s.stream).Id(wakes...).Build(),
+			b.client.B().Hincrby().Key(s.holders).Field("wakes").Increment(-int64(len(wakes))).Build(),
+			b.client.B().Exec().Build())
+		if err := b.execOK(res); err != nil {
+			return nil, b.fail(ctx, "fetch", err)
+		}
 	}
 	return out, nil
 }

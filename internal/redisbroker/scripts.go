@@ -63,6 +63,165 @@ local function bury(stream, dlq, id, reason, attempts, bad, prio)
 end
 `
 
+// luaPromote defines promote(sched, schedMsgs, stream): it queues the
+// scheduled messages that are due by now (at most 1000), each with its
+// deadline if it has one, and returns the due time (unix ms) of the first
+// one still scheduled, or -1. A hash value is "<deadline ms or empty>:"
+// followed by the encoded envelope.
+const luaPromote = `
+local function promote(sched, msgs, stream)
+  local due = redis.call('ZRANGEBYSCORE', sched, '-inf', nowStr, 'LIMIT', 0, 1000)
+  for _, id in ipairs(due) do
+    local v = redis.call('HGET', msgs, id)
+    if v then
+      local c = string.find(v, ':', 1, true)
+      local d = string.sub(v, 1, c - 1)
+      if d == '' then
+        redis.call('XADD', stream, '*', 'm', string.sub(v, c + 1))
+      else
+        redis.call('XADD', stream, '*', 'm', string.sub(v, c + 1), 'd', d)
+      end
+    end
+  end
+  if #due > 0 then
+    redis.call('ZREM', sched, unpack(due))
+    redis.call('HDEL', msgs, unpack(due))
+  end
+  local head = redis.call('ZRANGE', sched, 0, 0, 'WITHSCORES')
+  if head[2] then
+    return tonumber(head[2])
+  end
+  return -1
+end
+`
+
+// luaSchedule defines schedule(sched, msgs, stream, hold, env, id, delay,
+// at, timeout): the message's due time is at (unix ms) when at is not
+// empty, else now + delay, and never before now; its deadline is due +
+// timeout when timeout > 0. A message due now is queued at once (XADD); any
+// other is added to the scheduled zset and hash, and when it comes first in
+// the zset, a wake entry (field w, no m) is queued, and counted in the
+// holders hash (field wakes, which Stats subtracts), so that a blocked
+// fetch looks at the new due time. Returns due, deadline (or -1).
+const luaSchedule = `
+local function schedule(sched, msgs, stream, hold, env, id, delay, at, timeout)
+  local due = now + tonumber(delay)
+  if at ~= '' then due = tonumber(at) end
+  if due < now then due = now end
+  local deadline, d = -1, ''
+  if tonumber(timeout) > 0 then
+    deadline = due + tonumber(timeout)
+    d = string.format('%.0f', deadline)
+  end
+  if due <= now then
+    if d == '' then
+      redis.call('XADD', stream, '*', 'm', env)
+    else
+      redis.call('XADD', stream, '*', 'm', env, 'd', d)
+    end
+    return {due, deadline}
+  end
+  redis.call('ZADD', sched, string.format('%.0f', due), id)
+  redis.call('HSET', msgs, id, d .. ':' .. env)
+  if redis.call('ZRANGE', sched, 0, 0)[1] == id then
+    redis.call('XADD', stream, '*', 'w', '1')
+    redis.call('HINCRBY', hold, 'wakes', 1)
+  end
+  return {due, deadline}
+end
+`
+
+// scriptSchedule sends a message for later.
+var scriptSchedule = rueidis.NewLuaScript(`-- schedule
+-- KEYS[1] -> the scheduled zset P:{R}:s
+-- KEYS[2] -> the scheduled hash P:{R}:sm
+-- KEYS[3] -> the queue stream P:{R}:q (a message due now, a wake entry)
+-- KEYS[4] -> the holders hash P:{R}:hold (field wakes counts wake entries)
+-- ARGV[1] -> the encoded envelope
+-- ARGV[2] -> message id
+-- ARGV[3] -> delay ms (used when ARGV[4] is empty)
+-- ARGV[4] -> due time, unix ms, or empty
+-- ARGV[5] -> timeout ms, 0 for none (the deadline is due + timeout)
+-- See luaSchedule. Returns {due, deadline or -1}.
+` + luaNow + luaSchedule + `
+return schedule(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+`)
+
+// scriptScheduleTimed sends a timed message of a named sender for later.
+var scriptScheduleTimed = rueidis.NewLuaScript(`-- schedule_timed
+-- KEYS[1..4] -> as schedule (of the receiver R)
+-- KEYS[5] -> the pending timeouts zset P:{S}:t of the sender S
+-- KEYS[6] -> the pending messages hash P:{S}:tm
+-- ARGV as schedule; ARGV[5] > 0.
+-- schedule, then the pending timeout at its deadline, in one step (both
+-- names in one slot, as send_timed). Returns {due, deadline}.
+` + luaNow + luaSchedule + `
+local r = schedule(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+redis.call('ZADD', KEYS[5], string.format('%.0f', r[2]), ARGV[2])
+redis.call('HSET', KEYS[6], ARGV[2], ARGV[1])
+return r
+`)
+
+// scriptCancelMessage cancels a message of a receiver.
+var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
+-- KEYS[1] -> the scheduled zset P:{R}:s
+-- KEYS[2] -> the scheduled hash P:{R}:sm
+-- KEYS[3] -> the queue stream P:{R}:q
+-- KEYS[4] -> the delayed zset P:{R}:delay
+-- KEYS[5] -> the cancellation marks zset P:{R}:x (member message id, score
+--            the mark's time, unix ms)
+-- ARGV[1] -> message id
+-- ARGV[2] -> the start of the message's encoding (wire.IDPrefix)
+-- ARGV[3] -> the first queue entry id to read
+-- ARGV[4] -> the most queue entries read
+-- ARGV[5] -> how long marks are kept, ms
+-- A scheduled message is unscheduled (1); else the queue is read, in
+-- chunks, for an entry whose m starts with the prefix: one not delivered is
+-- deleted (2), one delivered and not acknowledged is acknowledged and
+-- deleted, and marked (3); the marks expire ARGV[5] after the last one. Returns {state, envelope, deadline or ""}, state
+-- 0 when not found.
+` + luaNow + `
+local id = ARGV[1]
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', string.format('%.0f', now - tonumber(ARGV[5])))
+local v = redis.call('HGET', KEYS[2], id)
+if v then
+  local c = string.find(v, ':', 1, true)
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('HDEL', KEYS[2], id)
+  return {1, string.sub(v, c + 1), string.sub(v, 1, c - 1)}
+end
+local prefix, n = ARGV[2], #ARGV[2]
+local start, left = ARGV[3], tonumber(ARGV[4])
+while left > 0 do
+  local entries = redis.call('XRANGE', KEYS[3], start, '+', 'COUNT', math.min(left, 500))
+  for _, e in ipairs(entries) do
+    local f, m, d = e[2], nil, ''
+    for i = 1, #f, 2 do
+      if f[i] == 'm' then m = f[i + 1] elseif f[i] == 'd' then d = f[i + 1] end
+    end
+    if m and string.sub(m, 1, n) == prefix then
+      local state = 2
+      local p = redis.pcall('XPENDING', KEYS[3], 'g', e[1], e[1], 1)
+      if type(p) == 'table' and not p.err and #p > 0 then
+        state = 3
+        redis.call('XACK', KEYS[3], 'g', e[1])
+        redis.call('ZREM', KEYS[4], e[1])
+        redis.call('ZADD', KEYS[5], nowStr, id)
+        redis.call('PEXPIRE', KEYS[5], ARGV[5])
+      end
+      redis.call('XDEL', KEYS[3], e[1])
+      return {state, m, d}
+    end
+  end
+  if #entries < math.min(left, 500) then
+    break
+  end
+  left = left - #entries
+  start = '(' .. entries[#entries][1]
+end
+return {0, '', ''}
+`)
+
 // scriptFetch reclaims and reads entries of a receiver's queue (its
 // priority levels, highest first) or of a reply stream for a consumer.
 var scriptFetch = rueidis.NewLuaScript(`-- fetch
@@ -90,19 +249,30 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 --            (a reply stream) leaves the hash alone
 -- ARGV[7] -> "1" reclaims (expired leases, lapsed holders, due retries)
 --            before reading new entries; "0" only reads new entries
+-- KEYS[7] -> the scheduled zset P:{R}:s (member message id, score due ms)
+-- KEYS[8] -> the scheduled hash P:{R}:sm (message id -> "<deadline>:<envelope>")
+-- ARGV[8] -> "1" first queues the scheduled messages that are due at the
+--            normal level (at most 1000 a call, ZRANGEBYSCORE ... LIMIT:
+--            the cost does not grow with the set); "0" (a reply stream)
+--            leaves KEYS[7..8] alone
 -- Serves the levels in order, high, normal, low (a level stream that holds
 -- nothing is skipped): in each, reclaimed entries then new ones, until max.
 -- Creates the group "g" of a stream (from its start, MKSTREAM) if missing.
--- Returns {dead, levels, e1, e2, ...}: dead is how many entries were
+-- Returns {dead, levels, next, e1, e2, ...}: dead is how many entries were
 -- dead-lettered; levels is 1 when the high level stream holds entries, +2
--- when the low one does; each e is {ref, attempt, field1, value1, ...},
--- where ref is the entry id, prefixed "h" or "l" at those levels.
-` + luaNow + luaBury + `
+-- when the low one does; next is the due time (unix ms) of the first
+-- message still scheduled (-1 when none); each e is {ref, attempt, field1,
+-- value1, ...}, where ref is the entry id, prefixed "h" or "l" at those
+-- levels.
+` + luaNow + luaBury + luaPromote + `
 local base, dlq, delayed, hold = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumer, max, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local maxAttempts, pruneIdle = tonumber(ARGV[4]), tonumber(ARGV[5])
 local reclaim = ARGV[7] == '1'
-local out = {0, 0}
+local out = {0, 0, -1}
+if ARGV[8] == '1' then
+  out[3] = promote(KEYS[7], KEYS[8], base)
+end
 if ARGV[6] == '1' then
   redis.call('HSET', hold, 'l:' .. consumer, lease)
 end
@@ -164,7 +334,7 @@ local function ownerLease(owner)
 end
 local scanned = 0
 local function serve(stream, prefix)
-  local room = max - (#out - 2)
+  local room = max - (#out - 3)
   local taken, pend = {}, {}
   local function take(p)
     if p and #pend < room and not taken[p[1]] then
@@ -230,7 +400,7 @@ local function serve(stream, prefix)
       end
     end
   end
-  local n = #out - 2
+  local n = #out - 3
   if n < max then
     local r = redis.pcall('XREADGROUP', 'GROUP', 'g', consumer, 'COUNT', max - n, 'STREAMS', stream, '>')
     if type(r) == 'table' and r.err then
@@ -247,7 +417,7 @@ local function serve(stream, prefix)
   end
 end
 for _, l in ipairs(levels) do
-  if #out - 2 >= max then break end
+  if #out - 3 >= max then break end
   serve(l[1], l[2])
 end
 if scanned == #levels then

@@ -19,9 +19,14 @@ const statsSource = `-- stats
 -- KEYS[3] -> the high level stream P:{R}:qh
 -- KEYS[4] -> the low level stream P:{R}:ql
 -- KEYS[5] -> the pause flag P:{R}:paused
+-- KEYS[6] -> the scheduled zset P:{R}:s
+-- KEYS[7] -> the holders hash P:{R}:hold (field wakes: the wake entries
+--            of the normal level, which are not messages)
 -- Returns {length, pending, dead letters, oldest queued, high length,
--- high pending, low length, low pending, paused}: length and pending are those of
--- the normal level; oldest queued is the Unix ms of the first entry after
+-- high pending, low length, low pending, paused, scheduled}: length and
+-- pending are those of
+-- the normal level, length without the wake entries; oldest queued is the
+-- Unix ms of the first message after
 -- the group's last-delivered id (its entry id is the Redis time it was
 -- added) of any level, -1 when none waits; paused is 1 when the flag
 -- exists.
@@ -47,19 +52,24 @@ local function level(q)
     end
   end
   local oldest = -1
-  local first = redis.call('XRANGE', q, start, '+', 'COUNT', 1)
-  if #first > 0 then
-    oldest = tonumber(string.match(first[1][1], '^(%d+)'))
+  local first = redis.call('XRANGE', q, start, '+', 'COUNT', 4)
+  for _, e in ipairs(first) do
+    if e[2][1] ~= 'w' then
+      oldest = tonumber(string.match(e[1], '^(%d+)'))
+      break
+    end
   end
   return redis.call('XLEN', q), pending, oldest
 end
 local n, np, oldest = level(KEYS[1])
+n = n - tonumber(redis.call('HGET', KEYS[7], 'wakes') or '0')
+if n < 0 then n = 0 end
 local h, hp, ho = level(KEYS[3])
 local l, lp, lo = level(KEYS[4])
 for _, o in ipairs({ho, lo}) do
   if o >= 0 and (oldest < 0 or o < oldest) then oldest = o end
 end
-return {n, np, redis.call('XLEN', KEYS[2]), oldest, h, hp, l, lp, redis.call('EXISTS', KEYS[5])}
+return {n, np, redis.call('XLEN', KEYS[2]), oldest, h, hp, l, lp, redis.call('EXISTS', KEYS[5]), redis.call('ZCARD', KEYS[6])}
 `
 
 var (
@@ -104,7 +114,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds := make(rueidis.Commands, len(receivers))
 	for i, r := range receivers {
-		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(5).Key(b.statsKeys(r)...).Build()
+		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(7).Key(b.statsKeys(r)...).Build()
 	}
 	var again []int
 	for i, res := range b.client.DoMulti(ctx, cmds...) {
@@ -125,7 +135,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds = cmds[:0]
 	for _, i := range again {
-		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(5).Key(b.statsKeys(receivers[i])...).Build())
+		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(7).Key(b.statsKeys(receivers[i])...).Build())
 	}
 	for j, res := range b.client.DoMulti(ctx, cmds...) {
 		v, err := res.AsIntSlice()
@@ -143,12 +153,12 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 func (b *Broker) statsKeys(receiver string) []string {
 	return []string{b.keys.queue(receiver), b.keys.deadLetters(receiver),
 		b.keys.queueAt(receiver, broker.PriorityHigh), b.keys.queueAt(receiver, broker.PriorityLow),
-		b.keys.paused(receiver)}
+		b.keys.paused(receiver), b.keys.scheduled(receiver), b.keys.holders(receiver)}
 }
 
 // statsOf reads the stats script's answer v.
 func statsOf(receiver string, v []int64) (broker.ReceiverStats, error) {
-	if len(v) != 9 {
+	if len(v) != 10 {
 		return broker.ReceiverStats{}, fmt.Errorf("redisbroker: stats: script answered %v", v)
 	}
 	st := broker.ReceiverStats{
@@ -159,6 +169,7 @@ func statsOf(receiver string, v []int64) (broker.ReceiverStats, error) {
 		QueuedHigh:  max(v[4]-v[5], 0),
 		QueuedLow:   max(v[6]-v[7], 0),
 		Paused:      v[8] == 1,
+		Scheduled:   v[9],
 	}
 	st.Queued = max(v[0]-v[1], 0) + st.QueuedHigh + st.QueuedLow
 	if v[3] >= 0 {

@@ -35,7 +35,7 @@ func run() error {
 	out := flag.String("out", "", "also write the markdown to this file")
 	quiet := flag.Bool("q", false, "no progress lines on stderr")
 	cmdStats := flag.Bool("cmdstats", false, "show the Redis commands per operation of each Redis run in the progress lines")
-	workloads := flag.String("workloads", "", "comma-separated Disker workloads to run (ff, rr1, rr32, dedup, limits); empty runs all of them")
+	workloads := flag.String("workloads", "", "comma-separated Disker workloads to run (ff, rr1, rr32, dedup, limits, delayed); empty runs all of them")
 	flag.Parse()
 	if *runs < 1 {
 		return fmt.Errorf("-runs must be >= 1, got %d", *runs)
@@ -60,8 +60,8 @@ func run() error {
 	o := bench.Options{Runs: *runs, Quick: *quick, CommandStats: *cmdStats}
 	if *workloads != "" {
 		for _, w := range strings.Split(*workloads, ",") {
-			if w != "ff" && w != "rr1" && w != "rr32" && w != "dedup" && w != "limits" {
-				return fmt.Errorf("unknown workload %q in -workloads (want ff, rr1, rr32, dedup or limits)", w)
+			if w != "ff" && w != "rr1" && w != "rr32" && w != "dedup" && w != "limits" && w != "delayed" {
+				return fmt.Errorf("unknown workload %q in -workloads (want ff, rr1, rr32, dedup, limits or delayed)", w)
 			}
 			o.Workloads = append(o.Workloads, w)
 		}

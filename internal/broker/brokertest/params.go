@@ -38,6 +38,7 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 	timed := func() *broker.Envelope { e := newEnv(r, "x"); e.Timeout = time.Second; return e }
 	noSender := func() *broker.Envelope { e := newEnv(r, "x"); e.Sender = ""; return e }
 	longKey := string(make([]byte, broker.MaxKeyLen+1))
+	cancel := func(p *broker.CancelParams) error { _, err := b.Cancel(ctx, p); return err }
 	refs := []string{"1-1"}
 	tokens := func(p *broker.TokensParams) error { _, _, err := b.TakeTokens(ctx, p); return err }
 	slots := func(p *broker.SlotsParams) error { _, err := b.Slots(ctx, p); return err }
@@ -81,6 +82,9 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 		invalidCall("Slots", &broker.SlotsParams{Receiver: r, Limit: 1, Lease: longLease}, slots),
 		invalidCall("Slots", &broker.SlotsParams{Receiver: r, Holder: "h", Lease: longLease}, slots),
 		invalidCall("Slots", &broker.SlotsParams{Receiver: r, Holder: "h", Limit: 1}, slots),
+		invalidCall("Cancel", &broker.CancelParams{ID: "m", MaxScan: 1}, cancel),
+		invalidCall("Cancel", &broker.CancelParams{Receiver: r, MaxScan: 1}, cancel),
+		invalidCall("Cancel", &broker.CancelParams{Receiver: r, ID: "m"}, cancel),
 	}
 	for _, tc := range cases {
 		want := tc.valid()

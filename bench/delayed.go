@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/diskerhq/disker"
+)
+
+// The delayed fire-and-forget workload: ffProducers goroutines send n
+// no-op messages between them, each for delivery at a random moment within
+// delayedSpan of its send (Disker's WithDelay, asynq's ProcessIn), to one
+// queue served by ffHandlers concurrent handlers. The timed region starts
+// when the producers start and ends when the last message has been handled,
+// so it lasts at least as long as the sends plus about delayedSpan.
+
+// delayedSpan bounds the delay of each message of the delayed workload.
+const delayedSpan = time.Second
+
+func delayedImpls(n int) []redisImpl {
+	return []redisImpl{
+		{name: nameDisker, run: func(ctx context.Context, s *redisServer) (sample, error) { return delayedDisker(ctx, s, n) }},
+		{name: "asynq", run: func(ctx context.Context, s *redisServer) (sample, error) { return delayedAsynq(ctx, s, n) }},
+	}
+}
+
+// randomDelay is a delay in [1ms, delayedSpan).
+func randomDelay() time.Duration {
+	return time.Millisecond + time.Duration(rand.Int64N(int64(delayedSpan-time.Millisecond)))
+}
+
+func delayedDisker(ctx context.Context, s *redisServer, n int) (smp sample, err error) {
+	dispatcher, worker, err := newDiskerPair(s)
+	if err != nil {
+		return sample{}, err
+	}
+	defer func() {
+		if cerr := closeDiskers(worker, dispatcher); err == nil {
+			err = cerr
+		}
+	}()
+	cd := newCountdown(n)
+	h := disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
+		cd.add()
+		return nil, nil
+	})
+	if err := worker.Handle("bench-delayed", h, disker.WithConcurrency(ffHandlers)); err != nil {
+		return sample{}, err
+	}
+	errc := make(chan error, 1)
+	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+		return produce(ctx, n, errc, func(ctx context.Context) error {
+			_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-delayed", Content: payload}, disker.WithDelay(randomDelay()))
+			return err
+		})
+	})
+}
+
+func delayedAsynq(ctx context.Context, s *redisServer, n int) (sample, error) {
+	opt := asynq.RedisClientOpt{Addr: s.addr}
+	cd := newCountdown(n)
+	srv := asynq.NewServer(opt, asynq.Config{
+		Concurrency: ffHandlers,
+		LogLevel:    asynq.WarnLevel,
+		// As in ffAsynq; and asynq moves due scheduled tasks to the queue
+		// every DelayedTaskCheckInterval (default 5 s): 100 ms here.
+		TaskCheckInterval:        10 * time.Millisecond,
+		DelayedTaskCheckInterval: 100 * time.Millisecond,
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
+		cd.add()
+		return nil
+	})
+	if err := srv.Start(mux); err != nil {
+		return sample{}, err
+	}
+	defer srv.Shutdown()
+	client := asynq.NewClient(opt)
+	defer client.Close()
+	errc := make(chan error, 1)
+	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+		return produce(ctx, n, errc, func(ctx context.Context) error {
+			_, err := client.EnqueueContext(ctx, asynq.NewTask("noop", payload), asynq.ProcessIn(randomDelay()))
+			return err
+		})
+	})
+}
+
+// delayedTable renders the delayed fire-and-forget workload.
+func delayedTable(res map[string][]sample, n int) Table {
+	t := Table{
+		Title: fmt.Sprintf("Disker over Redis: delayed fire-and-forget, %d producers, %d handlers, %s no-op messages each due within %v of its send",
+			ffProducers, ffHandlers, thousands(int64(n)), delayedSpan),
+		Notes: []string{"Timed from the first send until the last message was handled, so a run lasts at least the sends " +
+			"plus about the longest delay. Disker: Send with WithDelay; asynq: Enqueue with ProcessIn, with " +
+			"TaskCheckInterval 10 ms and DelayedTaskCheckInterval 100 ms (defaults 1 s and 5 s)."},
+		Header: []string{"implementation", "msgs/s, median (min–max)", "wall s", "× Disker time", "redis CPU µs/msg", "Go CPU µs/msg"},
+	}
+	ref := series(res[nameDisker], opsPerSec).med
+	for _, im := range delayedImpls(n) {
+		tp := series(res[im.name], opsPerSec)
+		t.Rows = append(t.Rows, []string{im.name, fmtStat(tp),
+			fmt.Sprintf("%.2f", series(res[im.name], wallMS).med/1e3), fmtRatio(ref, tp.med),
+			fmtNum(series(res[im.name], redisCPUPerOp).med), fmtNum(series(res[im.name], procCPUPerOp).med)})
+	}
+	return t
+}

@@ -1,0 +1,171 @@
+package membroker
+
+// Messages sent for later (broker.Envelope.Delay, DeliverAt), and their
+// cancellation (broker.Cancels).
+
+import (
+	"bytes"
+	"container/heap"
+	"container/list"
+	"context"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/wire"
+)
+
+// scheduledMsg is a message sent for later, due at due.
+type scheduledMsg struct {
+	id       string
+	due      time.Time
+	deadline time.Time
+	raw      []byte
+	index    int // in the heap
+}
+
+// dueSet is a queue's messages sent for later, by id and by due time.
+type dueSet struct {
+	byID map[string]*scheduledMsg
+	heap schedHeap
+}
+
+// scheduled returns s's dueSet, creating it. Callers hold mu.
+func (s *stream) scheduled() *dueSet {
+	if s.sched == nil {
+		s.sched = &dueSet{byID: make(map[string]*scheduledMsg)}
+	}
+	return s.sched
+}
+
+// put schedules id (replacing an earlier schedule of it).
+func (sc *dueSet) put(id string, due, deadline time.Time, raw []byte) {
+	if old := sc.byID[id]; old != nil {
+		sc.remove(old)
+	}
+	m := &scheduledMsg{id: id, due: due, deadline: deadline, raw: raw}
+	sc.byID[id] = m
+	heap.Push(&sc.heap, m)
+}
+
+func (sc *dueSet) remove(m *scheduledMsg) {
+	delete(sc.byID, m.id)
+	heap.Remove(&sc.heap, m.index)
+}
+
+// schedHeap orders scheduled messages by due time (container/heap).
+type schedHeap []*scheduledMsg
+
+func (h schedHeap) Len() int           { return len(h) }
+func (h schedHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h schedHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *schedHeap) Push(x any) {
+	m := x.(*scheduledMsg)
+	m.index = len(*h)
+	*h = append(*h, m)
+}
+func (h *schedHeap) Pop() any {
+	old := *h
+	m := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return m
+}
+
+// mark is a Cancel of a message in flight.
+type mark struct {
+	id string
+	at time.Time
+}
+
+// Cancel cancels message p.ID of p.Receiver: unscheduled, removed from the
+// queue, or (held by a consumer) removed and marked. See broker.Cancels.
+func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Cancelled, error) {
+	if err := p.Validate(); err != nil {
+		return broker.Cancelled{}, err
+	}
+	if err := b.lock(ctx); err != nil {
+		return broker.Cancelled{}, err
+	}
+	defer b.c.mu.Unlock()
+	c := b.c
+	now := c.now()
+	c.trimMarks(p.Receiver, now)
+	s := c.queues[p.Receiver]
+	if s == nil {
+		return broker.Cancelled{State: broker.CancelNotFound}, nil
+	}
+	defer c.tidy(p.Receiver)
+	if s.sched != nil {
+		if m := s.sched.byID[p.ID]; m != nil {
+			s.sched.remove(m)
+			env, _ := decode(m.raw)
+			return broker.Cancelled{State: broker.CancelScheduled, Env: env, Deadline: m.deadline}, nil
+		}
+	}
+	prefix := wire.IDPrefix(p.ID)
+	n := 0
+	for _, l := range []*list.List{&s.pending, &s.fresh} {
+		for el := l.Front(); el != nil; el = el.Next() {
+			e := el.Value.(*entry)
+			if e.at.Before(p.Since) {
+				continue
+			}
+			if n++; n > p.MaxScan {
+				break
+			}
+			if !bytes.HasPrefix(e.raw, prefix) {
+				continue
+			}
+			state := broker.CancelQueued
+			if e.pending {
+				state = broker.CancelInFlight
+				c.marks[p.Receiver] = append(c.marks[p.Receiver], mark{id: p.ID, at: now})
+			}
+			s.remove(e.ref)
+			env, _ := decode(e.raw)
+			return broker.Cancelled{State: state, Env: env, Deadline: e.deadline}, nil
+		}
+	}
+	return broker.Cancelled{State: broker.CancelNotFound}, nil
+}
+
+// trimMarks drops receiver's marks older than broker.MarkRetention.
+// Callers hold mu.
+func (c *core) trimMarks(receiver string, now time.Time) {
+	ms := c.marks[receiver]
+	i := 0
+	for i < len(ms) && now.Sub(ms[i].at) > broker.MarkRetention {
+		i++
+	}
+	if i == len(ms) {
+		delete(c.marks, receiver)
+		return
+	}
+	c.marks[receiver] = ms[i:]
+}
+
+// CancelMarks returns receiver's marks at or after since. See
+// broker.Cancels.
+func (b *Broker) CancelMarks(ctx context.Context, receiver string, since time.Time) ([]string, time.Time, error) {
+	if err := broker.CheckName("receiver", receiver); err != nil {
+		return nil, time.Time{}, err
+	}
+	if err := b.lock(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	defer b.c.mu.Unlock()
+	b.c.trimMarks(receiver, b.c.now())
+	var ids []string
+	var latest time.Time
+	for _, m := range b.c.marks[receiver] {
+		if m.at.Truncate(time.Millisecond).Before(since) {
+			continue
+		}
+		ids = append(ids, m.id)
+		latest = m.at.Truncate(time.Millisecond)
+	}
+	return ids, latest, nil
+}
