@@ -108,7 +108,7 @@ func limitsTable(res map[string][]sample, n int) Table {
 	local := series(res[nameConcurrency5], opsPerSec).med
 	for _, im := range limitsImpls(n) {
 		tp := series(res[im.name], opsPerSec)
-		of, vs := "", ""
+		of, vs := "–", "–" // not applicable to the row
 		if im.name == nameRate {
 			of = fmt.Sprintf("%.0f%%", 100*tp.med/limitsRate)
 		} else if local > 0 {
