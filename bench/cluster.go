@@ -164,9 +164,13 @@ func runClusterWorkload(ctx context.Context, o Options, workload string, setups 
 			}
 			s.procCPU = p1 - p0
 			s.nodeCPU = make([]time.Duration, len(r1))
-			for i := range r1 {
+			s.nodeCmd = make([]time.Duration, len(r1))
+			for i, n := range rs.nodes {
 				s.nodeCPU[i] = r1[i] - r0[i]
 				s.redisCPU += s.nodeCPU[i]
+				if s.nodeCmd[i], err = n.commandTime(); err != nil {
+					return s, err
+				}
 			}
 			if o.CommandStats {
 				var parts []string
@@ -265,14 +269,15 @@ func clusterTable(setups []redisSetup, ff, rr map[string][]sample, nFF, nRR int)
 			"Request/reply: 32 requesters of one instance send %s requests with a 5 s timeout to the receivers in turn; "+
 			"the replies all go to that instance's inbox, which lives on one master. On the Cluster, %d receivers live on "+
 			"each master. Redis CPU is each server's used_cpu_user + used_cpu_sys (INFO cpu) over the run; \"per master\" "+
-			"lists the masters in slot order, and \"share\" is each master's part of the Redis CPU (1/%d each if the load "+
-			"spreads evenly). \"Redis-bound rate\" is the rate at which the busiest master would use one core whole: "+
+			"lists the masters in slot order; \"in commands\" is the part of it spent running commands (the usec of INFO "+
+			"commandstats), the rest being the event loop and the reads and writes on the connections; \"share\" is "+
+			"each master's part of the Redis CPU (1/%d each if the load spreads evenly). \"Redis-bound rate\" is the rate at which the busiest master would use one core whole: "+
 			"with each master on a machine of its own, the most the Redis side carries, a bound and not a measured "+
 			"throughput. On one machine all the servers and the Go side share its CPUs, so throughput does not grow "+
 			"with masters here.", ffProducers, thousands(int64(nFF)), thousands(int64(nRR)),
 			clusterReceivers/clusterMasters, clusterMasters)},
 		Header: []string{"workload", "Redis", "ops/s, median (min–max)", "redis CPU µs/op, all", "per master µs/op",
-			"share per master", "Redis-bound rate, ops/s", "Go CPU µs/op"},
+			"in commands, per master µs/op", "share per master", "Redis-bound rate, ops/s", "Go CPU µs/op"},
 	}
 	for _, w := range []struct {
 		name string
@@ -280,18 +285,20 @@ func clusterTable(setups []redisSetup, ff, rr map[string][]sample, nFF, nRR int)
 	}{{"fire-and-forget", ff}, {"request/reply r=32", rr}} {
 		for _, rs := range setups {
 			ss := w.res[rs.name]
-			var per, share []string
+			var per, cmd, share []string
 			busiest := 0.0
 			total := series(ss, redisCPUPerOp).med
 			for i := range rs.nodes {
 				v := series(ss, func(s sample) float64 { return float64(s.nodeCPU[i]) / 1e3 / float64(s.ops) }).med
 				sh := series(ss, func(s sample) float64 { return float64(s.nodeCPU[i]) / float64(s.redisCPU) }).med
+				c := series(ss, func(s sample) float64 { return float64(s.nodeCmd[i]) / 1e3 / float64(s.ops) }).med
 				per = append(per, fmtNum(v))
+				cmd = append(cmd, fmtNum(c))
 				share = append(share, fmt.Sprintf("%.2f", sh))
 				busiest = max(busiest, v)
 			}
 			t.Rows = append(t.Rows, []string{w.name, rs.name, fmtStat(series(ss, opsPerSec)), fmtNum(total),
-				strings.Join(per, " / "), strings.Join(share, " / "), fmtNum(1e6 / busiest),
+				strings.Join(per, " / "), strings.Join(cmd, " / "), strings.Join(share, " / "), fmtNum(1e6 / busiest),
 				fmtNum(series(ss, procCPUPerOp).med)})
 		}
 	}

@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -31,9 +33,11 @@ type footprint struct {
 	conns      int           // connections of the instance (CLIENT LIST)
 	baseConns  int           // connections of the same instance before any was added
 	heap       float64       // Go heap bytes per item
+	rss        float64       // resident memory of the process, bytes per item
 	goroutines float64       // goroutines per item
 	redisMem   float64       // Redis used_memory bytes per item
 	idleCmds   float64       // Redis commands per second while idle
+	idleTop    string        // the most frequent of them, per second
 	closeTime  time.Duration // Close of the instance
 	setupTime  time.Duration // from the first Handle/OnReply until settled
 }
@@ -96,7 +100,7 @@ func measureFootprint(ctx context.Context, srv *redisServer, name string, receiv
 	if fp.baseConns, err = settledClients(ctx, srv, nil); err != nil {
 		return fp, err
 	}
-	heap0, g0 := goHeap(), runtime.NumGoroutine()
+	heap0, g0, rss0 := goHeap(), runtime.NumGoroutine(), residentBytes()
 	mem0, err := srv.infoInt("memory", "used_memory")
 	if err != nil {
 		return fp, err
@@ -120,7 +124,7 @@ func measureFootprint(ctx context.Context, srv *redisServer, name string, receiv
 	}
 	fp.setupTime = max(0, time.Since(t0)-footprintSettle)
 
-	heap1, g1 := goHeap(), runtime.NumGoroutine()
+	heap1, g1, rss1 := goHeap(), runtime.NumGoroutine(), residentBytes()
 	mem1, err := srv.infoInt("memory", "used_memory")
 	if err != nil {
 		return fp, err
@@ -128,8 +132,12 @@ func measureFootprint(ctx context.Context, srv *redisServer, name string, receiv
 	per := float64(fp.items)
 	fp.heap = float64(int64(heap1)-int64(heap0)) / per
 	fp.goroutines = float64(g1-g0) / per
+	fp.rss = float64(rss1-rss0) / per
 	fp.redisMem = float64(mem1-mem0) / per
 
+	if _, err := srv.do("CONFIG RESETSTAT", "+OK"); err != nil {
+		return fp, err
+	}
 	c0, err := srv.infoInt("stats", "total_commands_processed")
 	if err != nil {
 		return fp, err
@@ -145,7 +153,11 @@ func measureFootprint(ctx context.Context, srv *redisServer, name string, receiv
 		return fp, err
 	}
 	// The INFO that read c0 counts among the commands after it.
-	fp.idleCmds = float64(c1-c0-1) / time.Since(w0).Seconds()
+	window := time.Since(w0).Seconds()
+	fp.idleCmds = float64(c1-c0-1) / window
+	if fp.idleTop, err = srv.topCommands(window, 3); err != nil {
+		return fp, err
+	}
 
 	t1 := time.Now()
 	closed = true
@@ -154,6 +166,62 @@ func measureFootprint(ctx context.Context, srv *redisServer, name string, receiv
 	}
 	fp.closeTime = time.Since(t1)
 	return fp, nil
+}
+
+// residentBytes returns the resident memory of this process (VmRSS), or 0
+// where /proc does not tell.
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// topCommands renders the k most frequent commands since the last CONFIG
+// RESETSTAT as calls per second over window seconds, leaving out INFO and
+// CONFIG (the harness's own).
+func (s *redisServer) topCommands(window float64, k int) (string, error) {
+	info, err := s.do("INFO commandstats", "$")
+	if err != nil {
+		return "", err
+	}
+	type stat struct {
+		cmd   string
+		calls int
+	}
+	var stats []stat
+	for _, l := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if name == "info" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, err := strconv.Atoi(calls)
+		if err != nil {
+			return "", fmt.Errorf("bench: INFO commandstats: %q: %w", l, err)
+		}
+		stats = append(stats, stat{name, n})
+	}
+	sort.Slice(stats, func(i, j int) bool { return stats[i].calls > stats[j].calls })
+	var parts []string
+	for _, st := range stats[:min(k, len(stats))] {
+		parts = append(parts, fmt.Sprintf("%s %s", st.cmd, fmtNum(float64(st.calls)/window)))
+	}
+	return strings.Join(parts, ", "), nil
 }
 
 // goHeap returns the bytes of live heap objects after a full collection.
@@ -230,16 +298,17 @@ func footprintTable(fps []footprint, n int) Table {
 			"measured once. \"Connections\" counts the instance's clients in CLIENT LIST once the count has stayed the " +
 			"same for 2 s, and in parentheses the same instance's before the receivers and ReplyHandlers (OnReply) were " +
 			"added. \"Per item\" divides the growth by the number of receivers plus reply senders: Go heap " +
-			"(HeapAlloc after two collections), goroutines, and Redis used_memory (which counts each client " +
-			"connection's buffers). \"Idle commands/s\" is the rate of Redis commands (total_commands_processed) " +
-			"over 3 s with nothing sent. \"Setup s\" is from the first Handle until the connection count settled, " +
+			"(HeapAlloc after two collections), the process's resident memory (VmRSS), goroutines, and Redis " +
+			"used_memory (which counts each client connection's buffers). \"Idle commands/s\" is the rate of Redis commands (total_commands_processed) " +
+			"over 3 s with nothing sent, and the three most frequent of them (INFO commandstats). \"Setup s\" is from the first Handle until the connection count settled, " +
 			"less the 2 s of settling."},
-		Header: []string{"configuration", "connections", "Go heap KiB/item", "goroutines/item", "Redis memory KiB/item",
-			"idle commands/s", "setup s", "Close s"},
+		Header: []string{"configuration", "connections", "Go heap KiB/item", "RSS KiB/item", "goroutines/item",
+			"Redis memory KiB/item", "idle commands/s", "most frequent, per s", "setup s", "Close s"},
 	}
 	for _, fp := range fps {
 		t.Rows = append(t.Rows, []string{fp.name, fmt.Sprintf("%d (%d)", fp.conns, fp.baseConns),
-			fmtNum(fp.heap / 1024), fmtNum(fp.goroutines), fmtNum(fp.redisMem / 1024), fmtNum(fp.idleCmds),
+			fmtNum(fp.heap / 1024), fmtNum(fp.rss / 1024), fmtNum(fp.goroutines), fmtNum(fp.redisMem / 1024),
+			fmtNum(fp.idleCmds), fp.idleTop,
 			fmt.Sprintf("%.2f", fp.setupTime.Seconds()), fmt.Sprintf("%.2f", fp.closeTime.Seconds())})
 	}
 	return t

@@ -115,8 +115,9 @@ type sample struct {
 	// (both sides of the workload), for the Redis workloads.
 	redisCPU, procCPU time.Duration
 	// nodeCPU is the CPU time of each master, for the Cluster workloads;
-	// redisCPU is their sum.
-	nodeCPU []time.Duration
+	// redisCPU is their sum. nodeCmd is the part of it each master spent
+	// running commands (INFO commandstats).
+	nodeCPU, nodeCmd []time.Duration
 }
 
 // impl is one contender in a workload. run performs one complete run and
