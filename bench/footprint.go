@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,7 +25,7 @@ const footprintIdleWindow = 3 * time.Second
 
 // footprintSettle is how long the connection count must stay the same
 // before the instance counts as settled.
-const footprintSettle = 2 * time.Second
+const footprintSettle = 3 * time.Second
 
 // footprint is what one idle configuration measured.
 type footprint struct {
@@ -38,6 +39,7 @@ type footprint struct {
 	redisMem   float64       // Redis used_memory bytes per item
 	idleCmds   float64       // Redis commands per second while idle
 	idleTop    string        // the most frequent of them, per second
+	idleCPU    float64       // redis-server CPU while idle, share of one core
 	closeTime  time.Duration // Close of the instance
 	setupTime  time.Duration // from the first Handle/OnReply until settled
 }
@@ -100,6 +102,9 @@ func measureFootprint(ctx context.Context, srv *redisServer, name string, receiv
 	if fp.baseConns, err = settledClients(ctx, srv, nil); err != nil {
 		return fp, err
 	}
+	// Give the memory of earlier configurations back to the system, so
+	// that the growth of the resident memory is this one's.
+	debug.FreeOSMemory()
 	heap0, g0, rss0 := goHeap(), runtime.NumGoroutine(), residentBytes()
 	mem0, err := srv.infoInt("memory", "used_memory")
 	if err != nil {
@@ -138,6 +143,10 @@ func measureFootprint(ctx context.Context, srv *redisServer, name string, receiv
 	if _, err := srv.do("CONFIG RESETSTAT", "+OK"); err != nil {
 		return fp, err
 	}
+	cpu0, err := srv.cpu()
+	if err != nil {
+		return fp, err
+	}
 	c0, err := srv.infoInt("stats", "total_commands_processed")
 	if err != nil {
 		return fp, err
@@ -152,8 +161,20 @@ func measureFootprint(ctx context.Context, srv *redisServer, name string, receiv
 	if err != nil {
 		return fp, err
 	}
+	cpu1, err := srv.cpu()
+	if err != nil {
+		return fp, err
+	}
 	// The INFO that read c0 counts among the commands after it.
 	window := time.Since(w0).Seconds()
+	fp.idleCPU = (cpu1 - cpu0).Seconds() / window
+	// Blocking reads give their connections back between reads, so the
+	// count can still grow under load: keep the most seen.
+	after, err := srv.clients()
+	if err != nil {
+		return fp, err
+	}
+	fp.conns = max(fp.conns, after)
 	fp.idleCmds = float64(c1-c0-1) / window
 	if fp.idleTop, err = srv.topCommands(window, 3); err != nil {
 		return fp, err
@@ -294,21 +315,24 @@ func (s *redisServer) infoInt(section, field string) (int64, error) {
 func footprintTable(fps []footprint, n int) Table {
 	t := Table{
 		Title: fmt.Sprintf("Disker over Redis: footprint of %s idle receivers and reply senders in one instance", thousands(int64(n))),
-		Notes: []string{"One instance (default Config) against a private redis-server, nothing sent; each configuration " +
-			"measured once. \"Connections\" counts the instance's clients in CLIENT LIST once the count has stayed the " +
-			"same for 2 s, and in parentheses the same instance's before the receivers and ReplyHandlers (OnReply) were " +
-			"added. \"Per item\" divides the growth by the number of receivers plus reply senders: Go heap " +
-			"(HeapAlloc after two collections), the process's resident memory (VmRSS), goroutines, and Redis " +
-			"used_memory (which counts each client connection's buffers). \"Idle commands/s\" is the rate of Redis commands (total_commands_processed) " +
-			"over 3 s with nothing sent, and the three most frequent of them (INFO commandstats). \"Setup s\" is from the first Handle until the connection count settled, " +
-			"less the 2 s of settling."},
+		Notes: []string{"One instance (default Config) against a private redis-server, nothing sent; each " +
+			"configuration measured once. \"Connections\" counts the instance's clients in CLIENT LIST, the " +
+			"higher of two counts: once the count has stayed the same for 3 s, and after the idle window below; " +
+			"in parentheses, the same instance's before the receivers and ReplyHandlers (OnReply) were added. " +
+			"\"Per item\" divides the growth by the number of receivers plus reply senders: Go heap (HeapAlloc " +
+			"after two collections), the process's resident memory (VmRSS), goroutines, and Redis used_memory " +
+			"(which counts each client connection's buffers). \"Idle commands/s\" is the rate of Redis commands " +
+			"(total_commands_processed) over 3 s with nothing sent, beside the three most frequent of them " +
+			"(INFO commandstats, which counts the commands scripts run); \"idle Redis CPU\" is redis-server's " +
+			"CPU time over the same window (INFO cpu). \"Setup s\" is from the first Handle until the " +
+			"connection count settled, less the 3 s of settling."},
 		Header: []string{"configuration", "connections", "Go heap KiB/item", "RSS KiB/item", "goroutines/item",
-			"Redis memory KiB/item", "idle commands/s", "most frequent, per s", "setup s", "Close s"},
+			"Redis memory KiB/item", "idle commands/s", "most frequent, per s", "idle Redis CPU, % of a core", "setup s", "Close s"},
 	}
 	for _, fp := range fps {
 		t.Rows = append(t.Rows, []string{fp.name, fmt.Sprintf("%d (%d)", fp.conns, fp.baseConns),
 			fmtNum(fp.heap / 1024), fmtNum(fp.rss / 1024), fmtNum(fp.goroutines), fmtNum(fp.redisMem / 1024),
-			fmtNum(fp.idleCmds), fp.idleTop,
+			fmtNum(fp.idleCmds), fp.idleTop, fmt.Sprintf("%.1f", 100*fp.idleCPU),
 			fmt.Sprintf("%.2f", fp.setupTime.Seconds()), fmt.Sprintf("%.2f", fp.closeTime.Seconds())})
 	}
 	return t
