@@ -17,10 +17,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	nFF, nRR1, nRR32 := 100_000, 10_000, 50_000
 	switch {
 	case o.Tiny:
-		nFF, nRR1, nRR32 = 512, 50, 320
+		nFF, nRR1, nRR32 = 400, 50, 320
 	case o.Quick:
 		nFF, nRR1, nRR32 = 10_000, 1_000, 5_000
 	}
+	// Every one of the many producers sends at least one message.
+	nMany := max(nFF, 2*ffManyProducers)
 
 	var ff, ff256, rr1, rr32 map[string][]sample
 	var err error
@@ -30,7 +32,7 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 		}
 	}
 	if o.runsWorkload("ff256") {
-		if ff256, err = runRedisWorkload(ctx, o, "fire-and-forget p=256", ffManyImpls(nFF)); err != nil {
+		if ff256, err = runRedisWorkload(ctx, o, "fire-and-forget p=256", ffManyImpls(nMany)); err != nil {
 			return nil, err
 		}
 	}
@@ -49,7 +51,7 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 		tables = append(tables, ffTable(ff, nFF))
 	}
 	if ff256 != nil {
-		tables = append(tables, ffManyTable(ff256, nFF))
+		tables = append(tables, ffManyTable(ff256, nMany))
 	}
 	if rr1 != nil || rr32 != nil {
 		tables = append(tables, rrTable(rr1, rr32, nRR1, nRR32))
