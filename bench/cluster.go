@@ -124,7 +124,13 @@ func ClusterSuite(ctx context.Context, o Options) ([]Table, error) {
 	receivers := spreadReceivers(clusterReceivers, clusterMasters, c.NodeOf)
 
 	ff, err := runClusterWorkload(ctx, o, "cluster fire-and-forget", setups, func(ctx context.Context, url string) (sample, error) {
-		return ffSpread(ctx, url, nFF, receivers)
+		return ffSpread(ctx, url, nFF, ffProducers, receivers)
+	})
+	if err != nil {
+		return nil, err
+	}
+	ffMany, err := runClusterWorkload(ctx, o, "cluster fire-and-forget p=256", setups, func(ctx context.Context, url string) (sample, error) {
+		return ffSpread(ctx, url, max(nFF, 2*ffManyProducers), ffManyProducers, receivers)
 	})
 	if err != nil {
 		return nil, err
@@ -135,7 +141,7 @@ func ClusterSuite(ctx context.Context, o Options) ([]Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []Table{clusterTable(setups, ff, rr, nFF, nRR)}, nil
+	return []Table{clusterTable(setups, ff, ffMany, rr, nFF, nRR)}, nil
 }
 
 // runClusterWorkload runs the workload on every setup, round robin, and
@@ -189,9 +195,10 @@ func runClusterWorkload(ctx context.Context, o Options, workload string, setups 
 	return runAlternating(ctx, o, workload, impls)
 }
 
-// ffSpread is fire-and-forget from ffProducers producers that send to the
-// receivers in turn, each served by clusterHandlers handlers of one worker.
-func ffSpread(ctx context.Context, url string, n int, receivers []string) (smp sample, err error) {
+// ffSpread is fire-and-forget from the given number of producers that send
+// to the receivers in turn, each served by clusterHandlers handlers of one
+// worker.
+func ffSpread(ctx context.Context, url string, n, producers int, receivers []string) (smp sample, err error) {
 	dispatcher, worker, err := newDiskerPairAt(url)
 	if err != nil {
 		return sample{}, err
@@ -214,7 +221,7 @@ func ffSpread(ctx context.Context, url string, n int, receivers []string) (smp s
 	var seq atomic.Int64
 	errc := make(chan error, 1)
 	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
-		return produce(ctx, n, errc, func(ctx context.Context) error {
+		return produceBy(ctx, producers, n, errc, func(ctx context.Context) error {
 			r := receivers[int(seq.Add(1))%len(receivers)]
 			_, err := dispatcher.Send(ctx, disker.Message{Receiver: r, Content: payload})
 			return err
@@ -261,20 +268,22 @@ func rrSpread(ctx context.Context, url string, n, r int, receivers []string) (sm
 // clusterTable renders the Cluster workloads: per setup, throughput, the
 // Redis CPU per operation of all masters and of each, each master's share,
 // and the rate at which the busiest master would use one core.
-func clusterTable(setups []redisSetup, ff, rr map[string][]sample, nFF, nRR int) Table {
+func clusterTable(setups []redisSetup, ff, ffMany, rr map[string][]sample, nFF, nRR int) Table {
 	t := Table{
 		Title: fmt.Sprintf("Disker over one redis-server and over a %d-master Redis Cluster: %d receivers, %d handlers each",
 			clusterMasters, clusterReceivers, clusterHandlers),
-		Notes: []string{fmt.Sprintf("Fire-and-forget: %d producers send %s no-op messages to the receivers in turn. "+
+		Notes: []string{fmt.Sprintf("Fire-and-forget: %d producers send %s no-op messages to the receivers in turn "+
+			"(p=256: %d producers, one message per call, denser traffic for each master). "+
 			"Request/reply: 32 requesters of one instance send %s requests with a 5 s timeout to the receivers in turn; "+
 			"the replies all go to that instance's inbox, which lives on one master. On the Cluster, %d receivers live on "+
 			"each master. Redis CPU is each server's used_cpu_user + used_cpu_sys (INFO cpu) over the run; \"per master\" "+
 			"lists the masters in slot order; \"in commands\" is the part of it spent running commands (the usec of INFO "+
 			"commandstats), the rest being the event loop and the reads and writes on the connections; \"share\" is "+
-			"each master's part of the Redis CPU (1/%d each if the load spreads evenly). \"Redis-bound rate\" is the rate at which the busiest master would use one core whole: "+
+			"each master's part of the Redis CPU (1/%d each if the load spreads evenly). \"Redis-bound rate\" is the "+
+			"rate at which the busiest master would use one core whole: "+
 			"with each master on a machine of its own, the most the Redis side carries, a bound and not a measured "+
 			"throughput. On one machine all the servers and the Go side share its CPUs, so throughput does not grow "+
-			"with masters here.", ffProducers, thousands(int64(nFF)), thousands(int64(nRR)),
+			"with masters here.", ffProducers, thousands(int64(nFF)), ffManyProducers, thousands(int64(nRR)),
 			clusterReceivers/clusterMasters, clusterMasters)},
 		Header: []string{"workload", "Redis", "ops/s, median (min–max)", "redis CPU µs/op, all", "per master µs/op",
 			"in commands, per master µs/op", "share per master", "Redis-bound rate, ops/s", "Go CPU µs/op"},
@@ -282,7 +291,7 @@ func clusterTable(setups []redisSetup, ff, rr map[string][]sample, nFF, nRR int)
 	for _, w := range []struct {
 		name string
 		res  map[string][]sample
-	}{{"fire-and-forget", ff}, {"request/reply r=32", rr}} {
+	}{{"fire-and-forget", ff}, {"fire-and-forget p=256", ffMany}, {"request/reply r=32", rr}} {
 		for _, rs := range setups {
 			ss := w.res[rs.name]
 			var per, cmd, share []string
