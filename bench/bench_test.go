@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/diskerhq/disker/internal/keyslot"
 )
 
 func TestMain(m *testing.M) {
@@ -16,6 +18,10 @@ func TestMain(m *testing.M) {
 		// housekeeping goroutines live as long as the process.
 		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
 		goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+		// A rueidis Cluster client that refreshed its topology closes the
+		// connections it replaced 5 s later, on a goroutine that outlives
+		// the client (the Cluster suite); the main module ignores it too.
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
 	)
 }
 
@@ -84,7 +90,46 @@ func TestDiskerSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTables(t, tables, 7)
+	checkTables(t, tables, 8)
+}
+
+// TestClusterSuite runs the Cluster workloads at tiny sizes and checks that
+// the receivers spread evenly over the masters.
+func TestClusterSuite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tables, err := ClusterSuite(ctx, tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTables(t, tables, 1)
+	if got, want := len(tables[0].Rows), 6; got != want {
+		t.Fatalf("cluster table: %d rows, want %d", got, want)
+	}
+	per := make([]int, clusterMasters)
+	for _, r := range spreadReceivers(clusterReceivers, clusterMasters, func(slot uint16) int { return int(slot) * clusterMasters / 16384 }) {
+		per[int(keyslot.Of("{"+r+"}"))*clusterMasters/16384]++
+	}
+	for m, k := range per {
+		if k != clusterReceivers/clusterMasters {
+			t.Fatalf("master %d serves %d receivers, want %d: %v", m, k, clusterReceivers/clusterMasters, per)
+		}
+	}
+}
+
+// TestFootprintSuite measures the footprint at tiny sizes: every instance
+// holds connections, and adding receivers adds some.
+func TestFootprintSuite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tables, err := FootprintSuite(ctx, tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTables(t, tables, 1)
+	if got := len(tables[0].Rows); got != 3 {
+		t.Fatalf("footprint table: %d rows, want 3", got)
+	}
 }
 
 // TestDiskerSuiteCommandStats checks that -cmdstats reports the commands of
@@ -97,7 +142,7 @@ func TestDiskerSuiteCommandStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Count(out.String(), "redis commands per op:")
-	if want := len(ffImpls(1)) + 2*len(rrImpls(1, 1)) + len(dedupImpls(1)) + len(limitsImpls(1)) + len(delayedImpls(1)); lines != want {
+	if want := len(ffImpls(1)) + len(ffManyImpls(1)) + 2*len(rrImpls(1, 1)) + len(dedupImpls(1)) + len(limitsImpls(1)) + len(delayedImpls(1)); lines != want {
 		t.Fatalf("%d command statistics lines, want %d:\n%s", lines, want, out.String())
 	}
 	for _, l := range strings.Split(out.String(), "\n") {

@@ -16,11 +16,16 @@ import (
 const closeGrace = 30 * time.Second
 
 func newDiskerPair(s *redisServer) (dispatcher, worker *disker.Disker, err error) {
-	dispatcher, err = disker.New(context.Background(), disker.Config{RedisURL: s.url()})
+	return newDiskerPairAt(s.url())
+}
+
+// newDiskerPairAt is newDiskerPair for the Redis (server or Cluster) at url.
+func newDiskerPairAt(url string) (dispatcher, worker *disker.Disker, err error) {
+	dispatcher, err = disker.New(context.Background(), disker.Config{RedisURL: url})
 	if err != nil {
 		return nil, nil, err
 	}
-	worker, err = disker.New(context.Background(), disker.Config{RedisURL: s.url()})
+	worker, err = disker.New(context.Background(), disker.Config{RedisURL: url})
 	if err != nil {
 		_ = closeDiskers(dispatcher)
 		return nil, nil, err
@@ -44,20 +49,20 @@ func closeDiskers(ds ...*disker.Disker) error {
 }
 
 func ffDisker(ctx context.Context, s *redisServer, n int) (sample, error) {
-	return ffDiskerWith(ctx, s, n, 1)
+	return ffDiskerWith(ctx, s, n, 1, ffProducers)
 }
 
 // ffDiskerBatch is ffDisker with producers that send ffBatch messages per
 // SendBatch call, and a worker that prefetches up to ffHandlers messages
 // beyond its free handler slots (WithPrefetch), as a bulk load would.
 func ffDiskerBatch(ctx context.Context, s *redisServer, n int) (sample, error) {
-	return ffDiskerWith(ctx, s, n, ffBatch)
+	return ffDiskerWith(ctx, s, n, ffBatch, ffProducers)
 }
 
-// ffDiskerWith runs the fire-and-forget workload with producers that send
-// batch messages per call (Send for 1, SendBatch above). n must be a
-// multiple of batch.
-func ffDiskerWith(ctx context.Context, s *redisServer, n, batch int) (smp sample, err error) {
+// ffDiskerWith runs the fire-and-forget workload with the given number of
+// producers that send batch messages per call (Send for 1, SendBatch
+// above). n must be a multiple of batch.
+func ffDiskerWith(ctx context.Context, s *redisServer, n, batch, producers int) (smp sample, err error) {
 	dispatcher, worker, err := newDiskerPair(s)
 	if err != nil {
 		return sample{}, err
@@ -86,12 +91,12 @@ func ffDiskerWith(ctx context.Context, s *redisServer, n, batch int) (smp sample
 			for i := range msgs {
 				msgs[i] = disker.Message{Receiver: "bench-ff", Content: payload}
 			}
-			return produce(ctx, n/batch, errc, func(ctx context.Context) error {
+			return produceBy(ctx, producers, n/batch, errc, func(ctx context.Context) error {
 				_, err := dispatcher.SendBatch(ctx, msgs)
 				return err
 			})
 		}
-		return produce(ctx, n, errc, func(ctx context.Context) error {
+		return produceBy(ctx, producers, n, errc, func(ctx context.Context) error {
 			_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-ff", Content: payload})
 			return err
 		})

@@ -10,11 +10,11 @@ import (
 
 // DiskerSuite runs the Redis workloads against one private redis-server per
 // workload (persistence off), emptied with FLUSHALL before every run:
-// fire-and-forget (8 producers, 32 handlers, 100,000 no-op messages) and
-// request/reply with a 5 s timeout from 1 and from 32 requesters, sends
-// with and without a dedup key, and the flow limits (a rate-limited
-// receiver, global against local concurrency) (fewer messages with Quick or
-// Tiny).
+// fire-and-forget (8 producers, 32 handlers, 100,000 no-op messages), the
+// same with 256 producers, request/reply with a 5 s timeout from 1 and
+// from 32 requesters, sends with and without a dedup key, the flow limits
+// (a rate-limited receiver, global against local concurrency) and delayed
+// fire-and-forget (fewer messages with Quick or Tiny).
 func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	nFF, nRR1, nRR32, nLim, nDelayed := 100_000, 10_000, 50_000, 5_000, 100_000
 	switch {
@@ -23,6 +23,8 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	case o.Quick:
 		nFF, nRR1, nRR32, nLim, nDelayed = 10_000, 1_000, 5_000, 1_000, 10_000
 	}
+	// Every one of the many producers sends at least one message.
+	nMany := max(nFF, 2*ffManyProducers)
 
 	nDedup := 50_000
 	switch {
@@ -31,10 +33,15 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	case o.Quick:
 		nDedup = 5_000
 	}
-	var ff, rr1, rr32, dd map[string][]sample
+	var ff, ff256, rr1, rr32, dd map[string][]sample
 	var err error
 	if o.runsWorkload("ff") {
 		if ff, err = runRedisWorkload(ctx, o, "fire-and-forget", ffImpls(nFF)); err != nil {
+			return nil, err
+		}
+	}
+	if o.runsWorkload("ff256") {
+		if ff256, err = runRedisWorkload(ctx, o, "fire-and-forget p=256", ffManyImpls(nMany)); err != nil {
 			return nil, err
 		}
 	}
@@ -69,11 +76,14 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	if ff != nil {
 		tables = append(tables, ffTable(ff, nFF))
 	}
+	if ff256 != nil {
+		tables = append(tables, ffManyTable(ff256, nMany))
+	}
 	if rr1 != nil || rr32 != nil {
 		tables = append(tables, rrTable(rr1, rr32, nRR1, nRR32))
 	}
 	if ff != nil && rr1 != nil && rr32 != nil {
-		tables = append(tables, targetsTable(ff, rr1, rr32), cpuTable(ff, rr1, rr32))
+		tables = append(tables, targetsTable(ff, ff256, rr1, rr32), cpuTable(ff, rr1, rr32))
 	}
 	if dd != nil {
 		tables = append(tables, dedupTable(dd, nDedup))
@@ -189,7 +199,8 @@ func runRedisWorkload(ctx context.Context, o Options, workload string, ims []red
 
 // targetsTable checks the current speed targets for Disker over Redis
 // that these workloads measure (BENCHMARKS.md lists all targets).
-func targetsTable(ff, rr1, rr32 map[string][]sample) Table {
+// ff256, the 256-producer workload, adds its row when it ran.
+func targetsTable(ff, ff256, rr1, rr32 map[string][]sample) Table {
 	t := Table{
 		Title: "Targets for Disker over Redis",
 		Notes: []string{"Medians of the runs above. \"Margin\" is Disker's figure over the target's, or the target's over Disker's " +
@@ -221,6 +232,10 @@ func targetsTable(ff, rr1, rr32 map[string][]sample) Table {
 	row("fire-and-forget, 8 producers ≥ 1.3× bare rueidis", "msgs/s", tp(ff, nameDisker), 1.3*tp(ff, ffFloor), true)
 	row("fire-and-forget ≥ 0.70 of the PING ceiling", "msgs/s", tp(ff, nameDisker), 0.7*tp(ff, namePingCeiling), true)
 	row("fire-and-forget, CPU per message ≤ 0.6× bare rueidis", "µs", cpu(ff, nameDisker), 0.6*cpu(ff, ffFloor), false)
+	if ff256 != nil {
+		row(fmt.Sprintf("fire-and-forget, %d producers ≥ 2× bare rueidis", ffManyProducers), "msgs/s",
+			tp(ff256, nameDisker), 2*tp(ff256, ffFloor), true)
+	}
 	row("request/reply, 32 requesters ≥ 1.5× bare rueidis", "rt/s", tp(rr32, nameDisker), 1.5*tp(rr32, rrFloor), true)
 	floor50 := math.Min(lat(rr1, "bare lists, go-redis", p50), lat(rr1, rrFloor, p50))
 	floor99 := math.Min(lat(rr1, "bare lists, go-redis", p99), lat(rr1, rrFloor, p99))
@@ -264,4 +279,48 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ffManyProducers is how many producers the many-producers workload runs,
+// each sending one message per call.
+const ffManyProducers = 256
+
+// ffManyImpls are the contenders of fire-and-forget with ffManyProducers
+// producers: Disker, the bare list queue over rueidis (whose concurrent
+// calls share one pipelined connection), and the PING ceiling with as many
+// producers, the most that pipelined callers get out of the server here.
+func ffManyImpls(n int) []redisImpl {
+	return []redisImpl{
+		{name: nameDisker, run: func(ctx context.Context, s *redisServer) (sample, error) {
+			return ffDiskerWith(ctx, s, n, 1, ffManyProducers)
+		}},
+		{name: "bare list, rueidis", run: func(ctx context.Context, s *redisServer) (sample, error) {
+			return ffRueidisWith(ctx, s, n, 1, ffManyProducers)
+		}},
+		{name: namePingCeiling, run: func(ctx context.Context, s *redisServer) (sample, error) {
+			return ffPingCeilingBy(ctx, s, n, ffManyProducers)
+		}},
+	}
+}
+
+// ffManyTable renders fire-and-forget with ffManyProducers producers.
+func ffManyTable(ff map[string][]sample, nFF int) Table {
+	t := Table{
+		Title: fmt.Sprintf("Disker over Redis: fire-and-forget, %d producers, %d handlers, %s no-op messages",
+			ffManyProducers, ffHandlers, thousands(int64(nFF))),
+		Notes: []string{fmt.Sprintf("The first table's workload with %d producers, each sending one message per call "+
+			"(Send; one LPUSH). rueidis pipelines the concurrent calls of all producers on its connections "+
+			"(auto-pipelining), so this is where a queue can approach the pipelined limit of the server; the "+
+			"ceiling row is %d producers each waiting for one PING per message. \"× Disker time\" is the peer's "+
+			"time over Disker's (above 1 means Disker is faster).", ffManyProducers, ffManyProducers)},
+		Header: []string{"implementation", "msgs/s, median (min–max)", "wall s", "× Disker time", "redis CPU µs/msg", "Go CPU µs/msg"},
+	}
+	ref := series(ff[nameDisker], opsPerSec).med
+	for _, im := range ffManyImpls(nFF) {
+		tp := series(ff[im.name], opsPerSec)
+		t.Rows = append(t.Rows, []string{im.name, fmtStat(tp),
+			fmt.Sprintf("%.2f", series(ff[im.name], wallMS).med/1e3), fmtRatio(ref, tp.med),
+			fmtNum(series(ff[im.name], redisCPUPerOp).med), fmtNum(series(ff[im.name], procCPUPerOp).med)})
+	}
+	return t
 }

@@ -42,10 +42,11 @@ type Options struct {
 	// counts commands run by scripts too), to see where a run spends.
 	CommandStats bool
 	// Workloads, when not empty, limits DiskerSuite to these of its
-	// workloads: "ff" (fire-and-forget), "rr1" and "rr32" (request/reply
-	// from 1 and 32 requesters), "limits" (flow limits), "delayed"
+	// workloads: "ff" (fire-and-forget), "ff256" (fire-and-forget from
+	// 256 producers), "rr1" and "rr32" (request/reply from 1 and 32
+	// requesters), "dedup", "limits" (flow limits), "delayed"
 	// (fire-and-forget, each message due within a second), to iterate on
-	// one. The targets table needs the first three.
+	// one. The targets table needs ff, rr1 and rr32.
 	Workloads []string
 }
 
@@ -114,6 +115,10 @@ type sample struct {
 	// CPU time spent during the run by redis-server and by this process
 	// (both sides of the workload), for the Redis workloads.
 	redisCPU, procCPU time.Duration
+	// nodeCPU is the CPU time of each master, for the Cluster workloads;
+	// redisCPU is their sum. nodeCmd is the part of it each master spent
+	// running commands (INFO commandstats).
+	nodeCPU, nodeCmd []time.Duration
 }
 
 // impl is one contender in a workload. run performs one complete run and

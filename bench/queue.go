@@ -66,11 +66,16 @@ func (c *countdown) wait(ctx context.Context, errc <-chan error) error {
 // produce runs ffProducers goroutines that call send n times between them.
 // It returns at once; errors go to errc.
 func produce(ctx context.Context, n int, errc chan<- error, send func(context.Context) error) *sync.WaitGroup {
+	return produceBy(ctx, ffProducers, n, errc, send)
+}
+
+// produceBy is produce with the given number of producers.
+func produceBy(ctx context.Context, producers, n int, errc chan<- error, send func(context.Context) error) *sync.WaitGroup {
 	var wg sync.WaitGroup
-	wg.Add(ffProducers)
-	for p := range ffProducers {
-		k := n / ffProducers
-		if p < n%ffProducers {
+	wg.Add(producers)
+	for p := range producers {
+		k := n / producers
+		if p < n%producers {
 			k++
 		}
 		go func() {
@@ -122,6 +127,11 @@ const (
 // producer that waits for Redis to accept each message before it sends the
 // next can beat it on the same machine.
 func ffPingCeiling(ctx context.Context, s *redisServer, n int) (sample, error) {
+	return ffPingCeilingBy(ctx, s, n, ffProducers)
+}
+
+// ffPingCeilingBy is ffPingCeiling with the given number of producers.
+func ffPingCeilingBy(ctx context.Context, s *redisServer, n, producers int) (sample, error) {
 	c, err := newBareRueidis(s)
 	if err != nil {
 		return sample{}, err
@@ -130,7 +140,7 @@ func ffPingCeiling(ctx context.Context, s *redisServer, n int) (sample, error) {
 	cd := newCountdown(n)
 	errc := make(chan error, 1)
 	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
-		return produce(ctx, n, errc, func(ctx context.Context) error {
+		return produceBy(ctx, producers, n, errc, func(ctx context.Context) error {
 			if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 				return err
 			}
@@ -235,18 +245,19 @@ func ffGoRedis(ctx context.Context, s *redisServer, n int) (sample, error) {
 }
 
 func ffRueidis(ctx context.Context, s *redisServer, n int) (sample, error) {
-	return ffRueidisWith(ctx, s, n, 1)
+	return ffRueidisWith(ctx, s, n, 1, ffProducers)
 }
 
 // ffRueidisBatch is ffRueidis with producers that push ffBatch elements per
 // LPUSH; the consumers still pop one at a time.
 func ffRueidisBatch(ctx context.Context, s *redisServer, n int) (sample, error) {
-	return ffRueidisWith(ctx, s, n, ffBatch)
+	return ffRueidisWith(ctx, s, n, ffBatch, ffProducers)
 }
 
-// ffRueidisWith runs the bare list queue with producers that push batch
-// elements per LPUSH. n must be a multiple of batch.
-func ffRueidisWith(ctx context.Context, s *redisServer, n, batch int) (sample, error) {
+// ffRueidisWith runs the bare list queue with the given number of
+// producers that push batch elements per LPUSH. n must be a multiple of
+// batch.
+func ffRueidisWith(ctx context.Context, s *redisServer, n, batch, producers int) (sample, error) {
 	c, err := newBareRueidis(s)
 	if err != nil {
 		return sample{}, err
@@ -287,7 +298,7 @@ func ffRueidisWith(ctx context.Context, s *redisServer, n, batch int) (sample, e
 		for i := range elems {
 			elems[i] = string(payload)
 		}
-		return produce(ctx, n/batch, errc, func(ctx context.Context) error {
+		return produceBy(ctx, producers, n/batch, errc, func(ctx context.Context) error {
 			return c.Do(ctx, c.B().Lpush().Key("q").Element(elems...).Build()).Error()
 		})
 	})

@@ -108,6 +108,31 @@ func (s *redisServer) commandStats(ops int) (string, error) {
 	return strings.TrimSpace(b.String()), nil
 }
 
+// commandTime returns the time redis-server spent running commands since
+// the last CONFIG RESETSTAT: the sum of INFO commandstats' usec, which
+// leaves out reading, parsing and writing on the connections.
+func (s *redisServer) commandTime() (time.Duration, error) {
+	info, err := s.do("INFO commandstats", "$")
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, l := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		_, rest, _ = strings.Cut(rest, "usec=")
+		usec, _, _ := strings.Cut(rest, ",")
+		u, err := strconv.ParseFloat(usec, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: INFO commandstats: %q: %w", l, err)
+		}
+		total += u
+	}
+	return time.Duration(total * 1e3), nil
+}
+
 // do sends an inline command on a fresh connection. The reply's first line
 // must start with want; a bulk reply ("$n") is returned whole.
 func (s *redisServer) do(cmd, want string) (string, error) {

@@ -29,30 +29,32 @@ func main() {
 }
 
 func run() error {
-	suite := flag.String("suite", "all", "which suite to run: executor, checkout, disker or all")
+	suite := flag.String("suite", "all", "which suite to run: executor, checkout, disker, cluster, footprint or all")
 	runs := flag.Int("runs", 5, "runs of each implementation per workload; the tables show the median")
 	quick := flag.Bool("quick", false, "small sizes, for a smoke test")
 	out := flag.String("out", "", "also write the markdown to this file")
 	quiet := flag.Bool("q", false, "no progress lines on stderr")
 	cmdStats := flag.Bool("cmdstats", false, "show the Redis commands per operation of each Redis run in the progress lines")
-	workloads := flag.String("workloads", "", "comma-separated Disker workloads to run (ff, rr1, rr32, dedup, limits, delayed); empty runs all of them")
+	workloads := flag.String("workloads", "", "comma-separated Disker workloads to run (ff, ff256, rr1, rr32, dedup, limits, delayed); empty runs all of them")
 	flag.Parse()
 	if *runs < 1 {
 		return fmt.Errorf("-runs must be >= 1, got %d", *runs)
 	}
 	suites := map[string]func(context.Context, bench.Options) ([]bench.Table, error){
-		"executor": bench.ExecutorSuite,
-		"checkout": bench.CheckoutSuite,
-		"disker":   bench.DiskerSuite,
+		"executor":  bench.ExecutorSuite,
+		"checkout":  bench.CheckoutSuite,
+		"disker":    bench.DiskerSuite,
+		"cluster":   bench.ClusterSuite,
+		"footprint": bench.FootprintSuite,
 	}
 	var names []string
 	switch *suite {
 	case "all":
-		names = []string{"executor", "checkout", "disker"}
-	case "executor", "checkout", "disker":
+		names = []string{"executor", "checkout", "disker", "cluster", "footprint"}
+	case "executor", "checkout", "disker", "cluster", "footprint":
 		names = []string{*suite}
 	default:
-		return fmt.Errorf("unknown -suite %q (want executor, checkout, disker or all)", *suite)
+		return fmt.Errorf("unknown -suite %q (want executor, checkout, disker, cluster, footprint or all)", *suite)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -60,8 +62,8 @@ func run() error {
 	o := bench.Options{Runs: *runs, Quick: *quick, CommandStats: *cmdStats}
 	if *workloads != "" {
 		for _, w := range strings.Split(*workloads, ",") {
-			if w != "ff" && w != "rr1" && w != "rr32" && w != "dedup" && w != "limits" && w != "delayed" {
-				return fmt.Errorf("unknown workload %q in -workloads (want ff, rr1, rr32, dedup, limits or delayed)", w)
+			if w != "ff" && w != "ff256" && w != "rr1" && w != "rr32" && w != "dedup" && w != "limits" && w != "delayed" {
+				return fmt.Errorf("unknown workload %q in -workloads (want ff, ff256, rr1, rr32, dedup, limits or delayed)", w)
 			}
 			o.Workloads = append(o.Workloads, w)
 		}
