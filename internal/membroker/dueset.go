@@ -107,7 +107,7 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 	}
 	prefix := wire.IDPrefix(p.ID)
 	n := 0
-	for _, l := range []*list.List{&s.pending, &s.fresh} {
+	for _, l := range []*list.List{&s.pending, &s.fresh, &s.high, &s.low} {
 		for el := l.Front(); el != nil; el = el.Next() {
 			e := el.Value.(*entry)
 			if e.at.Before(p.Since) {

@@ -90,7 +90,8 @@ func (b *Broker) Fate(ctx context.Context, p *broker.FateParams) (broker.Fate, e
 	if !p.Since.IsZero() {
 		start = strconv.FormatInt(max(p.Since.UnixMilli(), 0), 10)
 	}
-	v, err := scriptFate.Exec(ctx, b.client, []string{b.keys.queue(p.Receiver), b.keys.deadLetters(p.Receiver)},
+	v, err := scriptFate.Exec(ctx, b.client, []string{b.keys.queue(p.Receiver), b.keys.deadLetters(p.Receiver),
+		b.keys.queueAt(p.Receiver, broker.PriorityHigh), b.keys.queueAt(p.Receiver, broker.PriorityLow)},
 		[]string{string(wire.IDPrefix(p.ID)), start, strconv.Itoa(p.MaxScan)}).ToArray()
 	if err != nil {
 		return broker.Fate{}, b.fail(ctx, "fate", err)

@@ -166,7 +166,7 @@ return r
 var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
 -- KEYS[1] -> the scheduled zset P:{R}:s
 -- KEYS[2] -> the scheduled hash P:{R}:sm
--- KEYS[3] -> the queue stream P:{R}:q
+-- KEYS[3] -> the queue stream of one priority level: P:{R}:q, qh or ql
 -- KEYS[4] -> the delayed zset P:{R}:delay
 -- KEYS[5] -> the cancellation marks zset P:{R}:x (member message id, score
 --            the mark's time, unix ms)
@@ -175,6 +175,8 @@ var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
 -- ARGV[3] -> the first queue entry id to read
 -- ARGV[4] -> the most queue entries read
 -- ARGV[5] -> how long marks are kept, ms
+-- ARGV[6] -> the ref prefix of KEYS[3]'s priority level ("h", "l", or ""
+--            for the normal level), as the members of the delayed zset have
 -- A scheduled message is unscheduled (1); else the queue is read, in
 -- chunks, for an entry whose m starts with the prefix: one not delivered is
 -- deleted (2), one delivered and not acknowledged is acknowledged and
@@ -205,7 +207,7 @@ while left > 0 do
       if type(p) == 'table' and not p.err and #p > 0 then
         state = 3
         redis.call('XACK', KEYS[3], 'g', e[1])
-        redis.call('ZREM', KEYS[4], e[1])
+        redis.call('ZREM', KEYS[4], ARGV[6] .. e[1])
         redis.call('ZADD', KEYS[5], nowStr, id)
         redis.call('PEXPIRE', KEYS[5], ARGV[5])
       end

@@ -164,6 +164,14 @@ func testCancel(t *testing.T, b broker.Broker) {
 	if c := cancel(t, b, r, queued.ID); c.State != broker.CancelQueued || c.Env.ID != queued.ID {
 		t.Fatalf("Cancel of a queued message: got %+v", c)
 	}
+	for _, prio := range []int{broker.PriorityHigh, broker.PriorityLow} {
+		at := newEnv(r, "at a level")
+		at.Priority = prio
+		send(t, b, at)
+		if c := cancel(t, b, r, at.ID); c.State != broker.CancelQueued || c.Env.ID != at.ID {
+			t.Fatalf("Cancel of a message queued at priority %d: got %+v", prio, c)
+		}
+	}
 	if c := cancel(t, b, r, held.ID); c.State != broker.CancelInFlight || c.Env.ID != held.ID {
 		t.Fatalf("Cancel of a held message: got %+v", c)
 	}
