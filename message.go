@@ -267,7 +267,10 @@ func WithPriority(p Priority) SendOption {
 // as Scheduled in Stats, is delivered to no worker, and can be cancelled
 // (Cancel). 0 sends it now. A timed message's deadline is its due time
 // plus its timeout: WithTimeout counts from the delivery. d must be at
-// least 1ms and at most MaxDelay.
+// least 1ms and at most MaxDelay. A message sent for later is delivered at
+// the normal priority and has no dedup or idempotency key: WithDelay and
+// WithDeliverAt do not go with WithPriority (other than PriorityNormal),
+// WithDedupKey or WithIdempotencyKey (a *ValidationError).
 func WithDelay(d time.Duration) SendOption {
 	return func(o *sendOptions) { o.delay, o.delaySet = d, true }
 }

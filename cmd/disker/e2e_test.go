@@ -762,6 +762,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"worker", "--receiver", "x", "--exec", "cat", "--rate", "10", "--burst", "0"}, "", 2, "--burst"},
 		{[]string{"worker", "--receiver", "x", "--exec", "cat", "--burst", "5"}, "", 2, "--burst needs --rate"},
 		{[]string{"send", "--to", "x", "--priority", "urgent", "hi"}, "", 2, "--priority"},
+		{[]string{"send", "--to", "x", "--priority", "high", "--delay", "1m", "hi"}, "", 2, "--priority does not go with --delay"},
+		{[]string{"send", "--to", "x", "--dedup-key", "k", "--at", "2030-01-01T00:00:00Z", "hi"}, "", 2, "--dedup-key does not go with --delay or --at"},
 		{[]string{"send", "hello"}, "", 2, "--to is required"},
 		{[]string{"send", "--to", "x", "--wait", "--fire-and-forget", "hi"}, "", 2, "exclude each other"},
 		{[]string{"dlq", "retry", "--receiver", "x"}, "", 2, "--all"},

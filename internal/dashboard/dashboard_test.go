@@ -208,6 +208,27 @@ func TestSnapshotMatchesStatsAndWorkers(t *testing.T) {
 			t.Errorf("GET %s: CSP %q", path, csp)
 		}
 	}
+
+	// A message sent for later, and the receiver paused.
+	if r.Cells[7] != "0" || r.Cells[8] != "no" {
+		t.Errorf("receiver row %+v: want 0 scheduled, not paused", r)
+	}
+	if _, err := f.dash.Send(ctx, disker.Message{Receiver: "jobs", Content: []byte("later")}, disker.WithDelay(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.dash.Pause(ctx, "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the snapshot to show the scheduled message and the pause", func() bool {
+		_, _, body := f.get(t, "/api/snapshot")
+		if err := json.Unmarshal([]byte(body), &snap); err != nil {
+			t.Fatal(err)
+		}
+		return len(snap.Receivers) == 1 && snap.Receivers[0].Cells[7] == "1" && snap.Receivers[0].Cells[8] == "yes"
+	})
+	if err := f.dash.Resume(ctx, "jobs"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestDeadLettersPageShowsContentAsText(t *testing.T) {
