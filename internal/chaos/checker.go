@@ -99,6 +99,17 @@ type Report struct {
 	// took less than tightSend (whose deadline is known that closely);
 	// starts are judged by the deadline in Redis time.
 	MaxDeadlineSkew time.Duration `json:"max_deadline_skew"`
+	// EarlyStarts (invariant) counts handlers of messages sent WithDelay
+	// that started before the message's due time (the send's start plus
+	// the delay: Redis, on the same host, decides the due time at the send
+	// or later).
+	EarlyStarts int `json:"early_starts"`
+	// Cancelled counts the producers' Cancels by what they found;
+	// CancelledHandled (invariant) counts messages that Cancel found
+	// scheduled or queued, so never to be delivered, that a handler
+	// started all the same.
+	Cancelled        map[string]int `json:"cancelled"`
+	CancelledHandled int            `json:"cancelled_handled"`
 	// Duplicates counts deliveries of a message after one that did not
 	// fail (retries after a failure are not duplicates), by explanation:
 	// "lease_lost" (the earlier handler lost its lease), "process_fault"
@@ -125,7 +136,8 @@ type Report struct {
 // OK reports whether every invariant held.
 func (r *Report) OK() bool {
 	return r.Lost == 0 && r.NoOutcome == 0 && r.MultiOutcome == 0 && r.Disagreements == 0 &&
-		r.LateStarts == 0 && r.Duplicates["unexplained"] == 0 && r.PendingAtEnd == 0 && r.Settled
+		r.LateStarts == 0 && r.EarlyStarts == 0 && r.CancelledHandled == 0 &&
+		r.Duplicates["unexplained"] == 0 && r.PendingAtEnd == 0 && r.Settled
 }
 
 func (r *Report) violate(format string, args ...any) {
@@ -149,6 +161,10 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "two outcomes        %d (same outcome redelivered after a fault: %d)\n", r.MultiOutcome, r.RedeliveredOutcomes)
 	fmt.Fprintf(&b, "disagreements       %d\n", r.Disagreements)
 	fmt.Fprintf(&b, "late starts         %d (latest start: %v from its deadline; deadlines given off by up to %v)\n", r.LateStarts, r.MaxLateness.Round(time.Millisecond), r.MaxDeadlineSkew.Round(time.Millisecond))
+	if len(r.Cancelled) > 0 || r.EarlyStarts > 0 || r.CancelledHandled > 0 {
+		fmt.Fprintf(&b, "early starts        %d (messages sent WithDelay started before their due time)\n", r.EarlyStarts)
+		fmt.Fprintf(&b, "cancels             %s; handled after a cancel found them scheduled or queued: %d\n", counts(r.Cancelled), r.CancelledHandled)
+	}
 	fmt.Fprintf(&b, "duplicates          %s\n", counts(r.Duplicates))
 	fmt.Fprintf(&b, "pending at end      %d (settled: %v)\n", r.PendingAtEnd, r.Settled)
 	kinds := make([]string, 0, len(r.Recovery))
@@ -195,6 +211,7 @@ type opHistory struct {
 	starts   []Event
 	ends     []Event
 	replies  []Event
+	cancels  []Event
 	dead     bool
 }
 
@@ -250,7 +267,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 		opts.Lease = workerLease
 	}
 	r := &Report{
-		Ops: map[string]int{}, Faults: map[string]int{}, Duplicates: map[string]int{},
+		Ops: map[string]int{}, Faults: map[string]int{}, Duplicates: map[string]int{}, Cancelled: map[string]int{},
 		Recovery: map[string][2]time.Duration{}, MaxLateness: time.Duration(-1 << 62),
 	}
 	ops := map[string]*opHistory{}
@@ -287,7 +304,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 		}
 		var h *opHistory
 		switch e.Kind {
-		case KindSend, KindSent, KindSendFailed, KindOutcome, KindStart, KindEnd, KindReply, KindDeadLetter:
+		case KindSend, KindSent, KindSendFailed, KindOutcome, KindStart, KindEnd, KindReply, KindDeadLetter, KindCancel:
 			if e.Op == "" {
 				r.violate("a %s event of %s names no op", e.Kind, e.Proc)
 				continue
@@ -310,6 +327,9 @@ func Check(events []Event, opts CheckOptions) *Report {
 			h.ends = append(h.ends, e)
 		case KindReply:
 			h.replies = append(h.replies, e)
+		case KindCancel:
+			h.cancels = append(h.cancels, e)
+			r.Cancelled[e.Result]++
 		case KindDeadLetter:
 			h.dead = true
 			r.DeadLetters++
@@ -356,6 +376,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 		checkLost(r, op, h)
 		checkOutcomes(r, op, h, fi)
 		checkAgreement(r, op, h)
+		checkCancelled(r, op, h)
 		if opts.FailoverLoss && r.tally() != before {
 			if w, ok := fi.failoverWindow(h.send.T); ok {
 				r.untally(before)
@@ -364,6 +385,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 			}
 		}
 		checkStarts(r, op, h, opts.StartSlack)
+		checkDue(r, op, h)
 		checkDuplicates(r, op, h, fi, opts.Lease)
 	}
 	if r.MaxLateness == time.Duration(-1<<62) {
@@ -381,17 +403,17 @@ func Check(events []Event, opts CheckOptions) *Report {
 
 // tally is the counters that a failover may break, and the violations
 // listed.
-type tally [5]int
+type tally [6]int
 
 func (r *Report) tally() tally {
-	return tally{r.Lost, r.NoOutcome, r.MultiOutcome, r.Disagreements, len(r.Violations)}
+	return tally{r.Lost, r.NoOutcome, r.MultiOutcome, r.Disagreements, r.CancelledHandled, len(r.Violations)}
 }
 
 // untally restores the counters to t, dropping the violations listed
 // since.
 func (r *Report) untally(t tally) {
-	r.Lost, r.NoOutcome, r.MultiOutcome, r.Disagreements = t[0], t[1], t[2], t[3]
-	r.Violations = r.Violations[:t[4]]
+	r.Lost, r.NoOutcome, r.MultiOutcome, r.Disagreements, r.CancelledHandled = t[0], t[1], t[2], t[3], t[4]
+	r.Violations = r.Violations[:t[5]]
 }
 
 // failoverWindow finds the failovers (and pauses that may have caused
@@ -421,10 +443,10 @@ func (fi faultIndex) failoverWindow(sent int64) (best time.Duration, found bool)
 
 // checkLost: an acknowledged untimed message must be handled or dead-lettered.
 func checkLost(r *Report, op string, h *opHistory) {
-	if h.sent == nil || (h.send.Mode != ModeFireAndForget && h.send.Mode != ModeBatch) {
+	if h.sent == nil || (h.send.Mode != ModeFireAndForget && h.send.Mode != ModeBatch && h.send.Mode != ModeDelayed) {
 		return
 	}
-	if h.dead {
+	if h.dead || h.cancelled() {
 		return
 	}
 	for _, e := range h.ends {
@@ -435,6 +457,51 @@ func checkLost(r *Report, op string, h *opHistory) {
 	r.Lost++
 	r.violate("op %s (%s, id %s): acknowledged, never handled, not a dead letter", op, h.send.Mode, h.sent.ID)
 }
+
+// cancelled reports whether a Cancel found the message (scheduled, queued
+// or in flight): it need not be handled then.
+func (h *opHistory) cancelled() bool {
+	for _, c := range h.cancels {
+		switch c.Result {
+		case CancelScheduled, CancelQueued, CancelInFlight:
+			return true
+		}
+	}
+	return false
+}
+
+// checkCancelled: a message that Cancel found scheduled or queued was
+// never delivered, and never will be.
+func checkCancelled(r *Report, op string, h *opHistory) {
+	for _, c := range h.cancels {
+		if (c.Result == CancelScheduled || c.Result == CancelQueued) && len(h.starts) > 0 {
+			r.CancelledHandled++
+			r.violate("op %s (id %s): Cancel found it %s, yet attempt %d started on %s", op, c.ID, c.Result, h.starts[0].Attempt, h.starts[0].Proc)
+			return
+		}
+	}
+}
+
+// checkDue: a message sent WithDelay starts no earlier than its send's
+// start plus the delay (Redis decides the due time during the send, on
+// the same host's clock).
+func checkDue(r *Report, op string, h *opHistory) {
+	if h.send.Mode != ModeDelayed {
+		return
+	}
+	due := h.send.T + h.send.Timeout
+	for _, s := range h.starts {
+		if early := time.Duration(due - s.T); early > dueSlack {
+			r.EarlyStarts++
+			r.violate("op %s: attempt %d started %v before its due time on %s", op, s.Attempt, early, s.Proc)
+			return
+		}
+	}
+}
+
+// dueSlack allows for the resolution of Redis's TIME (microseconds) and
+// of the clock readings.
+const dueSlack = time.Millisecond
 
 // checkOutcomes: a timed message gets exactly one outcome at its sender.
 func checkOutcomes(r *Report, op string, h *opHistory, fi faultIndex) {

@@ -25,6 +25,15 @@ func (h *hist) sendTimed(op string, at int64) *hist {
 	return h.add(Event{T: ms(at + 1), Proc: "p0.g1", Kind: KindSent, Op: op, ID: "id-" + op})
 }
 
+func (h *hist) sendDelayed(op string, at, delay int64) *hist {
+	h.add(Event{T: ms(at), Proc: "p0.g1", Kind: KindSend, Op: op, Mode: ModeDelayed, Timeout: delay * int64(time.Millisecond)})
+	return h.add(Event{T: ms(at + 1), Proc: "p0.g1", Kind: KindSent, Op: op, ID: "id-" + op})
+}
+
+func (h *hist) cancel(op string, at int64, result string) *hist {
+	return h.add(Event{T: ms(at), Proc: "p0.g1", Kind: KindCancel, Op: op, ID: "id-" + op, Result: result})
+}
+
 func (h *hist) handle(op, proc string, attempt int, at int64, result string) *hist {
 	h.add(Event{T: ms(at), Proc: proc, Kind: KindStart, Op: op, ID: "id-" + op, Attempt: attempt})
 	return h.add(Event{T: ms(at + 5), Proc: proc, Kind: KindEnd, Op: op, ID: "id-" + op, Attempt: attempt, Result: result})
@@ -67,6 +76,40 @@ func TestCheck(t *testing.T) {
 		},
 		ok:    true,
 		check: func(r *Report) bool { return r.Acked == 4 && r.DeadLetters == 1 && len(r.Duplicates) == 0 },
+	}, {
+		name: "delayed: handled at its due time, cancelled scheduled, cancelled in flight",
+		events: func() []Event {
+			h := &hist{}
+			h.sendDelayed("a", 0, 100).handle("a", "w0.g1", 1, 101, ResultOK)
+			h.sendDelayed("b", 0, 100).cancel("b", 50, CancelScheduled)
+			h.sendDelayed("c", 0, 100).handle("c", "w0.g1", 1, 101, ResultCancelled).cancel("c", 102, CancelInFlight)
+			return h.final(0)
+		},
+		ok: true,
+		check: func(r *Report) bool {
+			return r.Cancelled[CancelScheduled] == 1 && r.Cancelled[CancelInFlight] == 1 && r.Lost == 0
+		},
+	}, {
+		name: "delayed: started before its due time",
+		events: func() []Event {
+			h := &hist{}
+			return h.sendDelayed("a", 0, 100).handle("a", "w0.g1", 1, 50, ResultOK).final(0)
+		},
+		check: func(r *Report) bool { return r.EarlyStarts == 1 },
+	}, {
+		name: "delayed: handled although Cancel found it queued",
+		events: func() []Event {
+			h := &hist{}
+			return h.sendDelayed("a", 0, 100).cancel("a", 120, CancelQueued).handle("a", "w0.g1", 1, 130, ResultOK).final(0)
+		},
+		check: func(r *Report) bool { return r.CancelledHandled == 1 },
+	}, {
+		name: "delayed: lost when no Cancel found it",
+		events: func() []Event {
+			h := &hist{}
+			return h.sendDelayed("a", 0, 100).cancel("a", 120, CancelNotFound).final(0)
+		},
+		check: func(r *Report) bool { return r.Lost == 1 },
 	}, {
 		name: "lost send",
 		events: func() []Event {

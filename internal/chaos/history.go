@@ -44,6 +44,9 @@ const (
 	// KindReply: a worker's Reply returned (Result: accepted, late or
 	// error).
 	KindReply = "reply"
+	// KindCancel: a producer's Cancel of Op (ID) returned: Result is what
+	// it found (scheduled, queued, in_flight, not_found), or error.
+	KindCancel = "cancel"
 	// KindIdle: a producer stopped sending and its calls returned.
 	KindIdle = "idle"
 	// KindFault: the harness injected a fault (Fault, Target) from T to
@@ -64,6 +67,9 @@ const (
 	ModeTimed         = "timed"
 	ModeRequest       = "request"
 	ModeBatch         = "batch"
+	// ModeDelayed: fire-and-forget, sent WithDelay (Event.Timeout holds
+	// the delay), and cancelled now and then.
+	ModeDelayed = "delayed"
 )
 
 // Results of operations.
@@ -81,6 +87,12 @@ const (
 	ResultError       = "error"
 	ResultSettled     = "settled"
 	ResultNotSettled  = "not_settled"
+	ResultCancelled   = "cancelled"
+	// What Cancel found (KindCancel).
+	CancelScheduled = "scheduled"
+	CancelQueued    = "queued"
+	CancelInFlight  = "in_flight"
+	CancelNotFound  = "not_found"
 )
 
 // Kinds of fault.

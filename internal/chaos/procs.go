@@ -173,6 +173,8 @@ func endCause(ctx context.Context) string {
 		return ResultLeaseLost
 	case errors.Is(cause, context.DeadlineExceeded):
 		return ResultExpired
+	case errors.Is(cause, disker.ErrCancelled):
+		return ResultCancelled
 	}
 	return ResultStopped
 }
@@ -247,15 +249,17 @@ func (p *producer) loop(ctx context.Context, rng *rand.Rand, g int) {
 		op := fmt.Sprintf("%s-%d-%d", p.cfg.Name, g, n)
 		receiver := Receivers[rng.IntN(len(Receivers))]
 		timeout := minTimeout + time.Duration(rng.Int64N(int64(maxTimeout-minTimeout)))
-		switch k := rng.IntN(10); {
-		case k < 3:
+		switch k := rng.IntN(20); {
+		case k < 5:
 			p.send(op, receiver, ModeFireAndForget, 0)
-		case k < 6:
+		case k < 11:
 			p.send(op, receiver, ModeTimed, timeout)
-		case k < 9:
+		case k < 17:
 			p.request(op, receiver, timeout)
-		default:
+		case k < 19:
 			p.batch(op, receiver)
+		default:
+			p.delayed(ctx, rng, op, receiver)
 		}
 		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // pacing
 	}
@@ -278,6 +282,48 @@ func (p *producer) send(op, receiver, mode string, timeout time.Duration) {
 		return
 	}
 	p.rec.Record(Event{Kind: KindSent, Op: op, ID: id})
+}
+
+// delayed sends a fire-and-forget message WithDelay (1 to 300ms), and
+// cancels one in three of them, at a random moment around its due time.
+func (p *producer) delayed(ctx context.Context, rng *rand.Rand, op, receiver string) {
+	delay := time.Millisecond + time.Duration(rng.Int64N(int64(300*time.Millisecond)))
+	cancelAfter := time.Duration(-1)
+	if rng.IntN(3) == 0 {
+		cancelAfter = time.Duration(rng.Int64N(int64(delay * 3 / 2)))
+	}
+	p.rec.Record(Event{Kind: KindSend, Op: op, Mode: ModeDelayed, Timeout: int64(delay)})
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := p.d.Send(sctx, disker.Message{Receiver: receiver, Content: []byte(op)}, disker.WithDelay(delay))
+	if err != nil {
+		p.rec.Record(Event{Kind: KindSendFailed, Op: op, Err: err.Error()})
+		return
+	}
+	p.rec.Record(Event{Kind: KindSent, Op: op, ID: id})
+	if cancelAfter < 0 {
+		return
+	}
+	select {
+	case <-time.After(cancelAfter):
+	case <-ctx.Done():
+		return
+	}
+	res, err := p.d.Cancel(sctx, receiver, id)
+	e := Event{Kind: KindCancel, Op: op, ID: id}
+	switch {
+	case err != nil:
+		e.Result, e.Err = ResultError, err.Error()
+	case res == disker.CancelScheduled:
+		e.Result = CancelScheduled
+	case res == disker.CancelQueued:
+		e.Result = CancelQueued
+	case res == disker.CancelInFlight:
+		e.Result = CancelInFlight
+	default:
+		e.Result = CancelNotFound
+	}
+	p.rec.Record(e)
 }
 
 func (p *producer) request(op, receiver string, timeout time.Duration) {
