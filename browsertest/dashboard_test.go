@@ -84,8 +84,9 @@ func TestDashboard(t *testing.T) {
 			}
 			for name, w := range want {
 				g := got[name]
-				// The last column, the oldest waiting message's age: none waits.
-				if len(g) != 7 || strings.Join(g[:4], " ") != strings.Join(w, " ") || g[5] != "1" || g[6] != "-" {
+				// Then the oldest waiting message's age (none waits), none
+				// scheduled, not paused.
+				if len(g) != 9 || strings.Join(g[:4], " ") != strings.Join(w, " ") || g[5] != "1" || g[6] != "-" || g[7] != "0" || g[8] != "no" {
 					return false
 				}
 			}
