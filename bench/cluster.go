@@ -208,11 +208,7 @@ func ffSpread(ctx context.Context, url string, n, producers int, receivers []str
 			err = cerr
 		}
 	}()
-	cd := newCountdown(n)
-	h := disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
-		cd.add()
-		return nil, nil
-	})
+	cd, h := countingHandler(n)
 	for _, r := range receivers {
 		if err := worker.Handle(r, h, disker.WithConcurrency(clusterHandlers)); err != nil {
 			return sample{}, err

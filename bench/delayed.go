@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/diskerhq/disker"
 )
 
@@ -25,7 +23,7 @@ const delayedSpan = time.Second
 func delayedImpls(n int) []redisImpl {
 	return []redisImpl{
 		{name: nameDisker, run: func(ctx context.Context, s *redisServer) (sample, error) { return delayedDisker(ctx, s, n) }},
-		{name: "asynq", run: func(ctx context.Context, s *redisServer) (sample, error) { return delayedAsynq(ctx, s, n) }},
+		{name: "asynq", run: func(ctx context.Context, s *redisServer) (sample, error) { return runAsynq(ctx, s, n, randomDelay) }},
 	}
 }
 
@@ -44,11 +42,7 @@ func delayedDisker(ctx context.Context, s *redisServer, n int) (smp sample, err 
 			err = cerr
 		}
 	}()
-	cd := newCountdown(n)
-	h := disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
-		cd.add()
-		return nil, nil
-	})
+	cd, h := countingHandler(n)
 	if err := worker.Handle("bench-delayed", h, disker.WithConcurrency(ffHandlers)); err != nil {
 		return sample{}, err
 	}
@@ -56,37 +50,6 @@ func delayedDisker(ctx context.Context, s *redisServer, n int) (smp sample, err 
 	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
 		return produce(ctx, n, errc, func(ctx context.Context) error {
 			_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-delayed", Content: payload}, disker.WithDelay(randomDelay()))
-			return err
-		})
-	})
-}
-
-func delayedAsynq(ctx context.Context, s *redisServer, n int) (sample, error) {
-	opt := asynq.RedisClientOpt{Addr: s.addr}
-	cd := newCountdown(n)
-	srv := asynq.NewServer(opt, asynq.Config{
-		Concurrency: ffHandlers,
-		LogLevel:    asynq.WarnLevel,
-		// As in ffAsynq; and asynq moves due scheduled tasks to the queue
-		// every DelayedTaskCheckInterval (default 5 s): 100 ms here.
-		TaskCheckInterval:        10 * time.Millisecond,
-		DelayedTaskCheckInterval: 100 * time.Millisecond,
-	})
-	mux := asynq.NewServeMux()
-	mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
-		cd.add()
-		return nil
-	})
-	if err := srv.Start(mux); err != nil {
-		return sample{}, err
-	}
-	defer srv.Shutdown()
-	client := asynq.NewClient(opt)
-	defer client.Close()
-	errc := make(chan error, 1)
-	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
-		return produce(ctx, n, errc, func(ctx context.Context) error {
-			_, err := client.EnqueueContext(ctx, asynq.NewTask("noop", payload), asynq.ProcessIn(randomDelay()))
 			return err
 		})
 	})

@@ -72,11 +72,7 @@ func ffDiskerWith(ctx context.Context, s *redisServer, n, batch, producers int) 
 			err = cerr
 		}
 	}()
-	cd := newCountdown(n)
-	h := disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
-		cd.add()
-		return nil, nil
-	})
+	cd, h := countingHandler(n)
 	opts := []disker.HandleOption{disker.WithConcurrency(ffHandlers)}
 	if batch > 1 {
 		opts = append(opts, disker.WithPrefetch(ffHandlers))
@@ -130,5 +126,15 @@ func rrDisker(ctx context.Context, s *redisServer, n, r int) (smp sample, err er
 			return fmt.Errorf("bench: wrong reply %q", reply.Content)
 		}
 		return nil
+	})
+}
+
+// countingHandler returns a countdown of n and a no-op Disker handler that
+// counts each message it handles on it.
+func countingHandler(n int) (*countdown, disker.Handler) {
+	cd := newCountdown(n)
+	return cd, disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
+		cd.add()
+		return nil, nil
 	})
 }

@@ -174,16 +174,28 @@ func timedRun(ctx context.Context, n int, cd *countdown, errc chan error, start 
 const runLimit = 3 * time.Minute
 
 func ffAsynq(ctx context.Context, s *redisServer, n int) (sample, error) {
+	return runAsynq(ctx, s, n, nil)
+}
+
+// runAsynq runs the fire-and-forget workload on asynq; with delay, each
+// task is enqueued with asynq.ProcessIn(delay()), and asynq moves due
+// scheduled tasks to the queue every 100 ms (DelayedTaskCheckInterval,
+// default 5 s).
+func runAsynq(ctx context.Context, s *redisServer, n int, delay func() time.Duration) (sample, error) {
 	opt := asynq.RedisClientOpt{Addr: s.addr}
 	cd := newCountdown(n)
-	srv := asynq.NewServer(opt, asynq.Config{
+	cfg := asynq.Config{
 		Concurrency: ffHandlers,
 		LogLevel:    asynq.WarnLevel,
 		// asynq polls an empty queue every TaskCheckInterval (default 1 s).
 		// A short interval keeps its idle wait at the start out of the
 		// measurement, to its advantage.
 		TaskCheckInterval: 10 * time.Millisecond,
-	})
+	}
+	if delay != nil {
+		cfg.DelayedTaskCheckInterval = 100 * time.Millisecond
+	}
+	srv := asynq.NewServer(opt, cfg)
 	mux := asynq.NewServeMux()
 	mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
 		cd.add()
@@ -198,7 +210,11 @@ func ffAsynq(ctx context.Context, s *redisServer, n int) (sample, error) {
 	errc := make(chan error, 1)
 	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
 		return produce(ctx, n, errc, func(ctx context.Context) error {
-			_, err := client.EnqueueContext(ctx, asynq.NewTask("noop", payload))
+			var opts []asynq.Option
+			if delay != nil {
+				opts = append(opts, asynq.ProcessIn(delay()))
+			}
+			_, err := client.EnqueueContext(ctx, asynq.NewTask("noop", payload), opts...)
 			return err
 		})
 	})

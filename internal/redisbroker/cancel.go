@@ -29,27 +29,17 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 		start = strconv.FormatInt(max(p.Since.UnixMilli(), 0), 10)
 	}
 	r := p.Receiver
-	// The normal level first, where most messages are; then the others.
-	var v []rueidis.RedisMessage
-	var state int64
-	for _, level := range [...]struct {
-		prio   int
-		prefix string
-	}{{broker.PriorityNormal, ""}, {broker.PriorityHigh, "h"}, {broker.PriorityLow, "l"}} {
-		var err error
-		v, err = scriptCancelMessage.Exec(ctx, b.client,
-			[]string{b.keys.scheduled(r), b.keys.scheduledMessages(r), b.keys.queueAt(r, level.prio), b.keys.delayed(r), b.keys.cancelMarks(r)},
-			[]string{p.ID, string(wire.IDPrefix(p.ID)), start, strconv.Itoa(p.MaxScan), msString(broker.MarkRetention), level.prefix}).ToArray()
-		if err != nil {
-			return broker.Cancelled{}, b.fail(ctx, "cancel", err)
-		}
-		if len(v) != 3 {
-			return broker.Cancelled{}, fmt.Errorf("redisbroker: cancel: script answered %d values", len(v))
-		}
-		if state, _ = v[0].AsInt64(); state != 0 {
-			break
-		}
+	v, err := scriptCancelMessage.Exec(ctx, b.client,
+		[]string{b.keys.scheduled(r), b.keys.scheduledMessages(r), b.keys.queue(r), b.keys.delayed(r), b.keys.cancelMarks(r),
+			b.keys.queueAt(r, broker.PriorityHigh), b.keys.queueAt(r, broker.PriorityLow)},
+		[]string{p.ID, string(wire.IDPrefix(p.ID)), start, strconv.Itoa(p.MaxScan), msString(broker.MarkRetention)}).ToArray()
+	if err != nil {
+		return broker.Cancelled{}, b.fail(ctx, "cancel", err)
 	}
+	if len(v) != 3 {
+		return broker.Cancelled{}, fmt.Errorf("redisbroker: cancel: script answered %d values", len(v))
+	}
+	state, _ := v[0].AsInt64()
 	if state == 0 {
 		return broker.Cancelled{State: broker.CancelNotFound}, nil
 	}
