@@ -52,27 +52,11 @@ func (sc *dueSet) remove(m *scheduledMsg) {
 	heap.Remove(&sc.heap, m.index)
 }
 
-// schedHeap orders scheduled messages by due time (container/heap).
-type schedHeap []*scheduledMsg
+// schedHeap orders scheduled messages by due time.
+type schedHeap = byTime[*scheduledMsg]
 
-func (h schedHeap) Len() int           { return len(h) }
-func (h schedHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h schedHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *schedHeap) Push(x any) {
-	m := x.(*scheduledMsg)
-	m.index = len(*h)
-	*h = append(*h, m)
-}
-func (h *schedHeap) Pop() any {
-	old := *h
-	m := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return m
-}
+func (m *scheduledMsg) at() time.Time  { return m.due }
+func (m *scheduledMsg) setIndex(i int) { m.index = i }
 
 // mark is a Cancel of a message in flight.
 type mark struct {

@@ -52,27 +52,11 @@ func (t *timeoutSet) remove(to *timeout) {
 	heap.Remove(&t.heap, to.index)
 }
 
-// timeoutHeap orders pending timeouts by deadline (container/heap).
-type timeoutHeap []*timeout
+// timeoutHeap orders pending timeouts by deadline.
+type timeoutHeap = byTime[*timeout]
 
-func (h timeoutHeap) Len() int           { return len(h) }
-func (h timeoutHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-func (h timeoutHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *timeoutHeap) Push(x any) {
-	to := x.(*timeout)
-	to.index = len(*h)
-	*h = append(*h, to)
-}
-func (h *timeoutHeap) Pop() any {
-	old := *h
-	to := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return to
-}
+func (to *timeout) at() time.Time  { return to.deadline }
+func (to *timeout) setIndex(i int) { to.index = i }
 
 // Reply appends reply to the reply stream of its receiver (the original
 // sender), as mode says. ReplyTimed settles the request in the same step:
