@@ -125,6 +125,9 @@ type Report struct {
 	// before the harness gave up waiting.
 	PendingAtEnd int64 `json:"pending_at_end"`
 	Settled      bool  `json:"settled"`
+	// Left describes, per receiver, what was still in the queues when the
+	// run ended without settling (empty otherwise).
+	Left string `json:"left,omitempty"`
 	// Recovery gives, per kind of fault, the time from the fault's end
 	// until a send begun after it was acknowledged and a handler started
 	// after it completed: p50 and p99.
@@ -167,6 +170,9 @@ func (r *Report) String() string {
 	}
 	fmt.Fprintf(&b, "duplicates          %s\n", counts(r.Duplicates))
 	fmt.Fprintf(&b, "pending at end      %d (settled: %v)\n", r.PendingAtEnd, r.Settled)
+	if r.Left != "" {
+		fmt.Fprintf(&b, "left in the queues  %s\n", r.Left)
+	}
 	kinds := make([]string, 0, len(r.Recovery))
 	for k := range r.Recovery {
 		kinds = append(kinds, k)
@@ -342,6 +348,9 @@ func Check(events []Event, opts CheckOptions) *Report {
 			final = true
 			r.PendingAtEnd = e.N
 			r.Settled = e.Result == ResultSettled
+			if !r.Settled {
+				r.Left = e.Err
+			}
 		}
 	}
 	if settle == 0 && len(events) > 0 {

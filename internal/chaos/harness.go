@@ -153,7 +153,7 @@ func Run(opts Options) (*Report, error) {
 		return nil, h.broken
 	}
 	rec.Record(Event{Kind: KindSettle})
-	settled, pending, err := h.settle()
+	settled, pending, left, err := h.settle()
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func Run(opts Options) (*Report, error) {
 	if settled {
 		result = ResultSettled
 	}
-	rec.Record(Event{Kind: KindFinal, N: pending, Result: result})
+	rec.Record(Event{Kind: KindFinal, N: pending, Result: result, Err: left})
 	h.stopAll()
 
 	events, err := ReadHistory(opts.Dir)
@@ -382,9 +382,9 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 // settle tells the producers to stop sending, then waits until the queues
 // are empty, the producers idle, and every acknowledged message handled,
 // dead-lettered or settled at its sender. It records the dead letters it
-// finds, and returns whether it settled and how many messages were still
-// queued.
-func (h *harness) settle() (bool, int64, error) {
+// finds, and returns whether it settled, how many messages were still
+// queued, and, when it did not settle, what the queues still held.
+func (h *harness) settle() (bool, int64, string, error) {
 	for _, s := range h.slots {
 		if s.role == "producer" {
 			_ = s.cmd.Process.Signal(syscall.SIGTERM)
@@ -394,19 +394,22 @@ func (h *harness) settle() (bool, int64, error) {
 	defer cancel()
 	admin, err := disker.New(ctx, disker.Config{RedisURL: h.be.adminURL, InstanceID: "chaos-harness"})
 	if err != nil {
-		return false, 0, fmt.Errorf("chaos: admin connection: %w", err)
+		return false, 0, "", fmt.Errorf("chaos: admin connection: %w", err)
 	}
 	defer admin.Close(context.Background())
 	seen := map[string]bool{}
-	var pending int64
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
-		pending = 0
+		var pending int64
+		var left []string
 		for _, r := range Receivers {
 			st, err := admin.Stats(ctx, r)
 			if err == nil {
 				pending += st.Length
+				if st.Length > 0 || st.Scheduled > 0 {
+					left = append(left, fmt.Sprintf("%s: length %d, pending %d, scheduled %d", r, st.Length, st.Pending, st.Scheduled))
+				}
 			}
 			dls, err := admin.DeadLetters(ctx, r, 1<<20)
 			if err == nil {
@@ -419,12 +422,16 @@ func (h *harness) settle() (bool, int64, error) {
 				}
 			}
 		}
-		if pending == 0 && h.quiet() {
-			return true, 0, nil
+		quiet := h.quiet()
+		if pending == 0 && quiet {
+			return true, 0, "", nil
 		}
 		select {
 		case <-ctx.Done():
-			return false, pending, nil
+			if !quiet {
+				left = append(left, "a producer is not idle or a message is still open")
+			}
+			return false, pending, strings.Join(left, "; "), nil
 		case <-tick.C:
 		}
 	}

@@ -57,7 +57,8 @@ const (
 	// KindSettle: the faults stopped at T; the system settles from then.
 	KindSettle = "settle"
 	// KindFinal: the end of the run: N messages were still in the queues;
-	// Result says whether the system settled.
+	// Result says whether the system settled; when it did not, Err
+	// describes what each receiver still held.
 	KindFinal = "final"
 )
 

@@ -826,13 +826,8 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 		// fetch runs the script, which queues what is due and reads the
 		// new due time.
 		b.forceSchedule(s.stream)
-		res := b.client.DoMulti(ctx,
-			b.client.B().Multi().Build(),
-			b.client.B().Xack().Key(s.stream).Group("g").Id(wakes...).Build(),
-			b.client.B().Xdel().Key(s.stream).Id(wakes...).Build(),
-			b.client.B().Hincrby().Key(s.holders).Field("wakes").Increment(-int64(len(wakes))).Build(),
-			b.client.B().Exec().Build())
-		if err := b.execOK(res); err != nil {
+		err := scriptDropWakes.Exec(ctx, b.client, []string{s.stream, s.holders}, wakes).Error()
+		if err != nil {
 			return nil, b.fail(ctx, "fetch", err)
 		}
 	}

@@ -162,6 +162,22 @@ redis.call('HSET', KEYS[6], ARGV[2], ARGV[1])
 return r
 `)
 
+// scriptDropWakes drops wake entries a fetch read.
+var scriptDropWakes = rueidis.NewLuaScript(`-- drop_wakes
+-- KEYS[1] -> the queue stream P:{R}:q
+-- KEYS[2] -> the holders hash P:{R}:hold (field wakes counts wake entries)
+-- ARGV -> the wake entries' ids
+-- Acknowledges and deletes the entries, and takes off the count only those
+-- it deleted: a consumer whose lease on a wake entry ended may drop it after
+-- the consumer that reclaimed it did. Returns how many it deleted.
+redis.call('XACK', KEYS[1], 'g', unpack(ARGV))
+local n = redis.call('XDEL', KEYS[1], unpack(ARGV))
+if n > 0 then
+  redis.call('HINCRBY', KEYS[2], 'wakes', -n)
+end
+return n
+`)
+
 // scriptCancelMessage cancels a message of a receiver.
 var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
 -- KEYS[1] -> the scheduled zset P:{R}:s
@@ -293,6 +309,11 @@ if redis.call('XLEN', KEYS[6]) > 0 then
   out[2] = out[2] + 2
 end
 local streamOf = {h = KEYS[5], l = KEYS[6]}
+-- isWake reports whether entry id of stream is a wake entry (field w only).
+local function isWake(stream, id)
+  local e = redis.call('XRANGE', stream, id, id)[1]
+  return e ~= nil and #e[2] == 2 and e[2][1] == 'w'
+end
 -- splitRef returns the stream and entry id of a ref.
 local function splitRef(ref)
   local c = string.sub(ref, 1, 1)
@@ -392,7 +413,12 @@ local function serve(stream, prefix)
       if wait then
         redis.call('ZREM', delayed, ref)
       end
-      if maxAttempts > 0 and count >= maxAttempts then
+      if maxAttempts > 0 and count >= maxAttempts and stream == base and isWake(base, id) then
+        -- A wake entry its readers did not drop (they died first), which
+        -- this run's promote has already served: drop it.
+        redis.call('XACK', base, 'g', id)
+        redis.call('HINCRBY', hold, 'wakes', -redis.call('XDEL', base, id))
+      elseif maxAttempts > 0 and count >= maxAttempts then
         out[1] = out[1] + bury(stream, dlq, id, 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried', count, '0', prefix)
       else
         local c = redis.call('XCLAIM', stream, 'g', consumer, 0, id)
