@@ -468,11 +468,12 @@ func checkLost(r *Report, op string, h *opHistory) {
 }
 
 // cancelled reports whether a Cancel found the message (scheduled, queued
-// or in flight): it need not be handled then.
+// or in flight), or may have: one that failed (its answer lost to a
+// fault) may have taken effect. The message need not be handled then.
 func (h *opHistory) cancelled() bool {
 	for _, c := range h.cancels {
 		switch c.Result {
-		case CancelScheduled, CancelQueued, CancelInFlight:
+		case CancelScheduled, CancelQueued, CancelInFlight, ResultError:
 			return true
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -36,9 +37,21 @@ func run() error {
 	quiet := flag.Bool("q", false, "no progress lines on stderr")
 	cmdStats := flag.Bool("cmdstats", false, "show the Redis commands per operation of each Redis run in the progress lines")
 	workloads := flag.String("workloads", "", "comma-separated Disker workloads to run (ff, ff256, rr1, rr32, dedup, limits, delayed); empty runs all of them")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (this process: Disker, the peers and the bench; not redis-server) to this file")
 	flag.Parse()
 	if *runs < 1 {
 		return fmt.Errorf("-runs must be >= 1, got %d", *runs)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	suites := map[string]func(context.Context, bench.Options) ([]bench.Table, error){
 		"executor":  bench.ExecutorSuite,
