@@ -227,9 +227,9 @@ func (c *consumer) fetchLoop() {
 // yieldToWoken lets the goroutines that a reading loop has just woken
 // (handlers, waiting Requests) run before the loop issues its next read:
 // without it a lone round trip takes longer on a machine with more than
-// one CPU (BENCHMARKS.md has the figures). The likely cause: the next
-// read's command readies the
-// client's writer goroutine, which takes the woken goroutine's place as the
+// one CPU (compare `bench -suite disker -workloads rr1` with and without
+// it). The likely cause: the next read's command readies the client's
+// writer goroutine, which takes the woken goroutine's place as the
 // next to run on this P, so the woken one waits for another P to be woken
 // to steal it, a wake-up across CPUs.
 func yieldToWoken() {
