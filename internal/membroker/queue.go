@@ -147,13 +147,13 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 					c.deadLetter(receiver, e, fmt.Sprintf("gave up after %d deliveries (max attempts %d): lease expired or retried", e.count, maxAttempts), now)
 					continue
 				}
-				if d, ok := c.lease(receiver, s, e, consumer, now, lease); ok {
+				if d, ok := c.lease(receiver, s, e, grant{consumer, now, lease}); ok {
 					out = append(out, d)
 				}
 			}
 			fresh := s.freshOf(prio)
 			for len(out) < max && fresh.Len() > 0 {
-				if d, ok := c.lease(receiver, s, fresh.Front().Value.(*entry), consumer, now, lease); ok {
+				if d, ok := c.lease(receiver, s, fresh.Front().Value.(*entry), grant{consumer, now, lease}); ok {
 					out = append(out, d)
 				}
 			}
@@ -167,14 +167,21 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	return out, nil
 }
 
-// lease delivers e to consumer and returns the delivery, or dead-letters e
-// when its message does not decode. Callers hold mu.
-func (c *core) lease(receiver string, s *stream, e *entry, consumer string, now time.Time, lease time.Duration) (broker.Delivery, bool) {
-	s.deliver(e, consumer, now, lease)
+// grant is a delivery's terms: to whom, when, and for how long.
+type grant struct {
+	consumer string
+	now      time.Time
+	lease    time.Duration
+}
+
+// lease delivers e on g's terms and returns the delivery, or dead-letters
+// e when its message does not decode. Callers hold mu.
+func (c *core) lease(receiver string, s *stream, e *entry, g grant) (broker.Delivery, bool) {
+	s.deliver(e, g.consumer, g.now, g.lease)
 	env, err := decode(e.raw)
 	if err != nil {
 		s.remove(e.ref)
-		c.deadLetter(receiver, e, "undecodable message: "+err.Error(), now)
+		c.deadLetter(receiver, e, "undecodable message: "+err.Error(), g.now)
 		return broker.Delivery{}, false
 	}
 	env.Priority = e.prio

@@ -176,11 +176,11 @@ func (b *Broker) readReplies(ctx context.Context, p *broker.ReadRepliesParams, i
 				if len(out) == max {
 					return len(out)
 				}
-				out = b.c.leaseReply(s, e, consumer, now, lease, out)
+				out = b.c.leaseReply(s, e, grant{consumer, now, lease}, out)
 			}
 		}
 		for len(out) < max && s.fresh.Len() > 0 {
-			out = b.c.leaseReply(s, s.fresh.Front().Value.(*entry), consumer, now, lease, out)
+			out = b.c.leaseReply(s, s.fresh.Front().Value.(*entry), grant{consumer, now, lease}, out)
 		}
 		return len(out)
 	}
@@ -190,10 +190,10 @@ func (b *Broker) readReplies(ctx context.Context, p *broker.ReadRepliesParams, i
 	return out, nil
 }
 
-// leaseReply delivers the reply entry e to consumer and appends it to out.
-// Callers hold mu.
-func (c *core) leaseReply(s *stream, e *entry, consumer string, now time.Time, lease time.Duration, out []broker.Reply) []broker.Reply {
-	s.deliver(e, consumer, now, lease)
+// leaseReply delivers the reply entry e on g's terms and appends it to
+// out. Callers hold mu.
+func (c *core) leaseReply(s *stream, e *entry, g grant, out []broker.Reply) []broker.Reply {
+	s.deliver(e, g.consumer, g.now, g.lease)
 	env, err := decode(e.raw)
 	if err != nil {
 		// Only the broker writes reply entries, from envelopes it encoded.
