@@ -48,7 +48,7 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 	c := broker.Cancelled{State: broker.CancelState(state)}
 	// An envelope that does not decode was cancelled all the same; the
 	// caller gets what could be read of it.
-	c.Env, _ = wire.Decode([]byte(m))
+	c.Env, _ = wire.DecodeString(m)
 	if d != "" {
 		c.Deadline, _ = unixMS(d)
 	}

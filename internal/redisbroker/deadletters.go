@@ -36,7 +36,7 @@ func (b *Broker) deadLettersFrom(ctx context.Context, receiver, start string, ma
 		dl := broker.DeadLetter{Ref: e.ID, Reason: f["reason"]}
 		dl.Attempts, _ = strconv.Atoi(f["attempts"])
 		dl.At, _ = unixMS(f["at"])
-		env, err := wire.Decode([]byte(f["m"]))
+		env, err := wire.DecodeString(f["m"])
 		if err != nil || f["bad"] == "1" {
 			dl.Raw = []byte(f["m"])
 		} else {

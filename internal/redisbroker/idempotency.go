@@ -54,7 +54,7 @@ func (b *Broker) BeginIdempotent(ctx context.Context, p *broker.BeginIdempotentP
 	if rep == "" {
 		return deadline, nil, nil
 	}
-	stored, err := wire.Decode([]byte(rep))
+	stored, err := wire.DecodeString(rep)
 	if err != nil {
 		return deadline, nil, fmt.Errorf("redisbroker: the stored reply of idempotency key %q: %w", p.Key, err)
 	}
@@ -89,7 +89,7 @@ func (b *Broker) SettleIdempotent(ctx context.Context, receiver, key string, rep
 	if err != nil {
 		return broker.Envelope{}, nil, false, fmt.Errorf("redisbroker: idem_settle: %w", err)
 	}
-	stored, err := wire.Decode([]byte(raw))
+	stored, err := wire.DecodeString(raw)
 	if err != nil {
 		return broker.Envelope{}, nil, false, fmt.Errorf("redisbroker: the stored reply of idempotency key %q: %w", key, err)
 	}

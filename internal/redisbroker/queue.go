@@ -842,7 +842,7 @@ func delivery(e *entry) (broker.Delivery, error) {
 	if !ok {
 		return broker.Delivery{}, errors.New("the entry has no m field")
 	}
-	env, err := wire.Decode([]byte(m))
+	env, err := wire.DecodeString(m)
 	if err != nil {
 		return broker.Delivery{}, err
 	}

@@ -215,7 +215,7 @@ func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entr
 			}
 			continue
 		}
-		env, err := wire.Decode([]byte(e.fields["m"]))
+		env, err := wire.DecodeString(e.fields["m"])
 		switch {
 		case err == nil:
 			rep.Env = env

@@ -116,6 +116,20 @@ func appendString(b []byte, s string) []byte {
 // data. Empty Content and Headers decode as nil. Any other input gives an
 // error wrapping [ErrMalformed]; Decode never panics.
 func Decode(data []byte) (broker.Envelope, error) {
+	return decode(data)
+}
+
+// DecodeString is [Decode] of an encoding held in a string, as a Redis
+// client returns a field's value: the strings of the result share s's
+// memory, and only Content is copied, so decoding allocates little.
+func DecodeString(s string) (broker.Envelope, error) {
+	return decode(s)
+}
+
+// encoded is what an encoding is held in.
+type encoded interface{ ~string | ~[]byte }
+
+func decode[T encoded](data T) (broker.Envelope, error) {
 	var env broker.Envelope
 	if len(data) == 0 {
 		return env, fmt.Errorf("%w: empty", ErrMalformed)
@@ -126,11 +140,13 @@ func Decode(data []byte) (broker.Envelope, error) {
 	if data[0] != Version {
 		return env, fmt.Errorf("%w: unknown version %d", ErrMalformed, data[0])
 	}
-	d := decoder{b: data[1:]}
+	d := decoder[T]{b: data[1:]}
 	env.ID = d.str("id")
 	env.Sender = d.str("sender")
 	env.Receiver = d.str("receiver")
-	env.Content = d.bytes("content")
+	if c := d.next("content"); len(c) > 0 {
+		env.Content = toBytes(c)
+	}
 	env.InReplyTo = d.str("in_reply_to")
 	env.ErrorCode = d.str("error_code")
 	env.ErrorText = d.str("error_text")
@@ -176,25 +192,51 @@ func Decode(data []byte) (broker.Envelope, error) {
 	return env, nil
 }
 
-type decoder struct {
-	b   []byte
+// toBytes returns v as a byte slice: v itself when it is one (aliased,
+// its capacity cut to its length), a copy when it is a string.
+func toBytes[T encoded](v T) []byte {
+	if b, ok := any(v).([]byte); ok {
+		return b[:len(b):len(b)]
+	}
+	return []byte(v)
+}
+
+type decoder[T encoded] struct {
+	b   T
 	err error
 }
 
-func (d *decoder) fail(field, msg string) {
+func (d *decoder[T]) fail(field, msg string) {
 	if d.err == nil {
 		d.err = fmt.Errorf("%w: %s: %s", ErrMalformed, field, msg)
 	}
 }
 
-func (d *decoder) uvarint(field string) uint64 {
+func (d *decoder[T]) uvarint(field string) uint64 {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail(field, "bad length")
-		return 0
+	// As binary.Uvarint, on either kind of T.
+	var v uint64
+	var shift uint
+	n := 0
+	for ; ; n++ {
+		if n == len(d.b) || n == binary.MaxVarintLen64 {
+			d.fail(field, "bad length")
+			return 0
+		}
+		c := d.b[n]
+		if c < 0x80 {
+			if n == binary.MaxVarintLen64-1 && c > 1 {
+				d.fail(field, "bad length")
+				return 0
+			}
+			v |= uint64(c) << shift
+			n++
+			break
+		}
+		v |= uint64(c&0x7f) << shift
+		shift += 7
 	}
 	if n != uvarintLen(v) {
 		d.fail(field, "non-minimal varint")
@@ -204,7 +246,7 @@ func (d *decoder) uvarint(field string) uint64 {
 	return v
 }
 
-func (d *decoder) varint(field string) int64 {
+func (d *decoder[T]) varint(field string) int64 {
 	u := d.uvarint(field)
 	// Zig-zag, as binary.AppendVarint writes it.
 	v := int64(u >> 1)
@@ -214,7 +256,7 @@ func (d *decoder) varint(field string) int64 {
 	return v
 }
 
-func (d *decoder) byte(field string) byte {
+func (d *decoder[T]) byte(field string) byte {
 	if d.err != nil {
 		return 0
 	}
@@ -227,25 +269,27 @@ func (d *decoder) byte(field string) byte {
 	return c
 }
 
-func (d *decoder) bytes(field string) []byte {
+// next returns the next length-prefixed field, empty when it is or on an
+// error.
+func (d *decoder[T]) next(field string) T {
+	var zero T
 	n := d.uvarint(field)
 	if d.err != nil {
-		return nil
+		return zero
 	}
 	if n > uint64(len(d.b)) || n > math.MaxInt32 {
 		d.fail(field, fmt.Sprintf("length %d beyond the %d bytes left", n, len(d.b)))
-		return nil
+		return zero
 	}
-	if n == 0 {
-		return nil
-	}
-	v := d.b[:n:n]
+	v := d.b[:n]
 	d.b = d.b[n:]
 	return v
 }
 
-func (d *decoder) str(field string) string {
-	return string(d.bytes(field))
+// str returns the next field as a string: a substring of a string T, a
+// copy of a []byte T's bytes.
+func (d *decoder[T]) str(field string) string {
+	return string(d.next(field))
 }
 
 func uvarintLen(v uint64) int {

@@ -138,6 +138,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{Version, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0}) // the flag with an empty key
 	f.Fuzz(func(t *testing.T, data []byte) {
 		env, err := Decode(data)
+		fromString, serr := DecodeString(string(data))
+		if (err == nil) != (serr == nil) || (err != nil && err.Error() != serr.Error()) || !reflect.DeepEqual(env, fromString) {
+			t.Fatalf("DecodeString differs from Decode:\n got %#v, %v\nwant %#v, %v", fromString, serr, env, err)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error does not wrap ErrMalformed: %v", err)
@@ -156,4 +160,26 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip changed the envelope:\n got %#v\nwant %#v", again, env)
 		}
 	})
+}
+
+// DecodeString shares the string's memory: a message with headers decodes
+// with an allocation for its Content and one for its Headers map.
+func TestDecodeStringAllocs(t *testing.T) {
+	env := sample()
+	s := string(Encode(&env))
+	var got broker.Envelope
+	allocs := testing.AllocsPerRun(100, func() { got, _ = DecodeString(s) })
+	if !reflect.DeepEqual(got, env) {
+		t.Fatalf("DecodeString = %#v, want %#v", got, env)
+	}
+	if want := 2.0 + float64(mapAllocs(len(env.Headers))); allocs > want {
+		t.Fatalf("DecodeString allocates %v times, want at most %v", allocs, want)
+	}
+}
+
+var mapSink map[string]string
+
+// mapAllocs is how many allocations a map of n strings takes on the heap.
+func mapAllocs(n int) int {
+	return int(testing.AllocsPerRun(100, func() { mapSink = make(map[string]string, n) }))
 }
