@@ -124,6 +124,15 @@ type Broker struct {
 	// inboxWrites batches the writes of requests from inboxes: see doInbox.
 	inboxWrites *batcher[rueidis.Completed, inboxResult]
 
+	// hubs multiplex the blocking reads of Fetch and ReadReplies: one per
+	// consumer (and Cluster slot), see hub.go. hubsWG counts their
+	// goroutines; after Close (hubsClosed) none starts.
+	hubsMu     sync.Mutex
+	hubs       map[hubKey]*hub
+	hubsClosed bool
+	hubsWG     sync.WaitGroup
+	ioTimeout  time.Duration
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	// closing ends at Close, to wake blocked reads: rueidis does not end
@@ -168,6 +177,8 @@ func New(cfg Config) (*Broker, error) {
 		reclaimEvery: reclaimEvery,
 		pruneIdle:    pruneIdle,
 		pruneEvery:   pruneEvery,
+		hubs:         make(map[hubKey]*hub),
+		ioTimeout:    cfg.IOTimeout,
 	}
 	b.replies = newBatcher(maxBatch/2, b.flushReplies, func(v any) replyResult {
 		return replyResult{err: fmt.Errorf("redisbroker: reply: panic: %v", v)}
@@ -285,7 +296,11 @@ func (c Config) withDefaults() (Config, error) {
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
+		b.hubsMu.Lock()
+		b.hubsClosed = true
+		b.hubsMu.Unlock()
 		b.stopClosing()
+		b.hubsWG.Wait() // their reads end with closing
 		b.client.Close()
 	})
 	return nil
