@@ -519,4 +519,3 @@ func (b *Broker) giveBack(ctx context.Context, stream, consumer string, lease ti
 	return b.client.Do(ctx, b.client.B().Xclaim().Key(stream).Group("g").Consumer(consumer).MinIdleTime("0").
 		Id(ids...).Idle(lease.Milliseconds()).Retrycount(0).Justid().Build()).Error()
 }
-
