@@ -88,9 +88,12 @@ type hub struct {
 	running bool      // its goroutine runs
 	kick    chan struct{}
 	// The read in progress.
-	reading      bool
-	round        uint64 // reads ended so far
-	readSet      map[string]readStream
+	reading bool
+	round   uint64 // reads ended so far
+	readSet map[string]readStream
+	// linger: the streams of the waiters answered since the read began,
+	// read once more (see next).
+	linger       map[string]readStream
 	readUntil    time.Time
 	interrupting bool               // an interrupt of this read is under way
 	id           int64              // CLIENT ID of the dedicated connection
@@ -213,10 +216,20 @@ func (h *hub) drop() {
 	h.waiters = h.waiters[:n]
 }
 
-// answer answers w, under h.mu.
-func (w *waiter) answer(a hubAnswer) {
+// answer answers w, under h.mu, and keeps its streams for the next read
+// (linger).
+func (h *hub) answer(w *waiter, a hubAnswer) {
 	w.done = true
 	w.res <- a
+	if a.err != nil {
+		return
+	}
+	if h.linger == nil {
+		h.linger = make(map[string]readStream)
+	}
+	for _, s := range w.streams {
+		h.linger[s] = readStream{lease: w.lease, home: w.home}
+	}
 }
 
 // interrupt ends the read of round with CLIENT UNBLOCK, sent again while
@@ -378,19 +391,20 @@ func (h *hub) idle(t *time.Timer) bool {
 }
 
 // next answers the waiters whose deadline passed and returns the read for
-// the others: their streams (each once, in the order the waiters joined),
-// what it keeps of each, the smallest count and the earliest deadline.
+// the others: their streams (each once, in the order the waiters joined)
+// and the lingering ones, what it keeps of each, the smallest count and
+// the earliest deadline. Without waiters it returns no streams.
 func (h *hub) next() ([]string, map[string]readStream, int, time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := time.Now()
 	var streams []string
-	rs := make(map[string]readStream)
+	rs := make(map[string]readStream, len(h.waiters)+len(h.linger))
 	count := 0
 	var until time.Time
 	for _, w := range h.waiters {
 		if w.deadline.Sub(now) < time.Millisecond {
-			w.answer(hubAnswer{})
+			h.answer(w, hubAnswer{})
 			continue
 		}
 		for _, s := range w.streams {
@@ -407,6 +421,20 @@ func (h *hub) next() ([]string, map[string]readStream, int, time.Time) {
 		}
 	}
 	h.drop()
+	if len(streams) == 0 {
+		return nil, nil, 0, time.Time{}
+	}
+	// The streams whose waiters were answered last round stay in this
+	// read, so that those waiters, back with their next fetch, find it
+	// covering them and need not interrupt it. Entries read for one
+	// before it is back are given back.
+	for s, r := range h.linger {
+		if _, ok := rs[s]; !ok {
+			streams = append(streams, s)
+			rs[s] = r
+		}
+	}
+	clear(h.linger)
 	return streams, rs, count, until
 }
 
@@ -438,7 +466,7 @@ func (h *hub) fail(streams []string, err error) {
 	for _, w := range h.waiters {
 		for _, s := range w.streams {
 			if set[s] {
-				w.answer(hubAnswer{err: err})
+				h.answer(w, hubAnswer{err: err})
 				break
 			}
 		}
@@ -485,7 +513,7 @@ func (h *hub) deliver(read map[string][]rueidis.XRangeEntry, rs map[string]readS
 		answers[to][s] = es
 	}
 	for w, a := range answers {
-		w.answer(hubAnswer{read: a})
+		h.answer(w, hubAnswer{read: a})
 	}
 	h.drop()
 	h.mu.Unlock()
