@@ -2,9 +2,10 @@
 // Redis Streams with consumer groups, where every state change that must be
 // atomic is one Lua script and every time that decides an outcome is Redis
 // server time. It talks to Redis with rueidis, which pipelines concurrent
-// commands on a few shared connections and runs blocking reads on dedicated
-// connections of their own, so that no number of blocked receivers can
-// starve sends.
+// commands on a few shared connections; the blocking reads of all the
+// receivers and reply streams of one consumer share one dedicated
+// connection (a read hub, hub.go), so that no number of blocked receivers
+// can starve sends, and the connections stay few.
 //
 // The key schema and the scripts are described in README.md next to this
 // file.
@@ -57,8 +58,11 @@ type Config struct {
 	// connections.
 	MaxConnectionPoolSize int
 	// MaxBlockingConnections bounds the dedicated connections of blocking
-	// reads (Fetch and ReadReplies with block > 0). More concurrent blocking
-	// reads wait for one; ordinary commands are never affected. 0 means
+	// reads, per server: those of the read hubs, which multiplex the
+	// blocking reads of Fetch and ReadReplies (one hub per consumer name
+	// and, on a Cluster, per slot), and those of ReadInbox. A hub beyond
+	// the bound waits for a connection, and its waiters return empty at
+	// their block time; ordinary commands are never affected. 0 means
 	// DefaultMaxBlockingConnections.
 	MaxBlockingConnections int
 	// KeyPrefix starts every key; default "disker". It must not contain
