@@ -307,26 +307,30 @@ func (h *hub) run() {
 		if b.closing.Err() != nil {
 			return
 		}
-		streams, rs, count, until := h.next()
+		fresh := dc == nil
+		if fresh && h.waiting() {
+			var err error
+			if dc, release, err = h.dedicate(); err != nil {
+				h.fail(nil, err)
+				continue
+			}
+		}
+		rctx, abort := context.WithCancel(b.closing)
+		streams, rs, count, until := h.next(abort)
 		if len(streams) == 0 {
+			abort()
 			if h.idle(idle) {
 				drop(false)
 				return
 			}
 			continue
 		}
-		fresh := dc == nil
-		if fresh {
-			var err error
-			if dc, release, err = h.dedicate(); err != nil {
-				h.fail(streams, err)
-				continue
-			}
+		if dc == nil {
+			// A waiter joined after the look for one: take a connection.
+			h.endRead()
+			abort()
+			continue
 		}
-		rctx, abort := context.WithCancel(b.closing)
-		h.mu.Lock()
-		h.reading, h.readSet, h.readUntil, h.interrupting, h.abort = true, rs, until, false, abort
-		h.mu.Unlock()
 		ids := make([]string, len(streams))
 		for i := range ids {
 			ids[i] = ">"
@@ -334,10 +338,7 @@ func (h *hub) run() {
 		read, err := dc.Do(rctx, dc.B().Xreadgroup().Group("g", h.key.consumer).Count(int64(count)).
 			Block(ms(max(time.Until(until), time.Millisecond))).Streams().Key(streams...).Id(ids...).Build()).AsXRead()
 		abort()
-		h.mu.Lock()
-		h.reading, h.readSet, h.abort = false, nil, nil
-		h.round++
-		h.mu.Unlock()
+		h.endRead()
 		switch {
 		case err == nil:
 			h.deliver(read, rs)
@@ -358,6 +359,14 @@ func (h *hub) run() {
 			// meanwhile (Redis restarted): read again on a new one.
 		}
 	}
+}
+
+// endRead records that the read in progress ended.
+func (h *hub) endRead() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reading, h.readSet, h.abort = false, nil, nil
+	h.round++
 }
 
 // idle waits, without waiters, for one to join; it reports true, with h no
@@ -390,11 +399,20 @@ func (h *hub) idle(t *time.Timer) bool {
 	return true
 }
 
+// waiting reports whether h has waiters.
+func (h *hub) waiting() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.waiters) > 0
+}
+
 // next answers the waiters whose deadline passed and returns the read for
 // the others: their streams (each once, in the order the waiters joined)
 // and the lingering ones, what it keeps of each, the smallest count and
-// the earliest deadline. Without waiters it returns no streams.
-func (h *hub) next() ([]string, map[string]readStream, int, time.Time) {
+// the earliest deadline; it records that read as in progress, aborted by
+// abort, in the same step, so that a waiter that joins after it
+// interrupts it. Without waiters it returns no streams.
+func (h *hub) next(abort context.CancelFunc) ([]string, map[string]readStream, int, time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := time.Now()
@@ -435,6 +453,7 @@ func (h *hub) next() ([]string, map[string]readStream, int, time.Time) {
 		}
 	}
 	clear(h.linger)
+	h.reading, h.readSet, h.readUntil, h.interrupting, h.abort = true, rs, until, false, abort
 	return streams, rs, count, until
 }
 
@@ -455,7 +474,8 @@ func (h *hub) dedicate() (rueidis.DedicatedClient, func(), error) {
 	return dc, release, nil
 }
 
-// fail answers err to the waiters that read any of streams.
+// fail answers err to the waiters that read any of streams (nil: to
+// every waiter).
 func (h *hub) fail(streams []string, err error) {
 	set := make(map[string]bool, len(streams))
 	for _, s := range streams {
@@ -465,7 +485,7 @@ func (h *hub) fail(streams []string, err error) {
 	defer h.mu.Unlock()
 	for _, w := range h.waiters {
 		for _, s := range w.streams {
-			if set[s] {
+			if streams == nil || set[s] {
 				h.answer(w, hubAnswer{err: err})
 				break
 			}

@@ -1,5 +1,14 @@
 package redisbroker
 
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
 // hubWaiters returns the number of reads waiting in b's hubs (for tests).
 func (b *Broker) hubWaiters() int {
 	b.hubsMu.Lock()
@@ -11,4 +20,71 @@ func (b *Broker) hubWaiters() int {
 		h.mu.Unlock()
 	}
 	return n
+}
+
+// hubCovers reports whether the read in progress of consumer's hub covers
+// stream.
+func (b *Broker) hubCovers(consumer, stream string) bool {
+	b.hubsMu.Lock()
+	defer b.hubsMu.Unlock()
+	h, ok := b.hubs[hubKey{consumer: consumer}]
+	if !ok {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok = h.readSet[stream]
+	return h.reading && ok
+}
+
+// TestHubGivesBackWhatItReadForAWaiterThatLeft: a fetch waiting in the
+// hub leaves (its context ends) while the hub's read, kept up by another
+// fetch, still covers its queue; a message sent to that queue then is read
+// by the hub and given back at once, so the next fetch gets it as attempt
+// 1, not after a lease and not as a retry.
+func TestHubGivesBackWhatItReadForAWaiterThatLeft(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	fetch := func(ctx context.Context, receiver string) error {
+		_, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
+		return err
+	}
+	ctxB, cancelB := context.WithCancel(ctx)
+	doneB := make(chan error, 1)
+	go func() { doneB <- fetch(ctxB, "b") }()
+	ctxA, cancelA := context.WithCancel(ctx)
+	doneA := make(chan error, 1)
+	go func() { doneA <- fetch(ctxA, "a") }()
+	eventually(t, "a read covering both queues", func() bool {
+		return b.hubCovers("c", b.keys.queue("a")) && b.hubCovers("c", b.keys.queue("b"))
+	})
+	cancelA()
+	if err := <-doneA; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the fetch that left = %v; want context.Canceled", err)
+	}
+	if !b.hubCovers("c", b.keys.queue("a")) {
+		t.Fatal("the read ended when a waiter left")
+	}
+	if _, err := b.Send(ctx, env("m1", "a")); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawClient(t, srv)
+	eventually(t, "the entry read and given back", func() bool {
+		p, err := raw.Do(ctx, raw.B().Xpending().Key(b.keys.queue("a")).Group("g").Start("-").End("+").Count(10).Build()).ToArray()
+		if err != nil || len(p) != 1 {
+			return false
+		}
+		e, _ := p[0].ToArray()
+		n, _ := e[3].AsInt64()
+		return n == 0
+	})
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "a", Consumer: "d", Lease: time.Minute})
+	if len(ds) != 1 || ds[0].Env.ID != "m1" || ds[0].Attempt != 1 {
+		t.Fatalf("Fetch after the give-back = %+v; want m1 as attempt 1", ds)
+	}
+	cancelB()
+	if err := <-doneB; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the other fetch = %v; want context.Canceled", err)
+	}
 }
