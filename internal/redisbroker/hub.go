@@ -34,12 +34,6 @@ import (
 // dedicated connection before it gives them up.
 const hubLinger = 10 * time.Second
 
-// unblockTries bounds the CLIENT UNBLOCK attempts of one interrupt: an
-// UNBLOCK that reaches Redis before the read it should end answers 0 and
-// is sent again, while that read is still in progress. After the last
-// try the read is aborted (its connection closed).
-const unblockTries = 10
-
 // hubKey names a hub: one per consumer and, on a Cluster, per slot.
 type hubKey struct {
 	consumer string
@@ -234,13 +228,16 @@ func (h *hub) answer(w *waiter, a hubAnswer) {
 
 // interrupt ends the read of round with CLIENT UNBLOCK, sent again while
 // it answers 0 and that read is still in progress (the UNBLOCK overtook
-// the read), and aborts the read when that does not end it.
+// the read), for up to the I/O timeout. When Redis refuses it (an ACL
+// without CLIENT UNBLOCK), or it does not end the read in that time, the
+// read is aborted: its connection is closed, and the next read takes
+// another.
 func (h *hub) interrupt(round uint64) {
 	b := h.b
 	ctx, cancel := context.WithTimeout(b.closing, b.ioTimeout)
 	defer cancel()
 	pause := 100 * time.Microsecond
-	for range unblockTries {
+	for ctx.Err() == nil {
 		h.mu.Lock()
 		id, current := h.id, h.reading && h.round == round
 		h.mu.Unlock()
@@ -252,7 +249,7 @@ func (h *hub) interrupt(round uint64) {
 		}
 		n, err := b.client.Do(ctx, b.client.B().ClientUnblock().ClientId(id).Build().SetSlot(h.slotKey)).AsInt64()
 		if err != nil {
-			break // refused (ACL) or unreachable
+			break
 		}
 		if n == 1 {
 			return
@@ -262,9 +259,11 @@ func (h *hub) interrupt(round uint64) {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return
 		}
 		pause = min(2*pause, 10*time.Millisecond)
+	}
+	if b.closing.Err() != nil {
+		return
 	}
 	h.mu.Lock()
 	if h.reading && h.round == round && h.abort != nil {

@@ -3,10 +3,12 @@ package redisbroker
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/redistest"
 )
 
 // hubWaiters returns the number of reads waiting in b's hubs (for tests).
@@ -87,4 +89,51 @@ func TestHubGivesBackWhatItReadForAWaiterThatLeft(t *testing.T) {
 	if err := <-doneB; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the other fetch = %v; want context.Canceled", err)
 	}
+}
+
+// TestHubWithoutClientUnblock: for a Redis user whose ACL refuses CLIENT
+// UNBLOCK, a fetch that joins the hub while its read is blocked still
+// gets its message without waiting for the block time: the read is
+// aborted (its connection replaced) instead.
+func TestHubWithoutClientUnblock(t *testing.T) {
+	t.Parallel()
+	raw := rawClient(t, srv)
+	user := "nounblock-" + strings.ReplaceAll(redistest.Prefix(t), ":", "-")
+	if err := do(t, raw, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-client|unblock").Error(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { do(t, raw, "ACL", "DELUSER", user) })
+	b, err := New(Config{URL: "redis://" + user + ":pw@" + srv.Addr(), KeyPrefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := ctxT(t)
+	fetch := func(receiver string) chan []broker.Delivery {
+		got := make(chan []broker.Delivery, 1)
+		go func() {
+			ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
+			if err != nil && !errors.Is(err, broker.ErrClosed) {
+				t.Error(err)
+			}
+			got <- ds
+		}()
+		return got
+	}
+	gotA := fetch("a")
+	eventually(t, "a blocked read", func() bool { return b.hubCovers("c", b.keys.queue("a")) })
+	got := fetch("b")
+	if _, err := b.Send(ctx, env("m1", "b")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ds := <-got:
+		if len(ds) != 1 || ds[0].Env.ID != "m1" {
+			t.Fatalf("Fetch of b = %+v; want m1", ds)
+		}
+	case <-time.After(10 * time.Second): // half the block time
+		t.Fatal("the fetch that joined waited for the block time")
+	}
+	b.Close()
+	<-gotA // Close ended it
 }
