@@ -25,10 +25,12 @@ import (
 // receivers and reply streams it reads. A waiter that joins while the read
 // is blocked, with a stream the read does not cover or a deadline before
 // its end, interrupts it with CLIENT UNBLOCK (sent on the shared
-// connections), and the next read covers it. The entries of a stream go
-// to its first waiter; the entries of a stream whose waiter left (its
-// context ended) are given back at once (XCLAIM ... IDLE lease RETRYCOUNT 0
-// JUSTID), as if never delivered.
+// connections), and the next read covers it; the streams of the waiters
+// answered by one read stay in the next, so that a waiter back with its
+// next fetch finds itself covered. The entries of a stream go to its first
+// waiter, up to its count; the others, and the entries of a stream whose
+// waiter left (its context ended), are given back at once (XCLAIM ... IDLE
+// lease RETRYCOUNT 0 JUSTID), as if never delivered.
 
 // hubLinger is how long a hub without waiters keeps its goroutine and its
 // dedicated connection before it gives them up.
@@ -94,7 +96,7 @@ type hub struct {
 	abort        context.CancelFunc // aborts the read (closes its connection)
 }
 
-// hubOf returns the hub of consumer for stream, locked by b.hubsMu.
+// hubOf returns the hub of consumer for stream; b.hubsMu must be held.
 func (b *Broker) hubOf(consumer, stream string) *hub {
 	k := hubKey{consumer: consumer}
 	if b.cluster {
