@@ -146,7 +146,6 @@ func TestThousandReceiversAndSendersFewConnections(t *testing.T) {
 		return !strings.Contains(info, "blocked_clients:0\r")
 	})
 	idle := diskerConns(t, raw)
-	t.Logf("%v: all wait", time.Now().Format(time.StampMilli))
 	ctx := ctxTimeout(t, time.Minute)
 	msgs := make([]disker.Message, n)
 	for i := range n {
@@ -157,7 +156,6 @@ func TestThousandReceiversAndSendersFewConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("%v: sent", time.Now().Format(time.StampMilli))
 	waitFor(t, time.Minute, "1,000 messages handled and 1,000 replies", func() bool {
 		return handledN.Load() == n && repliedN.Load() == n
 	})
