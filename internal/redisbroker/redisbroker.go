@@ -204,8 +204,8 @@ func New(cfg Config) (*Broker, error) {
 // dedicated one of a blocking read included, gets a ring of 2^ringScale
 // slots, each with a sync.Cond and a channel. With rueidis's default, 10,
 // creating the connections took most of the CPU of a test with 1,000
-// senders that each read their replies (one blocking connection each);
-// 8 makes them cheaper and leaves the benchmarks level (BENCHMARKS.md has
+// senders that each read their replies, when each held a blocking
+// connection of its own (before the read hubs); 8 makes them cheaper and leaves the benchmarks level (BENCHMARKS.md has
 // the figures). A blocking connection carries one command at a
 // time, and the pipelined ones hold 256 calls in flight each (a DoMulti
 // is one), beyond which callers wait.
