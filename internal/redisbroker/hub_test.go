@@ -3,11 +3,13 @@ package redisbroker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/keyslot"
 	"github.com/diskerhq/disker/internal/redistest"
 )
 
@@ -29,7 +31,11 @@ func (b *Broker) hubWaiters() int {
 func (b *Broker) hubCovers(consumer, stream string) bool {
 	b.hubsMu.Lock()
 	defer b.hubsMu.Unlock()
-	h, ok := b.hubs[hubKey{consumer: consumer}]
+	k := hubKey{consumer: consumer}
+	if b.cluster {
+		k.slot = keyslot.Of(stream)
+	}
+	h, ok := b.hubs[k]
 	if !ok {
 		return false
 	}
@@ -136,4 +142,90 @@ func TestHubWithoutClientUnblock(t *testing.T) {
 	}
 	b.Close()
 	<-gotA // Close ended it
+}
+
+// TestClusterHubPerSlot: on a Cluster, the blocked fetches of receivers
+// of different slots wait in one hub per slot, each blocked on the master
+// of its slot; a reply reader of a name whose queue is waiting (the same
+// slot) joins that hub by interrupting its read on that master; every one
+// gets what is sent to it well within the block time.
+func TestClusterHubPerSlot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Cluster test: runs without -short")
+	}
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	b := clusterBroker(t, c)
+	ctx := ctxT(t)
+	const n = 10
+	slots := make(map[uint16]bool)
+	got := make(chan string, n+1)
+	for i := range n {
+		r := fmt.Sprint("r", i)
+		slots[keyslot.Of(b.keys.queue(r))] = true
+		go func() {
+			ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: r, Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
+			if err != nil || len(ds) != 1 {
+				t.Errorf("Fetch of %s = %+v, %v", r, ds, err)
+				got <- ""
+				return
+			}
+			got <- ds[0].Env.ID
+		}()
+	}
+	eventually(t, "every queue in a blocked read", func() bool {
+		for i := range n {
+			if !b.hubCovers("c", b.keys.queue(fmt.Sprint("r", i))) {
+				return false
+			}
+		}
+		return true
+	})
+	if h := b.hubCount(); h != len(slots) {
+		t.Fatalf("%d hubs for %d slots", h, len(slots))
+	}
+	go func() {
+		rs, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "r0", Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
+		if err != nil || len(rs) != 1 {
+			t.Errorf("ReadReplies = %+v, %v", rs, err)
+			got <- ""
+			return
+		}
+		got <- "reply to " + rs[0].RequestID
+	}()
+	eventually(t, "the reply stream in the read of its slot", func() bool { return b.hubCovers("c", b.keys.replies("r0")) })
+	if h := b.hubCount(); h != len(slots) {
+		t.Fatalf("%d hubs for %d slots after the reply reader joined", h, len(slots))
+	}
+	for i := range n {
+		if _, err := b.Send(ctx, env(fmt.Sprint("m", i), fmt.Sprint("r", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Reply(ctx, &broker.Envelope{ID: "rep", Receiver: "r0", InReplyTo: "q"}, broker.ReplyUntimed); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"reply to q": true}
+	for i := range n {
+		want[fmt.Sprint("m", i)] = true
+	}
+	deadline := time.After(10 * time.Second) // half the block time
+	for range n + 1 {
+		select {
+		case id := <-got:
+			if !want[id] {
+				t.Fatalf("got %q; want one of %v", id, want)
+			}
+			delete(want, id)
+		case <-deadline:
+			t.Fatalf("still waiting for %v", want)
+		}
+	}
+}
+
+// hubCount returns the number of b's hubs.
+func (b *Broker) hubCount() int {
+	b.hubsMu.Lock()
+	defer b.hubsMu.Unlock()
+	return len(b.hubs)
 }
