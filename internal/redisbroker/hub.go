@@ -49,6 +49,7 @@ type waiter struct {
 	lease    time.Duration
 	count    int
 	deadline time.Time
+	start    time.Time      // when its fetch began
 	res      chan hubAnswer // capacity 1: the one answer
 	done     bool           // answered or left (under hub.mu)
 }
@@ -94,7 +95,29 @@ type hub struct {
 	interrupting bool               // an interrupt of this read is under way
 	id           int64              // CLIENT ID of the dedicated connection
 	abort        context.CancelFunc // aborts the read (closes its connection)
+	// parked: entries read for a stream that had no waiter (or beyond its
+	// waiter's count), by stream, kept for its next waiter for up to
+	// parkFor, then given back.
+	parked map[string]*parkedEntries
+	// gaveBack: when parked entries were last given back, by the queue or
+	// reply stream they were read for (see join).
+	gaveBack map[string]time.Time
 }
+
+// parkedEntries are entries of one stream read with no waiter to take
+// them.
+type parkedEntries struct {
+	es []rueidis.XRangeEntry
+	r  readStream
+	at time.Time // when they were parked
+}
+
+// parkFor is how long a hub keeps entries read with no waiter for them
+// (see hub.parked; Broker.parkFor): the consumer loop whose stream it is
+// is usually between two fetches, and its next one takes them; past this,
+// they are given back, for any consumer's next reclaim. It is also the
+// period of the fetch script's reclaim (reclaimEvery).
+const parkFor = 100 * time.Millisecond
 
 // hubOf returns the hub of consumer for stream; b.hubsMu must be held.
 func (b *Broker) hubOf(consumer, stream string) *hub {
@@ -159,6 +182,16 @@ func (b *Broker) hubRead(ctx context.Context, consumer string, w *waiter) (map[s
 func (h *hub) join(w *waiter) (bool, uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if a := h.unpark(w); a != nil {
+		h.answer(w, hubAnswer{read: a})
+		return false, 0
+	}
+	if t, ok := h.gaveBack[w.home]; ok && !t.Before(w.start) {
+		// Entries of its stream were given back after its fetch looked
+		// for them: answer empty, and its next fetch reclaims them.
+		h.answer(w, hubAnswer{})
+		return false, 0
+	}
 	h.waiters = append(h.waiters, w)
 	if !h.running {
 		h.running = true
@@ -184,6 +217,99 @@ func (h *hub) join(w *waiter) (bool, uint64) {
 	}
 	h.interrupting = need
 	return need, h.round
+}
+
+// unpark takes the parked entries of w's streams, up to w.count per
+// stream, under h.mu; nil if there are none.
+func (h *hub) unpark(w *waiter) map[string][]rueidis.XRangeEntry {
+	var a map[string][]rueidis.XRangeEntry
+	for _, s := range w.streams {
+		p, ok := h.parked[s]
+		if !ok {
+			continue
+		}
+		n := min(len(p.es), w.count)
+		if a == nil {
+			a = make(map[string][]rueidis.XRangeEntry, len(w.streams))
+		}
+		a[s] = p.es[:n:n]
+		if p.es = p.es[n:]; len(p.es) == 0 {
+			delete(h.parked, s)
+		}
+	}
+	return a
+}
+
+// park keeps es, read for stream s with no waiter to take them, under h.mu.
+func (h *hub) park(s string, es []rueidis.XRangeEntry, r readStream, now time.Time) {
+	if h.parked == nil {
+		h.parked = make(map[string]*parkedEntries)
+	}
+	if p, ok := h.parked[s]; ok {
+		p.es = append(p.es, es...)
+		return
+	}
+	h.parked[s] = &parkedEntries{es: es, r: r, at: now}
+}
+
+// unparkExpired takes the parked entries older than parkFor (all, with
+// all), and returns the earliest time at which the others expire (zero
+// if none are left).
+func (h *hub) unparkExpired(now time.Time, all bool) (map[string]*parkedEntries, time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out map[string]*parkedEntries
+	var next time.Time
+	for s, p := range h.parked {
+		end := p.at.Add(h.b.parkFor)
+		if all || !now.Before(end) {
+			if out == nil {
+				out = make(map[string]*parkedEntries)
+			}
+			out[s] = p
+			delete(h.parked, s)
+			continue
+		}
+		if next.IsZero() || end.Before(next) {
+			next = end
+		}
+	}
+	return out, next
+}
+
+// giveBackParked gives back entries taken from h.parked. A waiter of
+// their queue or reply stream gets an empty answer, for its next fetch to
+// reclaim them (so does one that joins later, but whose fetch began
+// before: see join).
+func (h *hub) giveBackParked(ps map[string]*parkedEntries) {
+	if len(ps) == 0 {
+		return
+	}
+	homes := make(map[string]bool, len(ps))
+	for s, p := range ps {
+		h.b.giveBackRead(context.Background(), h.key.consumer, p.r.lease, p.r.home, map[string][]rueidis.XRangeEntry{s: p.es})
+		homes[p.r.home] = true
+	}
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gaveBack == nil {
+		h.gaveBack = make(map[string]time.Time)
+	}
+	for home, t := range h.gaveBack {
+		if now.Sub(t) > 2*h.b.ioTimeout {
+			delete(h.gaveBack, home) // any fetch that began before has joined
+		}
+	}
+	for home := range homes {
+		h.gaveBack[home] = now
+	}
+	for _, w := range h.waiters {
+		if homes[w.home] {
+			h.answer(w, hubAnswer{})
+		}
+	}
+	h.drop()
 }
 
 // leave removes w from h unless it was answered; it reports whether it
@@ -302,12 +428,18 @@ func (h *hub) run() {
 		h.id = 0
 		h.mu.Unlock()
 	}
+	defer func() {
+		ps, _ := h.unparkExpired(time.Time{}, true)
+		h.giveBackParked(ps)
+	}()
 	idle := time.NewTimer(hubLinger)
 	defer idle.Stop()
 	for {
 		if b.closing.Err() != nil {
 			return
 		}
+		ps, parkedUntil := h.unparkExpired(time.Now(), false)
+		h.giveBackParked(ps)
 		fresh := dc == nil
 		if fresh && h.waiting() {
 			var err error
@@ -320,7 +452,7 @@ func (h *hub) run() {
 		streams, rs, count, until := h.next(abort)
 		if len(streams) == 0 {
 			abort()
-			if h.idle(idle) {
+			if h.idle(idle, parkedUntil) {
 				drop(false)
 				return
 			}
@@ -335,6 +467,9 @@ func (h *hub) run() {
 		ids := make([]string, len(streams))
 		for i := range ids {
 			ids[i] = ">"
+		}
+		if !parkedUntil.IsZero() && parkedUntil.Before(until) {
+			until = parkedUntil // to give back what is still parked then
 		}
 		read, err := dc.Do(rctx, dc.B().Xreadgroup().Group("g", h.key.consumer).Count(int64(count)).
 			Block(ms(max(time.Until(until), time.Millisecond))).Streams().Key(streams...).Id(ids...).Build()).AsXRead()
@@ -370,10 +505,11 @@ func (h *hub) endRead() {
 	h.round++
 }
 
-// idle waits, without waiters, for one to join; it reports true, with h no
-// longer running and out of the broker's hubs, when none joined for
-// hubLinger or the broker closes.
-func (h *hub) idle(t *time.Timer) bool {
+// idle waits, without waiters, for one to join, or until parked entries
+// expire (parkedUntil, if not zero). It reports true, with h no longer
+// running and out of the broker's hubs, when none joined for hubLinger,
+// nothing is parked, or the broker closes.
+func (h *hub) idle(t *time.Timer, parkedUntil time.Time) bool {
 	b := h.b
 	if !t.Stop() {
 		select {
@@ -381,18 +517,25 @@ func (h *hub) idle(t *time.Timer) bool {
 		default:
 		}
 	}
-	t.Reset(hubLinger)
+	wait := hubLinger
+	if !parkedUntil.IsZero() {
+		wait = min(wait, max(time.Until(parkedUntil), time.Millisecond))
+	}
+	t.Reset(wait)
 	select {
 	case <-h.kick:
 		return false
 	case <-t.C:
+		if !parkedUntil.IsZero() {
+			return false
+		}
 	case <-b.closing.Done():
 	}
 	b.hubsMu.Lock()
 	defer b.hubsMu.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.waiters) > 0 {
+	if len(h.waiters) > 0 || len(h.parked) > 0 && b.closing.Err() == nil {
 		return false
 	}
 	h.running = false
@@ -496,17 +639,13 @@ func (h *hub) fail(streams []string, err error) {
 }
 
 // deliver hands the entries of each stream to its first waiter, up to its
-// count, and gives back the others: those beyond the count, and those of a
-// stream whose waiters left.
+// count, and parks the others: those beyond the count, and those of a
+// stream with no waiter (it left, or it is between two fetches).
 func (h *hub) deliver(read map[string][]rueidis.XRangeEntry, rs map[string]readStream) {
-	type giveBack struct {
-		stream string
-		es     []rueidis.XRangeEntry
-		r      readStream
-	}
 	answers := make(map[*waiter]map[string][]rueidis.XRangeEntry)
-	var back []giveBack
+	now := time.Now()
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	first := make(map[string]*waiter, len(read))
 	for _, w := range h.waiters {
 		for _, s := range w.streams {
@@ -521,12 +660,12 @@ func (h *hub) deliver(read map[string][]rueidis.XRangeEntry, rs map[string]readS
 		}
 		to := first[s]
 		if to == nil {
-			back = append(back, giveBack{s, es, rs[s]})
+			h.park(s, es, rs[s], now)
 			continue
 		}
 		if len(es) > to.count {
-			back = append(back, giveBack{s, es[to.count:], readStream{lease: to.lease, home: to.home}})
-			es = es[:to.count]
+			h.park(s, es[to.count:], readStream{lease: to.lease, home: to.home}, now)
+			es = es[:to.count:to.count]
 		}
 		if answers[to] == nil {
 			answers[to] = make(map[string][]rueidis.XRangeEntry, len(to.streams))
@@ -537,10 +676,6 @@ func (h *hub) deliver(read map[string][]rueidis.XRangeEntry, rs map[string]readS
 		h.answer(w, hubAnswer{read: a})
 	}
 	h.drop()
-	h.mu.Unlock()
-	for _, g := range back {
-		h.b.giveBackRead(context.Background(), h.key.consumer, g.r.lease, g.r.home, map[string][]rueidis.XRangeEntry{g.stream: g.es})
-	}
 }
 
 // giveBackRead gives back the entries of read, read by consumer for the

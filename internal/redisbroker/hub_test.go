@@ -48,8 +48,9 @@ func (b *Broker) hubCovers(consumer, stream string) bool {
 // TestHubGivesBackWhatItReadForAWaiterThatLeft: a fetch waiting in the
 // hub leaves (its context ends) while the hub's read, kept up by another
 // fetch, still covers its queue; a message sent to that queue then is read
-// by the hub and given back at once, so the next fetch gets it as attempt
-// 1, not after a lease and not as a retry.
+// by the hub, parked for the queue's next fetch, and given back when none
+// comes (after parkFor), so another consumer's fetch gets it as attempt 1,
+// not after a lease and not as a retry.
 func TestHubGivesBackWhatItReadForAWaiterThatLeft(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
@@ -228,4 +229,57 @@ func (b *Broker) hubCount() int {
 	b.hubsMu.Lock()
 	defer b.hubsMu.Unlock()
 	return len(b.hubs)
+}
+
+// TestHubParksForTheNextFetch: a message read by the hub for a queue
+// whose consumer loop is between two fetches (its stream stays in the
+// read after its fetch was answered) goes to that queue's next fetch at
+// once, as attempt 1.
+func TestHubParksForTheNextFetch(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	b.parkFor = time.Minute // longer than the test: nothing is given back
+	ctx := ctxT(t)
+	p := func(receiver string) *broker.FetchParams {
+		return &broker.FetchParams{Receiver: receiver, Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute}
+	}
+	ctxB, cancelB := context.WithCancel(ctx)
+	doneB := make(chan error, 1)
+	go func() { _, err := b.Fetch(ctxB, p("b")); doneB <- err }()
+	got := make(chan []broker.Delivery, 1)
+	go func() {
+		ds, err := b.Fetch(ctx, p("a"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ds
+	}()
+	eventually(t, "a read covering a", func() bool { return b.hubCovers("c", b.keys.queue("a")) })
+	if _, err := b.Send(ctx, env("m1", "a")); err != nil {
+		t.Fatal(err)
+	}
+	if ds := <-got; len(ds) != 1 || ds[0].Env.ID != "m1" {
+		t.Fatalf("first Fetch = %+v; want m1", ds)
+	}
+	eventually(t, "a read still covering a", func() bool { return b.hubCovers("c", b.keys.queue("a")) })
+	if _, err := b.Send(ctx, env("m2", "a")); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawClient(t, srv)
+	eventually(t, "m2 read by the hub", func() bool {
+		n, err := raw.Do(ctx, raw.B().Xpending().Key(b.keys.queue("a")).Group("g").Build()).ToArray()
+		if err != nil || len(n) == 0 {
+			return false
+		}
+		c, _ := n[0].AsInt64()
+		return c == 2
+	})
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second) // half the block time
+	defer cancel()
+	ds, err := b.Fetch(fctx, p("a"))
+	if err != nil || len(ds) != 1 || ds[0].Env.ID != "m2" || ds[0].Attempt != 1 {
+		t.Fatalf("next Fetch = %+v, %v; want m2 at once, as attempt 1", ds, err)
+	}
+	cancelB()
+	<-doneB
 }

@@ -436,6 +436,7 @@ func (b *Broker) queueKeys(receiver string) streamKeys {
 // fetch is exactly what it was without them.
 func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams) ([]entry, error) {
 	op, stream, consumer, max, block := s.op, s.stream, p.Consumer, p.Max, p.Block
+	start := time.Now() // before it looks: see waiter.start
 	var entries []entry
 	levels := 0
 	if s.record {
@@ -489,18 +490,19 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 			}
 		}
 	}
-	return b.blockingRead(ctx, s, p, levels, block)
+	return b.blockingRead(ctx, s, p, levels, block, start)
 }
 
 // blockingRead is the blocking read of a fetch that found nothing: it
 // reads s.stream (and, when levels says the high or low level streams
 // hold entries, those too) for p.Consumer through the consumer's hub
-// (hub.go), waiting up to block. With levels it keeps the p.Max highest
+// (hub.go), waiting up to block; start is when the fetch began to look
+// for entries. With levels it keeps the p.Max highest
 // entries and gives the others back at once, as if never delivered
 // (XCLAIM IDLE lease RETRYCOUNT 0: the next reclaim takes them, as
 // attempt 1).
-func (b *Broker) blockingRead(ctx context.Context, s *streamKeys, p *broker.FetchParams, levels int, block time.Duration) ([]entry, error) {
-	w := &waiter{home: s.stream, lease: p.Lease, count: p.Max, deadline: time.Now().Add(block)}
+func (b *Broker) blockingRead(ctx context.Context, s *streamKeys, p *broker.FetchParams, levels int, block time.Duration, start time.Time) ([]entry, error) {
+	w := &waiter{home: s.stream, lease: p.Lease, count: p.Max, deadline: time.Now().Add(block), start: start}
 	prefixes := []string{""}
 	w.streams = []string{s.stream}
 	if levels != 0 {

@@ -136,6 +136,7 @@ type Broker struct {
 	hubsClosed bool
 	hubsWG     sync.WaitGroup
 	ioTimeout  time.Duration
+	parkFor    time.Duration // parkFor, but for tests
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -183,6 +184,7 @@ func New(cfg Config) (*Broker, error) {
 		pruneEvery:   pruneEvery,
 		hubs:         make(map[hubKey]*hub),
 		ioTimeout:    cfg.IOTimeout,
+		parkFor:      parkFor,
 	}
 	b.replies = newBatcher(maxBatch/2, b.flushReplies, func(v any) replyResult {
 		return replyResult{err: fmt.Errorf("redisbroker: reply: panic: %v", v)}
