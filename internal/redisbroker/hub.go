@@ -28,9 +28,10 @@ import (
 // connections), and the next read covers it; the streams of the waiters
 // answered by one read stay in the next, so that a waiter back with its
 // next fetch finds itself covered. The entries of a stream go to its first
-// waiter, up to its count; the others, and the entries of a stream whose
-// waiter left (its context ended), are given back at once (XCLAIM ... IDLE
-// lease RETRYCOUNT 0 JUSTID), as if never delivered.
+// waiter, up to its count; the others, and the entries of a stream with no
+// waiter (its loop is between two fetches, or its context ended), are
+// parked for the stream's next waiter, and given back after parkFor
+// (XCLAIM ... IDLE lease RETRYCOUNT 0 JUSTID), as if never delivered.
 
 // hubLinger is how long a hub without waiters keeps its goroutine and its
 // dedicated connection before it gives them up.
