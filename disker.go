@@ -53,8 +53,10 @@ type Config struct {
 	// commands, which are pipelined on them: the broker opens the largest
 	// power of two that is at most this, at most GOMAXPROCS and at most 4
 	// (more connections only make smaller pipelined batches); default 4.
-	// Blocking reads use connections of their own, so no number of
-	// receivers starves the others.
+	// The blocking reads of all receivers and reply handlers share one
+	// connection of their own (one per slot in use on a Cluster), so no
+	// number of receivers starves the others, and the connections stay
+	// few.
 	MaxConnectionPoolSize int
 	// ReceiverBlockTimeout is how long a blocking read waits for messages
 	// before it looks again; default 1s.

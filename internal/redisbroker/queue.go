@@ -420,22 +420,23 @@ func (b *Broker) queueKeys(receiver string) streamKeys {
 // reclaimEvery per stream (and at once after this broker's Retry, or when
 // the group is missing) it runs the fetch script, which reclaims expired
 // leases and due retries, dead-letters entries past maxAttempts and reads
-// new entries. Otherwise, and when the script found nothing, it reads new
-// entries with one XREADGROUP: for block > 0 a blocking one on a dedicated
-// connection (it answers at once when entries are waiting, so a read
-// without BLOCK before it would only add a round trip), else a pipelined
-// one.
+// new entries. Otherwise it reads new entries with one pipelined
+// XREADGROUP without BLOCK. When that (or the script) found nothing and
+// block > 0, it waits for new entries in the hub of p.Consumer, which
+// multiplexes the blocking reads of all of the consumer's streams on one
+// dedicated connection (blockingRead, hub.go).
 //
 // Priorities: the script also answers whether the high or low level
 // streams of a queue hold entries (two XLENs), which this broker remembers
 // per queue. While they do, every fetch runs the script, which serves the
 // levels highest first (reclaiming only when due), and a blocking read
 // reads every level stream that holds entries, keeping the highest p.Max
-// entries and giving any others back at once (levelRead). While they do
+// entries and giving any others back at once (blockingRead). While they do
 // not, which is the case of a receiver that never uses priorities, a
 // fetch is exactly what it was without them.
 func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams) ([]entry, error) {
 	op, stream, consumer, max, block := s.op, s.stream, p.Consumer, p.Max, p.Block
+	start := time.Now() // before it looks: see waiter.start
 	var entries []entry
 	levels := 0
 	if s.record {
@@ -445,7 +446,7 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 	}
 	due := b.reclaimDue(stream) || b.leaseChanged(stream, consumer, p.Lease)
 	script := due || levels != 0 || (s.promote && b.scheduleDue(stream))
-	if !script && block <= 0 {
+	if !script {
 		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 			Streams().Key(stream).Id(">").Build()).AsXRead()
 		switch {
@@ -489,61 +490,44 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 			}
 		}
 	}
-	bctx, stop := b.blockingCtx(ctx)
-	defer stop()
+	return b.blockingRead(ctx, s, p, levels, block, start)
+}
+
+// blockingRead is the blocking read of a fetch that found nothing: it
+// reads s.stream (and, when levels says the high or low level streams
+// hold entries, those too) for p.Consumer through the consumer's hub
+// (hub.go), waiting up to block; start is when the fetch began to look
+// for entries. With levels it keeps the p.Max highest
+// entries and gives the others back at once, as if never delivered
+// (XCLAIM IDLE lease RETRYCOUNT 0: the next reclaim takes them, as
+// attempt 1).
+func (b *Broker) blockingRead(ctx context.Context, s *streamKeys, p *broker.FetchParams, levels int, block time.Duration, start time.Time) ([]entry, error) {
+	w := &waiter{home: s.stream, lease: p.Lease, count: p.Max, deadline: time.Now().Add(block), start: start}
+	prefixes := []string{""}
+	w.streams = []string{s.stream}
 	if levels != 0 {
-		return b.levelRead(ctx, bctx, s, p, levels, block)
+		w.streams, prefixes = w.streams[:0], prefixes[:0]
+		if levels&1 != 0 {
+			w.streams, prefixes = append(w.streams, s.high), append(prefixes, "h")
+		}
+		w.streams, prefixes = append(w.streams, s.stream), append(prefixes, "")
+		if levels&2 != 0 {
+			w.streams, prefixes = append(w.streams, s.low), append(prefixes, "l")
+		}
 	}
-	read, err := b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
-		Block(ms(block)).Streams().Key(stream).Id(">").Build()).AsXRead()
+	read, err := b.hubRead(ctx, p.Consumer, w)
 	switch {
-	case isNoGroup(err):
+	case errors.Is(err, errNoGroup):
 		// The group is missing: Redis lost its data (a restart without
 		// persistence) or the stream was deleted. The fetch script creates
 		// it again and reads what is there, such as messages sent since.
-		entries, _, _, err = b.reclaim(ctx, s, p, true)
-		return entries, err
-	case rueidis.IsRedisNil(err):
-		return entries, nil
-	case err != nil:
-		return nil, b.fail(ctx, op, err)
-	}
-	return appendRead(entries, read[stream], ""), nil
-}
-
-// levelRead is the blocking read of a queue whose priority levels hold
-// entries (levels: the fetch script's answer): one XREADGROUP BLOCK of
-// every level stream that does, which answers with up to p.Max entries of
-// each stream that has new ones. It keeps the p.Max highest and gives the
-// others back at once, as if never delivered (XCLAIM IDLE lease
-// RETRYCOUNT 0: the next reclaim takes them, as attempt 1).
-func (b *Broker) levelRead(ctx, bctx context.Context, s *streamKeys, p *broker.FetchParams, levels int, block time.Duration) ([]entry, error) {
-	streams := make([]string, 0, 3)
-	prefixes := make([]string, 0, 3)
-	if levels&1 != 0 {
-		streams, prefixes = append(streams, s.high), append(prefixes, "h")
-	}
-	streams, prefixes = append(streams, s.stream), append(prefixes, "")
-	if levels&2 != 0 {
-		streams, prefixes = append(streams, s.low), append(prefixes, "l")
-	}
-	ids := make([]string, len(streams))
-	for i := range ids {
-		ids[i] = ">"
-	}
-	read, err := b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", p.Consumer).Count(int64(p.Max)).
-		Block(ms(block)).Streams().Key(streams...).Id(ids...).Build()).AsXRead()
-	switch {
-	case isNoGroup(err):
 		entries, _, _, err := b.reclaim(ctx, s, p, true)
 		return entries, err
-	case rueidis.IsRedisNil(err):
-		return nil, nil
 	case err != nil:
 		return nil, b.fail(ctx, s.op, err)
 	}
 	var entries []entry
-	for i, stream := range streams {
+	for i, stream := range w.streams {
 		entries = appendRead(entries, read[stream], prefixes[i])
 	}
 	if len(entries) <= p.Max {
@@ -551,9 +535,7 @@ func (b *Broker) levelRead(ctx, bctx context.Context, s *streamKeys, p *broker.F
 	}
 	for _, e := range entries[p.Max:] {
 		stream, id, _ := b.splitRef(s, e.id)
-		err := b.client.Do(ctx, b.client.B().Xclaim().Key(stream).Group("g").Consumer(p.Consumer).MinIdleTime("0").
-			Id(id).Idle(p.Lease.Milliseconds()).Retrycount(0).Justid().Build()).Error()
-		if err != nil {
+		if err := b.giveBack(ctx, stream, p.Consumer, p.Lease, []string{id}); err != nil {
 			// It stays with p.Consumer until its lease ends.
 			b.forceReclaim(s.stream)
 			return entries[:p.Max], b.fail(ctx, s.op, err)

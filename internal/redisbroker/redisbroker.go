@@ -2,9 +2,10 @@
 // Redis Streams with consumer groups, where every state change that must be
 // atomic is one Lua script and every time that decides an outcome is Redis
 // server time. It talks to Redis with rueidis, which pipelines concurrent
-// commands on a few shared connections and runs blocking reads on dedicated
-// connections of their own, so that no number of blocked receivers can
-// starve sends.
+// commands on a few shared connections; the blocking reads of all the
+// receivers and reply streams of one consumer share one dedicated
+// connection (a read hub, hub.go), so that no number of blocked receivers
+// can starve sends, and the connections stay few.
 //
 // The key schema and the scripts are described in README.md next to this
 // file.
@@ -57,8 +58,11 @@ type Config struct {
 	// connections.
 	MaxConnectionPoolSize int
 	// MaxBlockingConnections bounds the dedicated connections of blocking
-	// reads (Fetch and ReadReplies with block > 0). More concurrent blocking
-	// reads wait for one; ordinary commands are never affected. 0 means
+	// reads, per server: those of the read hubs, which multiplex the
+	// blocking reads of Fetch and ReadReplies (one hub per consumer name
+	// and, on a Cluster, per slot), and those of ReadInbox. A hub beyond
+	// the bound waits for a connection, and its waiters return empty at
+	// their block time; ordinary commands are never affected. 0 means
 	// DefaultMaxBlockingConnections.
 	MaxBlockingConnections int
 	// KeyPrefix starts every key; default "disker". It must not contain
@@ -124,6 +128,16 @@ type Broker struct {
 	// inboxWrites batches the writes of requests from inboxes: see doInbox.
 	inboxWrites *batcher[rueidis.Completed, inboxResult]
 
+	// hubs multiplex the blocking reads of Fetch and ReadReplies: one per
+	// consumer (and Cluster slot), see hub.go. hubsWG counts their
+	// goroutines; after Close (hubsClosed) none starts.
+	hubsMu     sync.Mutex
+	hubs       map[hubKey]*hub
+	hubsClosed bool
+	hubsWG     sync.WaitGroup
+	ioTimeout  time.Duration
+	parkFor    time.Duration // parkFor, but for tests
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	// closing ends at Close, to wake blocked reads: rueidis does not end
@@ -168,6 +182,9 @@ func New(cfg Config) (*Broker, error) {
 		reclaimEvery: reclaimEvery,
 		pruneIdle:    pruneIdle,
 		pruneEvery:   pruneEvery,
+		hubs:         make(map[hubKey]*hub),
+		ioTimeout:    cfg.IOTimeout,
+		parkFor:      parkFor,
 	}
 	b.replies = newBatcher(maxBatch/2, b.flushReplies, func(v any) replyResult {
 		return replyResult{err: fmt.Errorf("redisbroker: reply: panic: %v", v)}
@@ -189,8 +206,9 @@ func New(cfg Config) (*Broker, error) {
 // dedicated one of a blocking read included, gets a ring of 2^ringScale
 // slots, each with a sync.Cond and a channel. With rueidis's default, 10,
 // creating the connections took most of the CPU of a test with 1,000
-// senders that each read their replies (one blocking connection each);
-// 8 makes them cheaper and leaves the benchmarks level. A blocking connection carries one command at a
+// senders that each read their replies, when each held a blocking
+// connection of its own (before the read hubs); 8 makes them cheaper and
+// leaves the benchmarks level. A blocking connection carries one command at a
 // time, and the pipelined ones hold 256 calls in flight each (a DoMulti
 // is one), beyond which callers wait.
 const ringScale = 8
@@ -284,7 +302,11 @@ func (c Config) withDefaults() (Config, error) {
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
+		b.hubsMu.Lock()
+		b.hubsClosed = true
+		b.hubsMu.Unlock()
 		b.stopClosing()
+		b.hubsWG.Wait() // their reads end with closing
 		b.client.Close()
 	})
 	return nil

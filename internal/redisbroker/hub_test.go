@@ -1,0 +1,285 @@
+package redisbroker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/keyslot"
+	"github.com/diskerhq/disker/internal/redistest"
+)
+
+// hubWaiters returns the number of reads waiting in b's hubs (for tests).
+func (b *Broker) hubWaiters() int {
+	b.hubsMu.Lock()
+	defer b.hubsMu.Unlock()
+	n := 0
+	for _, h := range b.hubs {
+		h.mu.Lock()
+		n += len(h.waiters)
+		h.mu.Unlock()
+	}
+	return n
+}
+
+// hubCovers reports whether the read in progress of consumer's hub covers
+// stream.
+func (b *Broker) hubCovers(consumer, stream string) bool {
+	b.hubsMu.Lock()
+	defer b.hubsMu.Unlock()
+	k := hubKey{consumer: consumer}
+	if b.cluster {
+		k.slot = keyslot.Of(stream)
+	}
+	h, ok := b.hubs[k]
+	if !ok {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok = h.readSet[stream]
+	return h.reading && ok
+}
+
+// TestHubGivesBackWhatItReadForAWaiterThatLeft: a fetch waiting in the
+// hub leaves (its context ends) while the hub's read, kept up by another
+// fetch, still covers its queue; a message sent to that queue then is read
+// by the hub, parked for the queue's next fetch, and given back when none
+// comes (after parkFor), so another consumer's fetch gets it as attempt 1,
+// not after a lease and not as a retry.
+func TestHubGivesBackWhatItReadForAWaiterThatLeft(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	fetch := func(ctx context.Context, receiver string) error {
+		_, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
+		return err
+	}
+	ctxB, cancelB := context.WithCancel(ctx)
+	doneB := make(chan error, 1)
+	go func() { doneB <- fetch(ctxB, "b") }()
+	ctxA, cancelA := context.WithCancel(ctx)
+	doneA := make(chan error, 1)
+	go func() { doneA <- fetch(ctxA, "a") }()
+	eventually(t, "a read covering both queues", func() bool {
+		return b.hubCovers("c", b.keys.queue("a")) && b.hubCovers("c", b.keys.queue("b"))
+	})
+	cancelA()
+	if err := <-doneA; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the fetch that left = %v; want context.Canceled", err)
+	}
+	if !b.hubCovers("c", b.keys.queue("a")) {
+		t.Fatal("the read ended when a waiter left")
+	}
+	if _, err := b.Send(ctx, env("m1", "a")); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawClient(t, srv)
+	eventually(t, "the entry read and given back", func() bool {
+		p, err := raw.Do(ctx, raw.B().Xpending().Key(b.keys.queue("a")).Group("g").Start("-").End("+").Count(10).Build()).ToArray()
+		if err != nil || len(p) != 1 {
+			return false
+		}
+		e, _ := p[0].ToArray()
+		n, _ := e[3].AsInt64()
+		return n == 0
+	})
+	ds := fetch1(t, b, broker.FetchParams{Receiver: "a", Consumer: "d", Lease: time.Minute})
+	if len(ds) != 1 || ds[0].Env.ID != "m1" || ds[0].Attempt != 1 {
+		t.Fatalf("Fetch after the give-back = %+v; want m1 as attempt 1", ds)
+	}
+	cancelB()
+	if err := <-doneB; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the other fetch = %v; want context.Canceled", err)
+	}
+}
+
+// TestHubWithoutClientUnblock: for a Redis user whose ACL refuses CLIENT
+// UNBLOCK, a fetch that joins the hub while its read is blocked still
+// gets its message without waiting for the block time: the read is
+// aborted (its connection replaced) instead.
+func TestHubWithoutClientUnblock(t *testing.T) {
+	t.Parallel()
+	raw := rawClient(t, srv)
+	user := "nounblock-" + strings.ReplaceAll(redistest.Prefix(t), ":", "-")
+	if err := do(t, raw, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-client|unblock").Error(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { do(t, raw, "ACL", "DELUSER", user) })
+	b, err := New(Config{URL: "redis://" + user + ":pw@" + srv.Addr(), KeyPrefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := ctxT(t)
+	fetch := func(receiver string) chan []broker.Delivery {
+		got := make(chan []broker.Delivery, 1)
+		go func() {
+			ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
+			if err != nil && !errors.Is(err, broker.ErrClosed) {
+				t.Error(err)
+			}
+			got <- ds
+		}()
+		return got
+	}
+	gotA := fetch("a")
+	eventually(t, "a blocked read", func() bool { return b.hubCovers("c", b.keys.queue("a")) })
+	got := fetch("b")
+	if _, err := b.Send(ctx, env("m1", "b")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ds := <-got:
+		if len(ds) != 1 || ds[0].Env.ID != "m1" {
+			t.Fatalf("Fetch of b = %+v; want m1", ds)
+		}
+	case <-time.After(10 * time.Second): // half the block time
+		t.Fatal("the fetch that joined waited for the block time")
+	}
+	b.Close()
+	<-gotA // Close ended it
+}
+
+// TestClusterHubPerSlot: on a Cluster, the blocked fetches of receivers
+// of different slots wait in one hub per slot, each blocked on the master
+// of its slot; a reply reader of a name whose queue is waiting (the same
+// slot) joins that hub by interrupting its read on that master; every one
+// gets what is sent to it well within the block time.
+func TestClusterHubPerSlot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Cluster test: runs without -short")
+	}
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	b := clusterBroker(t, c)
+	ctx := ctxT(t)
+	const n = 10
+	slots := make(map[uint16]bool)
+	got := make(chan string, n+1)
+	for i := range n {
+		r := fmt.Sprint("r", i)
+		slots[keyslot.Of(b.keys.queue(r))] = true
+		go func() {
+			ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: r, Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
+			if err != nil || len(ds) != 1 {
+				t.Errorf("Fetch of %s = %+v, %v", r, ds, err)
+				got <- ""
+				return
+			}
+			got <- ds[0].Env.ID
+		}()
+	}
+	eventually(t, "every queue in a blocked read", func() bool {
+		for i := range n {
+			if !b.hubCovers("c", b.keys.queue(fmt.Sprint("r", i))) {
+				return false
+			}
+		}
+		return true
+	})
+	if h := b.hubCount(); h != len(slots) {
+		t.Fatalf("%d hubs for %d slots", h, len(slots))
+	}
+	go func() {
+		rs, err := b.ReadReplies(ctx, &broker.ReadRepliesParams{Sender: "r0", Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
+		if err != nil || len(rs) != 1 {
+			t.Errorf("ReadReplies = %+v, %v", rs, err)
+			got <- ""
+			return
+		}
+		got <- "reply to " + rs[0].RequestID
+	}()
+	eventually(t, "the reply stream in the read of its slot", func() bool { return b.hubCovers("c", b.keys.replies("r0")) })
+	if h := b.hubCount(); h != len(slots) {
+		t.Fatalf("%d hubs for %d slots after the reply reader joined", h, len(slots))
+	}
+	for i := range n {
+		if _, err := b.Send(ctx, env(fmt.Sprint("m", i), fmt.Sprint("r", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Reply(ctx, &broker.Envelope{ID: "rep", Receiver: "r0", InReplyTo: "q"}, broker.ReplyUntimed); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"reply to q": true}
+	for i := range n {
+		want[fmt.Sprint("m", i)] = true
+	}
+	deadline := time.After(10 * time.Second) // half the block time
+	for range n + 1 {
+		select {
+		case id := <-got:
+			if !want[id] {
+				t.Fatalf("got %q; want one of %v", id, want)
+			}
+			delete(want, id)
+		case <-deadline:
+			t.Fatalf("still waiting for %v", want)
+		}
+	}
+}
+
+// hubCount returns the number of b's hubs.
+func (b *Broker) hubCount() int {
+	b.hubsMu.Lock()
+	defer b.hubsMu.Unlock()
+	return len(b.hubs)
+}
+
+// TestHubParksForTheNextFetch: a message read by the hub for a queue
+// whose consumer loop is between two fetches (its stream stays in the
+// read after its fetch was answered) goes to that queue's next fetch at
+// once, as attempt 1.
+func TestHubParksForTheNextFetch(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	b.parkFor = time.Minute // longer than the test: nothing is given back
+	ctx := ctxT(t)
+	p := func(receiver string) *broker.FetchParams {
+		return &broker.FetchParams{Receiver: receiver, Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute}
+	}
+	ctxB, cancelB := context.WithCancel(ctx)
+	doneB := make(chan error, 1)
+	go func() { _, err := b.Fetch(ctxB, p("b")); doneB <- err }()
+	got := make(chan []broker.Delivery, 1)
+	go func() {
+		ds, err := b.Fetch(ctx, p("a"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ds
+	}()
+	eventually(t, "a read covering a", func() bool { return b.hubCovers("c", b.keys.queue("a")) })
+	if _, err := b.Send(ctx, env("m1", "a")); err != nil {
+		t.Fatal(err)
+	}
+	if ds := <-got; len(ds) != 1 || ds[0].Env.ID != "m1" {
+		t.Fatalf("first Fetch = %+v; want m1", ds)
+	}
+	eventually(t, "a read still covering a", func() bool { return b.hubCovers("c", b.keys.queue("a")) })
+	if _, err := b.Send(ctx, env("m2", "a")); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawClient(t, srv)
+	eventually(t, "m2 read by the hub", func() bool {
+		n, err := raw.Do(ctx, raw.B().Xpending().Key(b.keys.queue("a")).Group("g").Build()).ToArray()
+		if err != nil || len(n) == 0 {
+			return false
+		}
+		c, _ := n[0].AsInt64()
+		return c == 2
+	})
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second) // half the block time
+	defer cancel()
+	ds, err := b.Fetch(fctx, p("a"))
+	if err != nil || len(ds) != 1 || ds[0].Env.ID != "m2" || ds[0].Attempt != 1 {
+		t.Fatalf("next Fetch = %+v, %v; want m2 at once, as attempt 1", ds, err)
+	}
+	cancelB()
+	<-doneB
+}
