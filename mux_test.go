@@ -103,7 +103,8 @@ func TestThousandReceiversAndSendersFewConnections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a stress test: runs without -short")
 	}
-	t.Parallel()
+	// Not parallel: its load would slow the tests beside it past their
+	// deadlines, and theirs would slow it.
 	const n = 1000
 	s := redistest.Start(t)
 	raw := rawOf(t, s)
@@ -179,7 +180,8 @@ func TestBusyReceiverDoesNotStarveQuietOnes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a stress test: runs without -short")
 	}
-	t.Parallel()
+	// Not parallel: its load would slow the tests beside it past their
+	// deadlines, and theirs would slow it.
 	fairBound := time.Second
 	if raceOn {
 		fairBound = 5 * time.Second
