@@ -197,7 +197,7 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 	}
 	yields := 0
 	for {
-		p.mu.Lock()
+		p.lock()
 		if p.closed {
 			p.mu.Unlock()
 			return Lease[W]{}, p.errClosed
@@ -421,7 +421,7 @@ func (p *Pool[W]) release(l Lease[W], check bool) error {
 			return p.retireOwned(e)
 		}
 	}
-	p.mu.Lock()
+	p.lock()
 	p.leased--
 	if p.closed || p.surplusLocked() {
 		p.closing++
@@ -704,3 +704,20 @@ func (p *Pool[W]) drainCheckLocked() {
 		close(p.drained)
 	}
 }
+
+// lock locks p.mu, trying for a moment before it parks. sync.Mutex does not
+// spin while the processor has other goroutines to run, so under many
+// callers it parks at once, and every unlock then pays a wake-up; the
+// pool's critical sections are a few loads and stores, so a brief retry
+// nearly always wins.
+func (p *Pool[W]) lock() {
+	for range lockSpins {
+		if p.mu.TryLock() {
+			return
+		}
+	}
+	p.mu.Lock()
+}
+
+// lockSpins is how many times lock tries before it parks.
+const lockSpins = 64
