@@ -371,10 +371,12 @@ func (p *Pool[W]) syncFastLocked() {
 	p.fast.Store(want)
 	if !want {
 		if e := p.hot.Swap(nil); e != nil {
-			if w := p.queue.pop(); w != nil {
+			if p.queue.len() > 0 && !p.closed && p.live <= p.size+p.maxOverflow {
 				p.lease(e)
-				w.ch <- e // never blocks: one value per wait
+				p.queue.pop().ch <- e // never blocks: one value per wait
 			} else {
+				// Close and Resize, which turn the fast path off, close
+				// the idle workers they must.
 				p.idleLocked(e)
 			}
 		}
@@ -454,12 +456,17 @@ func (p *Pool[W]) wait(ctx context.Context) (*poolEntry[W], error) {
 	w := p.waiters.Get().(*poolWaiter[W])
 	p.queue.push(w)
 	// A Release may have put its worker in hot before it could see this
-	// waiter: it goes to the first waiter.
-	var to *poolWaiter[W]
-	e := p.hot.Swap(nil)
-	if e != nil {
-		to = p.queue.pop()
-		p.lease(e)
+	// waiter: it goes to the first waiter. (With the fast path off, such a
+	// Release sees it and takes its worker back itself.)
+	var (
+		to *poolWaiter[W]
+		e  *poolEntry[W]
+	)
+	if p.fast.Load() {
+		if e = p.hot.Swap(nil); e != nil {
+			to = p.queue.pop()
+			p.lease(e)
+		}
 	}
 	p.growForWaitersLocked()
 	p.unlock()
