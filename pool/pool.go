@@ -193,9 +193,10 @@ func (p *Pool[W]) errorf(format string, args ...any) error {
 // worker if there is one, else makes a worker (with ctx) if the pool may
 // grow and nobody waits, else waits behind earlier callers, first come first
 // served. It gives up with ctx.Err() (unwrapped) when ctx has ended or ends
-// first. (Before it queues, a caller that finds every worker busy yields the
-// processor twice, so that workers held for a moment come back without
-// anyone parking; callers are ordered from the moment they queue.)
+// first. (Before it queues, a caller that finds every worker busy and
+// nobody waiting yields the processor twice, so that workers held for a
+// moment come back without anyone parking; callers are ordered from the
+// moment they queue.)
 //
 // It fails at once with an error wrapping ErrDegraded when it would have to
 // wait or make a worker while the pool is degraded, and with ErrClosed after
@@ -237,13 +238,15 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 		} else if err = ctx.Err(); err != nil {
 			p.unlock()
 			return Lease[W]{}, err
-		} else if yields < checkoutYields {
+		} else if yields < checkoutYields && p.queue.len() == 0 {
 			// Every worker is busy: let the goroutines that hold one run
 			// before queueing. Short leases then come back to the idle
 			// set instead of forming a convoy in which every checkout
 			// parks. Queued callers lose nothing: a released worker
 			// goes to the first of them, and an idle one exists only
-			// when none waits.
+			// when none waits. (When some wait already, the workers
+			// coming back go to them: yielding would only delay the
+			// caller's turn.)
 			p.unlock()
 			yields++
 			runtime.Gosched()
@@ -318,8 +321,10 @@ func (p *Pool[W]) takeHot() *poolEntry[W] {
 
 func (p *Pool[W]) popIdleLocked() *poolEntry[W] {
 	if p.lifo {
-		if e := p.hot.Swap(nil); e != nil {
-			return e
+		if p.hot.Load() != nil {
+			if e := p.hot.Swap(nil); e != nil {
+				return e
+			}
 		}
 		return p.idle.popBack()
 	}
@@ -462,7 +467,7 @@ func (p *Pool[W]) wait(ctx context.Context) (*poolEntry[W], error) {
 		to *poolWaiter[W]
 		e  *poolEntry[W]
 	)
-	if p.fast.Load() {
+	if p.fast.Load() && p.hot.Load() != nil {
 		if e = p.hot.Swap(nil); e != nil {
 			to = p.queue.pop()
 			p.lease(e)
