@@ -145,11 +145,11 @@ type Executor struct {
 	state atomic.Uint64
 	_     [56]byte
 	// waiters counts the Submit calls waiting for room.
-	waiters   atomic.Int64
-	_         [56]byte
+	waiters atomic.Int64
+	_       [56]byte
+	// submitted counts the accepted tasks; those finished are submitted
+	// minus inflight, so that finishing a task writes one word less.
 	submitted atomic.Uint64
-	_         [56]byte
-	completed atomic.Uint64
 	_         [56]byte
 	panicked  atomic.Uint64
 	rejected  atomic.Uint64
@@ -347,8 +347,20 @@ func (e *Executor) admit(t runnable) admitResult {
 	}
 }
 
-// submitSlow waits for room for t.
+// submitSlow waits for room for t. It first yields the processor a few
+// times, trying again after each: a task often finishes meanwhile, and the
+// caller then goes on without parking or being woken.
 func (e *Executor) submitSlow(ctx context.Context, t runnable) error {
+	for range submitSpins {
+		runtime.Gosched()
+		switch e.admit(t) {
+		case admitted:
+			return nil
+		case admitClosed:
+			e.rejected.Add(1)
+			return e.errClosed
+		}
+	}
 	e.waiters.Add(1)
 	for {
 		switch e.admit(t) {
@@ -413,7 +425,6 @@ func (e *Executor) next() runnable {
 	if e.waiters.Load() > 0 && len(e.tasks) == 0 {
 		select {
 		case t := <-e.handoff:
-			e.completed.Add(1)
 			e.submitted.Add(1)
 			return t
 		default:
@@ -425,7 +436,6 @@ func (e *Executor) next() runnable {
 
 // finish records the end of an accepted task and makes room.
 func (e *Executor) finish() {
-	e.completed.Add(1)
 	s := e.state.Add(^uint64(0)) // inflight - 1
 	if s&closedBit != 0 && inflightOf(s) == 0 {
 		close(e.done)
@@ -434,6 +444,10 @@ func (e *Executor) finish() {
 		e.signal()
 	}
 }
+
+// submitSpins is how many times Submit yields the processor and tries again,
+// when there is no room, before it waits.
+const submitSpins = 2
 
 // workerSpins is how many times a worker that found no task yields and looks
 // again before it parks.
@@ -577,6 +591,7 @@ func (e *Executor) Close(ctx context.Context) error {
 
 // Stats returns a snapshot of the executor's counts.
 func (e *Executor) Stats() ExecutorStats {
+	sub := e.submitted.Load()
 	s := e.state.Load()
 	in := int(inflightOf(s))
 	q := min(len(e.tasks), in)
@@ -584,8 +599,8 @@ func (e *Executor) Stats() ExecutorStats {
 		Running:   in - q,
 		Queued:    q,
 		Workers:   int(totalOf(s)),
-		Submitted: e.submitted.Load(),
-		Completed: e.completed.Load(),
+		Submitted: sub,
+		Completed: sub - min(uint64(in), sub),
 		Panicked:  e.panicked.Load(),
 		Rejected:  e.rejected.Load(),
 	}

@@ -63,16 +63,27 @@ type Pool[W any] struct {
 	waitNanos atomic.Int64
 	waits     atomic.Uint64
 
+	// The fast path of LIFO pools: hot is the top of the idle stack, the
+	// worker that came back last, or nil; the rest of the stack is idle.
+	// Release swaps its worker in and Checkout takes it out without the
+	// mutex while fast is set, that is while nobody waits and the pool is
+	// open, within Size and LIFO (see syncFastLocked). checkouts counts the
+	// leases handed out.
+	_         [64]byte
+	hot       atomic.Pointer[poolEntry[W]]
+	fast      atomic.Bool
+	checkouts atomic.Uint64
+	_         [64]byte
+
 	mu          sync.Mutex
 	idle        idleRing[W]
 	queue       waitList[W]
 	size        int
 	maxOverflow int
-	// live counts every worker slot in use: idle + leased + building +
-	// builders + closing. It never exceeds size+maxOverflow, except after a
-	// shrink until the surplus comes back.
+	// live counts every worker slot in use: idle (hot included) + leased
+	// + building + builders + closing. It never exceeds size+maxOverflow,
+	// except after a shrink until the surplus comes back.
 	live     int
-	leased   int
 	building int // constructions run by callers of Checkout
 	builders int // background constructions (one goroutine each)
 	closing  int // workers whose Close hook is running
@@ -91,11 +102,10 @@ type Pool[W any] struct {
 	probeDone chan struct{}
 	degraded  error // non-nil while degraded
 
-	checkouts uint64
-	created   uint64
-	retired   uint64
-	failures  uint64
-	restarts  uint64
+	created  uint64
+	retired  uint64
+	failures uint64
+	restarts uint64
 }
 
 // poolEntry is one worker and its lease state.
@@ -106,7 +116,7 @@ type poolEntry[W any] struct {
 	// holds the id it was given, so a stale or copied Lease cannot release
 	// the worker again.
 	lease atomic.Uint64
-	seq   uint64 // last lease id given out; guarded by p.mu
+	seq   uint64 // last lease id given out; only the entry's holder touches it
 	since int64  // when it went idle while overflow existed; 0 if unknown
 	used  bool   // leased before (a fresh worker skips the checkout check)
 }
@@ -170,6 +180,7 @@ func New[W any](cfg Config[W]) (*Pool[W], error) {
 			p.created++
 		}
 	}
+	p.syncFastLocked()
 	return p, nil
 }
 
@@ -182,9 +193,10 @@ func (p *Pool[W]) errorf(format string, args ...any) error {
 // worker if there is one, else makes a worker (with ctx) if the pool may
 // grow and nobody waits, else waits behind earlier callers, first come first
 // served. It gives up with ctx.Err() (unwrapped) when ctx has ended or ends
-// first. (Before it queues, a caller that finds every worker busy yields the
-// processor twice, so that workers held for a moment come back without
-// anyone parking; callers are ordered from the moment they queue.)
+// first. (Before it queues, a caller that finds every worker busy and
+// nobody waiting yields the processor twice, so that workers held for a
+// moment come back without anyone parking; callers are ordered from the
+// moment they queue.)
 //
 // It fails at once with an error wrapping ErrDegraded when it would have to
 // wait or make a worker while the pool is degraded, and with ErrClosed after
@@ -195,11 +207,19 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 	if err := ctx.Err(); err != nil {
 		return Lease[W]{}, err
 	}
+	if e := p.takeHot(); e != nil {
+		if l, ok := p.checked(ctx, e); ok {
+			return l, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return Lease[W]{}, err
+		}
+	}
 	yields := 0
 	for {
-		p.mu.Lock()
+		p.lock()
 		if p.closed {
-			p.mu.Unlock()
+			p.unlock()
 			return Lease[W]{}, p.errClosed
 		}
 		var (
@@ -207,25 +227,27 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 			err error
 		)
 		if e = p.popIdleLocked(); e != nil {
-			p.leaseLocked(e)
-			p.mu.Unlock()
+			p.lease(e)
+			p.unlock()
 		} else if p.degraded != nil {
 			err = p.degraded
-			p.mu.Unlock()
+			p.unlock()
 			return Lease[W]{}, err
-		} else if p.live < p.size+p.maxOverflow && p.queue.n == 0 {
+		} else if p.live < p.size+p.maxOverflow && p.queue.len() == 0 {
 			return p.build(ctx)
 		} else if err = ctx.Err(); err != nil {
-			p.mu.Unlock()
+			p.unlock()
 			return Lease[W]{}, err
-		} else if yields < checkoutYields {
+		} else if yields < checkoutYields && p.queue.len() == 0 {
 			// Every worker is busy: let the goroutines that hold one run
 			// before queueing. Short leases then come back to the idle
 			// set instead of forming a convoy in which every checkout
 			// parks. Queued callers lose nothing: a released worker
 			// goes to the first of them, and an idle one exists only
-			// when none waits.
-			p.mu.Unlock()
+			// when none waits. (When some wait already, the workers
+			// coming back go to them: yielding would only delay the
+			// caller's turn.)
+			p.unlock()
 			yields++
 			runtime.Gosched()
 			continue
@@ -251,10 +273,15 @@ const checkoutYields = 2
 // later try can succeed). ctx is given to the health check only. It fails
 // with ErrDegraded or ErrClosed like Checkout.
 func (p *Pool[W]) TryCheckout(ctx context.Context) (Lease[W], error) {
+	if e := p.takeHot(); e != nil {
+		if l, ok := p.checked(ctx, e); ok {
+			return l, nil
+		}
+	}
 	for {
 		p.mu.Lock()
 		if p.closed {
-			p.mu.Unlock()
+			p.unlock()
 			return Lease[W]{}, p.errClosed
 		}
 		e := p.popIdleLocked()
@@ -262,33 +289,103 @@ func (p *Pool[W]) TryCheckout(ctx context.Context) (Lease[W], error) {
 			err := p.errNoWorker
 			if p.degraded != nil {
 				err = p.degraded
-			} else if p.builders <= p.queue.n && p.live < p.size+p.maxOverflow {
+			} else if p.builders <= p.queue.len() && p.live < p.size+p.maxOverflow {
 				p.startBuilderLocked()
 			}
-			p.mu.Unlock()
+			p.unlock()
 			return Lease[W]{}, err
 		}
-		p.leaseLocked(e)
-		p.mu.Unlock()
+		p.lease(e)
+		p.unlock()
 		if l, ok := p.checked(ctx, e); ok {
 			return l, nil
 		}
 	}
 }
 
+// takeHot leases the worker in hot, if the fast path is on and there is
+// one, without the mutex.
+func (p *Pool[W]) takeHot() *poolEntry[W] {
+	if !p.fast.Load() {
+		return nil
+	}
+	// Whoever wins the CAS owns e; e may have been taken and given back in
+	// between, which is fine: it is idle again.
+	e := p.hot.Load()
+	if e == nil || !p.hot.CompareAndSwap(e, nil) {
+		return nil
+	}
+	p.lease(e)
+	return e
+}
+
 func (p *Pool[W]) popIdleLocked() *poolEntry[W] {
 	if p.lifo {
+		if p.hot.Load() != nil {
+			if e := p.hot.Swap(nil); e != nil {
+				return e
+			}
+		}
 		return p.idle.popBack()
 	}
 	return p.idle.popFront()
 }
 
-// leaseLocked marks e as leased under a new lease id.
-func (p *Pool[W]) leaseLocked(e *poolEntry[W]) {
-	p.leased++
-	p.checkouts++
+// lease marks e, which the caller has just taken out of the idle set, as
+// leased under a new lease id.
+func (p *Pool[W]) lease(e *poolEntry[W]) {
+	p.checkouts.Add(1)
 	e.seq++
 	e.lease.Store(e.seq)
+}
+
+// lock locks p.mu, trying for a moment before it parks. sync.Mutex does not
+// spin while the processor has other goroutines to run, so under many
+// callers it parks at once, and every unlock then pays a wake-up; the
+// pool's critical sections are a few loads and stores, so a brief retry
+// nearly always wins.
+func (p *Pool[W]) lock() {
+	for range lockSpins {
+		if p.mu.TryLock() {
+			return
+		}
+	}
+	p.mu.Lock()
+}
+
+// lockSpins is how many times lock tries before it parks.
+const lockSpins = 64
+
+// unlock updates the fast path's switch and unlocks p.mu. Every critical
+// section ends with it, so that fast always reflects the state it leaves.
+func (p *Pool[W]) unlock() {
+	p.syncFastLocked()
+	p.mu.Unlock()
+}
+
+// syncFastLocked turns the fast path on while the pool is LIFO, open and
+// within Size (no overflow worker, so no idle time to keep and no surplus
+// to close), and off otherwise; when it turns off, the worker in hot joins
+// the idle set. (A Release that put its worker in hot meanwhile sees fast
+// off, or waiters, and takes it back out: see release.)
+func (p *Pool[W]) syncFastLocked() {
+	want := p.lifo && !p.closed && p.live <= p.size
+	if want == p.fast.Load() {
+		return
+	}
+	p.fast.Store(want)
+	if !want {
+		if e := p.hot.Swap(nil); e != nil {
+			if p.queue.len() > 0 && !p.closed && p.live <= p.size+p.maxOverflow {
+				p.lease(e)
+				p.queue.pop().ch <- e // never blocks: one value per wait
+			} else {
+				// Close and Resize, which turn the fast path off, close
+				// the idle workers they must.
+				p.idleLocked(e)
+			}
+		}
+	}
 }
 
 // checked runs the checkout health check on e, which the caller holds under
@@ -320,7 +417,7 @@ func (p *Pool[W]) checked(ctx context.Context, e *poolEntry[W]) (Lease[W], bool)
 func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
 	p.live++
 	p.building++
-	p.mu.Unlock()
+	p.unlock()
 	start := p.now()
 	w, err := p.construct(ctx)
 	p.mu.Lock()
@@ -330,7 +427,7 @@ func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
 		degraded := p.failedLocked(err)
 		p.refillLocked(true)
 		p.drainCheckLocked()
-		p.mu.Unlock()
+		p.unlock()
 		if degraded {
 			p.logDegraded(err)
 		}
@@ -343,12 +440,12 @@ func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
 	e := &poolEntry[W]{p: p, w: w, used: true}
 	if p.closed {
 		p.closing++
-		p.mu.Unlock()
+		p.unlock()
 		p.finishClose(w, false)
 		return Lease[W]{}, p.errClosed
 	}
-	p.leaseLocked(e)
-	p.mu.Unlock()
+	p.unlock()
+	p.lease(e)
 	p.noteWait(start)
 	l := Lease[W]{e: e, id: e.seq}
 	if err := ctx.Err(); err != nil {
@@ -363,10 +460,26 @@ func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
 func (p *Pool[W]) wait(ctx context.Context) (*poolEntry[W], error) {
 	w := p.waiters.Get().(*poolWaiter[W])
 	p.queue.push(w)
+	// A Release may have put its worker in hot before it could see this
+	// waiter: it goes to the first waiter. (With the fast path off, such a
+	// Release sees it and takes its worker back itself.)
+	var (
+		to *poolWaiter[W]
+		e  *poolEntry[W]
+	)
+	if p.fast.Load() && p.hot.Load() != nil {
+		if e = p.hot.Swap(nil); e != nil {
+			to = p.queue.pop()
+			p.lease(e)
+		}
+	}
 	p.growForWaitersLocked()
-	p.mu.Unlock()
+	p.unlock()
+	if to != nil {
+		to.ch <- e
+		e = nil
+	}
 	start := p.now()
-	var e *poolEntry[W]
 	if done := ctx.Done(); done == nil {
 		e = <-w.ch
 	} else {
@@ -376,11 +489,11 @@ func (p *Pool[W]) wait(ctx context.Context) (*poolEntry[W], error) {
 			p.mu.Lock()
 			if w.queued {
 				p.queue.remove(w)
-				p.mu.Unlock()
+				p.unlock()
 				p.waiters.Put(w)
 				return nil, ctx.Err()
 			}
-			p.mu.Unlock()
+			p.unlock()
 			// Someone is handing us a worker (or an error) right now:
 			// take it and give it back.
 			if e = <-w.ch; e != nil {
@@ -421,11 +534,37 @@ func (p *Pool[W]) release(l Lease[W], check bool) error {
 			return p.retireOwned(e)
 		}
 	}
-	p.mu.Lock()
-	p.leased--
+	if p.fast.Load() && p.queue.len() == 0 {
+		old := p.hot.Swap(e)
+		if old == nil && p.fast.Load() && p.queue.len() == 0 {
+			return nil
+		}
+		// The worker that was in hot goes under e in the idle set; and if
+		// someone queued or the fast path turned off meanwhile, the worker
+		// in hot (e or a later one) goes the slow way, unless a waiter or
+		// syncFastLocked took it already.
+		var err error
+		if old != nil {
+			err = p.putBack(old)
+		}
+		if !p.fast.Load() || p.queue.len() > 0 {
+			if h := p.hot.Swap(nil); h != nil {
+				err = errors.Join(err, p.putBack(h))
+			}
+		}
+		return err
+	}
+	return p.putBack(e)
+}
+
+// putBack gives e, a worker counted in live but in no other state, to the
+// first waiter or the idle set, or closes it if it is surplus or the pool
+// is closed.
+func (p *Pool[W]) putBack(e *poolEntry[W]) error {
+	p.lock()
 	if p.closed || p.surplusLocked() {
 		p.closing++
-		p.mu.Unlock()
+		p.unlock()
 		return p.finishClose(e.w, false)
 	}
 	p.deliverLocked(e)
@@ -445,10 +584,9 @@ func (p *Pool[W]) retire(l Lease[W]) error {
 // retireOwned retires e, whose lease the caller has just ended.
 func (p *Pool[W]) retireOwned(e *poolEntry[W]) error {
 	p.mu.Lock()
-	p.leased--
 	p.retired++
 	p.closing++
-	p.mu.Unlock()
+	p.unlock()
 	return p.finishClose(e.w, true)
 }
 
@@ -456,7 +594,7 @@ func (p *Pool[W]) retireOwned(e *poolEntry[W]) error {
 // is one too many: the pool is above its cap, or shrinking after a Resize
 // with nobody waiting. It counts the worker as gone from the shrink.
 func (p *Pool[W]) surplusLocked() bool {
-	if p.live > p.size+p.maxOverflow || (p.shrink > 0 && p.live > p.size && p.queue.n == 0) {
+	if p.live > p.size+p.maxOverflow || (p.shrink > 0 && p.live > p.size && p.queue.len() == 0) {
 		if p.shrink > 0 {
 			p.shrink--
 		}
@@ -470,18 +608,39 @@ func (p *Pool[W]) surplusLocked() bool {
 // released on return.
 func (p *Pool[W]) deliverLocked(e *poolEntry[W]) {
 	if w := p.queue.pop(); w != nil {
-		p.leaseLocked(e)
-		p.mu.Unlock()
+		p.lease(e)
+		p.unlock()
 		w.ch <- e
 		return
 	}
+	p.idleLocked(e)
+	p.unlock()
+}
+
+// idleLocked puts e on top of the idle set, noting when it went idle if it
+// is an overflow worker.
+func (p *Pool[W]) idleLocked(e *poolEntry[W]) {
 	e.since = 0
 	if p.live > p.size {
 		e.since = p.now()
 		p.armReaperLocked()
 	}
 	p.idle.pushBack(e)
-	p.mu.Unlock()
+}
+
+// idleCountLocked is the number of idle workers, hot included.
+func (p *Pool[W]) idleCountLocked() int {
+	n := p.idle.n
+	if p.hot.Load() != nil {
+		n++
+	}
+	return n
+}
+
+// busyLocked is the number of leased workers (including a worker on its
+// way back from a fast Release).
+func (p *Pool[W]) busyLocked() int {
+	return max(0, p.live-p.idleCountLocked()-p.building-p.builders-p.closing)
 }
 
 // finishClose closes w, a worker counted in closing, and then lets its slot
@@ -494,7 +653,7 @@ func (p *Pool[W]) finishClose(w W, restart bool) error {
 	p.shrink = min(p.shrink, max(0, p.live-p.size))
 	p.refillLocked(restart)
 	p.drainCheckLocked()
-	p.mu.Unlock()
+	p.unlock()
 	return err
 }
 
@@ -553,10 +712,11 @@ func (p *Pool[W]) Resize(n int) error {
 	var victims []W
 	p.mu.Lock()
 	if p.closed {
-		p.mu.Unlock()
+		p.unlock()
 		return p.errClosed
 	}
 	p.size = n
+	p.syncFastLocked()
 	if p.live > n {
 		for p.live-len(victims) > n && p.idle.n > 0 {
 			victims = append(victims, p.idle.popFront().w)
@@ -572,7 +732,7 @@ func (p *Pool[W]) Resize(n int) error {
 		}
 		p.growForWaitersLocked()
 	}
-	p.mu.Unlock()
+	p.unlock()
 	var errs []error
 	for _, w := range victims {
 		if err := p.finishClose(w, false); err != nil {
@@ -616,16 +776,17 @@ type PoolStats struct {
 // Stats returns a snapshot of the pool. It works after Close too.
 func (p *Pool[W]) Stats() PoolStats {
 	p.mu.Lock()
+	idle, busy := p.idleCountLocked(), p.busyLocked()
 	s := PoolStats{
 		Size:        p.size,
 		MaxOverflow: p.maxOverflow,
-		Idle:        p.idle.n,
-		Busy:        p.leased,
-		Overflow:    max(0, p.idle.n+p.leased-p.size),
+		Idle:        idle,
+		Busy:        busy,
+		Overflow:    max(0, idle+busy-p.size),
 		Starting:    p.building + p.builders,
 		Closing:     p.closing,
-		Waiting:     p.queue.n,
-		Checkouts:   p.checkouts,
+		Waiting:     p.queue.len(),
+		Checkouts:   p.checkouts.Load(),
 		Created:     p.created,
 		Retired:     p.retired,
 		Failures:    p.failures,
@@ -633,7 +794,7 @@ func (p *Pool[W]) Stats() PoolStats {
 		Degraded:    p.degraded != nil,
 		LastError:   p.lastErr,
 	}
-	p.mu.Unlock()
+	p.unlock()
 	s.Waits = p.waits.Load()
 	s.WaitTime = time.Duration(p.waitNanos.Load())
 	if s.Checkouts > 0 {
@@ -656,6 +817,7 @@ func (p *Pool[W]) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if !p.closed {
 		p.closed = true
+		p.syncFastLocked()
 		if p.reaper != nil && p.reaper.Stop() {
 			p.reaper = nil
 			p.wg.Done()
@@ -669,7 +831,7 @@ func (p *Pool[W]) Close(ctx context.Context) error {
 			victims = append(victims, p.idle.popFront().w)
 		}
 		p.closing += len(victims)
-		p.mu.Unlock()
+		p.unlock()
 		p.cancel()
 		for _, w := range victims {
 			if err := p.finishClose(w, false); err != nil {
@@ -679,7 +841,7 @@ func (p *Pool[W]) Close(ctx context.Context) error {
 		p.mu.Lock()
 		p.drainCheckLocked()
 	}
-	p.mu.Unlock()
+	p.unlock()
 	select {
 	case <-p.drained:
 	default:
@@ -687,8 +849,8 @@ func (p *Pool[W]) Close(ctx context.Context) error {
 		case <-p.drained:
 		case <-ctx.Done():
 			p.mu.Lock()
-			busy, starting := p.leased, p.building+p.builders
-			p.mu.Unlock()
+			busy, starting := p.busyLocked(), p.building+p.builders
+			p.unlock()
 			errs = append(errs, p.errorf("close: %d workers still leased, %d being made: %w", busy, starting, ctx.Err()))
 			return errors.Join(errs...)
 		}

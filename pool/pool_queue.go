@@ -1,5 +1,7 @@
 package pool
 
+import "sync/atomic"
+
 // idleRing holds a pool's idle workers in the order they came back: the
 // front is the one idle longest. LIFO takes from the back, FIFO from the
 // front, and the reaper always looks at the front.
@@ -72,8 +74,13 @@ type poolWaiter[W any] struct {
 // that a waiter whose context ends leaves it in O(1).
 type waitList[W any] struct {
 	head, tail *poolWaiter[W]
-	n          int
+	// n is the number of waiters. It changes under the pool's mutex and is
+	// read without it by Release's fast path.
+	n atomic.Int64
 }
+
+// len returns the number of waiters.
+func (l *waitList[W]) len() int { return int(l.n.Load()) }
 
 func (l *waitList[W]) push(w *poolWaiter[W]) {
 	w.prev, w.next, w.queued = l.tail, nil, true
@@ -83,7 +90,7 @@ func (l *waitList[W]) push(w *poolWaiter[W]) {
 		l.tail.next = w
 	}
 	l.tail = w
-	l.n++
+	l.n.Add(1)
 }
 
 func (l *waitList[W]) pop() *poolWaiter[W] {
@@ -106,5 +113,5 @@ func (l *waitList[W]) remove(w *poolWaiter[W]) {
 		w.next.prev = w.prev
 	}
 	w.prev, w.next, w.queued = nil, nil, false
-	l.n--
+	l.n.Add(-1)
 }

@@ -17,15 +17,24 @@ import (
 func (p *Pool[W]) invariantError(maxLive int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if sum := p.idle.n + p.leased + p.building + p.builders + p.closing; p.live != sum {
-		return fmt.Errorf("live = %d, but idle %d + leased %d + building %d + builders %d + closing %d = %d",
-			p.live, p.idle.n, p.leased, p.building, p.builders, p.closing, sum)
+	// Leased workers are not counted: they are what live leaves over.
+	if sum := p.idleCountLocked() + p.building + p.builders + p.closing; p.live < sum {
+		return fmt.Errorf("live = %d, but idle %d + building %d + builders %d + closing %d = %d",
+			p.live, p.idleCountLocked(), p.building, p.builders, p.closing, sum)
 	}
 	if p.live > maxLive {
 		return fmt.Errorf("%d live workers, more than the %d allowed", p.live, maxLive)
 	}
-	if p.idle.n > 0 && p.queue.n > 0 {
-		return fmt.Errorf("%d idle workers while %d callers wait: a worker was not handed to the first waiter", p.idle.n, p.queue.n)
+	// (A worker in hot while callers wait is a fast Release on its way to
+	// them.)
+	if p.idle.n > 0 && p.queue.len() > 0 {
+		return fmt.Errorf("%d idle workers while %d callers wait: a worker was not handed to the first waiter", p.idle.n, p.queue.len())
+	}
+	if e := p.hot.Load(); e != nil && e.lease.Load() != 0 {
+		return errors.New("the worker in hot is leased")
+	}
+	if p.hot.Load() != nil && !p.lifo {
+		return errors.New("a FIFO pool has a worker in hot")
 	}
 	n := 0
 	for w, prev := p.queue.head, (*poolWaiter[W])(nil); w != nil; prev, w = w, w.next {
@@ -34,17 +43,17 @@ func (p *Pool[W]) invariantError(maxLive int) error {
 		}
 		n++
 	}
-	if n != p.queue.n {
-		return fmt.Errorf("wait queue holds %d waiters, its count says %d", n, p.queue.n)
+	if n != p.queue.len() {
+		return fmt.Errorf("wait queue holds %d waiters, its count says %d", n, p.queue.len())
 	}
 	for i := range p.idle.n {
 		if e := p.idle.buf[p.idle.index(i)]; e.lease.Load() != 0 {
 			return fmt.Errorf("idle worker %d is leased", i)
 		}
 	}
-	if p.leased < 0 || p.building < 0 || p.builders < 0 || p.closing < 0 || p.shrink < 0 {
-		return fmt.Errorf("negative count: leased %d building %d builders %d closing %d shrink %d",
-			p.leased, p.building, p.builders, p.closing, p.shrink)
+	if p.building < 0 || p.builders < 0 || p.closing < 0 || p.shrink < 0 {
+		return fmt.Errorf("negative count: building %d builders %d closing %d shrink %d",
+			p.building, p.builders, p.closing, p.shrink)
 	}
 	return nil
 }
@@ -262,12 +271,12 @@ func TestPoolStressChecksCanFail(t *testing.T) {
 		t.Fatal("2 live workers passed a limit of 1")
 	}
 	p.mu.Lock()
-	p.leased++
+	p.closing++
 	p.mu.Unlock()
 	if err := p.invariantError(2); err == nil {
 		t.Fatal("a miscount passed")
 	}
 	p.mu.Lock()
-	p.leased--
+	p.closing--
 	p.mu.Unlock()
 }

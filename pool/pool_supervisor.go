@@ -31,7 +31,7 @@ func (p *Pool[W]) refillLocked(restart bool) {
 // waiting in Checkout that no construction in progress will serve, as far
 // as the cap allows.
 func (p *Pool[W]) growForWaitersLocked() {
-	for p.queue.n > p.builders && p.live < p.size+p.maxOverflow {
+	for p.queue.len() > p.builders && p.live < p.size+p.maxOverflow {
 		p.startBuilderLocked()
 	}
 }
@@ -57,14 +57,14 @@ func (p *Pool[W]) builder() {
 			p.builders--
 			p.live--
 			p.drainCheckLocked()
-			p.mu.Unlock()
+			p.unlock()
 			return
 		}
 		prober := false
 		if p.streak > 0 {
 			if p.probing {
 				done := p.probeDone
-				p.mu.Unlock()
+				p.unlock()
 				select {
 				case <-done:
 				case <-p.ctx.Done():
@@ -75,7 +75,7 @@ func (p *Pool[W]) builder() {
 			prober = true
 			p.probing = true
 			delay := p.backoffLocked()
-			p.mu.Unlock()
+			p.unlock()
 			t := time.NewTimer(delay)
 			select {
 			case <-t.C:
@@ -83,7 +83,7 @@ func (p *Pool[W]) builder() {
 				t.Stop()
 			}
 		} else {
-			p.mu.Unlock()
+			p.unlock()
 		}
 		var (
 			w    W
@@ -107,7 +107,7 @@ func (p *Pool[W]) builder() {
 			degraded := p.failedLocked(err)
 			p.restarts++
 			failures := p.streak
-			p.mu.Unlock()
+			p.unlock()
 			p.log.Warn("pool: background construction failed", "err", err, "failures", failures)
 			if degraded {
 				p.logDegraded(err)
@@ -120,7 +120,7 @@ func (p *Pool[W]) builder() {
 		p.builders--
 		if p.closed || p.surplusLocked() {
 			p.closing++
-			p.mu.Unlock()
+			p.unlock()
 			if err := p.finishClose(w, false); err != nil {
 				p.log.Warn("pool: closing a surplus worker failed", "err", err)
 			}
@@ -239,7 +239,7 @@ func (p *Pool[W]) reap() {
 		p.armReaperLocked()
 	}
 	p.drainCheckLocked()
-	p.mu.Unlock()
+	p.unlock()
 	for _, w := range victims {
 		if err := p.finishClose(w, false); err != nil {
 			p.log.Warn("pool: closing an idle overflow worker failed", "err", err)

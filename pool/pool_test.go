@@ -1134,3 +1134,107 @@ func TestPoolSlowConstructor(t *testing.T) {
 		t.Fatalf("made %d, closed %d", made, closed)
 	}
 }
+
+// TestPoolLIFOFastPath checks that a LIFO pool keeps the order of its idle
+// stack when workers come back through the lock-free slot, and that Resize
+// and Close find the worker that sits there.
+func TestPoolLIFOFastPath(t *testing.T) {
+	f := &factory{}
+	p := newTestPool(t, f, Config[*testWorker]{Size: 4, Eager: true})
+	var ls []Lease[*testWorker]
+	for range 4 {
+		ls = append(ls, mustCheckout(t, p))
+	}
+	for _, l := range ls {
+		mustRelease(t, l)
+	}
+	if s := p.Stats(); s.Idle != 4 || s.Busy != 0 || s.Checkouts != 4 {
+		t.Fatalf("after releasing every worker: %+v", s)
+	}
+	for i := 3; i >= 0; i-- {
+		l := mustCheckout(t, p)
+		if got, want := l.Worker(), ls[i].Worker(); got != want {
+			t.Fatalf("checkout %d reused worker %d, want %d (the last released)", 3-i, got.id, want.id)
+		}
+		ls[i] = l
+	}
+	if s := p.Stats(); s.Idle != 0 || s.Busy != 4 {
+		t.Fatalf("with every worker leased: %+v", s)
+	}
+	for _, l := range ls {
+		mustRelease(t, l)
+	}
+	// The last released worker is the top of the stack: Resize closes the
+	// others, oldest first, and keeps it.
+	if err := p.Resize(1); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Idle != 1 || s.Busy != 0 {
+		t.Fatalf("after Resize(1): %+v", s)
+	}
+	for i, l := range ls {
+		want := int32(1)
+		if i == 3 {
+			want = 0
+		}
+		if got := l.Worker().closes.Load(); got != want {
+			t.Errorf("worker %d (released %d of 4) closed %d times after Resize(1), want %d", l.Worker().id, i+1, got, want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ls[3].Worker().closes.Load(); got != 1 {
+		t.Errorf("the idle worker was closed %d times by Close, want 1", got)
+	}
+	if s := p.Stats(); s.Idle != 0 || s.Busy != 0 {
+		t.Fatalf("after Close: %+v", s)
+	}
+}
+
+// TestPoolContendedRoundTrips runs many goroutines through a pool smaller
+// than their number, so that releases race with callers that are about to
+// queue: a worker left in the lock-free slot while a caller waits would
+// hang the test. At the end every worker is idle and every checkout counted.
+func TestPoolContendedRoundTrips(t *testing.T) {
+	for _, strategy := range []Strategy{LIFO, FIFO} {
+		t.Run(strategy.String(), func(t *testing.T) {
+			const goroutines, rounds = 16, 2000
+			f := &factory{}
+			p := newTestPool(t, f, Config[*testWorker]{Size: 2, Eager: true, Strategy: strategy})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c := context.Background()
+					if g%2 == 1 {
+						c = ctx // a caller that waits selects on its context
+					}
+					for range rounds {
+						l, err := p.Checkout(c)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if err := l.Release(); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if s := p.Stats(); s.Idle != 2 || s.Busy != 0 || s.Waiting != 0 || s.Checkouts != goroutines*rounds {
+				t.Fatalf("after %d round trips: %+v", goroutines*rounds, s)
+			}
+			if _, closed := f.counts(); closed != 0 {
+				t.Fatalf("%d workers closed, want 0", closed)
+			}
+		})
+	}
+}
