@@ -16,7 +16,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"net/url"
 	"runtime"
@@ -173,14 +172,6 @@ func New(cfg Config) (*Broker, error) {
 	opt.PipelineMultiplex = pipelineMultiplex(cfg.MaxConnectionPoolSize, runtime.GOMAXPROCS(0))
 	opt.BlockingPoolSize = cfg.MaxBlockingConnections
 	opt.RingScaleEachConn = ringScale
-	// rueidis sends a DoMulti of BlockingPipeline commands or more (2,000
-	// by default) on a connection of its blocking pool, one per call in
-	// flight, kept open afterwards: the heartbeat of an instance with
-	// thousands of receivers, or a large SendBatch, would each open one.
-	// Every DoMulti goes on the pipelined connections instead, so that the
-	// connections stay within MaxConnectionPoolSize plus the blocking
-	// reads' whatever the size of a batch.
-	opt.BlockingPipeline = math.MaxInt
 
 	opt.Dialer.Timeout = cfg.DialTimeout
 	opt.ConnWriteTimeout = cfg.IOTimeout
