@@ -220,6 +220,9 @@ type Disker struct {
 
 	health  health
 	monitor *monitor
+	// beatNow asks the heartbeat loop for a heartbeat at once (a receiver
+	// was added); the requests made while one runs make one more.
+	beatNow chan struct{}
 
 	bgCtx    context.Context // ends when Close stops the background loops
 	bgCancel context.CancelFunc
@@ -283,6 +286,7 @@ func New(ctx context.Context, cfg Config) (*Disker, error) {
 		done:      make(chan struct{}),
 		consumers: make(map[string]*consumer),
 		senders:   make(map[string]*senderHandlers),
+		beatNow:   make(chan struct{}, 1),
 	}
 	d.rq = newRequester(d)
 	d.health.d = d

@@ -225,8 +225,14 @@ func (d *Disker) Handle(receiver string, h Handler, opts ...HandleOption) error 
 	c.start()
 	d.startTicker() // an instance that serves a receiver runs the schedules
 	// A heartbeat at once shows the new receiver in the registry, and
-	// vouches for its deliveries from the start.
-	d.wg.Go(func() { d.heartbeat(d.bgCtx) })
+	// vouches for its deliveries from the start. Receivers added together
+	// share it (see runHeartbeat): a heartbeat writes an entry per
+	// receiver, so one per receiver added would cost the square of their
+	// number.
+	select {
+	case d.beatNow <- struct{}{}:
+	default:
+	}
 	return nil
 }
 

@@ -287,3 +287,54 @@ func TestReceiverAddedWhileBlocked(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 }
+
+// TestReceiversAddedTogetherShareHeartbeats: an instance that adds many
+// receivers one after the other makes a few heartbeats for them, not one
+// each: a heartbeat writes an entry per receiver (HSET), so a heartbeat
+// per receiver added wrote n²/2 entries, one DoMulti per receiver at once
+// (issue 16). A heartbeat asked by a receiver added waits until
+// HeartbeatInterval/10 after the previous one so asked; with the ticker's,
+// the instance makes at most elapsed/(HeartbeatInterval/10) +
+// elapsed/HeartbeatInterval + 3 heartbeats of at most n entries each in
+// the test.
+func TestReceiversAddedTogetherShareHeartbeats(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	const interval = time.Second
+	s := redistest.Start(t)
+	raw := rawOf(t, s)
+	hsets := func() int64 {
+		info, err := raw.Do(context.Background(), raw.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, ok := strings.Cut(info, "cmdstat_hset:calls=")
+		if !ok {
+			return 0
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		var k int64
+		fmt.Sscan(calls, &k)
+		return k
+	}
+	start := time.Now()
+	d := openOn(t, s, func(c *disker.Config) { c.HeartbeatInterval = interval })
+	for i := range n {
+		if err := d.Handle(fmt.Sprint("r", i), disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
+			return nil, nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, "the registry listing the receivers", func() bool {
+		ws, err := d.Workers(context.Background())
+		return err == nil && len(ws) == 1 && len(ws[0].Receivers) == n
+	})
+	got := hsets()
+	elapsed := time.Since(start)
+	beats := int64(elapsed/(interval/10)) + int64(elapsed/interval) + 3
+	t.Logf("%d HSETs in %v; at most %d heartbeats of %d", got, elapsed, beats, n)
+	if got > beats*n {
+		t.Fatalf("%d HSETs for %d receivers added in %v; want <= %d (%d heartbeats)", got, n, elapsed, beats*n, beats)
+	}
+}

@@ -11,14 +11,31 @@ import (
 )
 
 // runHeartbeat renews the instance's registry entry and re-measures the
-// broker's clock offset every HeartbeatInterval until ctx ends.
+// broker's clock offset every HeartbeatInterval until ctx ends, and makes
+// a heartbeat when a receiver is added (d.beatNow): at once, unless one
+// was so made less than HeartbeatInterval/beatNowPerInterval ago, then
+// when that has passed; the receivers added meanwhile share it.
 func (d *Disker) runHeartbeat(ctx context.Context) {
 	t := time.NewTicker(d.cfg.HeartbeatInterval)
 	defer t.Stop()
+	gap := d.cfg.HeartbeatInterval / beatNowPerInterval
+	var last time.Time // when the last heartbeat asked by beatNow began
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-d.beatNow:
+			if wait := time.Until(last.Add(gap)); wait > 0 {
+				w := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					w.Stop()
+					return
+				case <-w.C:
+				}
+			}
+			last = time.Now()
+			d.heartbeat(ctx)
 		case <-t.C:
 			if _, err := d.b.Now(ctx); err != nil { // measures the broker's clock again
 				if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
@@ -30,6 +47,12 @@ func (d *Disker) runHeartbeat(ctx context.Context) {
 		}
 	}
 }
+
+// beatNowPerInterval bounds the heartbeats asked by beatNow (receivers
+// added) to so many per HeartbeatInterval: each writes an entry per
+// receiver, and an instance adding thousands of receivers one by one
+// would otherwise make a heartbeat for each.
+const beatNowPerInterval = 10
 
 // minHeartbeatTTL is the least time a heartbeat vouches for the instance:
 // with very short intervals, a process that the machine stalls briefly

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/diskerhq/disker"
@@ -42,10 +43,14 @@ type footprint struct {
 	idleCPU    float64       // redis-server CPU while idle, share of one core
 	closeTime  time.Duration // Close of the instance
 	setupTime  time.Duration // from the first Handle/OnReply until settled
+	// handleTime: from the first of one message sent to each receiver,
+	// one by one, until each was handled (0: not measured).
+	handleTime time.Duration
 }
 
 // FootprintSuite measures one instance with 1,000 idle receivers, one with
-// 1,000 ReplyHandlers (reply senders), and one with both (fewer with Quick
+// 1,000 ReplyHandlers (reply senders), one with both, and one with 10,000
+// receivers that then handles a message sent to each (fewer with Quick
 // or Tiny), each once, against a private redis-server.
 func FootprintSuite(ctx context.Context, o Options) ([]Table, error) {
 	n := 1000
@@ -61,15 +66,23 @@ func FootprintSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	defer srv.close()
 	var fps []footprint
-	for _, c := range []struct {
+	cases := []struct {
 		name               string
 		receivers, senders int
+		send               bool // then one message to each receiver
 	}{
-		{fmt.Sprintf("%s receivers", thousands(int64(n))), n, 0},
-		{fmt.Sprintf("%s reply senders", thousands(int64(n))), 0, n},
-		{fmt.Sprintf("%s receivers + %s reply senders", thousands(int64(n)), thousands(int64(n))), n, n},
-	} {
-		fp, err := measureFootprint(ctx, srv, c.name, c.receivers, c.senders)
+		{fmt.Sprintf("%s receivers", thousands(int64(n))), n, 0, false},
+		{fmt.Sprintf("%s reply senders", thousands(int64(n))), 0, n, false},
+		{fmt.Sprintf("%s receivers + %s reply senders", thousands(int64(n)), thousands(int64(n))), n, n, false},
+	}
+	// Ten times as many receivers, then a message to each (issue 16).
+	cases = append(cases, struct {
+		name               string
+		receivers, senders int
+		send               bool
+	}{fmt.Sprintf("%s receivers, then a message to each", thousands(int64(10*n))), 10 * n, 0, true})
+	for _, c := range cases {
+		fp, err := measureFootprint(ctx, srv, c.name, c.receivers, c.senders, c.send)
 		if err != nil {
 			return nil, fmt.Errorf("footprint / %s: %w", c.name, err)
 		}
@@ -81,7 +94,7 @@ func FootprintSuite(ctx context.Context, o Options) ([]Table, error) {
 
 // measureFootprint opens one instance, waits for its connections to
 // settle, adds the receivers and ReplyHandlers, waits again, and measures.
-func measureFootprint(ctx context.Context, srv *redisServer, name string, receivers, senders int) (fp footprint, err error) {
+func measureFootprint(ctx context.Context, srv *redisServer, name string, receivers, senders int, send bool) (fp footprint, err error) {
 	fp = footprint{name: name, items: receivers + senders}
 	if err := srv.flushAll(); err != nil {
 		return fp, err
@@ -112,7 +125,11 @@ func measureFootprint(ctx context.Context, srv *redisServer, name string, receiv
 	}
 
 	t0 := time.Now()
-	h := disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) { return nil, nil })
+	var handled atomic.Int64
+	h := disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
+		handled.Add(1)
+		return nil, nil
+	})
 	for i := range receivers {
 		if err := d.Handle(fmt.Sprintf("idle-r%d", i), h); err != nil {
 			return fp, err
@@ -178,6 +195,23 @@ func measureFootprint(ctx context.Context, srv *redisServer, name string, receiv
 	fp.idleCmds = float64(c1-c0-1) / window
 	if fp.idleTop, err = srv.topCommands(window, 3); err != nil {
 		return fp, err
+	}
+
+	if send {
+		ts := time.Now()
+		for i := range receivers {
+			if _, err := d.Send(ctx, disker.Message{Receiver: fmt.Sprintf("idle-r%d", i), Content: []byte("x")}); err != nil {
+				return fp, err
+			}
+		}
+		for handled.Load() < int64(receivers) {
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return fp, ctx.Err()
+			}
+		}
+		fp.handleTime = time.Since(ts)
 	}
 
 	t1 := time.Now()
@@ -325,15 +359,20 @@ func footprintTable(fps []footprint, n int) Table {
 			"(total_commands_processed) over 3 s with nothing sent, beside the three most frequent of them " +
 			"(INFO commandstats, which counts the commands scripts run); \"idle Redis CPU\" is redis-server's " +
 			"CPU time over the same window (INFO cpu). \"Setup s\" is from the first Handle until the " +
-			"connection count settled, less the 3 s of settling."},
+			"connection count settled, less the 3 s of settling. \"Handle s\" (the last row only) is from the " +
+			"first of one message sent to each receiver, one Send after the other, until each was handled."},
 		Header: []string{"configuration", "connections", "Go heap KiB/item", "RSS KiB/item", "goroutines/item",
-			"Redis memory KiB/item", "idle commands/s", "most frequent, per s", "idle Redis CPU, % of a core", "setup s", "Close s"},
+			"Redis memory KiB/item", "idle commands/s", "most frequent, per s", "idle Redis CPU, % of a core", "setup s", "Close s", "handle s"},
 	}
 	for _, fp := range fps {
+		handleS := "-"
+		if fp.handleTime > 0 {
+			handleS = fmt.Sprintf("%.2f", fp.handleTime.Seconds())
+		}
 		t.Rows = append(t.Rows, []string{fp.name, fmt.Sprintf("%d (%d)", fp.conns, fp.baseConns),
 			fmtNum(fp.heap / 1024), fmtNum(fp.rss / 1024), fmtNum(fp.goroutines), fmtNum(fp.redisMem / 1024),
 			fmtNum(fp.idleCmds), fp.idleTop, fmt.Sprintf("%.1f", 100*fp.idleCPU),
-			fmt.Sprintf("%.2f", fp.setupTime.Seconds()), fmt.Sprintf("%.2f", fp.closeTime.Seconds())})
+			fmt.Sprintf("%.2f", fp.setupTime.Seconds()), fmt.Sprintf("%.2f", fp.closeTime.Seconds()), handleS})
 	}
 	return t
 }

@@ -33,6 +33,17 @@ import (
 // parked for the stream's next waiter, and given back after parkFor
 // (XCLAIM ... IDLE lease RETRYCOUNT 0 JUSTID), as if never delivered.
 
+// earlyDiv: a read that ends less than 1/earlyDiv of a waiter's block
+// time before its deadline answers it then (waiter.early). A read ends at
+// its earliest waiter's deadline, and each read covers every waiting
+// stream; with thousands of waiters whose deadlines are spread over the
+// block time, answering each at its own deadline would end a read, and
+// start another of every stream, for each of them. Answered early, the
+// waiters of a slice of the block time go together, and come back
+// together with their next fetch: at most about earlyDiv reads per block
+// time end on deadlines.
+const earlyDiv = 8
+
 // hubLinger is how long a hub without waiters keeps its goroutine and its
 // dedicated connection before it gives them up.
 const hubLinger = 10 * time.Second
@@ -50,9 +61,12 @@ type waiter struct {
 	lease    time.Duration
 	count    int
 	deadline time.Time
-	start    time.Time      // when its fetch began
-	res      chan hubAnswer // capacity 1: the one answer
-	done     bool           // answered or left (under hub.mu)
+	// early: a read that ends less than this before deadline answers it
+	// (empty) then, rather than read again for what is left (see next).
+	early time.Duration
+	start time.Time      // when its fetch began
+	res   chan hubAnswer // capacity 1: the one answer
+	done  bool           // answered or left (under hub.mu)
 }
 
 // hubAnswer is what a hub answers a waiter: the entries of its streams
@@ -138,6 +152,7 @@ func (b *Broker) hubOf(consumer, stream string) *hub {
 // the entries read, none at the deadline, or errNoGroup.
 func (b *Broker) hubRead(ctx context.Context, consumer string, w *waiter) (map[string][]rueidis.XRangeEntry, error) {
 	w.res = make(chan hubAnswer, 1)
+	w.early = max(time.Millisecond, time.Until(w.deadline)/earlyDiv)
 	b.hubsMu.Lock()
 	if b.hubsClosed {
 		b.hubsMu.Unlock()
@@ -551,7 +566,8 @@ func (h *hub) waiting() bool {
 	return len(h.waiters) > 0
 }
 
-// next answers the waiters whose deadline passed and returns the read for
+// next answers the waiters whose deadline passed, or is less than their
+// early ahead, and returns the read for
 // the others: their streams (each once, in the order the waiters joined)
 // and the lingering ones, what it keeps of each, the smallest count and
 // the earliest deadline; it records that read as in progress, aborted by
@@ -566,7 +582,7 @@ func (h *hub) next(abort context.CancelFunc) ([]string, map[string]readStream, i
 	count := 0
 	var until time.Time
 	for _, w := range h.waiters {
-		if w.deadline.Sub(now) < time.Millisecond {
+		if w.deadline.Sub(now) < w.early {
 			h.answer(w, hubAnswer{})
 			continue
 		}

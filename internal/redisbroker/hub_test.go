@@ -283,3 +283,55 @@ func TestHubParksForTheNextFetch(t *testing.T) {
 	cancelB()
 	<-doneB
 }
+
+// hubRounds returns the reads the hub of consumer ended so far (0 without
+// a hub).
+func (b *Broker) hubRounds(consumer string) uint64 {
+	b.hubsMu.Lock()
+	defer b.hubsMu.Unlock()
+	h, ok := b.hubs[hubKey{consumer: consumer}]
+	if !ok {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.round
+}
+
+// TestHubAnswersDeadlinesTogether: waiters that joined one after the
+// other over a second, each with its own deadline, are answered in a
+// few reads, not a read each: a read that ends answers the waiters whose
+// deadline is less than an eighth of their block time away (earlyDiv),
+// so with a block time of 5s, those of a second go in 3 reads at most.
+// Each answered at its own deadline, the hub would end and start a read
+// of every stream once per waiter (issue 16).
+func TestHubAnswersDeadlinesTogether(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	const n = 100
+	const block, spread = 5 * time.Second, time.Second
+	done := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := b.Fetch(ctxT(t), &broker.FetchParams{Receiver: fmt.Sprint("r", i), Consumer: "c", Max: 1, Block: block, Lease: time.Minute})
+			done <- err
+		}()
+		time.Sleep(spread / n)
+	}
+	eventually(t, "every waiter joined", func() bool { return b.hubWaiters() == n })
+	// All have joined: from here on, reads end only at deadlines.
+	before := b.hubRounds("c")
+	for range n {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rounds := b.hubRounds("c") - before
+	t.Logf("%d reads ended for the deadlines of %d waiters", rounds, n)
+	// The deadlines span the spread; each read that ends at one answers
+	// those of the next block/earlyDiv too.
+	most := uint64(spread/(block/earlyDiv)) + 2
+	if rounds > most {
+		t.Fatalf("%d reads ended for the deadlines of %d waiters; want <= %d", rounds, n, most)
+	}
+}
