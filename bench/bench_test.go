@@ -127,8 +127,16 @@ func TestFootprintSuite(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkTables(t, tables, 1)
-	if got := len(tables[0].Rows); got != 3 {
-		t.Fatalf("footprint table: %d rows, want 3", got)
+	rows := tables[0].Rows
+	if got := len(rows); got != 4 {
+		t.Fatalf("footprint table: %d rows, want 4", got)
+	}
+	// Only the last configuration sends a message to each receiver, and
+	// says how long they took to be handled.
+	for i, row := range rows {
+		if handled := row[len(row)-1]; (handled != "-") != (i == len(rows)-1) {
+			t.Errorf("footprint row %d (%s): handle time %q", i, row[0], handled)
+		}
 	}
 }
 
