@@ -192,6 +192,75 @@ func (b *Broker) hubRead(ctx context.Context, consumer string, w *waiter) (map[s
 	return nil, nil
 }
 
+// directReads is how many blocking reads of a broker may each wait on a
+// connection of their own instead of in a hub: a few receivers or reply
+// streams are then served as before the hubs, each message waking its
+// fetch directly, with no hop through a hub's goroutine (a wake-up across
+// CPUs that costs a lone requester's round trip a fifth); beyond them,
+// the hubs bound the connections.
+const directReads = 4
+
+// directRead reads stream for consumer with a blocking XREADGROUP of its
+// own, up to max entries and block, when one of the broker's direct reads
+// is free and the consumer's hub holds nothing of stream (it is not in its
+// read, nor kept for the next, nor are entries of it parked): the stream
+// is then read by one reader only. ok is false when it did not read.
+func (b *Broker) directRead(ctx context.Context, consumer, stream string, max int, block time.Duration) (read map[string][]rueidis.XRangeEntry, ok bool, err error) {
+	select {
+	case b.direct <- struct{}{}:
+	default:
+		return nil, false, nil
+	}
+	defer func() { <-b.direct }()
+	if b.hubHolds(consumer, stream) {
+		return nil, false, nil
+	}
+	bctx, stop := b.blockingCtx(ctx)
+	defer stop()
+	read, err = b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
+		Block(ms(block)).Streams().Key(stream).Id(">").Build()).AsXRead()
+	switch {
+	case isNoGroup(err):
+		return nil, true, errNoGroup
+	case rueidis.IsRedisNil(err):
+		return nil, true, nil
+	case err != nil && b.closing.Err() != nil:
+		return nil, true, broker.ErrClosed
+	}
+	return read, true, err
+}
+
+// hubHolds reports whether the hub of consumer for stream has stream in
+// its read in progress or the next, or entries of it parked or lately
+// given back.
+func (b *Broker) hubHolds(consumer, stream string) bool {
+	k := hubKey{consumer: consumer}
+	if b.cluster {
+		k.slot = keyslot.Of(stream)
+	}
+	b.hubsMu.Lock()
+	h := b.hubs[k]
+	b.hubsMu.Unlock()
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, reading := h.readSet[stream]
+	_, kept := h.linger[stream]
+	_, parked := h.parked[stream]
+	_, gave := h.gaveBack[stream]
+	if reading || kept || parked || gave {
+		return true
+	}
+	for _, w := range h.waiters {
+		if w.home == stream {
+			return true
+		}
+	}
+	return false
+}
+
 // join adds w to h, under b.hubsMu, and starts h's goroutine if it is not
 // running. It reports whether the read in progress must be interrupted to
 // cover w, and its round.

@@ -54,6 +54,7 @@ func (b *Broker) hubCovers(consumer, stream string) bool {
 func TestHubGivesBackWhatItReadForAWaiterThatLeft(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
+	b.direct = nil // every blocking read through the hub
 	ctx := ctxT(t)
 	fetch := func(ctx context.Context, receiver string) error {
 		_, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
@@ -115,6 +116,7 @@ func TestHubWithoutClientUnblock(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
+	b.direct = nil // every blocking read through the hub
 	ctx := ctxT(t)
 	fetch := func(receiver string) chan []broker.Delivery {
 		got := make(chan []broker.Delivery, 1)
@@ -157,6 +159,7 @@ func TestClusterHubPerSlot(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3)
 	b := clusterBroker(t, c)
+	b.direct = nil // every blocking read through the hub
 	ctx := ctxT(t)
 	const n = 10
 	slots := make(map[uint16]bool)
@@ -238,6 +241,7 @@ func (b *Broker) hubCount() int {
 func TestHubParksForTheNextFetch(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
+	b.direct = nil          // every blocking read through the hub
 	b.parkFor = time.Minute // longer than the test: nothing is given back
 	ctx := ctxT(t)
 	p := func(receiver string) *broker.FetchParams {
@@ -308,6 +312,7 @@ func (b *Broker) hubRounds(consumer string) uint64 {
 func TestHubAnswersDeadlinesTogether(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
+	b.direct = nil // every blocking read through the hub
 	const n = 100
 	const block, spread = 5 * time.Second, time.Second
 	done := make(chan error, n)
@@ -333,5 +338,48 @@ func TestHubAnswersDeadlinesTogether(t *testing.T) {
 	most := uint64(spread/(block/earlyDiv)) + 2
 	if rounds > most {
 		t.Fatalf("%d reads ended for the deadlines of %d waiters; want <= %d", rounds, n, most)
+	}
+}
+
+// TestDirectReadsBeforeTheHub: the first directReads blocking reads of a
+// broker wait on connections of their own, the others in the hub; each
+// gets its message.
+func TestDirectReadsBeforeTheHub(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	b := newBrokerOn(t, s, Config{})
+	ctx := ctxT(t)
+	const n = directReads + 2
+	got := make(chan string, n)
+	for i := range n {
+		go func() {
+			ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: fmt.Sprint("r", i), Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
+			if err != nil || len(ds) != 1 {
+				t.Errorf("Fetch of r%d = %+v, %v", i, ds, err)
+				got <- ""
+				return
+			}
+			got <- ds[0].Env.ID
+		}()
+	}
+	raw := rawClient(t, s)
+	eventually(t, "the direct reads and the hub's read blocked", func() bool {
+		info, _ := do(t, raw, "INFO", "clients").ToString()
+		return len(b.direct) == directReads && b.hubWaiters() == n-directReads &&
+			strings.Contains(info, fmt.Sprintf("blocked_clients:%d\r", 1+directReads))
+	})
+	for i := range n {
+		if _, err := b.Send(ctx, env(fmt.Sprint("m", i), fmt.Sprint("r", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	for range n {
+		seen[<-got] = true
+	}
+	for i := range n {
+		if !seen[fmt.Sprint("m", i)] {
+			t.Errorf("m%d was not fetched", i)
+		}
 	}
 }

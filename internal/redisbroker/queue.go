@@ -515,7 +515,13 @@ func (b *Broker) blockingRead(ctx context.Context, s *streamKeys, p *broker.Fetc
 			w.streams, prefixes = append(w.streams, s.low), append(prefixes, "l")
 		}
 	}
-	read, err := b.hubRead(ctx, p.Consumer, w)
+	read, direct, err := map[string][]rueidis.XRangeEntry(nil), false, error(nil)
+	if levels == 0 {
+		read, direct, err = b.directRead(ctx, p.Consumer, s.stream, p.Max, block)
+	}
+	if !direct {
+		read, err = b.hubRead(ctx, p.Consumer, w)
+	}
 	switch {
 	case errors.Is(err, errNoGroup):
 		// The group is missing: Redis lost its data (a restart without

@@ -135,8 +135,12 @@ type Broker struct {
 	hubs       map[hubKey]*hub
 	hubsClosed bool
 	hubsWG     sync.WaitGroup
-	ioTimeout  time.Duration
-	parkFor    time.Duration // parkFor, but for tests
+	// direct holds a token per blocking read made on its own connection
+	// instead of through a hub (see directRead); nil: none (tests of the
+	// hubs).
+	direct    chan struct{}
+	ioTimeout time.Duration
+	parkFor   time.Duration // parkFor, but for tests
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -183,6 +187,7 @@ func New(cfg Config) (*Broker, error) {
 		pruneIdle:    pruneIdle,
 		pruneEvery:   pruneEvery,
 		hubs:         make(map[hubKey]*hub),
+		direct:       make(chan struct{}, directReads),
 		ioTimeout:    cfg.IOTimeout,
 		parkFor:      parkFor,
 	}
