@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/diskerhq/disker/internal/broker"
 	"github.com/diskerhq/disker/internal/keyslot"
 	"github.com/diskerhq/disker/internal/redistest"
+	"github.com/redis/rueidis"
 )
 
 // hubWaiters returns the number of reads waiting in b's hubs (for tests).
@@ -381,5 +383,88 @@ func TestDirectReadsBeforeTheHub(t *testing.T) {
 		if !seen[fmt.Sprint("m", i)] {
 			t.Errorf("m%d was not fetched", i)
 		}
+	}
+}
+
+// xreadgroupCalls returns how many XREADGROUPs the server has run.
+func xreadgroupCalls(t *testing.T, raw rueidis.Client) int {
+	t.Helper()
+	info, err := do(t, raw, "INFO", "commandstats").ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(info, "cmdstat_xreadgroup:calls=")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestDrainedStreamFetchesWithOneRead: once a fetch found a queue empty,
+// the next fetch that waits for a message makes one blocking read (not a
+// read without BLOCK first); a fetch that finds a backlog goes back to
+// reads without BLOCK.
+func TestDrainedStreamFetchesWithOneRead(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	b := newBrokerOn(t, s, Config{})
+	b.reclaimEvery = time.Hour // the fetch script runs once only
+	raw := rawClient(t, s)
+	ctx := ctxT(t)
+	fp := func(block time.Duration, max int) *broker.FetchParams {
+		return &broker.FetchParams{Receiver: "r", Consumer: "c", Max: max, Block: block, Lease: time.Minute}
+	}
+	// The first fetch runs the script (group and lease); the second
+	// finds the queue empty.
+	for range 2 {
+		if ds, err := b.Fetch(ctx, fp(10*time.Millisecond, 1)); err != nil || len(ds) != 0 {
+			t.Fatalf("Fetch of an empty queue = %+v, %v", ds, err)
+		}
+	}
+	stream := b.keys.queue("r")
+	if !b.drainedFlag(stream).Load() {
+		t.Fatal("the queue was found empty, but is not marked drained")
+	}
+	before := xreadgroupCalls(t, raw)
+	got := make(chan error, 1)
+	go func() {
+		ds, err := b.Fetch(ctx, fp(20*time.Second, 10))
+		if err == nil && len(ds) != 1 {
+			err = fmt.Errorf("fetched %d entries, want 1", len(ds))
+		}
+		got <- err
+	}()
+	eventually(t, "the fetch blocked", func() bool {
+		info, _ := do(t, raw, "INFO", "clients").ToString()
+		return strings.Contains(info, "blocked_clients:1\r")
+	})
+	if _, err := b.Send(ctx, env("m0", "r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if n := xreadgroupCalls(t, raw) - before; n != 1 {
+		t.Fatalf("the fetch of a drained queue made %d XREADGROUPs, want 1", n)
+	}
+	// A backlog: the direct read returns a full batch, and the stream is
+	// read without BLOCK again.
+	for i := range 5 {
+		if _, err := b.Send(ctx, env(fmt.Sprint("b", i), "r")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ds, err := b.Fetch(ctx, fp(time.Second, 3)); err != nil || len(ds) != 3 {
+		t.Fatalf("Fetch of a backlog = %d entries, %v; want 3", len(ds), err)
+	}
+	if b.drainedFlag(stream).Load() {
+		t.Fatal("a fetch returned a full batch, but the queue is still marked drained")
+	}
+	if ds, err := b.Fetch(ctx, fp(time.Second, 3)); err != nil || len(ds) != 2 {
+		t.Fatalf("Fetch of the rest = %d entries, %v; want 2", len(ds), err)
 	}
 }

@@ -421,7 +421,9 @@ func (b *Broker) queueKeys(receiver string) streamKeys {
 // the group is missing) it runs the fetch script, which reclaims expired
 // leases and due retries, dead-letters entries past maxAttempts and reads
 // new entries. Otherwise it reads new entries with one pipelined
-// XREADGROUP without BLOCK. When that (or the script) found nothing and
+// XREADGROUP without BLOCK, or, when block > 0, the stream was drained at
+// the last fetch and one of the broker's direct reads is free, with one
+// blocking XREADGROUP on a connection of its own (fetchDirect). When that (or the script) found nothing and
 // block > 0, it waits for new entries in the hub of p.Consumer, which
 // multiplexes the blocking reads of all of the consumer's streams on one
 // dedicated connection (blockingRead, hub.go).
@@ -446,6 +448,19 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 	}
 	due := b.reclaimDue(stream) || b.leaseChanged(stream, consumer, p.Lease)
 	script := due || levels != 0 || (s.promote && b.scheduleDue(stream))
+	drained := b.drainedFlag(stream)
+	if !script && block > 0 && drained.Load() {
+		entries, done, err := b.fetchDirect(ctx, s, p)
+		if done && err == nil {
+			drained.Store(len(entries) < 2)
+		}
+		switch {
+		case errors.Is(err, errNoGroup):
+			script, due = true, true // the script creates the group
+		case done || err != nil:
+			return entries, err
+		}
+	}
 	if !script {
 		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 			Streams().Key(stream).Id(">").Build()).AsXRead()
@@ -469,6 +484,7 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 	if len(entries) > 0 || block <= 0 {
 		return entries, nil
 	}
+	drained.Store(true)
 	if err := ctx.Err(); err != nil {
 		return nil, b.fail(ctx, op, err)
 	}
@@ -491,6 +507,51 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 		}
 	}
 	return b.blockingRead(ctx, s, p, levels, block, start)
+}
+
+// drainedFlag returns the flag that says whether stream was found drained
+// at its last fetch through this broker: the read without BLOCK found
+// nothing, or the last direct read (fetchDirect) returned at most one entry.
+// While it is set, a fetch that needs no script reads with fetchDirect; a
+// stream with a backlog is read without BLOCK on the pipelined connections,
+// which carry many reads at the cost of one.
+func (b *Broker) drainedFlag(stream string) *atomic.Bool {
+	if v, ok := b.drained.Load(stream); ok {
+		return v.(*atomic.Bool)
+	}
+	v, _ := b.drained.LoadOrStore(stream, new(atomic.Bool))
+	return v.(*atomic.Bool)
+}
+
+// fetchDirect is the read of a fetch that needs no script, of a drained
+// stream, when one of the broker's direct reads is free (directRead): a
+// blocking read answers at once when entries wait, so the fetch makes one
+// read instead of a read without BLOCK and then a blocking one, which
+// saves a lone requester a round trip. done is false when it did not
+// read: no direct read was free, the hub holds the stream, the first
+// scheduled message is due sooner than a blocking read's timeout is
+// precise, or the group is missing (err is errNoGroup).
+func (b *Broker) fetchDirect(ctx context.Context, s *streamKeys, p *broker.FetchParams) (entries []entry, done bool, err error) {
+	block := p.Block
+	if s.promote {
+		var sleep time.Duration
+		if block, sleep = b.blockUntilDue(s.stream, block); sleep > 0 {
+			return nil, false, nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, true, b.fail(ctx, s.op, err)
+	}
+	read, ok, err := b.directRead(ctx, p.Consumer, s.stream, p.Max, block)
+	switch {
+	case !ok:
+		return nil, false, nil
+	case errors.Is(err, errNoGroup):
+		return nil, false, err
+	case err != nil:
+		return nil, true, b.fail(ctx, s.op, err)
+	}
+	return appendRead(nil, read[s.stream], ""), true, nil
 }
 
 // blockingRead is the blocking read of a fetch that found nothing: it

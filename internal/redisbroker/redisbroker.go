@@ -109,6 +109,7 @@ type Broker struct {
 
 	reclaimEvery time.Duration
 	reclaimed    sync.Map // stream key -> *atomic.Int64: unix ns when the next reclaim is due
+	drained      sync.Map // stream key -> *atomic.Bool: see drainedFlag
 	nextDue      sync.Map // queue key -> *atomic.Int64: local unix ns of the first scheduled message's due time (MaxInt64: none)
 	leases       sync.Map // stream key + "\x00" + consumer -> the lease of its last fetch
 	levels       sync.Map // queue key -> int: which priority level streams hold entries (the fetch script's answer)
