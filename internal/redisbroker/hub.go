@@ -200,25 +200,26 @@ func (b *Broker) hubRead(ctx context.Context, consumer string, w *waiter) (map[s
 // the hubs bound the connections.
 const directReads = 4
 
-// directRead reads stream for consumer with a blocking XREADGROUP of its
-// own, up to max entries and block, when one of the broker's direct reads
-// is free and the consumer's hub holds nothing of stream (it is not in its
-// read, nor kept for the next, nor are entries of it parked): the stream
-// is then read by one reader only. ok is false when it did not read.
-func (b *Broker) directRead(ctx context.Context, consumer, stream string, max int, block time.Duration) (read map[string][]rueidis.XRangeEntry, ok bool, err error) {
+// directRead reads w.home for consumer with a blocking XREADGROUP of its
+// own, up to w.count entries until w.deadline, when one of the broker's
+// direct reads is free and the consumer's hub holds nothing of w.home (it
+// is not in its read, nor kept for the next, nor are entries of it parked
+// or given back since w's fetch began): the stream is then read by one
+// reader only. ok is false when it did not read.
+func (b *Broker) directRead(ctx context.Context, consumer string, w *waiter) (read map[string][]rueidis.XRangeEntry, ok bool, err error) {
 	select {
 	case b.direct <- struct{}{}:
 	default:
 		return nil, false, nil
 	}
 	defer func() { <-b.direct }()
-	if b.hubHolds(consumer, stream) {
+	if b.hubHolds(consumer, w) {
 		return nil, false, nil
 	}
 	bctx, stop := b.blockingCtx(ctx)
 	defer stop()
-	read, err = b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
-		Block(ms(block)).Streams().Key(stream).Id(">").Build()).AsXRead()
+	read, err = b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(w.count)).
+		Block(ms(max(time.Until(w.deadline), time.Millisecond))).Streams().Key(w.home).Id(">").Build()).AsXRead()
 	switch {
 	case isNoGroup(err):
 		return nil, true, errNoGroup
@@ -230,10 +231,12 @@ func (b *Broker) directRead(ctx context.Context, consumer, stream string, max in
 	return read, true, err
 }
 
-// hubHolds reports whether the hub of consumer for stream has stream in
-// its read in progress or the next, or entries of it parked or lately
-// given back.
-func (b *Broker) hubHolds(consumer, stream string) bool {
+// hubHolds reports whether the hub of consumer for w.home has the stream
+// in its read in progress or the next, or entries of it parked, or given
+// back since w's fetch began (which only the fetch script reclaims: w's
+// fetch answers empty, as join does, and the next runs it).
+func (b *Broker) hubHolds(consumer string, w *waiter) bool {
+	stream := w.home
 	k := hubKey{consumer: consumer}
 	if b.cluster {
 		k.slot = keyslot.Of(stream)
@@ -249,12 +252,12 @@ func (b *Broker) hubHolds(consumer, stream string) bool {
 	_, reading := h.readSet[stream]
 	_, kept := h.linger[stream]
 	_, parked := h.parked[stream]
-	_, gave := h.gaveBack[stream]
-	if reading || kept || parked || gave {
+	t, gave := h.gaveBack[stream]
+	if reading || kept || parked || (gave && !t.Before(w.start)) {
 		return true
 	}
-	for _, w := range h.waiters {
-		if w.home == stream {
+	for _, x := range h.waiters {
+		if x.home == stream {
 			return true
 		}
 	}

@@ -52,7 +52,8 @@ func (b *Broker) hubCovers(consumer, stream string) bool {
 // fetch, still covers its queue; a message sent to that queue then is read
 // by the hub, parked for the queue's next fetch, and given back when none
 // comes (after parkFor), so another consumer's fetch gets it as attempt 1,
-// not after a lease and not as a retry.
+// not after a lease and not as a retry. A fetch of that queue that begins
+// later reads it on a direct read again.
 func TestHubGivesBackWhatItReadForAWaiterThatLeft(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
@@ -98,6 +99,27 @@ func TestHubGivesBackWhatItReadForAWaiterThatLeft(t *testing.T) {
 	cancelB()
 	if err := <-doneB; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the other fetch = %v; want context.Canceled", err)
+	}
+	// A fetch that begins after the give-back may read a on a connection
+	// of its own again.
+	b.direct = make(chan struct{}, directReads)
+	got := make(chan []broker.Delivery, 1)
+	go func() {
+		ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "a", Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ds
+	}()
+	eventually(t, "a direct read of a", func() bool { return len(b.direct) == 1 })
+	if n := b.hubWaiters(); n != 0 {
+		t.Fatalf("%d reads wait in the hub; want the one fetch on a direct read", n)
+	}
+	if _, err := b.Send(ctx, env("m2", "a")); err != nil {
+		t.Fatal(err)
+	}
+	if ds := <-got; len(ds) != 1 || ds[0].Env.ID != "m2" {
+		t.Fatalf("Fetch on the direct read = %+v; want m2", ds)
 	}
 }
 

@@ -450,7 +450,7 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 	script := due || levels != 0 || (s.promote && b.scheduleDue(stream))
 	drained := b.drainedFlag(stream)
 	if !script && block > 0 && drained.Load() {
-		entries, done, err := b.fetchDirect(ctx, s, p)
+		entries, done, err := b.fetchDirect(ctx, s, p, start)
 		if done && err == nil {
 			drained.Store(len(entries) < 2)
 		}
@@ -531,7 +531,7 @@ func (b *Broker) drainedFlag(stream string) *atomic.Bool {
 // read: no direct read was free, the hub holds the stream, the first
 // scheduled message is due sooner than a blocking read's timeout is
 // precise, or the group is missing (err is errNoGroup).
-func (b *Broker) fetchDirect(ctx context.Context, s *streamKeys, p *broker.FetchParams) (entries []entry, done bool, err error) {
+func (b *Broker) fetchDirect(ctx context.Context, s *streamKeys, p *broker.FetchParams, start time.Time) (entries []entry, done bool, err error) {
 	block := p.Block
 	if s.promote {
 		var sleep time.Duration
@@ -542,7 +542,8 @@ func (b *Broker) fetchDirect(ctx context.Context, s *streamKeys, p *broker.Fetch
 	if err := ctx.Err(); err != nil {
 		return nil, true, b.fail(ctx, s.op, err)
 	}
-	read, ok, err := b.directRead(ctx, p.Consumer, s.stream, p.Max, block)
+	w := &waiter{home: s.stream, count: p.Max, deadline: time.Now().Add(block), start: start}
+	read, ok, err := b.directRead(ctx, p.Consumer, w)
 	switch {
 	case !ok:
 		return nil, false, nil
@@ -578,7 +579,7 @@ func (b *Broker) blockingRead(ctx context.Context, s *streamKeys, p *broker.Fetc
 	}
 	read, direct, err := map[string][]rueidis.XRangeEntry(nil), false, error(nil)
 	if levels == 0 {
-		read, direct, err = b.directRead(ctx, p.Consumer, s.stream, p.Max, block)
+		read, direct, err = b.directRead(ctx, p.Consumer, w)
 	}
 	if !direct {
 		read, err = b.hubRead(ctx, p.Consumer, w)
