@@ -63,7 +63,12 @@ type Config struct {
 	ReceiverBlockTimeout time.Duration
 	// TimeoutMonitorFrequency is how often the instance settles its senders'
 	// expired timeouts; default 1s. A timeout notice comes at most this long
-	// after the deadline (while an instance of the sender is alive).
+	// after the deadline while the instance that sent the message is alive,
+	// and otherwise within 10 times this long while an instance with a
+	// handler for the sender is: an instance with more than 100 senders
+	// that it has handlers for but sent nothing timed as lately looks at
+	// each of them every few periods, so that thousands of idle senders
+	// cost the broker a bounded number of calls a period.
 	TimeoutMonitorFrequency time.Duration
 	// KeyPrefix starts every Redis key; default "disker".
 	KeyPrefix string

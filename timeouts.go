@@ -3,6 +3,7 @@ package disker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,17 +18,29 @@ const expireBatch = 512
 const expireParallelism = 16
 
 // monitor settles the expired timeouts of the senders this instance watches:
-// those it registered handlers for (pinned) and those it sent timed messages
-// as, until their last deadline has passed and been settled.
+// those it sent timed messages as, until their last deadline has passed and
+// been settled, at every pass; and those it registered handlers for
+// (pinned), for timed messages sent by instances that are gone, spread over
+// passes when there are many (see due).
 type monitor struct {
 	mu      sync.Mutex
 	senders map[string]*watched
 }
 
 type watched struct {
-	pins  int       // handlers (or the inbox) that keep the sender watched
-	until time.Time // local time after which an unpinned sender is dropped
+	pins   int       // handlers (or the inbox) that keep the sender watched
+	until  time.Time // local time after which an unpinned sender is dropped
+	looked time.Time // when a pass last looked at it
 }
+
+// pinnedPerPass is how many senders that are only pinned a pass looks at,
+// at least: up to it, every pass looks at all of them (see due).
+const pinnedPerPass = 100
+
+// pinnedSpread is the most passes between two looks at a sender that is
+// only pinned: a timed message whose sending instance is gone gets its
+// notice within this many TimeoutMonitorFrequency of its deadline.
+const pinnedSpread = 10
 
 func newMonitor() *monitor { return &monitor{senders: make(map[string]*watched)} }
 
@@ -63,20 +76,42 @@ func (m *monitor) unpin(sender string) {
 	m.mu.Unlock()
 }
 
-// due lists the senders to look at now, and forgets unpinned senders whose
-// last deadline passed more than margin ago (a pass after it settled them).
+// due lists the senders to look at in a pass at now, and forgets unpinned
+// senders whose last deadline passed more than margin ago (a pass after it
+// settled them). A sender this instance sent timed messages as, whose last
+// deadline is not past margin, is looked at in every pass. Of the senders
+// that are only pinned, a pass looks at the ones looked at longest ago,
+// n/k of the n of them (rounded up), where k is n over pinnedPerPass
+// (rounded up), at most pinnedSpread: each is looked at every k passes.
+// The instances that sent their timed messages watch them themselves, so
+// this one only settles those whose sender is gone, and thousands of idle
+// reply senders cost the broker a bounded number of calls per pass.
 func (m *monitor) due(now time.Time, margin time.Duration) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]string, 0, len(m.senders))
+	var idle []string
 	for s, w := range m.senders {
-		if w.pins <= 0 && now.After(w.until.Add(margin)) {
+		active := !now.After(w.until.Add(margin))
+		switch {
+		case w.pins <= 0 && !active:
 			delete(m.senders, s)
-			continue
+		case active:
+			w.looked = now
+			out = append(out, s)
+		default:
+			idle = append(idle, s)
 		}
-		out = append(out, s)
 	}
-	return out
+	k := min(max((len(idle)+pinnedPerPass-1)/pinnedPerPass, 1), pinnedSpread)
+	if k > 1 {
+		slices.SortFunc(idle, func(a, b string) int { return m.senders[a].looked.Compare(m.senders[b].looked) })
+		idle = idle[:(len(idle)+k-1)/k]
+	}
+	for _, s := range idle {
+		m.senders[s].looked = now
+	}
+	return append(out, idle...)
 }
 
 // runMonitor settles expired timeouts every TimeoutMonitorFrequency until
