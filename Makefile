@@ -33,10 +33,13 @@ deps: ## Install what the tests need when it is missing (redis-server, curl, chr
 
 # test runs one package's test binary at a time (-p 1): the root package's and
 # the command's tests each run Redis servers, a Cluster and worker processes in
-# parallel, and two such binaries at once starve each other on 2 cores.
+# parallel, and two such binaries at once starve each other on 2 cores. The
+# tests of 10,000 receivers and senders run without -race (tenk_test.go): the
+# race detector allows 8,128 live goroutines.
 .PHONY: test
 test: deps ## Run every test with the race detector (tests start their own private redis-server).
 	$(GO) test -race -count=1 -p 1 -timeout 20m ./...
+	$(GO) test -count=1 -run 'TestTenThousand' -timeout 15m .
 	cd bench && $(GO) test -count=1 -timeout 10m ./...
 	cd browsertest && $(GO) test -count=1 -timeout 15m ./...
 	cd diskerotel && $(GO) test -race -count=1 -timeout 10m ./...

@@ -3,6 +3,7 @@ package disker_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,70 +106,204 @@ func TestThousandReceiversAndSendersFewConnections(t *testing.T) {
 	}
 	// Not parallel: its load would slow the tests beside it past their
 	// deadlines, and theirs would slow it.
-	const n = 1000
+	crowd{n: 1000, senders: true, within: time.Minute}.run(t, func(c *disker.Config) { c.ReceiverBlockTimeout = 2 * time.Second })
+}
+
+// crowd is a load on one instance on a private redis-server: n receivers
+// r0 … r(n-1) with a handler of concurrency 1 each, and one message to
+// each. With senders, message i comes from sender si, which has a reply
+// handler; with a timeout, each message is sent WithTimeout and its sender
+// has a timeout handler too, and every silentEvery-th receiver (i %
+// silentEvery == silentEvery-1) does not reply (ErrReplyLater, and no
+// Reply), so that its sender gets the timeout notice.
+type crowd struct {
+	n           int
+	senders     bool
+	timeout     time.Duration
+	silentEvery int
+	// sendConcurrency is how many goroutines send the messages; 0 means 1.
+	sendConcurrency int
+	// within bounds the wait for the streams, and again for the sends and
+	// the outcomes.
+	within time.Duration
+}
+
+// silent tells whether receiver i does not reply.
+func (c crowd) silent(i int) bool {
+	return c.timeout > 0 && c.silentEvery > 0 && i%c.silentEvery == c.silentEvery-1
+}
+
+// run runs the load on an instance configured by mods and checks that
+// every receiver handles its message once, that every sender gets exactly
+// one outcome (its reply when the reply was accepted, else the timeout
+// notice), and that the instance's connections to Redis, sampled
+// throughout, stay within maxConnections.
+func (c crowd) run(t *testing.T, mods ...func(*disker.Config)) {
+	t.Helper()
+	n := c.n
+	start := time.Now()
 	s := redistest.Start(t)
 	raw := rawOf(t, s)
-	d := openOn(t, s, func(c *disker.Config) { c.ReceiverBlockTimeout = 2 * time.Second })
+	handled := make([]atomic.Int32, n)
+	replied := make([]atomic.Int32, n)  // replies received by si
+	timedOut := make([]atomic.Int32, n) // timeout notices received by si
+	accepted := make([]atomic.Int32, n) // replies to si that the broker accepted (EventReplied)
+	var handledN, outcomes atomic.Int32
+	index := func(name, prefix string) int {
+		i, err := strconv.Atoi(strings.TrimPrefix(name, prefix))
+		if err != nil || i < 0 || i >= n {
+			t.Errorf("unexpected name %q", name)
+			return -1
+		}
+		return i
+	}
+	var monitorEvery time.Duration
+	mods = append(mods, func(cfg *disker.Config) {
+		monitorEvery = cfg.TimeoutMonitorFrequency
+		cfg.OnEvent = func(e disker.Event) {
+			if e.Kind == disker.EventReplied {
+				if i := index(e.Sender, "s"); i >= 0 {
+					accepted[i].Add(1)
+				}
+			}
+		}
+	})
+	d := openOn(t, s, mods...)
 	sampler := sampleConns(t, raw)
 	t.Cleanup(func() { sampler.Stop() })
-	handled := make([]atomic.Int32, n)
-	replied := make([]atomic.Int32, n)
-	var handledN, repliedN atomic.Int32
 	for i := range n {
 		err := d.Handle(fmt.Sprint("r", i), disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
 			if handled[i].Add(1) == 1 {
 				handledN.Add(1)
+			}
+			if c.silent(i) {
+				return nil, disker.ErrReplyLater
 			}
 			return m.Content, nil
 		}), disker.WithConcurrency(1))
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !c.senders {
+			continue
+		}
 		err = d.OnReply(fmt.Sprint("s", i), disker.ReplyHandlerFunc(func(_ context.Context, m *disker.Message) {
 			if string(m.Content) != fmt.Sprint("to r", i) {
 				t.Errorf("sender s%d got reply %q", i, m.Content)
 			}
-			if replied[i].Add(1) == 1 {
-				repliedN.Add(1)
-			}
+			replied[i].Add(1)
+			outcomes.Add(1)
 		}))
 		if err != nil {
 			t.Fatal(err)
 		}
+		if c.timeout > 0 {
+			err = d.OnTimeout(fmt.Sprint("s", i), disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) {
+				if m.Receiver != fmt.Sprint("r", i) {
+					t.Errorf("sender s%d got a timeout notice for a message to %q", i, m.Receiver)
+				}
+				timedOut[i].Add(1)
+				outcomes.Add(1)
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	streams := int64(n)
+	if c.senders {
+		streams *= 2
 	}
 	// Every receiver's and every sender's reading loop has made its first
 	// fetch (which creates its stream) and waits.
-	waitFor(t, 60*time.Second, "the 2,000 streams", func() bool {
+	waitFor(t, c.within, fmt.Sprintf("the %d streams", streams), func() bool {
 		k, err := raw.Do(context.Background(), raw.B().Dbsize().Build()).AsInt64()
-		return err == nil && k >= 2*n
+		return err == nil && k >= streams
 	})
 	waitFor(t, 10*time.Second, "a blocked read", func() bool {
 		info, _ := raw.Do(context.Background(), raw.B().Info().Section("clients").Build()).ToString()
 		return !strings.Contains(info, "blocked_clients:0\r")
 	})
 	idle := diskerConns(t, raw)
-	ctx := ctxTimeout(t, time.Minute)
-	msgs := make([]disker.Message, n)
-	for i := range n {
-		msgs[i] = disker.Message{Sender: fmt.Sprint("s", i), Receiver: fmt.Sprint("r", i), Content: []byte(fmt.Sprint("to r", i))}
+	setUp := time.Since(start)
+	ctx := ctxTimeout(t, c.within)
+	var opts []disker.SendOption
+	if c.timeout > 0 {
+		opts = append(opts, disker.WithTimeout(c.timeout))
+	}
+	sendStart := time.Now()
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range max(c.sendConcurrency, 1) {
+		wg.Go(func() {
+			for i := range next {
+				msg := disker.Message{Receiver: fmt.Sprint("r", i), Content: []byte(fmt.Sprint("to r", i))}
+				if c.senders {
+					msg.Sender = fmt.Sprint("s", i)
+				}
+				if _, err := d.Send(ctx, msg, opts...); err != nil {
+					t.Errorf("Send to r%d: %v", i, err)
+				}
+			}
+		})
 	}
 	for i := range n {
-		if _, err := d.Send(ctx, msgs[i]); err != nil {
-			t.Fatal(err)
-		}
+		next <- i
 	}
-	waitFor(t, time.Minute, "1,000 messages handled and 1,000 replies", func() bool {
-		return handledN.Load() == n && repliedN.Load() == n
-	})
+	close(next)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	sent := time.Since(sendStart)
+	if c.senders {
+		waitFor(t, c.within, fmt.Sprintf("an outcome for each of the %d senders", n), func() bool { return outcomes.Load() >= int32(n) })
+	} else {
+		waitFor(t, c.within, fmt.Sprintf("%d messages handled", n), func() bool { return handledN.Load() == int32(n) })
+	}
+	done := time.Since(sendStart)
+	if c.timeout > 0 {
+		// A second outcome would come from a later pass of the timeout
+		// monitor: watch two more passes' worth, and a second more.
+		quiet := 2*monitorEvery + time.Second
+		<-time.After(quiet)
+	}
 	most := sampler.Stop()
-	t.Logf("connections of the instance: %d while all wait, at most %d", idle, most)
+	t.Logf("%d receivers, senders %v, timeout %v: set up in %v; %d sent in %v, all outcomes %v after the first send; connections of the instance: %d while all wait, at most %d",
+		n, c.senders, c.timeout, setUp.Round(time.Millisecond), n, sent.Round(time.Millisecond), done.Round(time.Millisecond), idle, most)
 	if most > maxConnections {
-		t.Fatalf("the instance opened up to %d connections; want <= %d", most, maxConnections)
+		t.Errorf("the instance opened up to %d connections; want <= %d", most, maxConnections)
 	}
+	late, silentN := 0, 0
 	for i := range n {
-		if h, r := handled[i].Load(), replied[i].Load(); h != 1 || r != 1 {
-			t.Errorf("receiver r%d handled %d, sender s%d got %d replies; want 1 each", i, h, i, r)
+		h := handled[i].Load()
+		if h > 1 || (h == 0 && c.timeout == 0) {
+			t.Errorf("receiver r%d handled its message %d times; want 1", i, h)
 		}
+		if !c.senders {
+			continue
+		}
+		r, to, a := replied[i].Load(), timedOut[i].Load(), accepted[i].Load()
+		switch {
+		case r+to != 1:
+			t.Errorf("sender s%d got %d replies and %d timeout notices; want exactly one outcome", i, r, to)
+		case a > 1:
+			t.Errorf("the broker accepted %d replies to s%d; want at most 1", a, i)
+		case c.silent(i) && to != 1:
+			t.Errorf("sender s%d, not replied to, got a reply and no timeout notice", i)
+		case a == 1 && r != 1:
+			t.Errorf("sender s%d, whose reply the broker accepted, got a timeout notice", i)
+		case a == 0 && to != 1:
+			t.Errorf("sender s%d, whose reply the broker did not accept, got a reply", i)
+		}
+		if c.silent(i) {
+			silentN++
+		} else if a == 0 {
+			late++
+		}
+	}
+	if c.timeout > 0 {
+		t.Logf("%d of the %d replied-to senders got a timeout notice instead: their message expired or its reply came late", late, n-silentN)
 	}
 }
 

@@ -1,0 +1,53 @@
+//go:build !race
+
+package disker_test
+
+// The tests of 10,000 receivers and senders in one instance. They run
+// without the race detector, which limits a process to 8,128 live
+// goroutines (an instance runs one per receiver and one per sender):
+// `make test` runs them in a `go test` without -race of their own.
+
+import (
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker"
+)
+
+// tenKConfig is the configuration of the 10,000-receiver tests: the
+// defaults' heartbeat and monitor periods (the test env's are for a few
+// receivers: a heartbeat writes an entry per receiver, and a monitor pass
+// makes a call per sender), and a block time of 10s: every reader that
+// waits fetches again (the fetch script) at the end of each block time,
+// which at 10,000 readers and more is most of the load on Redis and on the
+// process, and would slow the sends and the deliveries many times over.
+func tenKConfig(c *disker.Config) {
+	c.ReceiverBlockTimeout = 10 * time.Second
+	c.HeartbeatInterval = disker.DefaultHeartbeatInterval
+	c.TimeoutMonitorFrequency = disker.DefaultTimeoutMonitorFrequency
+}
+
+// TestTenThousandReceiversFewConnections: one instance with 10,000
+// receivers handles a message to each, while its connections to Redis
+// stay within maxConnections.
+func TestTenThousandReceiversFewConnections(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
+	// Not parallel: its load would slow the tests beside it.
+	crowd{n: 10_000, sendConcurrency: 32, within: 2 * time.Minute}.run(t, tenKConfig)
+}
+
+// TestTenThousandSendersTimedReplies: one instance with 10,000 receivers
+// and 10,000 senders, each sender with a reply and a timeout handler and
+// one message WithTimeout to its receiver; the receivers reply to 90% of
+// them. Every sender gets exactly one outcome: the reply when the broker
+// accepted it, else the timeout notice, which the 10% not replied to all
+// get; the connections stay within maxConnections.
+func TestTenThousandSendersTimedReplies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
+	// Not parallel: its load would slow the tests beside it.
+	crowd{n: 10_000, senders: true, timeout: 10 * time.Second, silentEvery: 10, sendConcurrency: 32, within: 2 * time.Minute}.run(t, tenKConfig)
+}
