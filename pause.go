@@ -12,15 +12,15 @@ import (
 // whether they are paused: one round trip to the broker for all of them,
 // which reads the namespace's pause epoch (on Redis one GET), a value that
 // every Pause and Resume changes after it set its flag. Only when the
-// epoch changed (and every pauseFullEvery polls, and for receivers added
+// epoch changed (and every 120 polls all the same, and for receivers added
 // since the last poll) does it read the flags of its receivers too (on
 // Redis one pipeline of EXISTS, one per receiver). A Pause or Resume
 // therefore reaches every instance within this interval and a round trip.
 const PausePollInterval = 250 * time.Millisecond
 
 // pauseFullEvery is how many polls of the pause epoch may pass before the
-// flags are read all the same: they cover a Pause that set its flag but
-// failed to change the epoch, and a broker that lost its data.
+// flags are read all the same (see PausePollInterval): they cover a Pause
+// that set its flag but failed to change the epoch.
 const pauseFullEvery = 120
 
 // Pause pauses receiver on every instance: from within PausePollInterval

@@ -486,7 +486,8 @@ func (b *Broker) fetchEntries(ctx context.Context, s *streamKeys, p *broker.Fetc
 			levels = v.(int)
 		}
 	}
-	due := b.reclaimDue(stream, p.Lease) || b.leaseChanged(stream, consumer, p.Lease)
+	changed := b.leaseChanged(stream, consumer, p.Lease) // recorded even when due
+	due := b.reclaimDue(stream, p.Lease) || changed
 	script := due || levels != 0 || (s.promote && b.scheduleDue(stream))
 	drained := b.drainedFlag(stream)
 	if !script && block > 0 && drained.Load() {
