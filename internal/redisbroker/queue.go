@@ -450,7 +450,9 @@ func (b *Broker) queueKeys(receiver string) streamKeys {
 // the group is missing) it runs the fetch script, which reclaims expired
 // leases and due retries, dead-letters entries past maxAttempts and reads
 // new entries; of a quiet stream (see idleReclaimMax), at most once per
-// lease or idleReclaimMax, and at once when a worker left the registry.
+// lease or idleReclaimMax, and at once when the reclaim epoch changed (a
+// worker left the registry, or a message was sent at another priority
+// level: see Heartbeat).
 // Otherwise it reads new entries with one pipelined
 // XREADGROUP without BLOCK, or, when block > 0, the stream was drained at
 // the last fetch and one of the broker's direct reads is free, with one
@@ -838,7 +840,7 @@ func (b *Broker) markBusy(stream string) {
 	if st.idle.Load() {
 		st.idle.Store(false)
 	}
-	if st.quiet.Swap(false) {
+	if st.quiet.Load() && st.quiet.Swap(false) {
 		b.reclaimWithin(st, time.Now().Add(b.reclaimEvery).UnixNano())
 	}
 }
@@ -977,7 +979,10 @@ func scriptEntry(m rueidis.RedisMessage) (entry, error) {
 // delay, or whose lease expired, is reclaimed by a Fetch at most
 // reclaimEvery (100ms) after that moment, or right after a Retry through
 // this broker; a Fetch blocked in Redis notices it when its block time
-// ends.
+// ends. From a stream that was quiet for this broker (see idleReclaimMax),
+// an entry another broker's consumer took since is reclaimed up to the
+// quiet period after its lease expired, or at the first Fetch after the
+// heartbeat that saw its holder leave the registry.
 func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Delivery, error) {
 	if err := b.check(); err != nil {
 		return nil, err

@@ -84,8 +84,8 @@ type Config struct {
 }
 
 // reclaimEvery is how often, at most, one broker runs the fetch script
-// (reclaim of expired leases and due retries) for one stream; fetches in
-// between only read new entries. A lease that expired, or a retry that came
+// (reclaim of expired leases and due retries) for one busy stream (see
+// idleReclaimMax); fetches in between only read new entries. A lease that expired, or a retry that came
 // due, is redelivered up to this much later (plus the block time of a
 // fetch that is waiting in Redis). A Retry through this broker makes its
 // next fetch of that queue reclaim at once.
