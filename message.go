@@ -255,9 +255,10 @@ func (p Priority) String() string {
 // receiver's queue, and workers look at the others only while they hold
 // messages. So the first message at another level sent to a receiver
 // whose other levels are empty is noticed by a busy worker within 100ms
-// (until then it may take normal messages first), and by one waiting in a
-// blocking read when that read ends, within Config.ReceiverBlockTimeout.
-// From then on the order is strict.
+// (until then it may take normal messages first), and by an idle one,
+// waiting in a blocking read, when the first such read that ends after
+// its instance's next heartbeat ends: within Config.HeartbeatInterval and
+// Config.ReceiverBlockTimeout. From then on the order is strict.
 func WithPriority(p Priority) SendOption {
 	return func(o *sendOptions) { o.priority = p }
 }

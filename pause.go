@@ -9,10 +9,19 @@ import (
 )
 
 // PausePollInterval is how often an instance that serves receivers reads
-// whether they are paused: one round trip to the broker for all of them
-// (on Redis one pipeline of EXISTS, one per receiver). A Pause or Resume
+// whether they are paused: one round trip to the broker for all of them,
+// which reads the namespace's pause epoch (on Redis one GET), a value that
+// every Pause and Resume changes after it set its flag. Only when the
+// epoch changed (and every 120 polls all the same, and for receivers added
+// since the last poll) does it read the flags of its receivers too (on
+// Redis one pipeline of EXISTS, one per receiver). A Pause or Resume
 // therefore reaches every instance within this interval and a round trip.
 const PausePollInterval = 250 * time.Millisecond
+
+// pauseFullEvery is how many polls of the pause epoch may pass before the
+// flags are read all the same (see PausePollInterval): they cover a Pause
+// that set its flag but failed to change the epoch.
+const pauseFullEvery = 120
 
 // Pause pauses receiver on every instance: from within PausePollInterval
 // (and a round trip) of Pause returning, no instance starts a message of
@@ -58,41 +67,85 @@ func (d *Disker) setPaused(ctx context.Context, receiver string, paused bool) er
 	return nil
 }
 
-// runPauseWatch reads, every PausePollInterval, whether the receivers this
-// instance serves are paused, and pauses or resumes their consumers, until
-// ctx ends. With no receivers it reads nothing.
+// runPauseWatch reads, every PausePollInterval, the pause epoch, and when
+// it changed (see PausePollInterval) whether the receivers this instance
+// serves are paused, and pauses or resumes their consumers, until ctx
+// ends. With no receivers it reads nothing.
 func (d *Disker) runPauseWatch(ctx context.Context) {
 	t := time.NewTicker(PausePollInterval)
 	defer t.Stop()
-	var names []string
-	var cs []*consumer
+	w := pauseWatch{d: d, known: make(map[string]bool)}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		names, cs = names[:0], cs[:0]
-		d.mu.Lock()
-		for name, c := range d.consumers {
-			names = append(names, name)
-			cs = append(cs, c)
-		}
-		d.mu.Unlock()
-		if len(names) == 0 {
-			continue
-		}
-		ps, err := d.b.Paused(ctx, names)
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
-				d.health.fail("paused", err)
-			}
-			continue
-		}
-		for i, c := range cs {
-			c.setPaused(ps[i])
+		if err := w.poll(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
+			d.health.fail("paused", err)
 		}
 	}
+}
+
+// pauseWatch is the state of runPauseWatch between two polls.
+type pauseWatch struct {
+	d     *Disker
+	epoch string          // the epoch at the last read of all the flags
+	read  bool            // the flags were read at least once
+	polls int             // polls since the last read of all the flags
+	known map[string]bool // the receivers whose flag was read
+	names []string
+	cs    []*consumer
+}
+
+// poll reads the pause epoch, then the flags of every receiver if the
+// epoch changed or pauseFullEvery polls passed, else only those of the
+// receivers added since the last poll.
+func (w *pauseWatch) poll(ctx context.Context) error {
+	w.names, w.cs = w.names[:0], w.cs[:0]
+	w.d.mu.Lock()
+	for name, c := range w.d.consumers {
+		w.names = append(w.names, name)
+		w.cs = append(w.cs, c)
+	}
+	w.d.mu.Unlock()
+	if len(w.names) == 0 {
+		return nil
+	}
+	epoch, err := w.d.b.PauseEpoch(ctx)
+	if err != nil {
+		return err
+	}
+	w.polls++
+	full := !w.read || epoch != w.epoch || w.polls >= pauseFullEvery
+	if full {
+		clear(w.known)
+	} else {
+		// Only the receivers added since: the others' flags did not change.
+		n := 0
+		for i, name := range w.names {
+			if !w.known[name] {
+				w.names[n], w.cs[n] = name, w.cs[i]
+				n++
+			}
+		}
+		w.names, w.cs = w.names[:n], w.cs[:n]
+		if n == 0 {
+			return nil
+		}
+	}
+	ps, err := w.d.b.Paused(ctx, w.names)
+	if err != nil {
+		return err
+	}
+	for i, c := range w.cs {
+		c.setPaused(ps[i])
+		w.known[w.names[i]] = true
+	}
+	if full {
+		w.epoch, w.read, w.polls = epoch, true, 0
+	}
+	return nil
 }
 
 // setPaused pauses or resumes the consumer: while paused, its fetch loop

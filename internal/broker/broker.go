@@ -484,6 +484,14 @@ type Pauses interface {
 	// Paused reports, for each of receivers in order, whether it is
 	// paused, in as few round trips as the broker can.
 	Paused(ctx context.Context, receivers []string) ([]bool, error)
+	// PauseEpoch reads the pause epoch of the namespace: a value that
+	// every Pause and Resume changes, after it set or cleared its flag,
+	// so that a reader that sees the same epoch twice knows that no flag
+	// changed in between (but for a Pause or Resume that failed half-way,
+	// or a broker that lost its data: readers also read the flags now and
+	// then). It is "" while no Pause or Resume was recorded. One round
+	// trip, whatever the number of receivers.
+	PauseEpoch(ctx context.Context) (string, error)
 }
 
 // Idempotency makes requests with the same key, to the same receiver,

@@ -7,6 +7,7 @@ package membroker
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -103,7 +104,20 @@ func (b *Broker) setPaused(ctx context.Context, receiver string, paused bool) er
 	} else {
 		delete(b.c.paused, receiver)
 	}
+	b.c.pauseEpoch++
 	return nil
+}
+
+// PauseEpoch reads the count of Pause and Resume calls ("" for none).
+func (b *Broker) PauseEpoch(ctx context.Context) (string, error) {
+	if err := b.lock(ctx); err != nil {
+		return "", err
+	}
+	defer b.c.mu.Unlock()
+	if b.c.pauseEpoch == 0 {
+		return "", nil
+	}
+	return strconv.FormatUint(b.c.pauseEpoch, 10), nil
 }
 
 // Paused reports whether each of receivers is paused.

@@ -179,10 +179,12 @@ type core struct {
 	// paused receivers, idems the idempotency keys by receiver and key.
 	// Expired keys are dropped when looked up, and all of them when the
 	// map has doubled since the last sweep (sweepKeys).
-	dedups    map[string]dedupEntry
-	paused    map[string]bool
-	idems     map[string]*idemEntry
-	keysSwept int
+	dedups map[string]dedupEntry
+	paused map[string]bool
+	idems  map[string]*idemEntry
+	// pauseEpoch counts the calls of Pause and Resume (PauseEpoch).
+	pauseEpoch uint64
+	keysSwept  int
 	// schedules holds the periodic schedules by name (schedules.go);
 	// made on first use.
 	schedules    map[string]*schedule

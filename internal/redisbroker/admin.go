@@ -66,10 +66,24 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 	if err != nil {
 		return fmt.Errorf("redisbroker: heartbeat: %w", err)
 	}
-	seen, err := scriptHeartbeat.Exec(ctx, b.client, []string{b.keys.workers(), b.keys.worker(info.ID)},
-		[]string{info.ID, string(data), msString(ttl)}).AsInt64()
-	if err != nil || len(info.Receivers) == 0 {
-		return b.failIf(ctx, "heartbeat", err)
+	res, err := scriptHeartbeat.Exec(ctx, b.client, []string{b.keys.workers(), b.keys.worker(info.ID), b.keys.reclaimEpoch()},
+		[]string{info.ID, string(data), msString(ttl)}).AsIntSlice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("the heartbeat script answered %v", res)
+	}
+	if err != nil {
+		return b.fail(ctx, "heartbeat", err)
+	}
+	seen := res[0]
+	// A worker left (its deliveries, in any stream, may be reclaimable:
+	// its heartbeat lapsed), or a message was queued at another priority
+	// level: quiet streams run the fetch script at their next fetch rather
+	// than at their slow period (idleReclaimMax).
+	if old := b.reclaimEpoch.Swap(res[1] + 1); old != 0 && old != res[1]+1 {
+		b.forceReclaimAll()
+	}
+	if len(info.Receivers) == 0 {
+		return nil
 	}
 	// The heartbeat vouches for the worker's deliveries of each receiver
 	// until seen + ttl (Redis time): past it, a Fetch of another worker
@@ -115,7 +129,8 @@ func (b *Broker) Deregister(ctx context.Context, id string) error {
 	}
 	for _, r := range b.client.DoMulti(ctx,
 		b.client.B().Del().Key(b.keys.worker(id)).Build(),
-		b.client.B().Zrem().Key(b.keys.workers()).Member(id).Build()) {
+		b.client.B().Zrem().Key(b.keys.workers()).Member(id).Build(),
+		b.client.B().Incr().Key(b.keys.reclaimEpoch()).Build()) {
 		if err := r.Error(); err != nil {
 			return b.fail(ctx, "deregister", err)
 		}

@@ -65,11 +65,18 @@ func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...
 	}
 	keys := []string{b.keys.queue(receiver), b.keys.deadLetters(receiver),
 		b.keys.queueAt(receiver, broker.PriorityHigh), b.keys.queueAt(receiver, broker.PriorityLow)}
+	moved := false
+	defer func() {
+		if moved { // perhaps to a priority level (see leveled)
+			b.levelsChanged(ctx, receiver)
+		}
+	}()
 	move := func(ids []string) (int, error) {
 		n, err := scriptRequeue.Exec(ctx, b.client, keys, ids).AsInt64()
 		if err != nil {
 			return 0, b.fail(ctx, "retry dead letters", err)
 		}
+		moved = moved || n > 0
 		return int(n), nil
 	}
 	if len(refs) > 0 {

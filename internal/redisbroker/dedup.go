@@ -24,6 +24,7 @@ func (b *Broker) SendDedup(ctx context.Context, p *broker.SendDedupParams) (stri
 		return "", false, fmt.Errorf("redisbroker: %w", err)
 	}
 	env := p.Env
+	defer b.leveled(ctx, env)
 	data := rueidis.BinaryString(wire.Encode(env))
 	keys := []string{b.keys.queueAt(env.Receiver, env.Priority), b.keys.dedup(env.Receiver, p.Key)}
 	v, err := scriptSendDedup.Exec(ctx, b.client, keys, []string{data, env.ID, msString(p.TTL)}).ToArray()

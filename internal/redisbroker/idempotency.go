@@ -42,6 +42,7 @@ func (b *Broker) BeginIdempotent(ctx context.Context, p *broker.BeginIdempotentP
 	if !deadline.IsZero() {
 		waiter = strconv.FormatInt(deadline.UnixMilli(), 10) + ":" + env.Sender
 	}
+	defer b.leveled(ctx, env)
 	data := rueidis.BinaryString(wire.Encode(env))
 	keys := []string{b.keys.queueAt(env.Receiver, env.Priority), b.keys.idempotency(env.Receiver, p.Key)}
 	rep, err := scriptIdemBegin.Exec(ctx, b.client, keys, []string{data, env.ID, waiter, msString(p.TTL)}).ToString()

@@ -27,6 +27,7 @@ func (b *Broker) SendRequest(ctx context.Context, env *broker.Envelope) (time.Ti
 		return time.Time{}, fmt.Errorf("redisbroker: %w", err)
 	}
 	env.FromInbox = true
+	defer b.leveled(ctx, env)
 	data := rueidis.BinaryString(wire.Encode(env))
 	if env.Scheduled() {
 		// The script schedule decides the due time, and the deadline (due

@@ -82,6 +82,11 @@ func (k keys) dedup(receiver, key string) string { return k.named(receiver, "dd:
 // paused is receiver's pause flag: a string that exists while it is paused.
 func (k keys) paused(receiver string) string { return k.named(receiver, "paused") }
 
+// pauseEpoch is the pause epoch of the namespace (broker.Pauses.PauseEpoch):
+// a string that every Pause and Resume sets to a new random value. It has
+// a slot of its own: it is read and written alone.
+func (k keys) pauseEpoch() string { return k.prefix + ":{pause}:epoch" }
+
 // idempotency is the idempotency key key of receiver: a hash of the first
 // request's id ("id"), the stored reply ("rep", once settled) and the
 // waiters ("w:<request id>" -> "<deadline ms>:<inbox>"), expiring at the
@@ -105,6 +110,13 @@ func (k keys) workers() string { return k.prefix + ":{workers}:ids" }
 // worker is the hash of one worker: "info" (JSON) and "seen" (unix ms),
 // expiring with the worker's heartbeat ttl.
 func (k keys) worker(id string) string { return k.prefix + ":{workers}:w:" + id }
+
+// reclaimEpoch is a counter of the events after which a quiet stream
+// (see idleReclaimMax) should run the fetch script at its next fetch: a
+// worker left the registry (its heartbeat lapsed, and a heartbeat dropped
+// it; or it deregistered), or a message was queued at a priority level
+// other than normal. Every heartbeat reads it (see Broker.Heartbeat).
+func (k keys) reclaimEpoch() string { return k.prefix + ":{workers}:reclaim" }
 
 // pattern returns a SCAN pattern matching the keys named(*, suffix).
 func (k keys) pattern(suffix string) string {

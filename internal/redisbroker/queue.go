@@ -32,6 +32,7 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 	if err := broker.CheckSend(env, b.maxSize); err != nil {
 		return time.Time{}, fmt.Errorf("redisbroker: %w", err)
 	}
+	defer b.leveled(ctx, env)
 	data := rueidis.BinaryString(wire.Encode(env))
 	switch b.sendKind(env) {
 	case sendPlain:
@@ -53,6 +54,33 @@ func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, err
 // sendPlain queues env, encoded as data, with one XADD.
 func (b *Broker) sendPlain(ctx context.Context, env *broker.Envelope, data string) error {
 	return b.failIf(ctx, "send", b.client.Do(ctx, b.xadd(env, data, "")).Error())
+}
+
+// leveled tells the quiet streams of every instance (see idleReclaimMax)
+// that messages may have been queued at a priority level other than
+// normal, if any of envs is at one: it bumps the reclaim epoch
+// (keys.reclaimEpoch), which every instance's next heartbeat reads, and
+// makes this broker's next fetch of the receiver's queue run the fetch
+// script. The fetch script is what learns that a level stream holds
+// entries, and a quiet stream runs it seldom. It costs a send at another
+// level one INCR (after the send: one that failed may have queued all the
+// same); should that fail, such a stream finds the message within its
+// quiet period. A message at the normal level costs nothing: the blocking
+// read of a quiet stream reads its queue.
+func (b *Broker) leveled(ctx context.Context, envs ...*broker.Envelope) {
+	for _, env := range envs {
+		if env.Priority != broker.PriorityNormal {
+			b.levelsChanged(ctx, env.Receiver)
+			return
+		}
+	}
+}
+
+// levelsChanged is leveled for receiver, whose level streams may have
+// been written (by a send, or RetryDeadLetters).
+func (b *Broker) levelsChanged(ctx context.Context, receiver string) {
+	b.forceReclaim(b.keys.queue(receiver))
+	_ = b.client.Do(context.WithoutCancel(ctx), b.client.B().Incr().Key(b.keys.reclaimEpoch()).Build()).Error()
 }
 
 // mayHaveRun reports whether a command that failed with err may have run
@@ -150,6 +178,7 @@ func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time
 			return nil, fmt.Errorf("redisbroker: batch message %d: %w", i, err)
 		}
 	}
+	defer b.leveled(ctx, envs...)
 	deadlines := make([]time.Time, len(envs))
 	errs := make([]error, len(envs))
 	failed := false
@@ -420,7 +449,11 @@ func (b *Broker) queueKeys(receiver string) streamKeys {
 // reclaimEvery per stream (and at once after this broker's Retry, or when
 // the group is missing) it runs the fetch script, which reclaims expired
 // leases and due retries, dead-letters entries past maxAttempts and reads
-// new entries. Otherwise it reads new entries with one pipelined
+// new entries; of a quiet stream (see idleReclaimMax), at most once per
+// lease or idleReclaimMax, and at once when the reclaim epoch changed (a
+// worker left the registry, or a message was sent at another priority
+// level: see Heartbeat).
+// Otherwise it reads new entries with one pipelined
 // XREADGROUP without BLOCK, or, when block > 0, the stream was drained at
 // the last fetch and one of the broker's direct reads is free, with one
 // blocking XREADGROUP on a connection of its own (fetchDirect). When that (or the script) found nothing and
@@ -437,6 +470,15 @@ func (b *Broker) queueKeys(receiver string) streamKeys {
 // not, which is the case of a receiver that never uses priorities, a
 // fetch is exactly what it was without them.
 func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams) ([]entry, error) {
+	entries, err := b.fetchEntries(ctx, s, p)
+	if len(entries) > 0 {
+		b.markBusy(s.stream)
+	}
+	return entries, err
+}
+
+// fetchEntries is fetch, but for the stream's quiet state.
+func (b *Broker) fetchEntries(ctx context.Context, s *streamKeys, p *broker.FetchParams) ([]entry, error) {
 	op, stream, consumer, max, block := s.op, s.stream, p.Consumer, p.Max, p.Block
 	start := time.Now() // before it looks: see waiter.start
 	var entries []entry
@@ -446,7 +488,8 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 			levels = v.(int)
 		}
 	}
-	due := b.reclaimDue(stream) || b.leaseChanged(stream, consumer, p.Lease)
+	changed := b.leaseChanged(stream, consumer, p.Lease) // recorded even when due
+	due := b.reclaimDue(stream, p.Lease) || changed
 	script := due || levels != 0 || (s.promote && b.scheduleDue(stream))
 	drained := b.drainedFlag(stream)
 	if !script && block > 0 && drained.Load() {
@@ -461,7 +504,11 @@ func (b *Broker) fetch(ctx context.Context, s *streamKeys, p *broker.FetchParams
 			return entries, err
 		}
 	}
-	if !script {
+	if !script && block > 0 && drained.Load() && b.reclaimOf(stream).idle.Load() {
+		// Its last blocking read timed out with nothing: the blocking
+		// read below answers at once if entries came since, and an idle
+		// stream costs Redis no read but its share of the hub's.
+	} else if !script {
 		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 			Streams().Key(stream).Id(">").Build()).AsXRead()
 		switch {
@@ -598,6 +645,9 @@ func (b *Broker) blockingRead(ctx context.Context, s *streamKeys, p *broker.Fetc
 	for i, stream := range w.streams {
 		entries = appendRead(entries, read[stream], prefixes[i])
 	}
+	if len(entries) == 0 {
+		b.reclaimOf(s.stream).idle.Store(true)
+	}
 	if len(entries) <= p.Max {
 		return entries, nil
 	}
@@ -659,7 +709,8 @@ func (b *Broker) blockingCtx(ctx context.Context) (context.Context, func()) {
 
 // reclaim runs the fetch script; with due, it reclaims before it reads.
 // It returns the script's answer of which level streams hold entries, and
-// remembers it for s's fetches.
+// remembers it for s's fetches, as it does its answer of whether the
+// stream is quiet (setQuiet).
 func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchParams, due bool) ([]entry, int64, int, error) {
 	op, stream := s.op, s.stream
 	prune := "0"
@@ -670,15 +721,18 @@ func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchPara
 	if s.promote {
 		sched, schedMsgs = s.sched, s.schedMsgs
 	}
+	start := time.Now()
 	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed, s.holders, s.high, s.low, sched, schedMsgs},
 		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, boolArg(s.record), boolArg(due), boolArg(s.promote)}).ToArray()
 	if err != nil {
 		b.forceReclaim(stream)
 		return nil, 0, 0, b.fail(ctx, op, err)
 	}
-	if len(res) < 3 {
+	if len(res) < 4 {
 		return nil, 0, 0, fmt.Errorf("redisbroker: %s: the fetch script answered nothing", op)
 	}
+	busy, _ := res[3].AsInt64()
+	b.setQuiet(stream, busy == 0, start, p.Lease)
 	levels, _ := res[1].AsInt64()
 	if s.record {
 		if levels != 0 {
@@ -691,8 +745,8 @@ func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchPara
 		next, _ := res[2].AsInt64()
 		b.setNextDue(stream, next)
 	}
-	entries := make([]entry, 0, len(res)-3)
-	for _, r := range res[3:] {
+	entries := make([]entry, 0, len(res)-4)
+	for _, r := range res[4:] {
 		e, err := scriptEntry(r)
 		if err != nil {
 			return nil, 0, 0, fmt.Errorf("redisbroker: %s: %w", op, err)
@@ -717,14 +771,89 @@ func appendRead(entries []entry, read []rueidis.XRangeEntry, prefix string) []en
 
 func max0(n int) int { return max(n, 0) }
 
+// reclaimState is what a broker keeps of one stream for the fetch
+// script's reclaim.
+type reclaimState struct {
+	// next is when the next reclaim is due, unix ns (0: at the next fetch).
+	next atomic.Int64
+	// quiet: at the last run of the script the stream was not busy (see
+	// its answer), and this broker has fetched nothing of it since.
+	quiet atomic.Bool
+	// idle: the last blocking read of the stream through this broker
+	// ended with nothing, and this broker has fetched nothing of it since.
+	idle atomic.Bool
+}
+
+// reclaimOf returns the reclaimState of stream.
+func (b *Broker) reclaimOf(stream string) *reclaimState {
+	if v, ok := b.reclaimed.Load(stream); ok {
+		return v.(*reclaimState)
+	}
+	v, _ := b.reclaimed.LoadOrStore(stream, new(reclaimState))
+	return v.(*reclaimState)
+}
+
 // reclaimDue reports whether the fetch script should run for stream now,
-// and if so counts it as run.
-func (b *Broker) reclaimDue(stream string) bool {
+// and if so counts it as run: the next is due reclaimEvery later, or, for
+// a quiet stream, idleReclaim(lease) later.
+func (b *Broker) reclaimDue(stream string, lease time.Duration) bool {
+	st := b.reclaimOf(stream)
 	now := time.Now().UnixNano()
-	v, _ := b.reclaimed.LoadOrStore(stream, new(atomic.Int64))
-	next := v.(*atomic.Int64)
-	due := next.Load()
-	return now >= due && next.CompareAndSwap(due, now+int64(b.reclaimEvery))
+	due := st.next.Load()
+	every := b.reclaimEvery
+	if st.quiet.Load() {
+		every = b.idleReclaim(lease)
+	}
+	return now >= due && st.next.CompareAndSwap(due, now+int64(every))
+}
+
+// idleReclaim is the period of the reclaim of a quiet stream fetched with
+// lease: the lease, between reclaimEvery and idleReclaimMax. An entry that
+// another broker's consumer took since the last reclaim, and whose lease
+// then expired, is reclaimed at most this much after it expired.
+func (b *Broker) idleReclaim(lease time.Duration) time.Duration {
+	return min(max(lease, b.reclaimEvery), idleReclaimMax)
+}
+
+// setQuiet records the answer of the fetch script that began at start:
+// whether stream is quiet. A quiet stream's next reclaim moves to
+// idleReclaim(lease) after start, unless one was forced meanwhile; a busy
+// one's comes back to reclaimEvery after start.
+func (b *Broker) setQuiet(stream string, quiet bool, start time.Time, lease time.Duration) {
+	st := b.reclaimOf(stream)
+	st.quiet.Store(quiet)
+	if quiet {
+		at := start.Add(b.idleReclaim(lease)).UnixNano()
+		for {
+			cur := st.next.Load()
+			if cur == 0 || cur >= at || st.next.CompareAndSwap(cur, at) {
+				return
+			}
+		}
+	}
+	b.reclaimWithin(st, start.Add(b.reclaimEvery).UnixNano())
+}
+
+// markBusy records that this broker fetched entries of stream: it is no
+// longer quiet, and its next reclaim is due within reclaimEvery.
+func (b *Broker) markBusy(stream string) {
+	st := b.reclaimOf(stream)
+	if st.idle.Load() {
+		st.idle.Store(false)
+	}
+	if st.quiet.Load() && st.quiet.Swap(false) {
+		b.reclaimWithin(st, time.Now().Add(b.reclaimEvery).UnixNano())
+	}
+}
+
+// reclaimWithin brings st's next reclaim to at, unless it is due sooner.
+func (b *Broker) reclaimWithin(st *reclaimState, at int64) {
+	for {
+		cur := st.next.Load()
+		if cur <= at || st.next.CompareAndSwap(cur, at) {
+			return
+		}
+	}
 }
 
 // leaseChanged reports whether consumer fetches stream with another lease
@@ -796,8 +925,18 @@ const redisTimerSlack = 100 * time.Millisecond
 // forceReclaim makes the next fetch of stream run the fetch script.
 func (b *Broker) forceReclaim(stream string) {
 	if v, ok := b.reclaimed.Load(stream); ok {
-		v.(*atomic.Int64).Store(0)
+		v.(*reclaimState).next.Store(0)
 	}
+}
+
+// forceReclaimAll makes the next fetch of every stream run the fetch
+// script: a worker left the registry (see Heartbeat), whose deliveries
+// may be in any of them.
+func (b *Broker) forceReclaimAll() {
+	b.reclaimed.Range(func(_, v any) bool {
+		v.(*reclaimState).next.Store(0)
+		return true
+	})
 }
 
 func (b *Broker) dueForPrune(stream string) bool {
@@ -841,7 +980,10 @@ func scriptEntry(m rueidis.RedisMessage) (entry, error) {
 // delay, or whose lease expired, is reclaimed by a Fetch at most
 // reclaimEvery (100ms) after that moment, or right after a Retry through
 // this broker; a Fetch blocked in Redis notices it when its block time
-// ends.
+// ends. From a stream that was quiet for this broker (see idleReclaimMax),
+// an entry another broker's consumer took since is reclaimed up to the
+// quiet period after its lease expired, or at the first Fetch after the
+// heartbeat that saw its holder leave the registry.
 func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Delivery, error) {
 	if err := b.check(); err != nil {
 		return nil, err

@@ -84,12 +84,22 @@ type Config struct {
 }
 
 // reclaimEvery is how often, at most, one broker runs the fetch script
-// (reclaim of expired leases and due retries) for one stream; fetches in
-// between only read new entries. A lease that expired, or a retry that came
+// (reclaim of expired leases and due retries) for one busy stream (see
+// idleReclaimMax); fetches in between only read new entries. A lease that expired, or a retry that came
 // due, is redelivered up to this much later (plus the block time of a
 // fetch that is waiting in Redis). A Retry through this broker makes its
 // next fetch of that queue reclaim at once.
 const reclaimEvery = 100 * time.Millisecond
+
+// idleReclaimMax bounds the period of the fetch script's reclaim of a quiet
+// stream: one that, at the last run of the script through this broker,
+// had no pending entry (leased to anybody), no delayed retry and no entry
+// at another priority level, and of which this broker has fetched nothing
+// since. Such a stream runs the script once per lease of its fetches, at
+// most every idleReclaimMax (and at once when a worker leaves the
+// registry or a message is queued at another priority level: see
+// Heartbeat), instead of every reclaimEvery.
+const idleReclaimMax = 30 * time.Second
 
 // pruneIdle is how long a consumer of a group must have held nothing and
 // been idle before a fetch deletes it; pruneEvery is how often one broker
@@ -108,7 +118,11 @@ type Broker struct {
 	cluster bool
 
 	reclaimEvery time.Duration
-	reclaimed    sync.Map // stream key -> *atomic.Int64: unix ns when the next reclaim is due
+	reclaimed    sync.Map // stream key -> *reclaimState: when the next reclaim is due, whether the stream is quiet
+	// reclaimEpoch is the reclaim epoch (keys.reclaimEpoch) + 1, as the
+	// last heartbeat read it (0: none read yet): when it changes, every
+	// stream reclaims at its next fetch (see Heartbeat).
+	reclaimEpoch atomic.Int64
 	drained      sync.Map // stream key -> *atomic.Bool: see drainedFlag
 	nextDue      sync.Map // queue key -> *atomic.Int64: local unix ns of the first scheduled message's due time (MaxInt64: none)
 	leases       sync.Map // stream key + "\x00" + consumer -> the lease of its last fetch

@@ -280,18 +280,21 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- Serves the levels in order, high, normal, low (a level stream that holds
 -- nothing is skipped): in each, reclaimed entries then new ones, until max.
 -- Creates the group "g" of a stream (from its start, MKSTREAM) if missing.
--- Returns {dead, levels, next, e1, e2, ...}: dead is how many entries were
--- dead-lettered; levels is 1 when the high level stream holds entries, +2
--- when the low one does; next is the due time (unix ms) of the first
--- message still scheduled (-1 when none); each e is {ref, attempt, field1,
--- value1, ...}, where ref is the entry id, prefixed "h" or "l" at those
--- levels.
+-- Returns {dead, levels, next, busy, e1, e2, ...}: dead is how many entries
+-- were dead-lettered; levels is 1 when the high level stream holds entries,
+-- +2 when the low one does; next is the due time (unix ms) of the first
+-- message still scheduled (-1 when none); busy is 1 when, after this run,
+-- the stream has pending entries (leased to any consumer, these e
+-- included) or delayed retries wait (levels not 0 counts as busy too),
+-- else 0: a stream that is not busy needs no reclaim until something is
+-- delivered from it; each e is {ref, attempt, field1, value1, ...}, where
+-- ref is the entry id, prefixed "h" or "l" at those levels.
 ` + luaNow + luaBury + luaPromote + `
 local base, dlq, delayed, hold = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumer, max, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local maxAttempts, pruneIdle = tonumber(ARGV[4]), tonumber(ARGV[5])
 local reclaim = ARGV[7] == '1'
-local out = {0, 0, -1}
+local out = {0, 0, -1, 0}
 if ARGV[8] == '1' then
   out[3] = promote(KEYS[7], KEYS[8], base)
 end
@@ -361,7 +364,7 @@ local function ownerLease(owner)
 end
 local scanned = 0
 local function serve(stream, prefix)
-  local room = max - (#out - 3)
+  local room = max - (#out - 4)
   local taken, pend = {}, {}
   local function take(p)
     if p and #pend < room and not taken[p[1]] then
@@ -432,7 +435,7 @@ local function serve(stream, prefix)
       end
     end
   end
-  local n = #out - 3
+  local n = #out - 4
   if n < max then
     local r = redis.pcall('XREADGROUP', 'GROUP', 'g', consumer, 'COUNT', max - n, 'STREAMS', stream, '>')
     if type(r) == 'table' and r.err then
@@ -449,7 +452,7 @@ local function serve(stream, prefix)
   end
 end
 for _, l in ipairs(levels) do
-  if #out - 3 >= max then break end
+  if #out - 4 >= max then break end
   serve(l[1], l[2])
 end
 if scanned == #levels then
@@ -458,6 +461,14 @@ if scanned == #levels then
     if heldBy[who] == 0 then
       redis.call('HDEL', hold, 'a:' .. who, 'l:' .. who)
     end
+  end
+end
+if out[2] ~= 0 or #out > 4 or redis.call('ZCARD', delayed) > 0 then
+  out[4] = 1
+else
+  local sum = redis.pcall('XPENDING', base, 'g')
+  if type(sum) ~= 'table' or sum.err or sum[1] > 0 then
+    out[4] = 1
   end
 end
 return out
@@ -752,15 +763,23 @@ var scriptHeartbeat = rueidis.NewLuaScript(`-- heartbeat
 -- KEYS[2] -> the worker P:{workers}:w:<id> (hash: info, seen)
 -- ARGV[1] -> worker id
 -- ARGV[2] -> worker info, JSON
+-- KEYS[3] -> the reclaim epoch P:{workers}:reclaim (a counter: see keys.go)
 -- ARGV[3] -> ttl in ms
 -- Stores the info with seen = Redis time, expiring after ttl, and drops
--- expired ids from the registry. Returns seen, unix ms.
+-- expired ids from the registry, adding how many to KEYS[3]. Returns
+-- {seen (unix ms), the reclaim epoch}.
 ` + luaNow + `
 redis.call('HSET', KEYS[2], 'info', ARGV[2], 'seen', nowStr)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. nowStr)
-return nowStr
+local n = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. nowStr)
+local gone
+if n > 0 then
+  gone = redis.call('INCRBY', KEYS[3], n)
+else
+  gone = tonumber(redis.call('GET', KEYS[3]) or '0')
+end
+return {nowStr, gone}
 `)
 
 // scriptSendDedup queues a message unless its dedup key is taken.

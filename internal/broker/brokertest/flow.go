@@ -103,7 +103,8 @@ func testDedup(t *testing.T, b broker.Broker) {
 }
 
 // testPause shows that Pause and Resume set a receiver's flag, which
-// Paused and Stats report, for that receiver only; messages still queue.
+// Paused and Stats report, for that receiver only, and change the pause
+// epoch each time; messages still queue.
 func testPause(t *testing.T, b broker.Broker) {
 	ctx := ctxT(t)
 	r, other := name("recv"), name("recv")
@@ -115,12 +116,31 @@ func testPause(t *testing.T, b broker.Broker) {
 		}
 		return ps
 	}
+	epoch := func() string {
+		t.Helper()
+		e, err := b.PauseEpoch(ctx)
+		if err != nil {
+			t.Fatalf("PauseEpoch: %v", err)
+		}
+		return e
+	}
 	if ps := paused(); ps[0] || ps[1] {
 		t.Fatalf("before Pause: %v", ps)
+	}
+	e0 := epoch()
+	if e := epoch(); e != e0 {
+		t.Fatalf("PauseEpoch changed with no Pause: %q, then %q", e0, e)
 	}
 	for range 2 { // twice: Pause is idempotent
 		if err := b.Pause(ctx, r); err != nil {
 			t.Fatalf("Pause: %v", err)
+		}
+		// Every Pause (and Resume) changes the epoch, even one that
+		// changes no flag.
+		if e := epoch(); e == e0 {
+			t.Fatalf("PauseEpoch after Pause: still %q", e)
+		} else {
+			e0 = e
 		}
 	}
 	if ps := paused(); !ps[0] || ps[1] {
@@ -135,6 +155,11 @@ func testPause(t *testing.T, b broker.Broker) {
 	for range 2 {
 		if err := b.Resume(ctx, r); err != nil {
 			t.Fatalf("Resume: %v", err)
+		}
+		if e := epoch(); e == e0 {
+			t.Fatalf("PauseEpoch after Resume: still %q", e)
+		} else {
+			e0 = e
 		}
 	}
 	if ps := paused(); ps[0] || ps[1] {

@@ -1,0 +1,134 @@
+package redisbroker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// fetchBlocked fetches r for consumer with a short block time.
+func fetchBlocked(t *testing.T, b *Broker, r, consumer string) []broker.Delivery {
+	t.Helper()
+	ds, err := b.Fetch(ctxT(t), &broker.FetchParams{Receiver: r, Consumer: consumer, Max: 10, Block: 20 * time.Millisecond, Lease: time.Minute})
+	if err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	return ds
+}
+
+// fetchWithin fetches r for consumer, calling before first each time,
+// until it delivers something or within passes.
+func fetchWithin(t *testing.T, b *Broker, r, consumer string, within time.Duration, before func()) []broker.Delivery {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		before()
+		if ds := fetchBlocked(t, b, r, consumer); len(ds) > 0 {
+			return ds
+		}
+	}
+	t.Fatalf("nothing delivered within %v", within)
+	return nil
+}
+
+// A stream whose fetch found nothing is quiet: its next fetches run no
+// fetch script until its lease's period; a delivery makes it busy again
+// (reclaim every reclaimEvery), and once acknowledged it is quiet again.
+func TestQuietStream(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	ctx := ctxT(t)
+	q := b.keys.queue("r")
+	st := b.reclaimOf(q)
+	if ds := fetchBlocked(t, b, "r", "c"); len(ds) != 0 {
+		t.Fatalf("Fetch of an empty queue = %v", ds)
+	}
+	if !st.quiet.Load() || time.Until(time.Unix(0, st.next.Load())) < 10*time.Second {
+		t.Fatalf("after an empty fetch: quiet %v, next reclaim in %v; want quiet, in about a lease", st.quiet.Load(), time.Until(time.Unix(0, st.next.Load())))
+	}
+	if b.reclaimDue(q, time.Minute) {
+		t.Fatal("a quiet stream's reclaim is due at its next fetch")
+	}
+	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
+		t.Fatal(err)
+	}
+	ds := fetchBlocked(t, b, "r", "c")
+	if len(ds) != 1 {
+		t.Fatalf("Fetch = %v, want m1", ds)
+	}
+	if st.quiet.Load() || time.Until(time.Unix(0, st.next.Load())) > b.reclaimEvery {
+		t.Fatal("a stream with a delivery stays quiet")
+	}
+	if err := b.Ack(ctx, "r", ds[0].Ref); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the stream to be quiet again", func() bool {
+		if ds := fetchBlocked(t, b, "r", "c"); len(ds) != 0 {
+			t.Fatalf("Fetch = %v, want nothing", ds)
+		}
+		return st.quiet.Load()
+	})
+}
+
+// A message sent at another priority level, through another broker, to a
+// receiver whose stream is quiet reaches it after the receiver's broker's
+// next heartbeat (the reclaim epoch), not at the end of its quiet period.
+func TestQuietStreamFindsPrioritySend(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	sender := newBrokerOn(t, srv, Config{KeyPrefix: b.keys.prefix})
+	ctx := ctxT(t)
+	w := broker.WorkerInfo{ID: "w", Receivers: []string{"r"}}
+	beat := func() {
+		if err := b.Heartbeat(ctx, w, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat()
+	if ds := fetchBlocked(t, b, "r", "w"); len(ds) != 0 {
+		t.Fatalf("Fetch of an empty queue = %v", ds)
+	}
+	e := env("high", "r")
+	e.Priority = broker.PriorityHigh
+	if _, err := sender.Send(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if ds := fetchWithin(t, b, "r", "w", 5*time.Second, beat); ds[0].Env.ID != "high" {
+		t.Fatalf("Fetch = %+v, want the high priority message", ds)
+	}
+}
+
+// Entries held by a worker of another broker whose heartbeat lapsed are
+// reclaimed from a stream that was quiet, after the next heartbeat that
+// dropped it from the registry (the reclaim epoch), not at the end of the
+// quiet period.
+func TestQuietStreamReclaimsLapsedWorker(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	other := newBrokerOn(t, srv, Config{KeyPrefix: b.keys.prefix})
+	ctx := ctxT(t)
+	live := broker.WorkerInfo{ID: "live", Receivers: []string{"r"}}
+	beat := func() {
+		if err := b.Heartbeat(ctx, live, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat()
+	if ds := fetchBlocked(t, b, "r", "live"); len(ds) != 0 {
+		t.Fatalf("Fetch of an empty queue = %v", ds)
+	}
+	if err := other.Heartbeat(ctx, broker.WorkerInfo{ID: "dead", Receivers: []string{"r"}}, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Send(ctx, env("m1", "r")); err != nil {
+		t.Fatal(err)
+	}
+	if ds := fetchBlocked(t, other, "r", "dead"); len(ds) != 1 {
+		t.Fatalf("Fetch of the other worker = %v, want m1", ds)
+	}
+	ds := fetchWithin(t, b, "r", "live", 5*time.Second, beat)
+	if ds[0].Env.ID != "m1" || ds[0].Attempt != 2 {
+		t.Fatalf("Fetch = %+v, want m1 reclaimed (attempt 2)", ds)
+	}
+}
