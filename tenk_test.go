@@ -15,14 +15,12 @@ import (
 )
 
 // tenKConfig is the configuration of the 10,000-receiver tests: the
-// defaults' heartbeat and monitor periods (the test env's are for a few
-// receivers: a heartbeat writes an entry per receiver, and a monitor pass
-// makes a call per sender), and a block time of 10s: every reader that
-// waits fetches again (the fetch script) at the end of each block time,
-// which at 10,000 readers and more is most of the load on Redis and on the
-// process, and would slow the sends and the deliveries many times over.
+// defaults' heartbeat and monitor periods (the test env's shorter ones
+// are for a few receivers: a heartbeat writes an entry per receiver, and
+// a monitor pass makes a call per sender it sent timed messages as), and
+// the default block time.
 func tenKConfig(c *disker.Config) {
-	c.ReceiverBlockTimeout = 10 * time.Second
+	c.ReceiverBlockTimeout = disker.DefaultReceiverBlockTimeout
 	c.HeartbeatInterval = disker.DefaultHeartbeatInterval
 	c.TimeoutMonitorFrequency = disker.DefaultTimeoutMonitorFrequency
 }
