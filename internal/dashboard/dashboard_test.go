@@ -57,8 +57,8 @@ func instance(t *testing.T, prefix string) *disker.Disker {
 	return d
 }
 
-// fixture is a worker serving "jobs" (content "fail..." is dead-lettered at
-// once), a dashboard on its own Disker instance, and an HTTP client with a
+// fixture is a worker serving "jobs" one message at a time (content
+// "fail..." is dead-lettered at once), a dashboard on its own Disker instance, and an HTTP client with a
 // cookie jar, all on one key prefix.
 type fixture struct {
 	worker, dash *disker.Disker
@@ -75,7 +75,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 			return nil, disker.NoRetry(errors.New("refused: " + string(m.Content)))
 		}
 		return m.Content, nil
-	}), disker.WithConcurrency(2))
+	}), disker.WithConcurrency(1)) // one at a time: dead letters in the order sent (TestDeadLettersPaging)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestSnapshotMatchesStatsAndWorkers(t *testing.T) {
 		}
 	}
 	if got := snap.Workers[0]; got.Name != w.ID || got.Cells[0] != w.Host || got.Cells[1] != fmt.Sprint(w.PID) ||
-		got.Cells[2] != "jobs (2)" || got.Cells[5] != fmt.Sprint(w.Failed) {
+		got.Cells[2] != "jobs (1)" || got.Cells[5] != fmt.Sprint(w.Failed) {
 		t.Errorf("worker row %+v, want %+v", got, w)
 	}
 	if len(snap.History) == 0 || snap.History[len(snap.History)-1].DeadLetters != 2 {
