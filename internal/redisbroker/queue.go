@@ -504,11 +504,12 @@ func (b *Broker) fetchEntries(ctx context.Context, s *streamKeys, p *broker.Fetc
 			return entries, err
 		}
 	}
-	if !script && block > 0 && drained.Load() && b.reclaimOf(stream).idle.Load() {
-		// Its last blocking read timed out with nothing: the blocking
-		// read below answers at once if entries came since, and an idle
-		// stream costs Redis no read but its share of the hub's.
-	} else if !script {
+	// A stream whose last blocking read timed out with nothing skips the
+	// read without BLOCK: the blocking read below answers at once if
+	// entries came since, and an idle stream costs Redis no read but its
+	// share of the hub's.
+	idle := block > 0 && drained.Load() && b.reclaimOf(stream).idle.Load()
+	if !script && !idle {
 		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
 			Streams().Key(stream).Id(">").Build()).AsXRead()
 		switch {
