@@ -215,7 +215,7 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 			return Lease[W]{}, err
 		}
 	}
-	yields := 0
+	yields, allowed := 0, checkoutYields
 	for {
 		p.lock()
 		if p.closed {
@@ -238,18 +238,28 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 		} else if err = ctx.Err(); err != nil {
 			p.unlock()
 			return Lease[W]{}, err
-		} else if yields < checkoutYields && p.queue.len() == 0 {
+		} else if yields < allowed && p.queue.len() == 0 {
 			// Every worker is busy: let the goroutines that hold one run
 			// before queueing. Short leases then come back to the idle
 			// set instead of forming a convoy in which every checkout
-			// parks. Queued callers lose nothing: a released worker
+			// parks and every release wakes a parked caller: once one
+			// forms it lasts, since each release hands its worker to the
+			// first waiter and the releaser, coming back, queues behind
+			// the rest. A yield during which some checkout succeeded
+			// earns another, up to checkoutYieldsMax, so callers keep
+			// yielding while leases are short and queue soon when they
+			// are long. Queued callers lose nothing: a released worker
 			// goes to the first of them, and an idle one exists only
 			// when none waits. (When some wait already, the workers
 			// coming back go to them: yielding would only delay the
 			// caller's turn.)
 			p.unlock()
 			yields++
+			seen := p.checkouts.Load()
 			runtime.Gosched()
+			if p.checkouts.Load() != seen {
+				allowed = min(allowed+1, checkoutYieldsMax)
+			}
 			continue
 		} else if e, err = p.wait(ctx); err != nil {
 			return Lease[W]{}, err
@@ -264,8 +274,12 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 }
 
 // checkoutYields is how many times Checkout yields the processor, when every
-// worker is busy, before it queues and parks.
-const checkoutYields = 2
+// worker is busy, before it queues and parks, unless other checkouts succeed
+// while it yields; checkoutYieldsMax bounds the yields then.
+const (
+	checkoutYields    = 2
+	checkoutYieldsMax = 16
+)
 
 // TryCheckout leases an idle worker if there is one and never waits for a
 // worker: it returns an error wrapping ErrNoWorker when none is idle (and
