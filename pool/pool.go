@@ -68,16 +68,21 @@ type Pool[W any] struct {
 	// Release swaps its worker in and Checkout takes it out without the
 	// mutex while fast is set, that is while nobody waits and the pool is
 	// open, within Size and LIFO (see syncFastLocked). checkouts counts the
-	// leases handed out.
+	// leases handed out. fast, read by every Checkout and Release and
+	// written only when the pool's state changes, and queue (guarded by
+	// mu), written only when callers queue, have cache lines of their own,
+	// away from the words written at every lease.
+	_         [64]byte
+	fast      atomic.Bool
 	_         [64]byte
 	hot       atomic.Pointer[poolEntry[W]]
-	fast      atomic.Bool
 	checkouts atomic.Uint64
+	_         [64]byte
+	queue     waitList[W]
 	_         [64]byte
 
 	mu          sync.Mutex
 	idle        idleRing[W]
-	queue       waitList[W]
 	size        int
 	maxOverflow int
 	// live counts every worker slot in use: idle (hot included) + leased
