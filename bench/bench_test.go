@@ -153,7 +153,12 @@ func TestDiskerSuiteCommandStats(t *testing.T) {
 	if want := len(ffImpls(1)) + len(ffManyImpls(1)) + 2*len(rrImpls(1, 1)) + len(dedupImpls(1)) + len(limitsImpls(1)) + len(delayedImpls(1)); lines != want {
 		t.Fatalf("%d command statistics lines, want %d:\n%s", lines, want, out.String())
 	}
+	_, procIO := readIOCalls("self")
 	for _, l := range strings.Split(out.String(), "\n") {
+		if procIO && strings.Contains(l, "redis commands per op:") &&
+			(!strings.Contains(l, "system calls per op: go read ") || !strings.Contains(l, ", redis read ")) {
+			t.Fatalf("-cmdstats should count the system calls of both processes where /proc/PID/io is readable: %s", l)
+		}
 		if strings.Contains(l, "fire-and-forget / bare list, go-redis:") &&
 			(!strings.Contains(l, "lpush 1.") || !strings.Contains(l, "brpop 1.")) {
 			t.Fatalf("the bare list queue should issue one LPUSH and one BRPOP per message: %s", l)

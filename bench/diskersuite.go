@@ -178,6 +178,10 @@ func runRedisWorkload(ctx context.Context, o Options, workload string, ims []red
 			if err != nil {
 				return sample{}, err
 			}
+			var io *ioProbe
+			if o.CommandStats {
+				io = startIOProbe(srv)
+			}
 			p0 := processCPU()
 			s, err := im.run(ctx, srv)
 			if err != nil {
@@ -189,6 +193,9 @@ func runRedisWorkload(ctx context.Context, o Options, workload string, ims []red
 			if err == nil && o.CommandStats {
 				var stats string
 				stats, err = srv.commandStats(s.ops)
+				if calls := io.perOp(s.ops); calls != "" {
+					stats += "; system calls per op: " + calls
+				}
 				o.progressf("  %s / %s: redis commands per op: %s", workload, im.name, stats)
 			}
 			return s, err

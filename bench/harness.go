@@ -39,7 +39,9 @@ type Options struct {
 	Progress io.Writer
 	// CommandStats adds to each progress line of a Redis workload the Redis
 	// commands the run issued per operation (from INFO commandstats, which
-	// counts commands run by scripts too), to see where a run spends.
+	// counts commands run by scripts too), and the read and write system
+	// calls per operation of this process and of redis-server (from
+	// /proc/PID/io, where it can be read), to see where a run spends.
 	CommandStats bool
 	// Workloads, when not empty, limits DiskerSuite to these of its
 	// workloads: "ff" (fire-and-forget), "ff256" (fire-and-forget from

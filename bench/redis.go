@@ -67,6 +67,20 @@ func (s *redisServer) cpu() (time.Duration, error) {
 	return time.Duration(total * 1e9), nil
 }
 
+// pid returns redis-server's process id, from INFO server.
+func (s *redisServer) pid() (string, error) {
+	info, err := s.do("INFO server", "$")
+	if err != nil {
+		return "", err
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "process_id:"); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("bench: INFO server has no process_id")
+}
+
 // commandStats renders the calls of each command since the last CONFIG
 // RESETSTAT per op, with the Redis CPU time they took per op in
 // parentheses (INFO's usec), most frequent first, leaving out the rare ones.

@@ -35,7 +35,7 @@ func run() error {
 	quick := flag.Bool("quick", false, "small sizes, for a smoke test")
 	out := flag.String("out", "", "also write the markdown to this file")
 	quiet := flag.Bool("q", false, "no progress lines on stderr")
-	cmdStats := flag.Bool("cmdstats", false, "show the Redis commands per operation of each Redis run in the progress lines")
+	cmdStats := flag.Bool("cmdstats", false, "show the Redis commands per operation of each Redis run in the progress lines, and the read and write system calls per operation of this process and of redis-server (where /proc/PID/io is readable)")
 	workloads := flag.String("workloads", "", "comma-separated Disker workloads to run (ff, ff256, rr1, rr32, dedup, limits, delayed); empty runs all of them")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (this process: Disker, the peers and the bench; not redis-server) to this file")
 	flag.Parse()
