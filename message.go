@@ -120,13 +120,18 @@ const MaxDelay = broker.MaxDelay
 // later reports whether the message is sent for later.
 func (o *sendOptions) later() bool { return o.delay > 0 || !o.at.IsZero() }
 
-// sendOptionsOf applies opts.
+// sendOptionsOf applies opts. The options are applied to a value of their
+// own, which escapes to the heap (an option is an opaque function): a call
+// without options allocates nothing.
 func sendOptionsOf(opts []SendOption) sendOptions {
-	var o sendOptions
-	for _, opt := range opts {
-		opt(&o)
+	if len(opts) == 0 {
+		return sendOptions{}
 	}
-	return o
+	o := new(sendOptions)
+	for _, opt := range opts {
+		opt(o)
+	}
+	return *o
 }
 
 // check validates the options for a message that has a sender (false for
