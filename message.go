@@ -504,7 +504,15 @@ func envelope(m *Message, o *sendOptions, id string) *broker.Envelope {
 
 // messageOf turns a delivered envelope into a Message.
 func (d *Disker) messageOf(env *broker.Envelope, deadline time.Time, attempt int) *Message {
-	m := &Message{
+	m := new(Message)
+	d.setMessage(m, env, deadline, attempt)
+	return m
+}
+
+// setMessage sets *m to the Message of a delivered envelope, as messageOf
+// makes it, for a caller that holds the Message in memory of its own.
+func (d *Disker) setMessage(m *Message, env *broker.Envelope, deadline time.Time, attempt int) {
+	*m = Message{
 		ID:        env.ID,
 		Sender:    env.Sender,
 		Receiver:  env.Receiver,
@@ -524,5 +532,4 @@ func (d *Disker) messageOf(env *broker.Envelope, deadline time.Time, attempt int
 	if env.ErrorCode != "" {
 		m.Error = &RemoteError{Code: env.ErrorCode, Text: env.ErrorText}
 	}
-	return m
 }
