@@ -208,7 +208,7 @@ func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block tim
 	if err := broker.CheckPositive("max", max); err != nil {
 		return nil, err
 	}
-	r := b.keys.replies(inbox)
+	r := b.replyKeys(inbox).stream
 	cursor := "0-0"
 	if v, ok := b.cursors.Load(inbox); ok {
 		cursor = v.(string)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -438,8 +439,24 @@ type streamKeys struct {
 	promote          bool
 }
 
-// queueKeys returns the streamKeys of receiver's queue.
-func (b *Broker) queueKeys(receiver string) streamKeys {
+// queueKeys returns the streamKeys of receiver's queue, made once per
+// receiver. They are shared: read only.
+func (b *Broker) queueKeys(receiver string) *streamKeys {
+	return cachedKeys(&b.queueStreams, receiver, b.makeQueueKeys)
+}
+
+// cachedKeys returns the streamKeys of name held in cache, made by build
+// and stored there at the first call.
+func cachedKeys(cache *sync.Map, name string, build func(string) streamKeys) *streamKeys {
+	if v, ok := cache.Load(name); ok {
+		return v.(*streamKeys)
+	}
+	s := build(name)
+	v, _ := cache.LoadOrStore(name, &s)
+	return v.(*streamKeys)
+}
+
+func (b *Broker) makeQueueKeys(receiver string) streamKeys {
 	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver),
 		high: b.keys.queueAt(receiver, broker.PriorityHigh), low: b.keys.queueAt(receiver, broker.PriorityLow), record: true,
 		sched: b.keys.scheduled(receiver), schedMsgs: b.keys.scheduledMessages(receiver), promote: true}
@@ -993,7 +1010,7 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 		return nil, err
 	}
 	s := b.queueKeys(p.Receiver)
-	entries, err := b.fetch(ctx, &s, p)
+	entries, err := b.fetch(ctx, s, p)
 	if err != nil {
 		return nil, err
 	}
@@ -1007,7 +1024,7 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 		d, err := delivery(&e)
 		d.Env.Priority, _ = refLevel(e.id)
 		if err != nil {
-			if err := b.bury(ctx, &s, e.id, "undecodable message: "+err.Error(), e.attempt, true); err != nil {
+			if err := b.bury(ctx, s, e.id, "undecodable message: "+err.Error(), e.attempt, true); err != nil {
 				return nil, err
 			}
 			continue

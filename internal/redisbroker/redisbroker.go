@@ -130,6 +130,10 @@ type Broker struct {
 	pruneIdle    time.Duration
 	pruneEvery   time.Duration
 	pruned       sync.Map // stream key -> time.Time of the last prune
+	// queueStreams and replyStreams hold the streamKeys of the queues and
+	// reply streams this broker reads (receiver or sender -> *streamKeys),
+	// made at the first read, so that a read builds no key.
+	queueStreams, replyStreams sync.Map
 
 	// offset is Redis time minus local time, from the readings of Now
 	// (broker.Offset keeps the tightest): the clock of SendRequest, and of

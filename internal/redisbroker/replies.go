@@ -182,15 +182,20 @@ func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) (
 	}
 	sender := p.Sender
 	s := b.replyKeys(sender)
-	entries, err := b.fetch(ctx, &s, &broker.FetchParams{Receiver: sender, Consumer: p.Consumer, Max: p.Max, Block: p.Block, Lease: p.Lease})
+	entries, err := b.fetch(ctx, s, &broker.FetchParams{Receiver: sender, Consumer: p.Consumer, Max: p.Max, Block: p.Block, Lease: p.Lease})
 	if err != nil {
 		return nil, err
 	}
 	return b.replyEntries(ctx, sender, entries)
 }
 
-// replyKeys returns the streamKeys of sender's reply stream.
-func (b *Broker) replyKeys(sender string) streamKeys {
+// replyKeys returns the streamKeys of sender's reply stream, made once
+// per sender. They are shared: read only.
+func (b *Broker) replyKeys(sender string) *streamKeys {
+	return cachedKeys(&b.replyStreams, sender, b.makeReplyKeys)
+}
+
+func (b *Broker) makeReplyKeys(sender string) streamKeys {
 	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender), holders: b.keys.replyHolders(sender),
 		high: b.keys.named(sender, "rqh"), low: b.keys.named(sender, "rql")}
 }
@@ -210,7 +215,7 @@ func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entr
 			rep.Kind = broker.KindTimeout
 		}
 		if rep.Kind == 0 || rep.RequestID == "" {
-			if err := b.bury(ctx, &s, e.id, "malformed reply entry: no kind or request id", e.attempt, true); err != nil {
+			if err := b.bury(ctx, s, e.id, "malformed reply entry: no kind or request id", e.attempt, true); err != nil {
 				return nil, err
 			}
 			continue
