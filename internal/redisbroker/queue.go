@@ -878,9 +878,19 @@ func (b *Broker) reclaimWithin(st *reclaimState, at int64) {
 // than at its last fetch through this broker, which the fetch script then
 // records (the holders hash).
 func (b *Broker) leaseChanged(stream, consumer string, lease time.Duration) bool {
-	old, ok := b.leases.Swap(stream+"\x00"+consumer, lease)
-	return !ok || old.(time.Duration) != lease
+	// The lease is kept in an atomic of its own, so that a fetch with the
+	// lease of the last one stores nothing in the map.
+	k := leaseKey{stream, consumer}
+	v, ok := b.leases.Load(k)
+	if !ok {
+		v, ok = b.leases.LoadOrStore(k, new(atomic.Int64))
+	}
+	old := v.(*atomic.Int64).Swap(int64(lease))
+	return !ok || old != int64(lease)
 }
+
+// leaseKey is the key of Broker.leases.
+type leaseKey struct{ stream, consumer string }
 
 // scheduleDue reports whether the first scheduled message of stream's
 // receiver, as this broker last saw it, is due by the local clock

@@ -125,7 +125,7 @@ type Broker struct {
 	reclaimEpoch atomic.Int64
 	drained      sync.Map // stream key -> *atomic.Bool: see drainedFlag
 	nextDue      sync.Map // queue key -> *atomic.Int64: local unix ns of the first scheduled message's due time (MaxInt64: none)
-	leases       sync.Map // stream key + "\x00" + consumer -> the lease of its last fetch
+	leases       sync.Map // leaseKey -> *atomic.Int64: the lease of the consumer's last fetch of the stream
 	levels       sync.Map // queue key -> int: which priority level streams hold entries (the fetch script's answer)
 	pruneIdle    time.Duration
 	pruneEvery   time.Duration
