@@ -216,8 +216,8 @@ func (b *Broker) directRead(ctx context.Context, consumer string, w *waiter) (re
 	if b.hubHolds(consumer, w) {
 		return nil, false, nil
 	}
-	bctx, stop := b.blockingCtx(ctx)
-	defer stop()
+	bctx, release := b.blockingCtx(ctx)
+	defer release.release()
 	read, err = b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(w.count)).
 		Block(ms(max(time.Until(w.deadline), time.Millisecond))).Streams().Key(w.home).Id(">").Build()).AsXRead()
 	switch {

@@ -221,8 +221,8 @@ func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block tim
 		if err := ctx.Err(); err != nil {
 			return nil, b.fail(ctx, "read replies", err)
 		}
-		bctx, stop := b.blockingCtx(ctx)
-		defer stop()
+		bctx, release := b.blockingCtx(ctx)
+		defer release.release()
 		read, err = b.client.Do(bctx, b.client.B().Xread().Count(int64(max)).Block(ms(block)).Streams().Key(r).Id(cursor).Build()).AsXRead()
 	}
 	switch {

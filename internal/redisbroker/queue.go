@@ -709,20 +709,37 @@ func refLevel(ref string) (prio int, id string) {
 	return broker.PriorityNormal, ref
 }
 
-// blockingCtx returns the context of a blocking read under ctx, and the
-// function that releases it. rueidis cannot cancel a command whose context
-// has a deadline (it only sets the connection's deadline), so the read gets
-// a context without one, cancelled when ctx ends or the broker closes; the
-// connection of a read cancelled that way is closed.
-func (b *Broker) blockingCtx(ctx context.Context) (context.Context, func()) {
-	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop1 := context.AfterFunc(ctx, cancel)
-	stop2 := context.AfterFunc(b.closing, cancel)
-	return bctx, func() {
-		stop2()
-		stop1()
-		cancel()
+// blockingCtx returns the context of a blocking read under ctx, and what
+// releases it. rueidis cannot cancel a command whose context has a
+// deadline (it only sets the connection's deadline), so the read gets a
+// context without one, cancelled when ctx ends or the broker closes; the
+// connection of a read cancelled that way is closed. A ctx without a
+// deadline, such as a fetching loop's, is the read's parent as it is.
+func (b *Broker) blockingCtx(ctx context.Context) (context.Context, blockingRelease) {
+	parent := ctx
+	if _, ok := ctx.Deadline(); ok {
+		parent = context.WithoutCancel(ctx)
 	}
+	bctx, cancel := context.WithCancel(parent)
+	r := blockingRelease{cancel: cancel, stopClosing: context.AfterFunc(b.closing, cancel)}
+	if parent != ctx {
+		r.stopCtx = context.AfterFunc(ctx, cancel)
+	}
+	return bctx, r
+}
+
+// blockingRelease releases the context of a blocking read (blockingCtx).
+type blockingRelease struct {
+	cancel               context.CancelFunc
+	stopCtx, stopClosing func() bool // stopCtx is nil when ctx is the parent
+}
+
+func (r blockingRelease) release() {
+	r.stopClosing()
+	if r.stopCtx != nil {
+		r.stopCtx()
+	}
+	r.cancel()
 }
 
 // reclaim runs the fetch script; with due, it reclaims before it reads.
