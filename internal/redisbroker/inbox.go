@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -209,10 +210,8 @@ func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block tim
 		return nil, err
 	}
 	r := b.replyKeys(inbox).stream
-	cursor := "0-0"
-	if v, ok := b.cursors.Load(inbox); ok {
-		cursor = v.(string)
-	}
+	cur := b.cursorOf(inbox)
+	cursor := cur.get()
 	var read map[string][]rueidis.XRangeEntry
 	var err error
 	if block <= 0 {
@@ -235,8 +234,41 @@ func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block tim
 	if len(es) == 0 {
 		return nil, nil
 	}
-	b.cursors.Store(inbox, es[len(es)-1].ID)
+	cur.set(es[len(es)-1].ID)
 	return b.replyEntries(ctx, inbox, appendRead(nil, es, ""))
+}
+
+// inboxCursor is where the reads of an inbox are: the id of the last entry
+// read, "" before the first. Kept in a value of its own per inbox, so
+// that a read that moves it stores nothing in Broker.cursors.
+type inboxCursor struct {
+	mu sync.Mutex
+	id string
+}
+
+// cursorOf returns the cursor of inbox, made at the first call.
+func (b *Broker) cursorOf(inbox string) *inboxCursor {
+	if v, ok := b.cursors.Load(inbox); ok {
+		return v.(*inboxCursor)
+	}
+	v, _ := b.cursors.LoadOrStore(inbox, new(inboxCursor))
+	return v.(*inboxCursor)
+}
+
+// get returns the id to read after: the last read, or "0-0".
+func (c *inboxCursor) get() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.id == "" {
+		return "0-0"
+	}
+	return c.id
+}
+
+func (c *inboxCursor) set(id string) {
+	c.mu.Lock()
+	c.id = id
+	c.mu.Unlock()
 }
 
 // AckInbox trims inbox's reply stream: its one reader reads in order and

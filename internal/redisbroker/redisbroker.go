@@ -139,7 +139,8 @@ type Broker struct {
 	// (broker.Offset keeps the tightest): the clock of SendRequest, and of
 	// Local.
 	offset broker.Offset
-	// cursors maps an inbox to the id of the last entry readInbox read.
+	// cursors maps an inbox to its *inboxCursor: the id of the last entry
+	// ReadInbox read.
 	cursors sync.Map
 
 	// replies batches the timed replies.
