@@ -212,17 +212,17 @@ func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block tim
 	r := b.replyKeys(inbox).stream
 	cur := b.cursorOf(inbox)
 	cursor := cur.get()
-	var read map[string][]rueidis.XRangeEntry
+	var read map[string][]xentry
 	var err error
 	if block <= 0 {
-		read, err = b.client.Do(ctx, b.client.B().Xread().Count(int64(max)).Streams().Key(r).Id(cursor).Build()).AsXRead()
+		read, err = asXRead(b.client.Do(ctx, b.client.B().Xread().Count(int64(max)).Streams().Key(r).Id(cursor).Build()))
 	} else {
 		if err := ctx.Err(); err != nil {
 			return nil, b.fail(ctx, "read replies", err)
 		}
 		bctx, release := b.blockingCtx(ctx)
 		defer release.release()
-		read, err = b.client.Do(bctx, b.client.B().Xread().Count(int64(max)).Block(ms(block)).Streams().Key(r).Id(cursor).Build()).AsXRead()
+		read, err = asXRead(b.client.Do(bctx, b.client.B().Xread().Count(int64(max)).Block(ms(block)).Streams().Key(r).Id(cursor).Build()))
 	}
 	switch {
 	case rueidis.IsRedisNil(err):

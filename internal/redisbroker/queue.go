@@ -416,7 +416,145 @@ func (b *Broker) failIf(ctx context.Context, op string, err error) error {
 type entry struct {
 	id      string
 	attempt int
-	fields  map[string]string
+	// fields are the entry's field names and values, in turns, as the
+	// client holds them (see xentry).
+	fields []rueidis.RedisMessage
+}
+
+// field returns the value of the entry's field name, the last if it has
+// several, and whether it has one.
+func (e *entry) field(name string) (string, bool) {
+	for i := len(e.fields) - 2; i >= 0; i -= 2 {
+		if mustString(&e.fields[i]) == name {
+			return mustString(&e.fields[i+1]), true
+		}
+	}
+	return "", false
+}
+
+// only reports whether every field of the entry is called name (and it
+// has at least one).
+func (e *entry) only(name string) bool {
+	for i := 0; i < len(e.fields); i += 2 {
+		if mustString(&e.fields[i]) != name {
+			return false
+		}
+	}
+	return len(e.fields) > 0
+}
+
+// mustString is the string that m, a string checked by asXRead or
+// scriptEntry, holds.
+func mustString(m *rueidis.RedisMessage) string {
+	s, _ := m.ToString()
+	return s
+}
+
+// xentry is a stream entry as XREAD or XREADGROUP answers it: its id, and
+// its field names and values in turns as the client holds them, so that
+// reading an entry copies nothing. deleted is set for an entry deleted
+// after it was added (a pending one, read again).
+type xentry struct {
+	ID      string
+	fields  []rueidis.RedisMessage
+	deleted bool
+}
+
+// asXRead is rueidis's AsXRead of res, an answer of XREAD or XREADGROUP
+// (a map of the streams on RESP3, an array of pairs on RESP2), with the
+// entries as xentry: a stream entry costs no map. An error of res, such
+// as a nil answer's, is returned as it is.
+func asXRead(res rueidis.RedisResult) (map[string][]xentry, error) {
+	m, err := res.ToMessage()
+	if err != nil {
+		return nil, err
+	}
+	if m.IsMap() {
+		kv, err := m.ToMap()
+		if err != nil {
+			return nil, err
+		}
+		read := make(map[string][]xentry, len(kv))
+		for name, es := range kv {
+			if read[name], err = asXRange(&es); err != nil {
+				return nil, err
+			}
+		}
+		return read, nil
+	}
+	streams, err := m.ToArray()
+	if err != nil {
+		return nil, err
+	}
+	read := make(map[string][]xentry, len(streams))
+	for i := range streams {
+		name, es, err := namedPair(&streams[i], "a stream of a read")
+		if err != nil {
+			return nil, err
+		}
+		if read[name], err = asXRange(es); err != nil {
+			return nil, err
+		}
+	}
+	return read, nil
+}
+
+// namedPair returns the elements of m, what (for errors) that must be an
+// array of a string and another element.
+func namedPair(m *rueidis.RedisMessage, what string) (string, *rueidis.RedisMessage, error) {
+	pair, err := m.ToArray()
+	if err != nil {
+		return "", nil, err
+	}
+	if len(pair) != 2 {
+		return "", nil, fmt.Errorf("redisbroker: %s has %d elements, wanted 2", what, len(pair))
+	}
+	name, err := pair[0].ToString()
+	if err != nil {
+		return "", nil, err
+	}
+	return name, &pair[1], nil
+}
+
+// asXRange returns the entries of one stream of a read.
+func asXRange(m *rueidis.RedisMessage) ([]xentry, error) {
+	es, err := m.ToArray()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]xentry, 0, len(es))
+	for i := range es {
+		id, fv, err := namedPair(&es[i], "a stream entry")
+		if err != nil {
+			return nil, err
+		}
+		if fv.IsNil() {
+			out = append(out, xentry{ID: id, deleted: true})
+			continue
+		}
+		fields, err := fv.ToArray()
+		if err != nil {
+			return nil, err
+		}
+		if err := checkFields(fields); err != nil {
+			return nil, err
+		}
+		out = append(out, xentry{ID: id, fields: fields})
+	}
+	return out, nil
+}
+
+// checkFields checks that fields are names and values in turns, all strings.
+func checkFields(fields []rueidis.RedisMessage) error {
+	if len(fields)%2 != 0 {
+		return fmt.Errorf("redisbroker: a stream entry has %d field names and values", len(fields))
+	}
+	for i := range fields {
+		if !fields[i].IsString() {
+			return errors.New("redisbroker: a stream entry has a field that is not a string")
+		}
+	}
+	return nil
 }
 
 // streamKeys are the keys a fetch of one stream touches, and the name of
@@ -527,8 +665,8 @@ func (b *Broker) fetchEntries(ctx context.Context, s *streamKeys, p *broker.Fetc
 	// share of the hub's.
 	idle := block > 0 && drained.Load() && b.reclaimOf(stream).idle.Load()
 	if !script && !idle {
-		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
-			Streams().Key(stream).Id(">").Build()).AsXRead()
+		read, err := asXRead(b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
+			Streams().Key(stream).Id(">").Build()))
 		switch {
 		case isNoGroup(err):
 			script, due = true, true // the script creates the group
@@ -642,7 +780,7 @@ func (b *Broker) blockingRead(ctx context.Context, s *streamKeys, p *broker.Fetc
 			w.streams, prefixes = append(w.streams, s.low), append(prefixes, "l")
 		}
 	}
-	read, direct, err := map[string][]rueidis.XRangeEntry(nil), false, error(nil)
+	read, direct, err := map[string][]xentry(nil), false, error(nil)
 	if levels == 0 {
 		read, direct, err = b.directRead(ctx, p.Consumer, w)
 	}
@@ -794,12 +932,12 @@ func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchPara
 
 // appendRead appends the entries of an XREADGROUP of one stream, whose
 // refs are their ids with prefix (that of the stream's priority level).
-func appendRead(entries []entry, read []rueidis.XRangeEntry, prefix string) []entry {
+func appendRead(entries []entry, read []xentry, prefix string) []entry {
 	for _, e := range read {
-		if e.FieldValues == nil {
+		if e.deleted {
 			continue // deleted after it was added
 		}
-		entries = append(entries, entry{id: prefix + e.ID, attempt: 1, fields: e.FieldValues})
+		entries = append(entries, entry{id: prefix + e.ID, attempt: 1, fields: e.fields})
 	}
 	return entries
 }
@@ -1008,16 +1146,10 @@ func scriptEntry(m rueidis.RedisMessage) (entry, error) {
 	if err != nil {
 		return entry{}, err
 	}
-	e := entry{id: id, attempt: int(attempt), fields: make(map[string]string, (len(a)-2)/2)}
-	for i := 2; i < len(a); i += 2 {
-		k, err1 := a[i].ToString()
-		v, err2 := a[i+1].ToString()
-		if err1 != nil || err2 != nil {
-			return entry{}, errors.New("fetch script answered a malformed field")
-		}
-		e.fields[k] = v
+	if checkFields(a[2:]) != nil {
+		return entry{}, errors.New("fetch script answered a malformed field")
 	}
-	return e, nil
+	return entry{id: id, attempt: int(attempt), fields: a[2:]}, nil
 }
 
 // Fetch leases up to p.Max messages of p.Receiver to p.Consumer. See
@@ -1044,7 +1176,7 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	out := make([]broker.Delivery, 0, len(entries))
 	var wakes []string
 	for _, e := range entries {
-		if _, ok := e.fields["w"]; ok && len(e.fields) == 1 {
+		if e.only("w") {
 			wakes = append(wakes, e.id)
 			continue
 		}
@@ -1075,7 +1207,7 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 // (field d, unix ms, if any). An entry whose deadline does not parse is
 // as undecodable as one whose message does not.
 func delivery(e *entry) (broker.Delivery, error) {
-	m, ok := e.fields["m"]
+	m, ok := e.field("m")
 	if !ok {
 		return broker.Delivery{}, errors.New("the entry has no m field")
 	}
@@ -1084,7 +1216,7 @@ func delivery(e *entry) (broker.Delivery, error) {
 		return broker.Delivery{}, err
 	}
 	d := broker.Delivery{Env: env, Ref: e.id, Attempt: e.attempt}
-	if s, ok := e.fields["d"]; ok {
+	if s, ok := e.field("d"); ok {
 		if d.Deadline, ok = unixMS(s); !ok {
 			return broker.Delivery{}, fmt.Errorf("its deadline (field d) %q is not unix milliseconds", s)
 		}

@@ -206,9 +206,10 @@ func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entr
 	s := b.replyKeys(sender)
 	out := make([]broker.Reply, 0, len(entries))
 	for _, e := range entries {
-		rep := broker.Reply{Ref: e.id, RequestID: e.fields["i"]}
+		id, _ := e.field("i")
+		rep := broker.Reply{Ref: e.id, RequestID: id}
 		rep.At, _ = idTime(e.id)
-		switch e.fields["k"] {
+		switch k, _ := e.field("k"); k {
 		case kindReply:
 			rep.Kind = broker.KindReply
 		case kindTimeout:
@@ -220,7 +221,8 @@ func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entr
 			}
 			continue
 		}
-		env, err := wire.DecodeString(e.fields["m"])
+		m, _ := e.field("m")
+		env, err := wire.DecodeString(m)
 		switch {
 		case err == nil:
 			rep.Env = env
