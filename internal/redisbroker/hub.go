@@ -206,7 +206,7 @@ const directReads = 4
 // is not in its read, nor kept for the next, nor are entries of it parked
 // or given back since w's fetch began): the stream is then read by one
 // reader only. ok is false when it did not read.
-func (b *Broker) directRead(ctx context.Context, consumer string, w *waiter) (read map[string][]xentry, ok bool, err error) {
+func (b *Broker) directRead(ctx context.Context, consumer string, w *waiter) (read []xentry, ok bool, err error) {
 	select {
 	case b.direct <- struct{}{}:
 	default:
@@ -218,8 +218,8 @@ func (b *Broker) directRead(ctx context.Context, consumer string, w *waiter) (re
 	}
 	bctx, release := b.blockingCtx(ctx)
 	defer release.release()
-	read, err = asXRead(b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(w.count)).
-		Block(ms(max(time.Until(w.deadline), time.Millisecond))).Streams().Key(w.home).Id(">").Build()))
+	read, err = asXReadOf(b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(w.count)).
+		Block(ms(max(time.Until(w.deadline), time.Millisecond))).Streams().Key(w.home).Id(">").Build()), w.home)
 	switch {
 	case isNoGroup(err):
 		return nil, true, errNoGroup

@@ -212,17 +212,17 @@ func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block tim
 	r := b.replyKeys(inbox).stream
 	cur := b.cursorOf(inbox)
 	cursor := cur.get()
-	var read map[string][]xentry
+	var es []xentry
 	var err error
 	if block <= 0 {
-		read, err = asXRead(b.client.Do(ctx, b.client.B().Xread().Count(int64(max)).Streams().Key(r).Id(cursor).Build()))
+		es, err = asXReadOf(b.client.Do(ctx, b.client.B().Xread().Count(int64(max)).Streams().Key(r).Id(cursor).Build()), r)
 	} else {
 		if err := ctx.Err(); err != nil {
 			return nil, b.fail(ctx, "read replies", err)
 		}
 		bctx, release := b.blockingCtx(ctx)
 		defer release.release()
-		read, err = asXRead(b.client.Do(bctx, b.client.B().Xread().Count(int64(max)).Block(ms(block)).Streams().Key(r).Id(cursor).Build()))
+		es, err = asXReadOf(b.client.Do(bctx, b.client.B().Xread().Count(int64(max)).Block(ms(block)).Streams().Key(r).Id(cursor).Build()), r)
 	}
 	switch {
 	case rueidis.IsRedisNil(err):
@@ -230,7 +230,6 @@ func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block tim
 	case err != nil:
 		return nil, b.fail(ctx, "read replies", err)
 	}
-	es := read[r]
 	if len(es) == 0 {
 		return nil, nil
 	}

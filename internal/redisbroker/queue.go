@@ -460,43 +460,71 @@ type xentry struct {
 	deleted bool
 }
 
-// asXRead is rueidis's AsXRead of res, an answer of XREAD or XREADGROUP
-// (a map of the streams on RESP3, an array of pairs on RESP2), with the
-// entries as xentry: a stream entry costs no map. An error of res, such
-// as a nil answer's, is returned as it is.
+// asXRead is rueidis's AsXRead of res, an answer of XREAD or XREADGROUP,
+// with the entries as xentry: a stream entry costs no map. An error of
+// res, such as a nil answer's, is returned as it is.
 func asXRead(res rueidis.RedisResult) (map[string][]xentry, error) {
-	m, err := res.ToMessage()
+	read := make(map[string][]xentry, 1)
+	err := eachStream(res, func(name string, es *rueidis.RedisMessage) (err error) {
+		read[name], err = asXRange(es)
+		return err
+	})
 	if err != nil {
 		return nil, err
+	}
+	return read, nil
+}
+
+// asXReadOf is asXRead of a read of one stream: its entries alone, with
+// no map of the streams.
+func asXReadOf(res rueidis.RedisResult, stream string) ([]xentry, error) {
+	var read []xentry
+	err := eachStream(res, func(name string, es *rueidis.RedisMessage) (err error) {
+		if name == stream {
+			read, err = asXRange(es)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return read, nil
+}
+
+// eachStream calls f with the name and the entries of each stream of res,
+// an answer of XREAD or XREADGROUP (a map of the streams on RESP3, an
+// array of pairs on RESP2), and returns the first error.
+func eachStream(res rueidis.RedisResult, f func(name string, es *rueidis.RedisMessage) error) error {
+	m, err := res.ToMessage()
+	if err != nil {
+		return err
 	}
 	if m.IsMap() {
 		kv, err := m.ToMap()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		read := make(map[string][]xentry, len(kv))
 		for name, es := range kv {
-			if read[name], err = asXRange(&es); err != nil {
-				return nil, err
+			if err := f(name, &es); err != nil {
+				return err
 			}
 		}
-		return read, nil
+		return nil
 	}
 	streams, err := m.ToArray()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	read := make(map[string][]xentry, len(streams))
 	for i := range streams {
 		name, es, err := namedPair(&streams[i], "a stream of a read")
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if read[name], err = asXRange(es); err != nil {
-			return nil, err
+		if err := f(name, es); err != nil {
+			return err
 		}
 	}
-	return read, nil
+	return nil
 }
 
 // namedPair returns the elements of m, what (for errors) that must be an
@@ -665,8 +693,8 @@ func (b *Broker) fetchEntries(ctx context.Context, s *streamKeys, p *broker.Fetc
 	// share of the hub's.
 	idle := block > 0 && drained.Load() && b.reclaimOf(stream).idle.Load()
 	if !script && !idle {
-		read, err := asXRead(b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
-			Streams().Key(stream).Id(">").Build()))
+		read, err := asXReadOf(b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
+			Streams().Key(stream).Id(">").Build()), stream)
 		switch {
 		case isNoGroup(err):
 			script, due = true, true // the script creates the group
@@ -674,7 +702,7 @@ func (b *Broker) fetchEntries(ctx context.Context, s *streamKeys, p *broker.Fetc
 		case err != nil:
 			return nil, b.fail(ctx, op, err)
 		}
-		entries = appendRead(entries, read[stream], "")
+		entries = appendRead(entries, read, "")
 	}
 	if script {
 		var dead int64
@@ -755,7 +783,7 @@ func (b *Broker) fetchDirect(ctx context.Context, s *streamKeys, p *broker.Fetch
 	case err != nil:
 		return nil, true, b.fail(ctx, s.op, err)
 	}
-	return appendRead(nil, read[s.stream], ""), true, nil
+	return appendRead(nil, read, ""), true, nil
 }
 
 // blockingRead is the blocking read of a fetch that found nothing: it
@@ -780,9 +808,11 @@ func (b *Broker) blockingRead(ctx context.Context, s *streamKeys, p *broker.Fetc
 			w.streams, prefixes = append(w.streams, s.low), append(prefixes, "l")
 		}
 	}
-	read, direct, err := map[string][]xentry(nil), false, error(nil)
+	var read map[string][]xentry
+	var home []xentry // a direct read's, of s.stream alone (levels is 0)
+	direct, err := false, error(nil)
 	if levels == 0 {
-		read, direct, err = b.directRead(ctx, p.Consumer, w)
+		home, direct, err = b.directRead(ctx, p.Consumer, w)
 	}
 	if !direct {
 		read, err = b.hubRead(ctx, p.Consumer, w)
@@ -797,7 +827,7 @@ func (b *Broker) blockingRead(ctx context.Context, s *streamKeys, p *broker.Fetc
 	case err != nil:
 		return nil, b.fail(ctx, s.op, err)
 	}
-	var entries []entry
+	entries := appendRead(nil, home, "")
 	for i, stream := range w.streams {
 		entries = appendRead(entries, read[stream], prefixes[i])
 	}
