@@ -108,7 +108,7 @@ func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, er
 // once the inbox is gone (broker.ErrLate). It returns the entry's id and its
 // time.
 func (b *Broker) appendInbox(ctx context.Context, op, inbox, kind, id, data string) (string, time.Time, error) {
-	res, err := b.doInbox(ctx, b.client.B().Xadd().Key(b.keys.replies(inbox)).Nomkstream().Id("*").FieldValue().
+	res, err := b.doInbox(ctx, b.client.B().Xadd().Key(b.inboxReplies.get(inbox, b.keys.replies)).Nomkstream().Id("*").FieldValue().
 		FieldValue("k", kind).FieldValue("i", id).FieldValue("m", data).Build())
 	var ref string
 	if err == nil {

@@ -148,7 +148,11 @@ func (b *Broker) execOK(res []rueidis.RedisResult) error {
 // xadd returns the XADD that queues env, encoded as data, with its
 // deadline (unix ms) in field d unless deadline is "".
 func (b *Broker) xadd(env *broker.Envelope, data, deadline string) rueidis.Completed {
-	c := b.client.B().Xadd().Key(b.keys.queueAt(env.Receiver, env.Priority)).Id("*").FieldValue().FieldValue("m", data)
+	queue := b.sendQueues.get(env.Receiver, b.keys.queue)
+	if env.Priority != broker.PriorityNormal {
+		queue = b.keys.queueAt(env.Receiver, env.Priority)
+	}
+	c := b.client.B().Xadd().Key(queue).Id("*").FieldValue().FieldValue("m", data)
 	if deadline != "" {
 		c = c.FieldValue("d", deadline)
 	}

@@ -134,6 +134,10 @@ type Broker struct {
 	// reply streams this broker reads (receiver or sender -> *streamKeys),
 	// made at the first read, so that a read builds no key.
 	queueStreams, replyStreams sync.Map
+	// sendQueues keeps the (normal level) queue keys of the receivers
+	// this broker sends to, inboxReplies the reply-stream keys of the
+	// inboxes it replies to.
+	sendQueues, inboxReplies keyCache
 
 	// offset is Redis time minus local time, from the readings of Now
 	// (broker.Offset keeps the tightest): the clock of SendRequest, and of
@@ -201,6 +205,8 @@ func New(cfg Config) (*Broker, error) {
 	opt.ConnWriteTimeout = cfg.IOTimeout
 	b := &Broker{
 		keys:         keys{prefix: cfg.KeyPrefix},
+		sendQueues:   keyCache{max: keyCacheMax},
+		inboxReplies: keyCache{max: keyCacheMax},
 		addr:         strings.Join(opt.InitAddress, ","),
 		maxSize:      cfg.MaxMessageSize,
 		reclaimEvery: reclaimEvery,
