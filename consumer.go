@@ -57,6 +57,10 @@ type consumer struct {
 type task struct {
 	dl     broker.Delivery
 	cancel context.CancelCauseFunc
+	// msg is the Message handed to the handler, held here so that a
+	// delivery costs one allocation less; the handler may keep it after
+	// it returned (ErrReplyLater), which keeps the task with it.
+	msg Message
 	// settle is taskRunning until the delivery is settled (replied to,
 	// acknowledged, retried: taskSettled) or cancelled (Cancel:
 	// taskCancelled), whichever comes first.
@@ -343,7 +347,8 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 		// busy handler's slot may free before this task's ctx ends.
 		return
 	}
-	msg := d.messageOf(&dl.Env, dl.Deadline, dl.Attempt)
+	msg := &t.msg
+	d.setMessage(msg, &dl.Env, dl.Deadline, dl.Attempt)
 	msg.settle = &t.settle
 	if t.settle.Load() == taskCancelled {
 		c.cancelled(msg)

@@ -120,13 +120,18 @@ const MaxDelay = broker.MaxDelay
 // later reports whether the message is sent for later.
 func (o *sendOptions) later() bool { return o.delay > 0 || !o.at.IsZero() }
 
-// sendOptionsOf applies opts.
+// sendOptionsOf applies opts. The options are applied to a value of their
+// own, which escapes to the heap (an option is an opaque function): a call
+// without options allocates nothing.
 func sendOptionsOf(opts []SendOption) sendOptions {
-	var o sendOptions
-	for _, opt := range opts {
-		opt(&o)
+	if len(opts) == 0 {
+		return sendOptions{}
 	}
-	return o
+	o := new(sendOptions)
+	for _, opt := range opts {
+		opt(o)
+	}
+	return *o
 }
 
 // check validates the options for a message that has a sender (false for
@@ -499,7 +504,15 @@ func envelope(m *Message, o *sendOptions, id string) *broker.Envelope {
 
 // messageOf turns a delivered envelope into a Message.
 func (d *Disker) messageOf(env *broker.Envelope, deadline time.Time, attempt int) *Message {
-	m := &Message{
+	m := new(Message)
+	d.setMessage(m, env, deadline, attempt)
+	return m
+}
+
+// setMessage sets *m to the Message of a delivered envelope, as messageOf
+// makes it, for a caller that holds the Message in memory of its own.
+func (d *Disker) setMessage(m *Message, env *broker.Envelope, deadline time.Time, attempt int) {
+	*m = Message{
 		ID:        env.ID,
 		Sender:    env.Sender,
 		Receiver:  env.Receiver,
@@ -519,5 +532,4 @@ func (d *Disker) messageOf(env *broker.Envelope, deadline time.Time, attempt int
 	if env.ErrorCode != "" {
 		m.Error = &RemoteError{Code: env.ErrorCode, Text: env.ErrorText}
 	}
-	return m
 }

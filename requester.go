@@ -519,10 +519,15 @@ type waiter struct {
 	entries []broker.Reply
 	next    int           // entries before it were looked at and decided nothing
 	ready   chan struct{} // signalled when entries were added
+	// first backs entries while there is one, the common case: a reply.
+	first [1]broker.Reply
 }
 
 func (w *waiter) add(r *broker.Reply) {
 	w.mu.Lock()
+	if w.entries == nil {
+		w.entries = w.first[:0]
+	}
 	w.entries = append(w.entries, *r)
 	w.mu.Unlock()
 	select {

@@ -39,6 +39,9 @@ type batchCall[T, R any] struct {
 	res   R
 	done  chan struct{}      // closed when res is set, or when the caller is to lead
 	batch []*batchCall[T, R] // set for the caller that leads the next flush
+	// alone backs the batch of a call that goes alone (none in flight),
+	// which so costs no slice of its own.
+	alone [1]*batchCall[T, R]
 }
 
 func newBatcher[T, R any](max int, flush func(items []T) []R, failed func(v any) R) *batcher[T, R] {
@@ -71,7 +74,8 @@ func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
 	} else {
 		b.busy = true
 		b.mu.Unlock()
-		c.batch = []*batchCall[T, R]{c}
+		c.alone[0] = c
+		c.batch = c.alone[:]
 	}
 	b.run(c.batch)
 	return c.res, nil

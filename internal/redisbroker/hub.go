@@ -73,7 +73,7 @@ type waiter struct {
 // (none at its deadline), or the error of the read. errNoGroup: a stream
 // of the read has no group (the whole read failed).
 type hubAnswer struct {
-	read map[string][]rueidis.XRangeEntry
+	read map[string][]xentry
 	err  error
 }
 
@@ -122,7 +122,7 @@ type hub struct {
 // parkedEntries are entries of one stream read with no waiter to take
 // them.
 type parkedEntries struct {
-	es []rueidis.XRangeEntry
+	es []xentry
 	r  readStream
 	at time.Time // when they were parked
 }
@@ -150,7 +150,7 @@ func (b *Broker) hubOf(consumer, stream string) *hub {
 
 // hubRead reads w.streams for consumer through its hub until w.deadline:
 // the entries read, none at the deadline, or errNoGroup.
-func (b *Broker) hubRead(ctx context.Context, consumer string, w *waiter) (map[string][]rueidis.XRangeEntry, error) {
+func (b *Broker) hubRead(ctx context.Context, consumer string, w *waiter) (map[string][]xentry, error) {
 	w.res = make(chan hubAnswer, 1)
 	w.early = max(time.Millisecond, time.Until(w.deadline)/earlyDiv)
 	b.hubsMu.Lock()
@@ -206,7 +206,7 @@ const directReads = 4
 // is not in its read, nor kept for the next, nor are entries of it parked
 // or given back since w's fetch began): the stream is then read by one
 // reader only. ok is false when it did not read.
-func (b *Broker) directRead(ctx context.Context, consumer string, w *waiter) (read map[string][]rueidis.XRangeEntry, ok bool, err error) {
+func (b *Broker) directRead(ctx context.Context, consumer string, w *waiter) (read []xentry, ok bool, err error) {
 	select {
 	case b.direct <- struct{}{}:
 	default:
@@ -216,10 +216,10 @@ func (b *Broker) directRead(ctx context.Context, consumer string, w *waiter) (re
 	if b.hubHolds(consumer, w) {
 		return nil, false, nil
 	}
-	bctx, stop := b.blockingCtx(ctx)
-	defer stop()
-	read, err = b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(w.count)).
-		Block(ms(max(time.Until(w.deadline), time.Millisecond))).Streams().Key(w.home).Id(">").Build()).AsXRead()
+	bctx, release := b.blockingCtx(ctx)
+	defer release.release()
+	read, err = asXReadOf(b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(w.count)).
+		Block(ms(max(time.Until(w.deadline), time.Millisecond))).Streams().Key(w.home).Id(">").Build()), w.home)
 	switch {
 	case isNoGroup(err):
 		return nil, true, errNoGroup
@@ -309,8 +309,8 @@ func (h *hub) join(w *waiter) (bool, uint64) {
 
 // unpark takes the parked entries of w's streams, up to w.count per
 // stream, under h.mu; nil if there are none.
-func (h *hub) unpark(w *waiter) map[string][]rueidis.XRangeEntry {
-	var a map[string][]rueidis.XRangeEntry
+func (h *hub) unpark(w *waiter) map[string][]xentry {
+	var a map[string][]xentry
 	for _, s := range w.streams {
 		p, ok := h.parked[s]
 		if !ok {
@@ -318,7 +318,7 @@ func (h *hub) unpark(w *waiter) map[string][]rueidis.XRangeEntry {
 		}
 		n := min(len(p.es), w.count)
 		if a == nil {
-			a = make(map[string][]rueidis.XRangeEntry, len(w.streams))
+			a = make(map[string][]xentry, len(w.streams))
 		}
 		a[s] = p.es[:n:n]
 		if p.es = p.es[n:]; len(p.es) == 0 {
@@ -329,7 +329,7 @@ func (h *hub) unpark(w *waiter) map[string][]rueidis.XRangeEntry {
 }
 
 // park keeps es, read for stream s with no waiter to take them, under h.mu.
-func (h *hub) park(s string, es []rueidis.XRangeEntry, r readStream, now time.Time) {
+func (h *hub) park(s string, es []xentry, r readStream, now time.Time) {
 	if h.parked == nil {
 		h.parked = make(map[string]*parkedEntries)
 	}
@@ -375,7 +375,7 @@ func (h *hub) giveBackParked(ps map[string]*parkedEntries) {
 	}
 	homes := make(map[string]bool, len(ps))
 	for s, p := range ps {
-		h.b.giveBackRead(context.Background(), h.key.consumer, p.r.lease, p.r.home, map[string][]rueidis.XRangeEntry{s: p.es})
+		h.b.giveBackRead(context.Background(), h.key.consumer, p.r.lease, p.r.home, map[string][]xentry{s: p.es})
 		homes[p.r.home] = true
 	}
 	now := time.Now()
@@ -559,8 +559,8 @@ func (h *hub) run() {
 		if !parkedUntil.IsZero() && parkedUntil.Before(until) {
 			until = parkedUntil // to give back what is still parked then
 		}
-		read, err := dc.Do(rctx, dc.B().Xreadgroup().Group("g", h.key.consumer).Count(int64(count)).
-			Block(ms(max(time.Until(until), time.Millisecond))).Streams().Key(streams...).Id(ids...).Build()).AsXRead()
+		read, err := asXRead(dc.Do(rctx, dc.B().Xreadgroup().Group("g", h.key.consumer).Count(int64(count)).
+			Block(ms(max(time.Until(until), time.Millisecond))).Streams().Key(streams...).Id(ids...).Build()))
 		abort()
 		h.endRead()
 		switch {
@@ -730,8 +730,8 @@ func (h *hub) fail(streams []string, err error) {
 // deliver hands the entries of each stream to its first waiter, up to its
 // count, and parks the others: those beyond the count, and those of a
 // stream with no waiter (it left, or it is between two fetches).
-func (h *hub) deliver(read map[string][]rueidis.XRangeEntry, rs map[string]readStream) {
-	answers := make(map[*waiter]map[string][]rueidis.XRangeEntry)
+func (h *hub) deliver(read map[string][]xentry, rs map[string]readStream) {
+	answers := make(map[*waiter]map[string][]xentry)
 	now := time.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -757,7 +757,7 @@ func (h *hub) deliver(read map[string][]rueidis.XRangeEntry, rs map[string]readS
 			es = es[:to.count:to.count]
 		}
 		if answers[to] == nil {
-			answers[to] = make(map[string][]rueidis.XRangeEntry, len(to.streams))
+			answers[to] = make(map[string][]xentry, len(to.streams))
 		}
 		answers[to][s] = es
 	}
@@ -772,7 +772,7 @@ func (h *hub) deliver(read map[string][]rueidis.XRangeEntry, rs map[string]readS
 // RETRYCOUNT 0 JUSTID, per stream; the next fetch of home reclaims them
 // (as attempt 1). An entry that cannot be given back stays with consumer
 // until its lease ends.
-func (b *Broker) giveBackRead(ctx context.Context, consumer string, lease time.Duration, home string, read map[string][]rueidis.XRangeEntry) {
+func (b *Broker) giveBackRead(ctx context.Context, consumer string, lease time.Duration, home string, read map[string][]xentry) {
 	for s, es := range read {
 		ids := make([]string, 0, len(es))
 		for _, e := range es {

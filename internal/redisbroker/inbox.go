@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -107,7 +108,7 @@ func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, er
 // once the inbox is gone (broker.ErrLate). It returns the entry's id and its
 // time.
 func (b *Broker) appendInbox(ctx context.Context, op, inbox, kind, id, data string) (string, time.Time, error) {
-	res, err := b.doInbox(ctx, b.client.B().Xadd().Key(b.keys.replies(inbox)).Nomkstream().Id("*").FieldValue().
+	res, err := b.doInbox(ctx, b.client.B().Xadd().Key(b.inboxReplies.get(inbox, b.keys.replies)).Nomkstream().Id("*").FieldValue().
 		FieldValue("k", kind).FieldValue("i", id).FieldValue("m", data).Build())
 	var ref string
 	if err == nil {
@@ -208,22 +209,20 @@ func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block tim
 	if err := broker.CheckPositive("max", max); err != nil {
 		return nil, err
 	}
-	r := b.keys.replies(inbox)
-	cursor := "0-0"
-	if v, ok := b.cursors.Load(inbox); ok {
-		cursor = v.(string)
-	}
-	var read map[string][]rueidis.XRangeEntry
+	r := b.replyKeys(inbox).stream
+	cur := b.cursorOf(inbox)
+	cursor := cur.get()
+	var es []xentry
 	var err error
 	if block <= 0 {
-		read, err = b.client.Do(ctx, b.client.B().Xread().Count(int64(max)).Streams().Key(r).Id(cursor).Build()).AsXRead()
+		es, err = asXReadOf(b.client.Do(ctx, b.client.B().Xread().Count(int64(max)).Streams().Key(r).Id(cursor).Build()), r)
 	} else {
 		if err := ctx.Err(); err != nil {
 			return nil, b.fail(ctx, "read replies", err)
 		}
-		bctx, stop := b.blockingCtx(ctx)
-		defer stop()
-		read, err = b.client.Do(bctx, b.client.B().Xread().Count(int64(max)).Block(ms(block)).Streams().Key(r).Id(cursor).Build()).AsXRead()
+		bctx, release := b.blockingCtx(ctx)
+		defer release.release()
+		es, err = asXReadOf(b.client.Do(bctx, b.client.B().Xread().Count(int64(max)).Block(ms(block)).Streams().Key(r).Id(cursor).Build()), r)
 	}
 	switch {
 	case rueidis.IsRedisNil(err):
@@ -231,12 +230,44 @@ func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block tim
 	case err != nil:
 		return nil, b.fail(ctx, "read replies", err)
 	}
-	es := read[r]
 	if len(es) == 0 {
 		return nil, nil
 	}
-	b.cursors.Store(inbox, es[len(es)-1].ID)
+	cur.set(es[len(es)-1].ID)
 	return b.replyEntries(ctx, inbox, appendRead(nil, es, ""))
+}
+
+// inboxCursor is where the reads of an inbox are: the id of the last entry
+// read, "" before the first. Kept in a value of its own per inbox, so
+// that a read that moves it stores nothing in Broker.cursors.
+type inboxCursor struct {
+	mu sync.Mutex
+	id string
+}
+
+// cursorOf returns the cursor of inbox, made at the first call.
+func (b *Broker) cursorOf(inbox string) *inboxCursor {
+	if v, ok := b.cursors.Load(inbox); ok {
+		return v.(*inboxCursor)
+	}
+	v, _ := b.cursors.LoadOrStore(inbox, new(inboxCursor))
+	return v.(*inboxCursor)
+}
+
+// get returns the id to read after: the last read, or "0-0".
+func (c *inboxCursor) get() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.id == "" {
+		return "0-0"
+	}
+	return c.id
+}
+
+func (c *inboxCursor) set(id string) {
+	c.mu.Lock()
+	c.id = id
+	c.mu.Unlock()
 }
 
 // AckInbox trims inbox's reply stream: its one reader reads in order and

@@ -1,6 +1,10 @@
 package redisbroker
 
-import "strings"
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+)
 
 // keys builds every Redis key the broker uses. All keys of one receiver or
 // sender carry its name as a hash tag, so that Redis Cluster keeps them in
@@ -142,4 +146,31 @@ func globEscape(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// keyCache keeps the keys made from names, up to max names: the keys of
+// the few names a broker writes to again and again (the receivers it
+// sends to, the inboxes it replies to) are made once. Past max names, a
+// name not kept has its key made at each call.
+type keyCache struct {
+	max  int64
+	n    atomic.Int64
+	keys sync.Map // name -> key
+}
+
+// keyCacheMax is the max of a keyCache.
+const keyCacheMax = 4096
+
+// get returns the key of name, made by build when it is not kept.
+func (c *keyCache) get(name string, build func(string) string) string {
+	if v, ok := c.keys.Load(name); ok {
+		return v.(string)
+	}
+	k := build(name)
+	if c.n.Load() < c.max {
+		if _, loaded := c.keys.LoadOrStore(name, k); !loaded {
+			c.n.Add(1)
+		}
+	}
+	return k
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -147,7 +148,11 @@ func (b *Broker) execOK(res []rueidis.RedisResult) error {
 // xadd returns the XADD that queues env, encoded as data, with its
 // deadline (unix ms) in field d unless deadline is "".
 func (b *Broker) xadd(env *broker.Envelope, data, deadline string) rueidis.Completed {
-	c := b.client.B().Xadd().Key(b.keys.queueAt(env.Receiver, env.Priority)).Id("*").FieldValue().FieldValue("m", data)
+	queue := b.sendQueues.get(env.Receiver, b.keys.queue)
+	if env.Priority != broker.PriorityNormal {
+		queue = b.keys.queueAt(env.Receiver, env.Priority)
+	}
+	c := b.client.B().Xadd().Key(queue).Id("*").FieldValue().FieldValue("m", data)
 	if deadline != "" {
 		c = c.FieldValue("d", deadline)
 	}
@@ -415,7 +420,173 @@ func (b *Broker) failIf(ctx context.Context, op string, err error) error {
 type entry struct {
 	id      string
 	attempt int
-	fields  map[string]string
+	// fields are the entry's field names and values, in turns, as the
+	// client holds them (see xentry).
+	fields []rueidis.RedisMessage
+}
+
+// field returns the value of the entry's field name, the last if it has
+// several, and whether it has one.
+func (e *entry) field(name string) (string, bool) {
+	for i := len(e.fields) - 2; i >= 0; i -= 2 {
+		if mustString(&e.fields[i]) == name {
+			return mustString(&e.fields[i+1]), true
+		}
+	}
+	return "", false
+}
+
+// only reports whether every field of the entry is called name (and it
+// has at least one).
+func (e *entry) only(name string) bool {
+	for i := 0; i < len(e.fields); i += 2 {
+		if mustString(&e.fields[i]) != name {
+			return false
+		}
+	}
+	return len(e.fields) > 0
+}
+
+// mustString is the string that m, a string checked by asXRead or
+// scriptEntry, holds.
+func mustString(m *rueidis.RedisMessage) string {
+	s, _ := m.ToString()
+	return s
+}
+
+// xentry is a stream entry as XREAD or XREADGROUP answers it: its id, and
+// its field names and values in turns as the client holds them, so that
+// reading an entry copies nothing. deleted is set for an entry deleted
+// after it was added (a pending one, read again).
+type xentry struct {
+	ID      string
+	fields  []rueidis.RedisMessage
+	deleted bool
+}
+
+// asXRead is rueidis's AsXRead of res, an answer of XREAD or XREADGROUP,
+// with the entries as xentry: a stream entry costs no map. An error of
+// res, such as a nil answer's, is returned as it is.
+func asXRead(res rueidis.RedisResult) (map[string][]xentry, error) {
+	read := make(map[string][]xentry, 1)
+	err := eachStream(res, func(name string, es *rueidis.RedisMessage) (err error) {
+		read[name], err = asXRange(es)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return read, nil
+}
+
+// asXReadOf is asXRead of a read of one stream: its entries alone, with
+// no map of the streams.
+func asXReadOf(res rueidis.RedisResult, stream string) ([]xentry, error) {
+	var read []xentry
+	err := eachStream(res, func(name string, es *rueidis.RedisMessage) (err error) {
+		if name == stream {
+			read, err = asXRange(es)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return read, nil
+}
+
+// eachStream calls f with the name and the entries of each stream of res,
+// an answer of XREAD or XREADGROUP (a map of the streams on RESP3, an
+// array of pairs on RESP2), and returns the first error.
+func eachStream(res rueidis.RedisResult, f func(name string, es *rueidis.RedisMessage) error) error {
+	m, err := res.ToMessage()
+	if err != nil {
+		return err
+	}
+	if m.IsMap() {
+		kv, err := m.ToMap()
+		if err != nil {
+			return err
+		}
+		for name, es := range kv {
+			if err := f(name, &es); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	streams, err := m.ToArray()
+	if err != nil {
+		return err
+	}
+	for i := range streams {
+		name, es, err := namedPair(&streams[i], "a stream of a read")
+		if err != nil {
+			return err
+		}
+		if err := f(name, es); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// namedPair returns the elements of m, what (for errors) that must be an
+// array of a string and another element.
+func namedPair(m *rueidis.RedisMessage, what string) (string, *rueidis.RedisMessage, error) {
+	pair, err := m.ToArray()
+	if err != nil {
+		return "", nil, err
+	}
+	if len(pair) != 2 {
+		return "", nil, fmt.Errorf("redisbroker: %s has %d elements, wanted 2", what, len(pair))
+	}
+	name, err := pair[0].ToString()
+	if err != nil {
+		return "", nil, err
+	}
+	return name, &pair[1], nil
+}
+
+// asXRange returns the entries of one stream of a read.
+func asXRange(m *rueidis.RedisMessage) ([]xentry, error) {
+	es, err := m.ToArray()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]xentry, 0, len(es))
+	for i := range es {
+		id, fv, err := namedPair(&es[i], "a stream entry")
+		if err != nil {
+			return nil, err
+		}
+		if fv.IsNil() {
+			out = append(out, xentry{ID: id, deleted: true})
+			continue
+		}
+		fields, err := fv.ToArray()
+		if err != nil {
+			return nil, err
+		}
+		if err := checkFields(fields); err != nil {
+			return nil, err
+		}
+		out = append(out, xentry{ID: id, fields: fields})
+	}
+	return out, nil
+}
+
+// checkFields checks that fields are names and values in turns, all strings.
+func checkFields(fields []rueidis.RedisMessage) error {
+	if len(fields)%2 != 0 {
+		return fmt.Errorf("redisbroker: a stream entry has %d field names and values", len(fields))
+	}
+	for i := range fields {
+		if !fields[i].IsString() {
+			return errors.New("redisbroker: a stream entry has a field that is not a string")
+		}
+	}
+	return nil
 }
 
 // streamKeys are the keys a fetch of one stream touches, and the name of
@@ -438,8 +609,24 @@ type streamKeys struct {
 	promote          bool
 }
 
-// queueKeys returns the streamKeys of receiver's queue.
-func (b *Broker) queueKeys(receiver string) streamKeys {
+// queueKeys returns the streamKeys of receiver's queue, made once per
+// receiver. They are shared: read only.
+func (b *Broker) queueKeys(receiver string) *streamKeys {
+	return cachedKeys(&b.queueStreams, receiver, b.makeQueueKeys)
+}
+
+// cachedKeys returns the streamKeys of name held in cache, made by build
+// and stored there at the first call.
+func cachedKeys(cache *sync.Map, name string, build func(string) streamKeys) *streamKeys {
+	if v, ok := cache.Load(name); ok {
+		return v.(*streamKeys)
+	}
+	s := build(name)
+	v, _ := cache.LoadOrStore(name, &s)
+	return v.(*streamKeys)
+}
+
+func (b *Broker) makeQueueKeys(receiver string) streamKeys {
 	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver),
 		high: b.keys.queueAt(receiver, broker.PriorityHigh), low: b.keys.queueAt(receiver, broker.PriorityLow), record: true,
 		sched: b.keys.scheduled(receiver), schedMsgs: b.keys.scheduledMessages(receiver), promote: true}
@@ -510,8 +697,8 @@ func (b *Broker) fetchEntries(ctx context.Context, s *streamKeys, p *broker.Fetc
 	// share of the hub's.
 	idle := block > 0 && drained.Load() && b.reclaimOf(stream).idle.Load()
 	if !script && !idle {
-		read, err := b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
-			Streams().Key(stream).Id(">").Build()).AsXRead()
+		read, err := asXReadOf(b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
+			Streams().Key(stream).Id(">").Build()), stream)
 		switch {
 		case isNoGroup(err):
 			script, due = true, true // the script creates the group
@@ -519,7 +706,7 @@ func (b *Broker) fetchEntries(ctx context.Context, s *streamKeys, p *broker.Fetc
 		case err != nil:
 			return nil, b.fail(ctx, op, err)
 		}
-		entries = appendRead(entries, read[stream], "")
+		entries = appendRead(entries, read, "")
 	}
 	if script {
 		var dead int64
@@ -600,7 +787,7 @@ func (b *Broker) fetchDirect(ctx context.Context, s *streamKeys, p *broker.Fetch
 	case err != nil:
 		return nil, true, b.fail(ctx, s.op, err)
 	}
-	return appendRead(nil, read[s.stream], ""), true, nil
+	return appendRead(nil, read, ""), true, nil
 }
 
 // blockingRead is the blocking read of a fetch that found nothing: it
@@ -625,9 +812,11 @@ func (b *Broker) blockingRead(ctx context.Context, s *streamKeys, p *broker.Fetc
 			w.streams, prefixes = append(w.streams, s.low), append(prefixes, "l")
 		}
 	}
-	read, direct, err := map[string][]rueidis.XRangeEntry(nil), false, error(nil)
+	var read map[string][]xentry
+	var home []xentry // a direct read's, of s.stream alone (levels is 0)
+	direct, err := false, error(nil)
 	if levels == 0 {
-		read, direct, err = b.directRead(ctx, p.Consumer, w)
+		home, direct, err = b.directRead(ctx, p.Consumer, w)
 	}
 	if !direct {
 		read, err = b.hubRead(ctx, p.Consumer, w)
@@ -642,7 +831,7 @@ func (b *Broker) blockingRead(ctx context.Context, s *streamKeys, p *broker.Fetc
 	case err != nil:
 		return nil, b.fail(ctx, s.op, err)
 	}
-	var entries []entry
+	entries := appendRead(nil, home, "")
 	for i, stream := range w.streams {
 		entries = appendRead(entries, read[stream], prefixes[i])
 	}
@@ -692,20 +881,37 @@ func refLevel(ref string) (prio int, id string) {
 	return broker.PriorityNormal, ref
 }
 
-// blockingCtx returns the context of a blocking read under ctx, and the
-// function that releases it. rueidis cannot cancel a command whose context
-// has a deadline (it only sets the connection's deadline), so the read gets
-// a context without one, cancelled when ctx ends or the broker closes; the
-// connection of a read cancelled that way is closed.
-func (b *Broker) blockingCtx(ctx context.Context) (context.Context, func()) {
-	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop1 := context.AfterFunc(ctx, cancel)
-	stop2 := context.AfterFunc(b.closing, cancel)
-	return bctx, func() {
-		stop2()
-		stop1()
-		cancel()
+// blockingCtx returns the context of a blocking read under ctx, and what
+// releases it. rueidis cannot cancel a command whose context has a
+// deadline (it only sets the connection's deadline), so the read gets a
+// context without one, cancelled when ctx ends or the broker closes; the
+// connection of a read cancelled that way is closed. A ctx without a
+// deadline, such as a fetching loop's, is the read's parent as it is.
+func (b *Broker) blockingCtx(ctx context.Context) (context.Context, blockingRelease) {
+	parent := ctx
+	if _, ok := ctx.Deadline(); ok {
+		parent = context.WithoutCancel(ctx)
 	}
+	bctx, cancel := context.WithCancel(parent)
+	r := blockingRelease{cancel: cancel, stopClosing: context.AfterFunc(b.closing, cancel)}
+	if parent != ctx {
+		r.stopCtx = context.AfterFunc(ctx, cancel)
+	}
+	return bctx, r
+}
+
+// blockingRelease releases the context of a blocking read (blockingCtx).
+type blockingRelease struct {
+	cancel               context.CancelFunc
+	stopCtx, stopClosing func() bool // stopCtx is nil when ctx is the parent
+}
+
+func (r blockingRelease) release() {
+	r.stopClosing()
+	if r.stopCtx != nil {
+		r.stopCtx()
+	}
+	r.cancel()
 }
 
 // reclaim runs the fetch script; with due, it reclaims before it reads.
@@ -760,12 +966,12 @@ func (b *Broker) reclaim(ctx context.Context, s *streamKeys, p *broker.FetchPara
 
 // appendRead appends the entries of an XREADGROUP of one stream, whose
 // refs are their ids with prefix (that of the stream's priority level).
-func appendRead(entries []entry, read []rueidis.XRangeEntry, prefix string) []entry {
+func appendRead(entries []entry, read []xentry, prefix string) []entry {
 	for _, e := range read {
-		if e.FieldValues == nil {
+		if e.deleted {
 			continue // deleted after it was added
 		}
-		entries = append(entries, entry{id: prefix + e.ID, attempt: 1, fields: e.FieldValues})
+		entries = append(entries, entry{id: prefix + e.ID, attempt: 1, fields: e.fields})
 	}
 	return entries
 }
@@ -861,9 +1067,19 @@ func (b *Broker) reclaimWithin(st *reclaimState, at int64) {
 // than at its last fetch through this broker, which the fetch script then
 // records (the holders hash).
 func (b *Broker) leaseChanged(stream, consumer string, lease time.Duration) bool {
-	old, ok := b.leases.Swap(stream+"\x00"+consumer, lease)
-	return !ok || old.(time.Duration) != lease
+	// The lease is kept in an atomic of its own, so that a fetch with the
+	// lease of the last one stores nothing in the map.
+	k := leaseKey{stream, consumer}
+	v, ok := b.leases.Load(k)
+	if !ok {
+		v, ok = b.leases.LoadOrStore(k, new(atomic.Int64))
+	}
+	old := v.(*atomic.Int64).Swap(int64(lease))
+	return !ok || old != int64(lease)
 }
+
+// leaseKey is the key of Broker.leases.
+type leaseKey struct{ stream, consumer string }
 
 // scheduleDue reports whether the first scheduled message of stream's
 // receiver, as this broker last saw it, is due by the local clock
@@ -964,16 +1180,10 @@ func scriptEntry(m rueidis.RedisMessage) (entry, error) {
 	if err != nil {
 		return entry{}, err
 	}
-	e := entry{id: id, attempt: int(attempt), fields: make(map[string]string, (len(a)-2)/2)}
-	for i := 2; i < len(a); i += 2 {
-		k, err1 := a[i].ToString()
-		v, err2 := a[i+1].ToString()
-		if err1 != nil || err2 != nil {
-			return entry{}, errors.New("fetch script answered a malformed field")
-		}
-		e.fields[k] = v
+	if checkFields(a[2:]) != nil {
+		return entry{}, errors.New("fetch script answered a malformed field")
 	}
-	return e, nil
+	return entry{id: id, attempt: int(attempt), fields: a[2:]}, nil
 }
 
 // Fetch leases up to p.Max messages of p.Receiver to p.Consumer. See
@@ -993,21 +1203,21 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 		return nil, err
 	}
 	s := b.queueKeys(p.Receiver)
-	entries, err := b.fetch(ctx, &s, p)
+	entries, err := b.fetch(ctx, s, p)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]broker.Delivery, 0, len(entries))
 	var wakes []string
 	for _, e := range entries {
-		if _, ok := e.fields["w"]; ok && len(e.fields) == 1 {
+		if e.only("w") {
 			wakes = append(wakes, e.id)
 			continue
 		}
 		d, err := delivery(&e)
 		d.Env.Priority, _ = refLevel(e.id)
 		if err != nil {
-			if err := b.bury(ctx, &s, e.id, "undecodable message: "+err.Error(), e.attempt, true); err != nil {
+			if err := b.bury(ctx, s, e.id, "undecodable message: "+err.Error(), e.attempt, true); err != nil {
 				return nil, err
 			}
 			continue
@@ -1031,7 +1241,7 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 // (field d, unix ms, if any). An entry whose deadline does not parse is
 // as undecodable as one whose message does not.
 func delivery(e *entry) (broker.Delivery, error) {
-	m, ok := e.fields["m"]
+	m, ok := e.field("m")
 	if !ok {
 		return broker.Delivery{}, errors.New("the entry has no m field")
 	}
@@ -1040,7 +1250,7 @@ func delivery(e *entry) (broker.Delivery, error) {
 		return broker.Delivery{}, err
 	}
 	d := broker.Delivery{Env: env, Ref: e.id, Attempt: e.attempt}
-	if s, ok := e.fields["d"]; ok {
+	if s, ok := e.field("d"); ok {
 		if d.Deadline, ok = unixMS(s); !ok {
 			return broker.Delivery{}, fmt.Errorf("its deadline (field d) %q is not unix milliseconds", s)
 		}

@@ -125,17 +125,26 @@ type Broker struct {
 	reclaimEpoch atomic.Int64
 	drained      sync.Map // stream key -> *atomic.Bool: see drainedFlag
 	nextDue      sync.Map // queue key -> *atomic.Int64: local unix ns of the first scheduled message's due time (MaxInt64: none)
-	leases       sync.Map // stream key + "\x00" + consumer -> the lease of its last fetch
+	leases       sync.Map // leaseKey -> *atomic.Int64: the lease of the consumer's last fetch of the stream
 	levels       sync.Map // queue key -> int: which priority level streams hold entries (the fetch script's answer)
 	pruneIdle    time.Duration
 	pruneEvery   time.Duration
 	pruned       sync.Map // stream key -> time.Time of the last prune
+	// queueStreams and replyStreams hold the streamKeys of the queues and
+	// reply streams this broker reads (receiver or sender -> *streamKeys),
+	// made at the first read, so that a read builds no key.
+	queueStreams, replyStreams sync.Map
+	// sendQueues keeps the (normal level) queue keys of the receivers
+	// this broker sends to, inboxReplies the reply-stream keys of the
+	// inboxes it replies to.
+	sendQueues, inboxReplies keyCache
 
 	// offset is Redis time minus local time, from the readings of Now
 	// (broker.Offset keeps the tightest): the clock of SendRequest, and of
 	// Local.
 	offset broker.Offset
-	// cursors maps an inbox to the id of the last entry readInbox read.
+	// cursors maps an inbox to its *inboxCursor: the id of the last entry
+	// ReadInbox read.
 	cursors sync.Map
 
 	// replies batches the timed replies.
@@ -196,6 +205,8 @@ func New(cfg Config) (*Broker, error) {
 	opt.ConnWriteTimeout = cfg.IOTimeout
 	b := &Broker{
 		keys:         keys{prefix: cfg.KeyPrefix},
+		sendQueues:   keyCache{max: keyCacheMax},
+		inboxReplies: keyCache{max: keyCacheMax},
 		addr:         strings.Join(opt.InitAddress, ","),
 		maxSize:      cfg.MaxMessageSize,
 		reclaimEvery: reclaimEvery,

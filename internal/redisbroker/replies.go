@@ -182,15 +182,20 @@ func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) (
 	}
 	sender := p.Sender
 	s := b.replyKeys(sender)
-	entries, err := b.fetch(ctx, &s, &broker.FetchParams{Receiver: sender, Consumer: p.Consumer, Max: p.Max, Block: p.Block, Lease: p.Lease})
+	entries, err := b.fetch(ctx, s, &broker.FetchParams{Receiver: sender, Consumer: p.Consumer, Max: p.Max, Block: p.Block, Lease: p.Lease})
 	if err != nil {
 		return nil, err
 	}
 	return b.replyEntries(ctx, sender, entries)
 }
 
-// replyKeys returns the streamKeys of sender's reply stream.
-func (b *Broker) replyKeys(sender string) streamKeys {
+// replyKeys returns the streamKeys of sender's reply stream, made once
+// per sender. They are shared: read only.
+func (b *Broker) replyKeys(sender string) *streamKeys {
+	return cachedKeys(&b.replyStreams, sender, b.makeReplyKeys)
+}
+
+func (b *Broker) makeReplyKeys(sender string) streamKeys {
 	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender), holders: b.keys.replyHolders(sender),
 		high: b.keys.named(sender, "rqh"), low: b.keys.named(sender, "rql")}
 }
@@ -201,21 +206,23 @@ func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entr
 	s := b.replyKeys(sender)
 	out := make([]broker.Reply, 0, len(entries))
 	for _, e := range entries {
-		rep := broker.Reply{Ref: e.id, RequestID: e.fields["i"]}
+		id, _ := e.field("i")
+		rep := broker.Reply{Ref: e.id, RequestID: id}
 		rep.At, _ = idTime(e.id)
-		switch e.fields["k"] {
+		switch k, _ := e.field("k"); k {
 		case kindReply:
 			rep.Kind = broker.KindReply
 		case kindTimeout:
 			rep.Kind = broker.KindTimeout
 		}
 		if rep.Kind == 0 || rep.RequestID == "" {
-			if err := b.bury(ctx, &s, e.id, "malformed reply entry: no kind or request id", e.attempt, true); err != nil {
+			if err := b.bury(ctx, s, e.id, "malformed reply entry: no kind or request id", e.attempt, true); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		env, err := wire.DecodeString(e.fields["m"])
+		m, _ := e.field("m")
+		env, err := wire.DecodeString(m)
 		switch {
 		case err == nil:
 			rep.Env = env
