@@ -188,12 +188,16 @@ func runRedisWorkload(ctx context.Context, o Options, workload string, ims []red
 				return s, err
 			}
 			p1 := processCPU()
+			var calls string
+			if io != nil {
+				calls = io.perOp(s.ops) // before the INFO commands below
+			}
 			r1, err := srv.cpu()
 			s.redisCPU, s.procCPU = r1-r0, p1-p0
 			if err == nil && o.CommandStats {
 				var stats string
 				stats, err = srv.commandStats(s.ops)
-				if calls := io.perOp(s.ops); calls != "" {
+				if calls != "" {
 					stats += "; system calls per op: " + calls
 				}
 				o.progressf("  %s / %s: redis commands per op: %s", workload, im.name, stats)

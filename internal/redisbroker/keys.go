@@ -148,29 +148,31 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// keyCache keeps the keys made from names, up to max names: the keys of
-// the few names a broker writes to again and again (the receivers it
-// sends to, the inboxes it replies to) are made once. Past max names, a
-// name not kept has its key made at each call.
-type keyCache struct {
-	max  int64
+// nameCache keeps what is made from names (keys, streamKeys), up to
+// nameCacheMax names: what a broker uses again and again for the same few
+// names (the streams it reads, the receivers it sends to, the inboxes it
+// replies to) is made once. Past nameCacheMax names, a name not kept has
+// its value made at each call. The zero value is ready to use; the values
+// are shared, read only.
+type nameCache[V any] struct {
 	n    atomic.Int64
-	keys sync.Map // name -> key
+	vals sync.Map // name -> V
 }
 
-// keyCacheMax is the max of a keyCache.
-const keyCacheMax = 4096
+// nameCacheMax is how many names a nameCache keeps.
+const nameCacheMax = 4096
 
-// get returns the key of name, made by build when it is not kept.
-func (c *keyCache) get(name string, build func(string) string) string {
-	if v, ok := c.keys.Load(name); ok {
-		return v.(string)
+// get returns the value of name, made by build when it is not kept.
+func (c *nameCache[V]) get(name string, build func(string) V) V {
+	if v, ok := c.vals.Load(name); ok {
+		return v.(V)
 	}
-	k := build(name)
-	if c.n.Load() < c.max {
-		if _, loaded := c.keys.LoadOrStore(name, k); !loaded {
-			c.n.Add(1)
+	v := build(name)
+	if c.n.Load() < nameCacheMax {
+		if kept, loaded := c.vals.LoadOrStore(name, v); loaded {
+			return kept.(V)
 		}
+		c.n.Add(1)
 	}
-	return k
+	return v
 }

@@ -8,7 +8,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -612,22 +611,11 @@ type streamKeys struct {
 // queueKeys returns the streamKeys of receiver's queue, made once per
 // receiver. They are shared: read only.
 func (b *Broker) queueKeys(receiver string) *streamKeys {
-	return cachedKeys(&b.queueStreams, receiver, b.makeQueueKeys)
+	return b.queueStreams.get(receiver, b.makeQueueKeys)
 }
 
-// cachedKeys returns the streamKeys of name held in cache, made by build
-// and stored there at the first call.
-func cachedKeys(cache *sync.Map, name string, build func(string) streamKeys) *streamKeys {
-	if v, ok := cache.Load(name); ok {
-		return v.(*streamKeys)
-	}
-	s := build(name)
-	v, _ := cache.LoadOrStore(name, &s)
-	return v.(*streamKeys)
-}
-
-func (b *Broker) makeQueueKeys(receiver string) streamKeys {
-	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver),
+func (b *Broker) makeQueueKeys(receiver string) *streamKeys {
+	return &streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver),
 		high: b.keys.queueAt(receiver, broker.PriorityHigh), low: b.keys.queueAt(receiver, broker.PriorityLow), record: true,
 		sched: b.keys.scheduled(receiver), schedMsgs: b.keys.scheduledMessages(receiver), promote: true}
 }

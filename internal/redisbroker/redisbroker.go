@@ -130,14 +130,13 @@ type Broker struct {
 	pruneIdle    time.Duration
 	pruneEvery   time.Duration
 	pruned       sync.Map // stream key -> time.Time of the last prune
-	// queueStreams and replyStreams hold the streamKeys of the queues and
-	// reply streams this broker reads (receiver or sender -> *streamKeys),
-	// made at the first read, so that a read builds no key.
-	queueStreams, replyStreams sync.Map
-	// sendQueues keeps the (normal level) queue keys of the receivers
-	// this broker sends to, inboxReplies the reply-stream keys of the
-	// inboxes it replies to.
-	sendQueues, inboxReplies keyCache
+	// queueStreams and replyStreams keep the streamKeys of the queues and
+	// reply streams this broker reads (by receiver or sender), made at
+	// the first read, so that a read builds no key; sendQueues the
+	// (normal level) queue keys of the receivers it sends to,
+	// inboxReplies the reply-stream keys of the inboxes it replies to.
+	queueStreams, replyStreams nameCache[*streamKeys]
+	sendQueues, inboxReplies   nameCache[string]
 
 	// offset is Redis time minus local time, from the readings of Now
 	// (broker.Offset keeps the tightest): the clock of SendRequest, and of
@@ -205,8 +204,6 @@ func New(cfg Config) (*Broker, error) {
 	opt.ConnWriteTimeout = cfg.IOTimeout
 	b := &Broker{
 		keys:         keys{prefix: cfg.KeyPrefix},
-		sendQueues:   keyCache{max: keyCacheMax},
-		inboxReplies: keyCache{max: keyCacheMax},
 		addr:         strings.Join(opt.InitAddress, ","),
 		maxSize:      cfg.MaxMessageSize,
 		reclaimEvery: reclaimEvery,

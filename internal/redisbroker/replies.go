@@ -192,11 +192,11 @@ func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) (
 // replyKeys returns the streamKeys of sender's reply stream, made once
 // per sender. They are shared: read only.
 func (b *Broker) replyKeys(sender string) *streamKeys {
-	return cachedKeys(&b.replyStreams, sender, b.makeReplyKeys)
+	return b.replyStreams.get(sender, b.makeReplyKeys)
 }
 
-func (b *Broker) makeReplyKeys(sender string) streamKeys {
-	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender), holders: b.keys.replyHolders(sender),
+func (b *Broker) makeReplyKeys(sender string) *streamKeys {
+	return &streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender), holders: b.keys.replyHolders(sender),
 		high: b.keys.named(sender, "rqh"), low: b.keys.named(sender, "rql")}
 }
 
