@@ -43,14 +43,7 @@ func TestRequestReturnsByDeadlineDuringOutage(t *testing.T) {
 			})
 			switch fault {
 			case "pause":
-				c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				if err := c.Do(context.Background(), c.B().Arbitrary("CLIENT", "PAUSE").Args("20000", "ALL").Build()).Error(); err != nil {
-					t.Fatal(err)
-				}
+				pauseRedis(t, srv)
 			case "kill":
 				srv.Kill()
 			}
@@ -68,6 +61,71 @@ func TestRequestReturnsByDeadlineDuringOutage(t *testing.T) {
 				srv.Kill() // so that Close does not wait for the pause
 			}
 		})
+	}
+}
+
+// pauseRedis pauses srv for 20s (CLIENT PAUSE ALL: sockets stay open, no
+// command is answered).
+func pauseRedis(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Do(context.Background(), c.B().Arbitrary("CLIENT", "PAUSE").Args("20000", "ALL").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRequestSendReturnsByDeadlineDuringPause: a Request made while Redis
+// is paused (CLIENT PAUSE: its send is written and never answered) returns
+// by its deadline plus RequestGrace with its outcome unknown, though the
+// send runs on the Request's own goroutine; a second one made meanwhile,
+// whose send is merged behind the first's, returns by its own bound.
+func TestRequestSendReturnsByDeadlineDuringPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	t.Parallel()
+	srv := redistest.Start(t)
+	e := newEnv(t, true, srv.URL())
+	client := e.open()
+	// A first Request, cancelled, opens the inbox past the deadlines of
+	// the ones below, so that they need not renew it and block in their
+	// sends.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	time.AfterFunc(100*time.Millisecond, cancel)
+	if _, err := client.Request(ctx, disker.Message{Receiver: "nobody", Content: []byte("x")}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Request to nobody, cancelled: %v, want context.Canceled", err)
+	}
+	pauseRedis(t, srv)
+	defer srv.Kill() // so that Close does not wait for the pause
+	timeouts := []time.Duration{time.Second, 2 * time.Second}
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	res := make([]chan result, len(timeouts))
+	for i, timeout := range timeouts {
+		res[i] = make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			start := time.Now()
+			_, err := client.Request(ctx, disker.Message{Receiver: "nobody", Content: []byte("x")})
+			res[i] <- result{err, time.Since(start)}
+		}()
+		time.Sleep(50 * time.Millisecond) // the second send queues behind the first
+	}
+	for i, timeout := range timeouts {
+		r := recv(t, res[i], time.Minute, "the Request to return")
+		if !errors.Is(r.err, disker.ErrOutcomeUnknown) {
+			t.Errorf("Request %d (timeout %v) during a pause: %v, want ErrOutcomeUnknown", i, timeout, r.err)
+		}
+		if limit := timeout + disker.RequestGrace + time.Second; r.took > limit {
+			t.Errorf("Request %d during a pause returned after %v, want by %v (its timeout + RequestGrace, and slack)", i, r.took, limit)
+		}
 	}
 }
 

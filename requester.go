@@ -266,21 +266,22 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 	// the deadline and RequestGrace: an interrupted send leaves it unknown
 	// whether the message was queued, and so whether a reply may still be
 	// accepted, and the request is settled below.
-	// The broker's writes to inboxes wait for their round trip whatever
-	// their context, so a send that outlasts that is left to finish alone.
 	stopSend := time.Time{}
 	if hasDeadline {
 		stopSend = dl.Add(RequestGrace)
 	}
-	res, ok, err := within(r, stopSend, func() (sentRequest, error) {
-		if o.idempotent {
+	var res sentRequest
+	var ok bool
+	var err error
+	if o.idempotent {
+		res, ok, err = within(r, stopSend, func() (sentRequest, error) {
 			return r.sendIdempotent(context.WithoutCancel(ctx), &msg, timeout, id, &o)
-		}
+		})
+	} else {
 		so := o
 		so.timeout = timeout
-		dl, err := r.send(context.WithoutCancel(ctx), &msg, &so, id)
-		return sentRequest{deadline: dl}, err
-	})
+		res.deadline, ok, err = r.sendUntil(ctx, &msg, &so, id, stopSend)
+	}
 	deadline := res.deadline
 	if !ok {
 		deadline, err = dl, fmt.Errorf("%w: the send did not end by %v after the deadline", ErrUnavailable, RequestGrace)
@@ -576,6 +577,25 @@ func (r *requester) send(ctx context.Context, m *Message, o *sendOptions, id str
 	}
 	bdl, err := d.b.SendRequest(ctx, envelope(m, o, id))
 	return bdl, d.afterSend(m, id, err)
+}
+
+// sendUntil sends m as a Request's message under id, on the caller's
+// goroutine, and returns what send does, with ok true; or ok false if the
+// send failed because stop (zero: none) came first. The send is not
+// interrupted by ctx: only stop ends its wait, and a write it started may
+// then still be made.
+func (r *requester) sendUntil(ctx context.Context, m *Message, o *sendOptions, id string, stop time.Time) (deadline time.Time, ok bool, err error) {
+	sctx := context.WithoutCancel(ctx)
+	if !stop.IsZero() {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithDeadline(sctx, stop)
+		defer cancel()
+	}
+	deadline, err = r.send(sctx, m, o, id)
+	if err != nil && sctx.Err() != nil {
+		return deadline, false, nil
+	}
+	return deadline, true, err
 }
 
 // sentRequest is what sending a Request's message gave: its deadline in

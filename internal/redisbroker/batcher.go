@@ -19,13 +19,17 @@ import (
 // round trip has started, it waits for it.
 //
 // flush makes one round trip for items and returns one result per item, in
-// order. It runs on the goroutine of one of the callers, one flush at a
-// time, and must return (the client bounds its I/O). Should it panic, the
-// other callers of its batch get failed(the panic value) and the batcher
-// carries on; the panic goes on in the caller that ran it.
+// order. It runs on the goroutine of one of the callers, the batch's
+// leader, one flush at a time, and must return (the client bounds its
+// I/O). It gets the leader's context: a flush may return when that ends,
+// with a result for each item that says so (the round trip's outcome then
+// unknown), so that the leader is not held past its context by a round
+// trip that hangs. Should it panic, the other callers of its batch get
+// failed(the panic value) and the batcher carries on; the panic goes on in
+// the caller that ran it.
 type batcher[T, R any] struct {
 	max    int
-	flush  func(items []T) []R
+	flush  func(ctx context.Context, items []T) []R
 	failed func(v any) R
 
 	mu    sync.Mutex
@@ -44,14 +48,15 @@ type batchCall[T, R any] struct {
 	alone [1]*batchCall[T, R]
 }
 
-func newBatcher[T, R any](max int, flush func(items []T) []R, failed func(v any) R) *batcher[T, R] {
+func newBatcher[T, R any](max int, flush func(ctx context.Context, items []T) []R, failed func(v any) R) *batcher[T, R] {
 	return &batcher[T, R]{max: max, flush: flush, failed: failed}
 }
 
 // do sends item in the next round trip and returns its result. It returns
 // ctx's error, and item is not sent, if ctx ends while item waits for a
 // round trip in flight; once item's own round trip has started, do waits
-// for it whatever ctx does.
+// for it, which ends when flush returns (see batcher: at the latest soon
+// after the context of the batch's leader, which may be this call's).
 func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
 	c := &batchCall[T, R]{item: item}
 	b.mu.Lock()
@@ -77,7 +82,7 @@ func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
 		c.alone[0] = c
 		c.batch = c.alone[:]
 	}
-	b.run(c.batch)
+	b.run(ctx, c.batch)
 	return c.res, nil
 }
 
@@ -93,9 +98,10 @@ func (b *batcher[T, R]) leave(c *batchCall[T, R]) bool {
 	return true
 }
 
-// run flushes batch, whose first call is the caller's, hands the queue to
-// the first caller in it, and wakes the others of batch.
-func (b *batcher[T, R]) run(batch []*batchCall[T, R]) {
+// run flushes batch, whose first call is the caller's (with ctx, the
+// caller's context), hands the queue to the first caller in it, and wakes
+// the others of batch.
+func (b *batcher[T, R]) run(ctx context.Context, batch []*batchCall[T, R]) {
 	items := make([]T, len(batch))
 	for i, c := range batch {
 		items[i] = c.item
@@ -109,7 +115,7 @@ func (b *batcher[T, R]) run(batch []*batchCall[T, R]) {
 			panic(v)
 		}
 	}()
-	res := b.flush(items)
+	res := b.flush(ctx, items)
 	for i, c := range batch {
 		c.res = res[i]
 	}

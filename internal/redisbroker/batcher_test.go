@@ -26,7 +26,7 @@ func mustDo[T, R any](t *testing.T, b *batcher[T, R], item T) R {
 func TestBatcherLoneCallGoesAlone(t *testing.T) {
 	t.Parallel()
 	var flushes [][]int
-	b := newBatcher(10, func(items []int) []int {
+	b := newBatcher(10, func(_ context.Context, items []int) []int {
 		flushes = append(flushes, items)
 		out := make([]int, len(items))
 		for i, v := range items {
@@ -64,7 +64,7 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 	var inFlight, flushes atomic.Int32
 	var sizes []int
 	var mu sync.Mutex
-	b := newBatcher(max, func(items []int) []string {
+	b := newBatcher(max, func(_ context.Context, items []int) []string {
 		if inFlight.Add(1) != 1 {
 			t.Error("two flushes in flight at once")
 		}
@@ -119,7 +119,7 @@ func TestBatcherPanic(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	var flushes atomic.Int32
-	b := newBatcher(10, func(items []int) []string {
+	b := newBatcher(10, func(_ context.Context, items []int) []string {
 		if flushes.Add(1) == 1 {
 			<-release // hold the first flush until 1 and 2 queued
 		}
@@ -170,7 +170,7 @@ func TestBatcherQueuedCallLeaves(t *testing.T) {
 	var flushes atomic.Int32
 	var mu sync.Mutex
 	var flushed [][]int
-	b := newBatcher(10, func(items []int) []int {
+	b := newBatcher(10, func(_ context.Context, items []int) []int {
 		if flushes.Add(1) == 1 {
 			<-release
 		}
@@ -234,7 +234,7 @@ func TestFlushReplies(t *testing.T) {
 		{sender: "api", id: "nope", data: "e"},
 		{sender: "api", id: "api-m1", data: "f"},
 	}
-	got := b.flushReplies(items)
+	got := b.flushReplies(context.Background(), items)
 	want := []int64{1, 1, 1, 0, 0, 1}
 	for i, r := range got {
 		if r.err != nil || r.accepted != want[i] {
@@ -271,7 +271,7 @@ func TestFlushInbox(t *testing.T) {
 		return b.client.B().Xadd().Key(key).Nomkstream().Id("*").FieldValue().FieldValue("v", v).Build()
 	}
 	do(t, rawClient(t, srv), "XADD", key, "*", "v", "0")
-	res := b.flushInbox([]rueidis.Completed{xadd(key, "1"), xadd(gone, "2"), xadd(key, "3")})
+	res := b.flushInbox(context.Background(), []rueidis.Completed{xadd(key, "1"), xadd(gone, "2"), xadd(key, "3")})
 	if len(res) != 3 {
 		t.Fatalf("%d results for 3 commands", len(res))
 	}
@@ -292,7 +292,7 @@ func TestFlushInbox(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if r := b.flushInbox([]rueidis.Completed{xadd(key, "4")}); r[0].res.Error() == nil {
+	if r := b.flushInbox(context.Background(), []rueidis.Completed{xadd(key, "4")}); r[0].res.Error() == nil {
 		t.Fatal("a flush after Close succeeded")
 	}
 }
@@ -305,11 +305,11 @@ func TestInboxWritesMerge(t *testing.T) {
 	ctx := ctxT(t)
 	var mu sync.Mutex
 	var sizes []int
-	b.inboxWrites = newBatcher(maxBatch, func(cmds []rueidis.Completed) []inboxResult {
+	b.inboxWrites = newBatcher(maxBatch, func(lead context.Context, cmds []rueidis.Completed) []inboxResult {
 		mu.Lock()
 		sizes = append(sizes, len(cmds))
 		mu.Unlock()
-		return b.flushInbox(cmds)
+		return b.flushInbox(lead, cmds)
 	}, func(v any) inboxResult { return inboxResult{err: fmt.Errorf("panic: %v", v)} })
 	const inbox, writers, each = "_inbox.merge", 32, 20
 	if err := b.KeepInbox(ctx, inbox, time.Minute); err != nil {

@@ -149,10 +149,13 @@ type inboxResult struct {
 	err error // the flush panicked
 }
 
-// flushInbox runs cmds in one round trip, in order, until Close.
-func (b *Broker) flushInbox(cmds []rueidis.Completed) []inboxResult {
+// flushInbox runs cmds in one round trip, in order. It returns when the
+// round trip does, or when ctx (its leader's) ends first, at Close at the
+// latest; then each result is ctx's error, and the commands may still run
+// (see batcher).
+func (b *Broker) flushInbox(ctx context.Context, cmds []rueidis.Completed) []inboxResult {
 	out := make([]inboxResult, len(cmds))
-	for i, r := range b.client.DoMulti(b.closing, cmds...) {
+	for i, r := range b.client.DoMulti(ctx, cmds...) {
 		out[i].res = r
 	}
 	return out

@@ -103,8 +103,9 @@ type replyResult struct {
 
 // flushReplies settles replies in one round trip: one reply_timed call per
 // sender (in parallel when there are several), each for all of that
-// sender's replies.
-func (b *Broker) flushReplies(replies []timedReply) []replyResult {
+// sender's replies. It waits for them whatever its leader's context (the
+// client bounds their I/O).
+func (b *Broker) flushReplies(_ context.Context, replies []timedReply) []replyResult {
 	out := make([]replyResult, len(replies))
 	bySender := make(map[string][]int, 1)
 	var order []string
