@@ -316,9 +316,13 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 			switch {
 			case !ok:
 				continue
-			case e.Kind == broker.KindReply:
+			case e.Kind == broker.KindReply && (e.Env.ErrorCode != CodeCancelled || ctx.Err() != context.Canceled):
 				return d.outcome(id, &e)
 			}
+			// A marker, or the worker's cancelled notice to this Request,
+			// whose ctx was cancelled: the notice came after cancelOwn
+			// stopped waiting for it (the worker learns of a cancellation
+			// at its next poll of the marks).
 			if ctx.Err() == context.DeadlineExceeded {
 				d.countTimeout(msg.Receiver, id)
 			}
