@@ -316,7 +316,7 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 			switch {
 			case !ok:
 				continue
-			case e.Kind == broker.KindReply && (e.Env.ErrorCode != CodeCancelled || ctx.Err() != context.Canceled):
+			case e.Kind == broker.KindReply && !(ctx.Err() == context.Canceled && isCancelledNotice(&e)):
 				return d.outcome(id, &e)
 			}
 			// A marker, or the worker's cancelled notice to this Request,
@@ -348,7 +348,7 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 				// notice, whichever came first there: wait for that, so
 				// that the Request and the replier agree.
 				if e, ok := r.cancelOwn(w, msg.Receiver, id, deadline, now.Add(RequestGrace*6/10)); ok {
-					if e.Kind == broker.KindReply && e.Env.ErrorCode != CodeCancelled {
+					if e.Kind == broker.KindReply && !isCancelledNotice(&e) {
 						return d.outcome(id, &e)
 					}
 					return nil, d.requestEnded(id, ctx.Err())
@@ -581,6 +581,13 @@ func (r *requester) send(ctx context.Context, m *Message, o *sendOptions, id str
 	}
 	bdl, err := d.b.SendRequest(ctx, envelope(m, o, id))
 	return bdl, d.afterSend(m, id, err)
+}
+
+// isCancelledNotice reports whether e is a worker's cancelled notice (see
+// consumer.notifyCancelled): to a Request whose own cancellation took the
+// message, not a reply but the end of it.
+func isCancelledNotice(e *broker.Reply) bool {
+	return e.Env.ErrorCode == CodeCancelled
 }
 
 // sendUntil sends m as a Request's message under id, on the caller's
