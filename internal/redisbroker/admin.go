@@ -261,3 +261,54 @@ func (b *Broker) Receivers(ctx context.Context) ([]string, error) {
 	slices.Sort(out)
 	return out, nil
 }
+
+// scriptAcquire takes or renews a lock.
+var scriptAcquire = rueidis.NewLuaScript(`-- acquire
+-- KEYS[1] -> the lock P:{R}:lock
+-- ARGV[1] -> owner
+-- ARGV[2] -> ttl in ms
+-- Returns 1 when the owner holds the lock for ttl from now, 0 when another
+-- owner holds it.
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
+// scriptRelease gives up a lock.
+var scriptRelease = rueidis.NewLuaScript(`-- release
+-- KEYS[1] -> the lock P:{R}:lock
+-- ARGV[1] -> owner
+-- Returns 1 when the owner held the lock (now deleted), else 0.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// scriptHeartbeat records a live worker.
+var scriptHeartbeat = rueidis.NewLuaScript(`-- heartbeat
+-- KEYS[1] -> the registry P:{workers}:ids (zset: id -> expiry ms)
+-- KEYS[2] -> the worker P:{workers}:w:<id> (hash: info, seen)
+-- ARGV[1] -> worker id
+-- ARGV[2] -> worker info, JSON
+-- KEYS[3] -> the reclaim epoch P:{workers}:reclaim (a counter: see keys.go)
+-- ARGV[3] -> ttl in ms
+-- Stores the info with seen = Redis time, expiring after ttl, and drops
+-- expired ids from the registry, adding how many to KEYS[3]. Returns
+-- {seen (unix ms), the reclaim epoch}.
+` + luaNow + `
+redis.call('HSET', KEYS[2], 'info', ARGV[2], 'seen', nowStr)
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
+local n = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. nowStr)
+local gone
+if n > 0 then
+  gone = redis.call('INCRBY', KEYS[3], n)
+else
+  gone = tonumber(redis.call('GET', KEYS[3]) or '0')
+end
+return {nowStr, gone}
+`)

@@ -86,3 +86,69 @@ func (b *Broker) CancelMarks(ctx context.Context, receiver string, since time.Ti
 	}
 	return ids, latest, nil
 }
+
+// scriptCancelMessage cancels a message of a receiver.
+var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
+-- KEYS[1] -> the scheduled zset P:{R}:s
+-- KEYS[2] -> the scheduled hash P:{R}:sm
+-- KEYS[3] -> the queue stream P:{R}:q (the normal level)
+-- KEYS[4] -> the delayed zset P:{R}:delay
+-- KEYS[5] -> the cancellation marks zset P:{R}:x (member message id, score
+--            the mark's time, unix ms)
+-- KEYS[6] -> the high level stream P:{R}:qh
+-- KEYS[7] -> the low level stream P:{R}:ql
+-- ARGV[1] -> message id
+-- ARGV[2] -> the start of the message's encoding (wire.IDPrefix)
+-- ARGV[3] -> the first queue entry id to read
+-- ARGV[4] -> the most entries read in each level stream
+-- ARGV[5] -> how long marks are kept, ms
+-- A scheduled message is unscheduled (1); else the level streams are read
+-- (normal, high, low), in chunks, for an entry whose m starts with the
+-- prefix: one not delivered is deleted (2), one delivered and not
+-- acknowledged is acknowledged and deleted, and marked (3); the marks
+-- expire ARGV[5] after the last one. Returns {state, envelope, deadline or
+-- ""}, state 0 when not found.
+` + luaNow + `
+local id = ARGV[1]
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', string.format('%.0f', now - tonumber(ARGV[5])))
+local v = redis.call('HGET', KEYS[2], id)
+if v then
+  local c = string.find(v, ':', 1, true)
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('HDEL', KEYS[2], id)
+  return {1, string.sub(v, c + 1), string.sub(v, 1, c - 1)}
+end
+local prefix, n = ARGV[2], #ARGV[2]
+for _, level in ipairs({{KEYS[3], ''}, {KEYS[6], 'h'}, {KEYS[7], 'l'}}) do
+  local stream, ref = level[1], level[2]
+  local start, left = ARGV[3], tonumber(ARGV[4])
+  while left > 0 do
+    local entries = redis.call('XRANGE', stream, start, '+', 'COUNT', math.min(left, 500))
+    for _, e in ipairs(entries) do
+      local f, m, d = e[2], nil, ''
+      for i = 1, #f, 2 do
+        if f[i] == 'm' then m = f[i + 1] elseif f[i] == 'd' then d = f[i + 1] end
+      end
+      if m and string.sub(m, 1, n) == prefix then
+        local state = 2
+        local p = redis.pcall('XPENDING', stream, 'g', e[1], e[1], 1)
+        if type(p) == 'table' and not p.err and #p > 0 then
+          state = 3
+          redis.call('XACK', stream, 'g', e[1])
+          redis.call('ZREM', KEYS[4], ref .. e[1])
+          redis.call('ZADD', KEYS[5], nowStr, id)
+          redis.call('PEXPIRE', KEYS[5], ARGV[5])
+        end
+        redis.call('XDEL', stream, e[1])
+        return {state, m, d}
+      end
+    end
+    if #entries < math.min(left, 500) then
+      break
+    end
+    left = left - #entries
+    start = '(' .. entries[#entries][1]
+  end
+end
+return {0, '', ''}
+`)

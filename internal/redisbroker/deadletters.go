@@ -6,6 +6,7 @@ import (
 
 	"github.com/diskerhq/disker/internal/broker"
 	"github.com/diskerhq/disker/internal/wire"
+	"github.com/redis/rueidis"
 )
 
 // DeadLetters lists up to max dead letters of receiver, oldest first.
@@ -166,3 +167,51 @@ func (b *Broker) DeadLettersAfter(ctx context.Context, p *broker.DeadLettersPara
 	}
 	return b.deadLettersFrom(ctx, p.Receiver, start, p.Max)
 }
+
+// scriptRequeue moves dead letters back to the queue.
+var scriptRequeue = rueidis.NewLuaScript(`-- requeue
+-- KEYS[1] -> the queue stream P:{R}:q
+-- KEYS[2] -> the dead-letter stream P:{R}:dlq
+-- KEYS[3] -> the high level stream P:{R}:qh
+-- KEYS[4] -> the low level stream P:{R}:ql
+-- ARGV    -> dead-letter ids
+-- Each decodable dead letter becomes a new queue entry (m, and d if it had
+-- one; deliveries start again from 1) at its level (field p) and leaves
+-- the dead-letter stream.
+-- Undecodable ones (bad=1) and unknown ids are left alone.
+-- Returns how many moved.
+local n = 0
+for _, id in ipairs(ARGV) do
+  local e = redis.call('XRANGE', KEYS[2], id, id)
+  if e[1] then
+    local f = e[1][2]
+    local m, d, bad, q = nil, nil, nil, KEYS[1]
+    for j = 1, #f, 2 do
+      if f[j] == 'm' then m = f[j + 1]
+      elseif f[j] == 'd' then d = f[j + 1]
+      elseif f[j] == 'bad' then bad = f[j + 1]
+      elseif f[j] == 'p' and f[j + 1] == 'h' then q = KEYS[3]
+      elseif f[j] == 'p' and f[j + 1] == 'l' then q = KEYS[4] end
+    end
+    if m and bad ~= '1' then
+      if d then
+        redis.call('XADD', q, '*', 'm', m, 'd', d)
+      else
+        redis.call('XADD', q, '*', 'm', m)
+      end
+      redis.call('XDEL', KEYS[2], id)
+      n = n + 1
+    end
+  end
+end
+return n
+`)
+
+// scriptPurgeAll deletes a dead-letter stream.
+var scriptPurgeAll = rueidis.NewLuaScript(`-- purge_all
+-- KEYS[1] -> the dead-letter stream P:{R}:dlq
+-- Returns how many entries it held.
+local n = redis.call('XLEN', KEYS[1])
+redis.call('DEL', KEYS[1])
+return n
+`)

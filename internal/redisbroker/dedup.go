@@ -44,3 +44,21 @@ func (b *Broker) SendDedup(ctx context.Context, p *broker.SendDedupParams) (stri
 	}
 	return id, queued == 0, nil
 }
+
+// scriptSendDedup queues a message unless its dedup key is taken.
+var scriptSendDedup = rueidis.NewLuaScript(`-- send_dedup
+-- KEYS[1] -> the receiver's queue stream P:{R}:q
+-- KEYS[2] -> the dedup key P:{R}:dd:<key> (string: the id sent with it)
+-- ARGV[1] -> encoded envelope
+-- ARGV[2] -> message id
+-- ARGV[3] -> ttl in ms
+-- Returns {1, id} when it queued the message and took the key for ttl,
+-- {0, first id} when the key was taken (nothing written).
+local first = redis.call('GET', KEYS[2])
+if first then
+  return {0, first}
+end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+redis.call('XADD', KEYS[1], '*', 'm', ARGV[1])
+return {1, ARGV[2]}
+`)

@@ -119,21 +119,6 @@ type hub struct {
 	gaveBack map[string]time.Time
 }
 
-// parkedEntries are entries of one stream read with no waiter to take
-// them.
-type parkedEntries struct {
-	es []xentry
-	r  readStream
-	at time.Time // when they were parked
-}
-
-// parkFor is how long a hub keeps entries read with no waiter for them
-// (see hub.parked; Broker.parkFor): the consumer loop whose stream it is
-// is usually between two fetches, and its next one takes them; past this,
-// they are given back, for any consumer's next reclaim. It is also the
-// period of the fetch script's reclaim (reclaimEvery).
-const parkFor = 100 * time.Millisecond
-
 // hubOf returns the hub of consumer for stream; b.hubsMu must be held.
 func (b *Broker) hubOf(consumer, stream string) *hub {
 	k := hubKey{consumer: consumer}
@@ -192,78 +177,6 @@ func (b *Broker) hubRead(ctx context.Context, consumer string, w *waiter) (map[s
 	return nil, nil
 }
 
-// directReads is how many blocking reads of a broker may each wait on a
-// connection of their own instead of in a hub: a few receivers or reply
-// streams are then served as before the hubs, each message waking its
-// fetch directly, with no hop through a hub's goroutine (a wake-up across
-// CPUs that costs a lone requester's round trip a fifth); beyond them,
-// the hubs bound the connections.
-const directReads = 4
-
-// directRead reads w.home for consumer with a blocking XREADGROUP of its
-// own, up to w.count entries until w.deadline, when one of the broker's
-// direct reads is free and the consumer's hub holds nothing of w.home (it
-// is not in its read, nor kept for the next, nor are entries of it parked
-// or given back since w's fetch began): the stream is then read by one
-// reader only. ok is false when it did not read.
-func (b *Broker) directRead(ctx context.Context, consumer string, w *waiter) (read []xentry, ok bool, err error) {
-	select {
-	case b.direct <- struct{}{}:
-	default:
-		return nil, false, nil
-	}
-	defer func() { <-b.direct }()
-	if b.hubHolds(consumer, w) {
-		return nil, false, nil
-	}
-	bctx, release := b.blockingCtx(ctx)
-	defer release.release()
-	read, err = asXReadOf(b.client.Do(bctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(w.count)).
-		Block(ms(max(time.Until(w.deadline), time.Millisecond))).Streams().Key(w.home).Id(">").Build()), w.home)
-	switch {
-	case isNoGroup(err):
-		return nil, true, errNoGroup
-	case rueidis.IsRedisNil(err):
-		return nil, true, nil
-	case err != nil && b.closing.Err() != nil:
-		return nil, true, broker.ErrClosed
-	}
-	return read, true, err
-}
-
-// hubHolds reports whether the hub of consumer for w.home has the stream
-// in its read in progress or the next, or entries of it parked, or given
-// back since w's fetch began (which only the fetch script reclaims: w's
-// fetch answers empty, as join does, and the next runs it).
-func (b *Broker) hubHolds(consumer string, w *waiter) bool {
-	stream := w.home
-	k := hubKey{consumer: consumer}
-	if b.cluster {
-		k.slot = keyslot.Of(stream)
-	}
-	b.hubsMu.Lock()
-	h := b.hubs[k]
-	b.hubsMu.Unlock()
-	if h == nil {
-		return false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, reading := h.readSet[stream]
-	_, kept := h.linger[stream]
-	_, parked := h.parked[stream]
-	t, gave := h.gaveBack[stream]
-	if reading || kept || parked || (gave && !t.Before(w.start)) {
-		return true
-	}
-	for _, x := range h.waiters {
-		if x.home == stream {
-			return true
-		}
-	}
-	return false
-}
-
 // join adds w to h, under b.hubsMu, and starts h's goroutine if it is not
 // running. It reports whether the read in progress must be interrupted to
 // cover w, and its round.
@@ -305,99 +218,6 @@ func (h *hub) join(w *waiter) (bool, uint64) {
 	}
 	h.interrupting = need
 	return need, h.round
-}
-
-// unpark takes the parked entries of w's streams, up to w.count per
-// stream, under h.mu; nil if there are none.
-func (h *hub) unpark(w *waiter) map[string][]xentry {
-	var a map[string][]xentry
-	for _, s := range w.streams {
-		p, ok := h.parked[s]
-		if !ok {
-			continue
-		}
-		n := min(len(p.es), w.count)
-		if a == nil {
-			a = make(map[string][]xentry, len(w.streams))
-		}
-		a[s] = p.es[:n:n]
-		if p.es = p.es[n:]; len(p.es) == 0 {
-			delete(h.parked, s)
-		}
-	}
-	return a
-}
-
-// park keeps es, read for stream s with no waiter to take them, under h.mu.
-func (h *hub) park(s string, es []xentry, r readStream, now time.Time) {
-	if h.parked == nil {
-		h.parked = make(map[string]*parkedEntries)
-	}
-	if p, ok := h.parked[s]; ok {
-		p.es = append(p.es, es...)
-		return
-	}
-	h.parked[s] = &parkedEntries{es: es, r: r, at: now}
-}
-
-// unparkExpired takes the parked entries older than parkFor (all, with
-// all), and returns the earliest time at which the others expire (zero
-// if none are left).
-func (h *hub) unparkExpired(now time.Time, all bool) (map[string]*parkedEntries, time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out map[string]*parkedEntries
-	var next time.Time
-	for s, p := range h.parked {
-		end := p.at.Add(h.b.parkFor)
-		if all || !now.Before(end) {
-			if out == nil {
-				out = make(map[string]*parkedEntries)
-			}
-			out[s] = p
-			delete(h.parked, s)
-			continue
-		}
-		if next.IsZero() || end.Before(next) {
-			next = end
-		}
-	}
-	return out, next
-}
-
-// giveBackParked gives back entries taken from h.parked. A waiter of
-// their queue or reply stream gets an empty answer, for its next fetch to
-// reclaim them (so does one that joins later, but whose fetch began
-// before: see join).
-func (h *hub) giveBackParked(ps map[string]*parkedEntries) {
-	if len(ps) == 0 {
-		return
-	}
-	homes := make(map[string]bool, len(ps))
-	for s, p := range ps {
-		h.b.giveBackRead(context.Background(), h.key.consumer, p.r.lease, p.r.home, map[string][]xentry{s: p.es})
-		homes[p.r.home] = true
-	}
-	now := time.Now()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.gaveBack == nil {
-		h.gaveBack = make(map[string]time.Time)
-	}
-	for home, t := range h.gaveBack {
-		if now.Sub(t) > 2*h.b.ioTimeout {
-			delete(h.gaveBack, home) // any fetch that began before has joined
-		}
-	}
-	for home := range homes {
-		h.gaveBack[home] = now
-	}
-	for _, w := range h.waiters {
-		if homes[w.home] {
-			h.answer(w, hubAnswer{})
-		}
-	}
-	h.drop()
 }
 
 // leave removes w from h unless it was answered; it reports whether it
@@ -765,30 +585,4 @@ func (h *hub) deliver(read map[string][]xentry, rs map[string]readStream) {
 		h.answer(w, hubAnswer{read: a})
 	}
 	h.drop()
-}
-
-// giveBackRead gives back the entries of read, read by consumer for the
-// queue or reply stream home, as if never delivered: XCLAIM ... IDLE lease
-// RETRYCOUNT 0 JUSTID, per stream; the next fetch of home reclaims them
-// (as attempt 1). An entry that cannot be given back stays with consumer
-// until its lease ends.
-func (b *Broker) giveBackRead(ctx context.Context, consumer string, lease time.Duration, home string, read map[string][]xentry) {
-	for s, es := range read {
-		ids := make([]string, 0, len(es))
-		for _, e := range es {
-			ids = append(ids, e.ID)
-		}
-		_ = b.giveBack(ctx, s, consumer, lease, ids)
-	}
-	b.forceReclaim(home)
-}
-
-// giveBack gives back ids of stream, held by consumer, as if never
-// delivered: one XCLAIM ... IDLE lease RETRYCOUNT 0 JUSTID.
-func (b *Broker) giveBack(ctx context.Context, stream, consumer string, lease time.Duration, ids []string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	return b.client.Do(ctx, b.client.B().Xclaim().Key(stream).Group("g").Consumer(consumer).MinIdleTime("0").
-		Id(ids...).Idle(lease.Milliseconds()).Retrycount(0).Justid().Build()).Error()
 }

@@ -110,3 +110,62 @@ func (b *Broker) SettleIdempotent(ctx context.Context, receiver, key string, rep
 	}
 	return stored, waiters, true, nil
 }
+
+// scriptIdemBegin starts an idempotent request.
+var scriptIdemBegin = rueidis.NewLuaScript(`-- idem_begin
+-- KEYS[1] -> the receiver's queue stream P:{R}:q
+-- KEYS[2] -> the idempotency key P:{R}:idem:<key> (hash: id, rep, w:<request id>)
+-- ARGV[1] -> encoded envelope (carrying the key)
+-- ARGV[2] -> request id
+-- ARGV[3] -> "<deadline ms>:<inbox>", the waiter (deadline 0: none)
+-- ARGV[4] -> ttl in ms
+-- The key's stored reply, if any, is returned and nothing is written.
+-- Else the request becomes a waiter of the key; if the key did not exist,
+-- it is created (expiring in ttl) and the message is queued with deadline
+-- d = now + ttl, the end of the key's window.
+-- Returns the stored reply, or "" (no envelope encodes as "").
+local rep = redis.call('HGET', KEYS[2], 'rep')
+if rep then
+  return rep
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('HSET', KEYS[2], 'w:' .. ARGV[2], ARGV[3])
+  return ''
+end
+` + luaNow + `
+redis.call('HSET', KEYS[2], 'id', ARGV[2], 'w:' .. ARGV[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('XADD', KEYS[1], '*', 'm', ARGV[1], 'd', string.format('%.0f', now + tonumber(ARGV[4])))
+return ''
+`)
+
+// scriptIdemSettle stores the reply of an idempotency key.
+var scriptIdemSettle = rueidis.NewLuaScript(`-- idem_settle
+-- KEYS[1] -> the idempotency key P:{R}:idem:<key>
+-- ARGV[1] -> encoded reply envelope
+-- Stores ARGV[1] as the key's reply unless one is stored already (the
+-- first stays). Waiters stay too: a redelivered message sends the same
+-- reply to the same waiters, who take the first they read.
+-- Returns {} when the key is gone, else {stored reply, then pairs of
+-- request id, "<deadline ms>:<inbox>" for each waiter}.
+local all = redis.call('HGETALL', KEYS[1])
+if #all == 0 then
+  return {}
+end
+local rep
+for i = 1, #all, 2 do
+  if all[i] == 'rep' then rep = all[i + 1] end
+end
+if not rep then
+  redis.call('HSET', KEYS[1], 'rep', ARGV[1])
+  rep = ARGV[1]
+end
+local out = {rep}
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 2) == 'w:' then
+    out[#out + 1] = string.sub(all[i], 3)
+    out[#out + 1] = all[i + 1]
+  end
+end
+return out
+`)

@@ -298,3 +298,22 @@ func (b *Broker) AckInbox(ctx context.Context, inbox string, refs ...string) err
 	err := b.client.Do(ctx, b.client.B().Xtrim().Key(b.keys.replies(inbox)).Minid().Threshold(next).Build()).Error()
 	return b.failIf(ctx, "ack inbox", err)
 }
+
+// scriptExpireInbox bounds the life of an inbox's state.
+var scriptExpireInbox = rueidis.NewLuaScript(`-- inbox_expire
+-- KEYS[1] -> the inbox's reply stream P:{I}:r
+-- ARGV[1] -> ttl in ms; "0" deletes the stream now
+-- With a ttl, creates the reply stream (with a group "g", the way to create
+-- an empty stream) if missing, which opens the inbox, and sets it to
+-- expire ttl from now.
+-- Returns 1.
+if ARGV[1] == '0' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('XGROUP', 'CREATE', KEYS[1], 'g', '0', 'MKSTREAM')
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+`)

@@ -460,3 +460,14 @@ func isNoGroup(err error) bool {
 	re, ok := rueidis.IsRedisErr(err)
 	return ok && strings.HasPrefix(re.Error(), "NOGROUP")
 }
+
+// maxBatch bounds the ids passed to one script call (Lua's unpack has a
+// limit near 8000).
+const maxBatch = 1000
+
+func (b *Broker) failIf(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return b.fail(ctx, op, err)
+}

@@ -248,3 +248,73 @@ func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) 
 	}
 	return b.ack(ctx, "ack replies", b.keys.replies(sender), b.keys.replyDelayed(sender), refs)
 }
+
+// scriptReplyTimed settles timed requests of one sender with their replies.
+var scriptReplyTimed = rueidis.NewLuaScript(`-- reply_timed
+-- KEYS[1] -> the sender's pending timeouts P:{S}:t
+-- KEYS[2] -> the sender's timed messages P:{S}:tm
+-- KEYS[3] -> the sender's reply stream P:{S}:r
+-- ARGV    -> pairs: request id, encoded reply envelope
+-- Accepts each reply only if its request is pending and Redis time is before
+-- its deadline, and only the first of two replies to one request; the
+-- timeout monitor (expire) is the only other remover.
+-- Returns one number per pair: 1 when accepted, 0 when late.
+` + luaNow + `
+local ids = {}
+for i = 1, #ARGV, 2 do
+  ids[#ids + 1] = ARGV[i]
+end
+local deadlines = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+local out, won, seen = {}, {}, {}
+for i, id in ipairs(ids) do
+  local d = deadlines[i]
+  if d and not seen[id] and now < tonumber(d) then
+    seen[id] = true
+    won[#won + 1] = id
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+if #won > 0 then
+  redis.call('ZREM', KEYS[1], unpack(won))
+  redis.call('HDEL', KEYS[2], unpack(won))
+  for i, id in ipairs(ids) do
+    if out[i] == 1 then
+      redis.call('XADD', KEYS[3], '*', 'k', 'rep', 'i', id, 'm', ARGV[2 * i])
+    end
+  end
+end
+return out
+`)
+
+// scriptExpire turns expired pending timeouts into timeout notices.
+var scriptExpire = rueidis.NewLuaScript(`-- expire
+-- KEYS[1] -> the sender's pending timeouts P:{S}:t
+-- KEYS[2] -> the sender's timed messages P:{S}:tm
+-- KEYS[3] -> the sender's reply stream P:{S}:r
+-- ARGV[1] -> max notices
+-- Settles up to ARGV[1] requests whose deadline <= Redis time: removes them
+-- and appends a timeout notice (k=to, i=id, m=original envelope) for each.
+-- Returns how many it settled.
+` + luaNow + `
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', nowStr, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, id in ipairs(ids) do
+  local orig = redis.call('HGET', KEYS[2], id) or ''
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('XADD', KEYS[3], '*', 'k', 'to', 'i', id, 'm', orig)
+end
+return #ids
+`)
+
+// scriptCancel withdraws a pending timeout without a notice
+// (sendTimedSplit's undo).
+var scriptCancel = rueidis.NewLuaScript(`-- cancel
+-- KEYS[1] -> the sender's pending timeouts P:{S}:t
+-- KEYS[2] -> the sender's timed messages P:{S}:tm
+-- ARGV[1] -> request id
+-- Returns 1 when the request was pending (now settled), 0 when it was not.
+redis.call('HDEL', KEYS[2], ARGV[1])
+return redis.call('ZREM', KEYS[1], ARGV[1])
+`)

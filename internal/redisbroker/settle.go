@@ -1,0 +1,378 @@
+package redisbroker
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/redis/rueidis"
+)
+
+// execOK returns the first error among the replies of a transaction
+// (MULTI ... EXEC), including those of the commands EXEC ran.
+func (b *Broker) execOK(res []rueidis.RedisResult) error {
+	for _, r := range res {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	done, err := res[len(res)-1].ToArray()
+	if err != nil {
+		return err
+	}
+	for _, r := range done {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bury moves the entry ref of s to its dead-letter stream.
+func (b *Broker) bury(ctx context.Context, s *streamKeys, ref, reason string, attempts int, bad bool) error {
+	stream, id, _ := b.splitRef(s, ref)
+	err := scriptBury.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed},
+		[]string{id, reason, strconv.Itoa(attempts), boolArg(bad), ref[:len(ref)-len(id)]}).Error()
+	return b.failIf(ctx, s.op, err)
+}
+
+// Extend renews p.Consumer's leases of p.Refs and returns those it lost.
+func (b *Broker) Extend(ctx context.Context, p *broker.ExtendParams) ([]string, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	receiver, consumer, refs := p.Receiver, p.Consumer, p.Refs
+	var lost []string
+	var levels [3][]string // entry ids by level, low, normal, high
+	for _, ref := range refs {
+		prio, id := refLevel(ref)
+		if !validRef(id) {
+			lost = append(lost, ref)
+			continue
+		}
+		levels[prio+1] = append(levels[prio+1], id)
+	}
+	holders := b.keys.holders(receiver)
+	for i, ids := range levels {
+		prio := i - 1
+		prefix := levelPrefix(prio)
+		keys := []string{b.keys.queueAt(receiver, prio), holders}
+		for chunk := range chunks(ids) {
+			res, err := scriptExtend.Exec(ctx, b.client, keys, append([]string{consumer, msString(p.Lease)}, chunk...)).AsStrSlice()
+			if err != nil {
+				if isNoGroup(err) {
+					res = chunk // the queue is gone, and its leases with it
+				} else {
+					return nil, b.fail(ctx, "extend", err)
+				}
+			}
+			for _, id := range res {
+				lost = append(lost, prefix+id)
+			}
+		}
+	}
+	return lost, nil
+}
+
+// levelPrefix is the prefix of the refs of priority level prio.
+func levelPrefix(prio int) string {
+	switch {
+	case prio > 0:
+		return "h"
+	case prio < 0:
+		return "l"
+	}
+	return ""
+}
+
+// validRef reports whether ref has the form of a stream entry id
+// ("ms-seq"); any other ref names no entry, and Redis would reject it.
+func validRef(ref string) bool {
+	_, _, ok := parseID(ref)
+	return ok
+}
+
+// parseID splits a stream entry id "ms-seq" into its two numbers; ok is
+// false when id does not have that form.
+func parseID(id string) (ms, seq uint64, ok bool) {
+	a, b, ok := strings.Cut(id, "-")
+	ms, err1 := strconv.ParseUint(a, 10, 64)
+	seq, err2 := strconv.ParseUint(b, 10, 64)
+	return ms, seq, ok && err1 == nil && err2 == nil
+}
+
+// validLevelRefs returns the refs that have the form of a delivery's ref:
+// a stream entry id, prefixed "h" or "l" at the high and low levels.
+func validLevelRefs(refs []string) []string {
+	out := refs[:0:0]
+	for _, ref := range refs {
+		if _, id := refLevel(ref); validRef(id) {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// validRefs returns the refs that have the form of a stream entry id.
+func validRefs(refs []string) []string {
+	out := refs[:0:0]
+	for _, ref := range refs {
+		if validRef(ref) {
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+// chunks yields refs in slices of at most maxBatch.
+func chunks(refs []string) func(func([]string) bool) {
+	return func(yield func([]string) bool) {
+		for len(refs) > 0 {
+			n := min(len(refs), maxBatch)
+			if !yield(refs[:n:n]) {
+				return
+			}
+			refs = refs[n:]
+		}
+	}
+}
+
+// Ack acknowledges and deletes the entries refs of receiver's queue.
+func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := broker.CheckName("receiver", receiver); err != nil {
+		return err
+	}
+	delayed := b.keys.delayed(receiver)
+	plain := true
+	for _, ref := range refs {
+		if prio, _ := refLevel(ref); prio != broker.PriorityNormal {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return b.ack(ctx, "ack", b.keys.queue(receiver), delayed, refs)
+	}
+	// Refs of several levels: one transaction per level.
+	var levels [3][]string
+	for _, ref := range refs {
+		prio, _ := refLevel(ref)
+		levels[prio+1] = append(levels[prio+1], ref)
+	}
+	for i, rs := range levels {
+		if len(rs) > 0 {
+			if err := b.ack(ctx, "ack", b.keys.queueAt(receiver, i-1), delayed, rs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ack acknowledges and deletes refs of stream (all of one priority level),
+// and drops them from the delayed zset, in one transaction (MULTI XACK
+// ZREM XDEL EXEC, one write): it costs Redis a fraction of a script call,
+// and acks are the most frequent call after sends and replies.
+func (b *Broker) ack(ctx context.Context, op, stream, delayed string, refs []string) error {
+	for chunk := range chunks(validLevelRefs(refs)) {
+		ids := chunk
+		if prio, _ := refLevel(chunk[0]); prio != broker.PriorityNormal {
+			ids = make([]string, len(chunk))
+			for i, ref := range chunk {
+				_, ids[i] = refLevel(ref)
+			}
+		}
+		res := b.client.DoMulti(ctx,
+			b.client.B().Multi().Build(),
+			b.client.B().Xack().Key(stream).Group("g").Id(ids...).Build(),
+			b.client.B().Zrem().Key(delayed).Member(chunk...).Build(),
+			b.client.B().Xdel().Key(stream).Id(ids...).Build(),
+			b.client.B().Exec().Build())
+		if err := b.execOK(res); err != nil {
+			return b.fail(ctx, op, err)
+		}
+	}
+	return nil
+}
+
+// Retry makes p.Ref, held by p.Consumer, reclaimable after p.Delay. A delay
+// shorter than the lease ages the entry (idle = lease - delay); a longer one
+// parks it in the delayed zset until it is due.
+func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	receiver, consumer, ref, delay, lease := p.Receiver, p.Consumer, p.Ref, p.Delay, p.Lease
+	prio, id := refLevel(ref)
+	if !validRef(id) {
+		return broker.ErrLeaseLost
+	}
+	n, err := scriptRetry.Exec(ctx, b.client, []string{b.keys.queueAt(receiver, prio), b.keys.delayed(receiver)},
+		[]string{consumer, id, strconv.FormatInt(delay.Milliseconds(), 10), msString(lease), boolArg(p.Uncounted), ref}).AsInt64()
+	if err != nil {
+		if isNoGroup(err) {
+			return broker.ErrLeaseLost
+		}
+		return b.fail(ctx, "retry", err)
+	}
+	if n == 0 {
+		return broker.ErrLeaseLost
+	}
+	b.forceReclaim(b.keys.queue(receiver))
+	return nil
+}
+
+// DeadLetter moves d.Ref from receiver's queue to its dead-letter stream
+// with reason; the stored message is the queue entry's. It returns
+// broker.ErrLeaseLost when the entry is no longer in the queue.
+func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Delivery, reason string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := broker.CheckName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := broker.CheckName("Delivery.Ref", d.Ref); err != nil {
+		return err
+	}
+	prio, id := refLevel(d.Ref)
+	if !validRef(id) {
+		return broker.ErrLeaseLost
+	}
+	n, err := scriptBury.Exec(ctx, b.client,
+		[]string{b.keys.queueAt(receiver, prio), b.keys.deadLetters(receiver), b.keys.delayed(receiver)},
+		[]string{id, reason, strconv.Itoa(d.Attempt), "0", levelPrefix(prio)}).AsInt64()
+	if err != nil {
+		if isNoGroup(err) {
+			return broker.ErrLeaseLost
+		}
+		return b.fail(ctx, "dead-letter", err)
+	}
+	if n == 0 {
+		return broker.ErrLeaseLost
+	}
+	return nil
+}
+
+func boolArg(v bool) string {
+	if v {
+		return "1"
+	}
+	return "0"
+}
+
+// scriptBury dead-letters one entry.
+var scriptBury = rueidis.NewLuaScript(`-- bury
+-- KEYS[1] -> the stream: P:{R}:q, or a level stream P:{R}:qh / P:{R}:ql
+--            (or P:{S}:r for an unreadable reply entry)
+-- KEYS[2] -> the dead-letter stream P:{R}:dlq
+-- KEYS[3] -> the delayed zset P:{R}:delay
+-- ARGV[1] -> entry id
+-- ARGV[2] -> reason
+-- ARGV[3] -> attempts so far
+-- ARGV[4] -> "1" if the entry does not decode, else "0"
+-- ARGV[5] -> the level's prefix: "h", "l", or "" (the normal level)
+-- Returns 1 when moved, 0 when the entry was no longer in the stream.
+` + luaNow + luaBury + `
+redis.call('ZREM', KEYS[3], ARGV[5] .. ARGV[1])
+return bury(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+`)
+
+// scriptExtend renews the leases a consumer holds.
+var scriptExtend = rueidis.NewLuaScript(`-- extend
+-- KEYS[1] -> the queue stream P:{R}:q, or a level stream P:{R}:qh / P:{R}:ql
+-- KEYS[2] -> the holders hash P:{R}:hold
+-- ARGV[1] -> consumer name
+-- ARGV[2] -> lease in ms, recorded as the consumer's
+-- ARGV[3..] -> entry ids
+-- Resets the idle time of each entry the consumer holds (XCLAIM JUSTID does
+-- not count a delivery). Returns the ids the consumer no longer holds.
+redis.call('HSET', KEYS[2], 'l:' .. ARGV[1], ARGV[2])
+local lost = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local p = redis.call('XPENDING', KEYS[1], 'g', id, id, 1)
+  local held = false
+  if p[1] and p[1][2] == ARGV[1] then
+    held = redis.call('XCLAIM', KEYS[1], 'g', ARGV[1], 0, id, 'JUSTID')[1] ~= nil
+  end
+  if not held then
+    lost[#lost + 1] = id
+  end
+end
+return lost
+`)
+
+// scriptRetry schedules a held entry for redelivery.
+var scriptRetry = rueidis.NewLuaScript(`-- retry
+-- KEYS[1] -> the queue stream P:{R}:q, or a level stream P:{R}:qh / P:{R}:ql
+-- KEYS[2] -> the delayed zset P:{R}:delay
+-- ARGV[1] -> consumer name
+-- ARGV[2] -> entry id
+-- ARGV[3] -> delay in ms
+-- ARGV[4] -> lease in ms
+-- ARGV[5] -> "1": the delivery does not count as an attempt (its delivery
+--            count goes back by one); "0": it does
+-- ARGV[6] -> the entry's ref (its member in the delayed zset: the id,
+--            prefixed "h"/"l" at the high and low levels)
+-- Ages the entry so that a Fetch with this lease reclaims it once the delay
+-- has passed: idle = lease - delay. A delay of at least the lease is kept in
+-- the delayed zset (score: due time) with the entry idle 0; fetch promotes it.
+-- Returns 1, or 0 when the consumer does not hold the entry.
+` + luaNow + `
+local stream, id = KEYS[1], ARGV[2]
+local delay, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
+local p = redis.call('XPENDING', stream, 'g', id, id, 1)
+if not p[1] or p[1][2] ~= ARGV[1] then
+  return 0
+end
+if ARGV[5] == '1' then
+  -- Uncounted: the next delivery counts as this one again.
+  redis.call('XCLAIM', stream, 'g', ARGV[1], 0, id, 'RETRYCOUNT', math.max(p[1][4] - 1, 0), 'JUSTID')
+end
+if delay >= lease then
+  redis.call('ZADD', KEYS[2], string.format('%.0f', now + delay), ARGV[6])
+  redis.call('XCLAIM', stream, 'g', ARGV[1], 0, id, 'IDLE', 0, 'JUSTID')
+else
+  redis.call('ZREM', KEYS[2], ARGV[6])
+  redis.call('XCLAIM', stream, 'g', ARGV[1], 0, id, 'IDLE', string.format('%.0f', lease - delay), 'JUSTID')
+end
+return 1
+`)
+
+// giveBackRead gives back the entries of read, read by consumer for the
+// queue or reply stream home, as if never delivered: XCLAIM ... IDLE lease
+// RETRYCOUNT 0 JUSTID, per stream; the next fetch of home reclaims them
+// (as attempt 1). An entry that cannot be given back stays with consumer
+// until its lease ends.
+func (b *Broker) giveBackRead(ctx context.Context, consumer string, lease time.Duration, home string, read map[string][]xentry) {
+	for s, es := range read {
+		ids := make([]string, 0, len(es))
+		for _, e := range es {
+			ids = append(ids, e.ID)
+		}
+		_ = b.giveBack(ctx, s, consumer, lease, ids)
+	}
+	b.forceReclaim(home)
+}
+
+// giveBack gives back ids of stream, held by consumer, as if never
+// delivered: one XCLAIM ... IDLE lease RETRYCOUNT 0 JUSTID.
+func (b *Broker) giveBack(ctx context.Context, stream, consumer string, lease time.Duration, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return b.client.Do(ctx, b.client.B().Xclaim().Key(stream).Group("g").Consumer(consumer).MinIdleTime("0").
+		Id(ids...).Idle(lease.Milliseconds()).Retrycount(0).Justid().Build()).Error()
+}
