@@ -53,9 +53,9 @@ type ReceiverStats struct {
 	DeadLetters int64 `json:"dead_letters"`
 	// Length counts every message in the queue (queued and pending).
 	Length int64 `json:"length"`
-	// Scheduled counts messages sent for later (WithDelay, WithDeliverAt)
+	// Deferred counts messages sent for later (WithDelay, WithDeliverAt)
 	// that are not due yet: they are in none of the counts above.
-	Scheduled int64 `json:"scheduled"`
+	Deferred int64 `json:"deferred"`
 	// OldestQueued is when the oldest message not yet delivered was queued
 	// (broker time); zero when none waits.
 	OldestQueued time.Time `json:"oldest_queued,omitzero"`
@@ -66,6 +66,30 @@ type ReceiverStats struct {
 	// PriorityHigh and PriorityLow (the others are at PriorityNormal).
 	QueuedHigh int64 `json:"queued_high,omitempty"`
 	QueuedLow  int64 `json:"queued_low,omitempty"`
+
+	// Scheduled is Deferred, under its former name (in JSON too, for
+	// readers of the former name).
+	//
+	// Deprecated: use Deferred. "Schedule" names the periodic schedules
+	// (Schedule) alone.
+	Scheduled int64 `json:"scheduled"`
+}
+
+// receiverStats is the ReceiverStats of the broker's snapshot s.
+func receiverStats(s broker.ReceiverStats) ReceiverStats {
+	return ReceiverStats{
+		Receiver:     s.Receiver,
+		Queued:       s.Queued,
+		Pending:      s.Pending,
+		DeadLetters:  s.DeadLetters,
+		Length:       s.Length,
+		Deferred:     s.Deferred,
+		OldestQueued: s.OldestQueued,
+		Paused:       s.Paused,
+		QueuedHigh:   s.QueuedHigh,
+		QueuedLow:    s.QueuedLow,
+		Scheduled:    s.Deferred,
+	}
 }
 
 // DeadLetter is a message in a receiver's dead-letter stream.
@@ -111,6 +135,11 @@ type ReceiverLocalStats struct {
 	// GivenBack counts messages given back without counting an attempt
 	// (HandleWithPool: no worker could be had, or it was broken).
 	GivenBack int64
+	// DroppedReplies counts the replies the handler returned to
+	// fire-and-forget messages (sent without a Sender, not idempotent):
+	// nobody receives them. The first is logged, as a hint of a forgotten
+	// Sender.
+	DroppedReplies int64
 	// GlobalConcurrency is the receiver's WithGlobalConcurrency (0 when
 	// none), and HeldSlots how many of its slots this instance holds now.
 	GlobalConcurrency, HeldSlots int
@@ -208,7 +237,7 @@ func (d *Disker) Stats(ctx context.Context, receiver string) (ReceiverStats, err
 	if err != nil {
 		return ReceiverStats{}, wrapBroker("stats", err)
 	}
-	return ReceiverStats(s), nil
+	return receiverStats(s), nil
 }
 
 // DeadLetters lists up to max dead letters of receiver, oldest first.
@@ -302,7 +331,7 @@ func (d *Disker) StatsOf(ctx context.Context, receivers ...string) ([]ReceiverSt
 	}
 	out := make([]ReceiverStats, len(ss))
 	for i, s := range ss {
-		out[i] = ReceiverStats(s)
+		out[i] = receiverStats(s)
 	}
 	return out, nil
 }

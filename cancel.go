@@ -13,31 +13,37 @@ type CancelResult int
 
 // The results of Cancel.
 const (
-	// CancelNotFound: the message is not scheduled, queued or being
+	// CancelNotFound: the message is not deferred, queued or being
 	// handled: it was handled already, dead-lettered, cancelled before,
 	// or never sent to that receiver. Nothing changed.
 	CancelNotFound CancelResult = iota
-	// CancelScheduled: the message was scheduled (WithDelay,
-	// WithDeliverAt); it will never be delivered.
-	CancelScheduled
+	// CancelDeferred: the message was deferred (WithDelay,
+	// WithDeliverAt), not due yet; it will never be delivered.
+	CancelDeferred
 	// CancelQueued: the message was queued; it will never be delivered.
 	CancelQueued
 	// CancelInFlight: a worker is handling the message. It will not be
 	// delivered again, and its handler's context is cancelled with the
-	// cause ErrCancelled (within cancelPoll, a quarter of a second, of the
-	// worker's polls). Unless the handler had already replied, its reply is
-	// dropped (the replier gets ErrLate) and the sender gets a RemoteError
-	// with CodeCancelled instead.
+	// cause ErrCancelled at the worker's next poll of the cancellations
+	// (every quarter of a second). Unless the handler replied before that
+	// poll, its reply is dropped (the replier gets ErrLate) and the sender
+	// gets a RemoteError with CodeCancelled instead (see Reply).
 	CancelInFlight
 )
 
-// String returns "not found", "scheduled", "queued" or "in flight".
+// CancelScheduled is CancelDeferred, under its former name.
+//
+// Deprecated: use CancelDeferred. "Schedule" names the periodic schedules
+// (Schedule) alone.
+const CancelScheduled = CancelDeferred
+
+// String returns "not found", "deferred", "queued" or "in flight".
 func (r CancelResult) String() string {
 	switch r {
 	case CancelNotFound:
 		return "not found"
-	case CancelScheduled:
-		return "scheduled"
+	case CancelDeferred:
+		return "deferred"
 	case CancelQueued:
 		return "queued"
 	case CancelInFlight:
@@ -95,7 +101,7 @@ func (d *Disker) cancel(ctx context.Context, receiver, id string, notify bool) (
 	}
 	d.health.ok()
 	res := CancelResult(c.State)
-	if notify && (res == CancelScheduled || res == CancelQueued) && c.Env.Sender != "" && !c.Env.FireAndForget {
+	if notify && (res == CancelDeferred || res == CancelQueued) && c.Env.Sender != "" && c.Env.Route != broker.RouteNone {
 		msg := d.messageOf(&c.Env, c.Deadline, 0)
 		if err := d.reply(context.WithoutCancel(ctx), msg, nil, CodeCancelled, ErrCancelled.Error()); err != nil && !errors.Is(err, ErrLate) {
 			d.log.Warn("disker: cannot tell the sender that its message was cancelled", "receiver", receiver, "id", id, "error", err)

@@ -51,6 +51,10 @@ type consumer struct {
 	resumed chan struct{}
 
 	processed, failed, retried, deadLettered, expired, givenBack atomic.Int64
+	// droppedReplies counts the replies the handler returned to
+	// fire-and-forget messages; droppedLogged is set once one was logged.
+	droppedReplies atomic.Int64
+	droppedLogged  atomic.Bool
 }
 
 // task is one delivery being handled.
@@ -418,11 +422,23 @@ func (c *consumer) cancelled(msg *Message) {
 func (c *consumer) notifyCancelled(t *task) {
 	d := c.d
 	msg := d.messageOf(&t.dl.Env, t.dl.Deadline, t.dl.Attempt)
-	if !msg.ExpectsReply() {
+	if !msg.wantsReply() {
 		return
 	}
 	if err := d.reply(d.opCtx, msg, nil, CodeCancelled, ErrCancelled.Error()); err != nil && !errors.Is(err, ErrLate) {
 		d.log.Warn("disker: cannot tell the sender that its message was cancelled", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
+	}
+}
+
+// dropReply counts the reply the handler returned to msg, a
+// fire-and-forget message (sent without a Sender): nobody receives it. The
+// first such reply of the receiver is logged, to point at a Sender the
+// sender may have forgotten.
+func (c *consumer) dropReply(msg *Message) {
+	c.droppedReplies.Add(1)
+	if c.droppedLogged.CompareAndSwap(false, true) {
+		c.d.log.Warn("disker: the handler returned a reply to a message sent without a Sender; nobody receives it (logged once per receiver; counted in ReceiverLocalStats.DroppedReplies). Send with a Sender, or use Request, to receive replies",
+			logAttrs(c.name, msg.ID, msg.Attempt)...)
 	}
 }
 
@@ -434,7 +450,10 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duratio
 		c.cancelled(msg)
 		return
 	}
-	if !later && msg.ExpectsReply() && (resp != nil || msg.fromInbox) && !d.repliedBy(msg) {
+	if !later && !msg.wantsReply() && resp != nil {
+		c.dropReply(msg)
+	}
+	if !later && msg.wantsReply() && (resp != nil || msg.route == broker.RouteInbox || msg.idemKey != "") && !d.repliedBy(msg) {
 		if resp == nil {
 			resp = []byte{}
 		}
@@ -490,7 +509,7 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 		if d.onEvent != nil {
 			d.emit(Event{Kind: EventDeadLettered, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: err})
 		}
-		if msg.ExpectsReply() {
+		if msg.wantsReply() {
 			if rerr := d.reply(d.opCtx, msg, nil, CodeDeadLetter, errorText(err)); rerr != nil && !errors.Is(rerr, ErrLate) {
 				d.log.Warn("disker: cannot send the dead-letter error reply", append(attrs, "error", rerr)...)
 			}
@@ -634,16 +653,17 @@ func (c *consumer) pollCancels(since *time.Time) {
 // stats is the consumer's LocalStats entry.
 func (c *consumer) stats() ReceiverLocalStats {
 	return ReceiverLocalStats{
-		Concurrency:  c.o.concurrency,
-		Exclusive:    c.o.exclusive,
-		HoldsLock:    c.lockHeld.Load(),
-		InFlight:     c.n.Load(),
-		Processed:    c.processed.Load(),
-		Failed:       c.failed.Load(),
-		Retried:      c.retried.Load(),
-		DeadLettered: c.deadLettered.Load(),
-		Expired:      c.expired.Load(),
-		GivenBack:    c.givenBack.Load(),
+		Concurrency:    c.o.concurrency,
+		Exclusive:      c.o.exclusive,
+		HoldsLock:      c.lockHeld.Load(),
+		InFlight:       c.n.Load(),
+		Processed:      c.processed.Load(),
+		Failed:         c.failed.Load(),
+		Retried:        c.retried.Load(),
+		DeadLettered:   c.deadLettered.Load(),
+		Expired:        c.expired.Load(),
+		GivenBack:      c.givenBack.Load(),
+		DroppedReplies: c.droppedReplies.Load(),
 
 		GlobalConcurrency: c.o.globalConcurrency,
 		HeldSlots:         c.heldSlots(),

@@ -104,24 +104,6 @@ func TestDelayValidation(t *testing.T) {
 			t.Errorf("SendBatch with %s: got %v, want a *ValidationError", tc.field, err)
 		}
 	}
-	// A message sent for later has the normal priority and no key.
-	for _, tc := range []struct {
-		field string
-		opts  []disker.SendOption
-	}{
-		{"WithPriority", []disker.SendOption{disker.WithDelay(time.Second), disker.WithPriority(disker.PriorityHigh)}},
-		{"WithPriority", []disker.SendOption{disker.WithDeliverAt(time.Now().Add(time.Hour)), disker.WithPriority(disker.PriorityLow)}},
-		{"WithDedupKey", []disker.SendOption{disker.WithDelay(time.Second), disker.WithDedupKey("k", time.Minute)}},
-	} {
-		_, err := d.Send(ctx, msg, tc.opts...)
-		var ve *disker.ValidationError
-		if !errors.As(err, &ve) || ve.Field != tc.field {
-			t.Errorf("Send later with %s: got %v, want a *ValidationError naming %s", tc.field, err, tc.field)
-		}
-	}
-	if _, err := d.Request(ctx, msg, disker.WithDelay(time.Second), disker.WithIdempotencyKey("k")); !errors.As(err, new(*disker.ValidationError)) {
-		t.Errorf("Request later with WithIdempotencyKey: got %v, want a *ValidationError", err)
-	}
 	// A year is valid.
 	if _, err := d.Send(ctx, msg, disker.WithDelay(365*24*time.Hour)); err != nil {
 		t.Fatalf("Send with a delay of a year: %v", err)

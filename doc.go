@@ -43,8 +43,8 @@
 //     context ends, and leaves the rest to be delivered again.
 //   - A message sent [WithDelay] or [WithDeliverAt] is delivered no earlier
 //     than its due time by the broker's clock (Redis time); until then it
-//     counts as Scheduled in [Disker.Stats].
-//   - [Disker.Cancel] cancels a message: a scheduled or queued one is never
+//     is deferred, and counts as Deferred in [Disker.Stats].
+//   - [Disker.Cancel] cancels a message: a deferred or queued one is never
 //     delivered, and the handler of one in flight sees its context end with
 //     the cause [ErrCancelled]; its sender gets the reply or a [RemoteError]
 //     with [CodeCancelled], exactly one. A [Disker.Request] whose context is

@@ -35,10 +35,13 @@ var (
 	// ErrFireAndForget is returned by Reply for a fire-and-forget message:
 	// nobody waits for its reply.
 	ErrFireAndForget = errors.New("disker: message is fire-and-forget: no reply expected")
-	// ErrDuplicate is returned when a handler is already registered for the
-	// name. A *DuplicateError, the error of Send WithDedupKey when a
-	// message was sent with the same key within its ttl, matches it too.
-	ErrDuplicate = errors.New("disker: handler already registered")
+	// ErrDuplicate is matched by a *DuplicateError, the error of a send
+	// WithDedupKey when a message was sent with the same key within its
+	// ttl: nothing was queued.
+	ErrDuplicate = errors.New("disker: duplicate message")
+	// ErrAlreadyRegistered is returned by Handle, OnReply and OnTimeout
+	// when this instance already has a handler of that kind for the name.
+	ErrAlreadyRegistered = errors.New("disker: handler already registered")
 	// ErrUnavailable wraps errors from a broker that cannot be reached (Redis
 	// down or unreachable).
 	ErrUnavailable = broker.ErrUnavailable

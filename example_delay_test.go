@@ -9,8 +9,8 @@ import (
 	"github.com/diskerhq/disker"
 )
 
-// WithDelay sends a message for later: until it is due it counts as
-// Scheduled and reaches no worker.
+// WithDelay defers a message: until it is due it counts as Deferred and
+// reaches no worker.
 func ExampleWithDelay() {
 	ctx := context.Background()
 	d := openExample("example-with-delay", disker.Config{})
@@ -27,10 +27,10 @@ func ExampleWithDelay() {
 		panic(err)
 	}
 	s, _ := d.Stats(ctx, "reminders")
-	fmt.Println("scheduled:", s.Scheduled)
+	fmt.Println("deferred:", s.Deferred)
 	fmt.Println(<-got, "after 100ms:", time.Since(sent) >= 100*time.Millisecond)
 	// Output:
-	// scheduled: 1
+	// deferred: 1
 	// call back after 100ms: true
 }
 
@@ -50,7 +50,7 @@ func ExampleWithDeliverAt() {
 	// Output: AT LAST <nil> true
 }
 
-// Cancel cancels a sent message: a scheduled or queued one is never
+// Cancel cancels a sent message: a deferred or queued one is never
 // delivered; the handler of one in flight sees its context end with the
 // cause ErrCancelled.
 func ExampleDisker_Cancel() {
@@ -82,7 +82,7 @@ func ExampleDisker_Cancel() {
 	res, err = d.Cancel(ctx, "slow", <-started)
 	fmt.Println(res, err, errors.Is(<-causes, disker.ErrCancelled))
 	// Output:
-	// scheduled <nil>
+	// deferred <nil>
 	// not found <nil>
 	// in flight <nil> true
 }

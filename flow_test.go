@@ -37,17 +37,12 @@ func TestFlowValidation(t *testing.T) {
 		{"WithDedupKey", []disker.SendOption{disker.WithDedupKey("k", 0)}},
 		{"WithDedupKey", []disker.SendOption{disker.WithDedupKey("k", -time.Second)}},
 		{"WithDedupKey", []disker.SendOption{disker.WithDedupKey(strings.Repeat("k", disker.MaxKeyLen+1), time.Minute)}},
-		{"WithIdempotencyKey", []disker.SendOption{disker.WithIdempotencyKey("k")}},
+		{"WithIdempotencyKey", []disker.SendOption{disker.WithIdempotencyKey("")}},
+		{"WithIdempotencyTTL", []disker.SendOption{disker.WithIdempotencyKey("k"), disker.WithIdempotencyTTL(0)}},
 	} {
 		_, err := d.Send(ctx, msg, tc.opts...)
 		wantValidation(t, err, tc.field)
 	}
-	withSender := msg
-	withSender.Sender = "s"
-	_, err := d.Send(ctx, withSender, disker.WithDedupKey("k", time.Minute), disker.WithTimeout(time.Second))
-	wantValidation(t, err, "WithDedupKey")
-	_, err = d.SendBatch(ctx, []disker.Message{msg}, disker.WithDedupKey("k", time.Minute))
-	wantValidation(t, err, "WithDedupKey")
 	for _, tc := range []struct {
 		field string
 		opts  []disker.SendOption
@@ -56,7 +51,8 @@ func TestFlowValidation(t *testing.T) {
 		{"WithIdempotencyKey", []disker.SendOption{disker.WithIdempotencyKey(strings.Repeat("k", disker.MaxKeyLen+1))}},
 		{"WithIdempotencyTTL", []disker.SendOption{disker.WithIdempotencyKey("k"), disker.WithIdempotencyTTL(-time.Second)}},
 		{"WithIdempotencyTTL", []disker.SendOption{disker.WithIdempotencyTTL(time.Minute)}},
-		{"WithDedupKey", []disker.SendOption{disker.WithDedupKey("k", time.Minute)}},
+		{"WithIdempotencyTTL", []disker.SendOption{disker.WithIdempotencyKey("k"), disker.WithIdempotencyTTL(0)}},
+		{"WithDedupKey", []disker.SendOption{disker.WithDedupKey("", time.Minute)}},
 	} {
 		_, err := d.Request(ctx, msg, tc.opts...)
 		wantValidation(t, err, tc.field)

@@ -188,7 +188,7 @@ func (o *handleOptions) setErr(err error) {
 // goes to one of them at a time.
 //
 // It returns a *ValidationError for a bad name, a nil handler or a bad
-// option, ErrDuplicate when this instance already serves receiver, and
+// option, ErrAlreadyRegistered when this instance already serves receiver, and
 // ErrClosed after Close.
 func (d *Disker) Handle(receiver string, h Handler, opts ...HandleOption) error {
 	if err := checkName("receiver", receiver); err != nil {
@@ -215,7 +215,7 @@ func (d *Disker) Handle(receiver string, h Handler, opts ...HandleOption) error 
 		return ErrClosed
 	}
 	if _, ok := d.consumers[receiver]; ok {
-		return ErrDuplicate
+		return ErrAlreadyRegistered
 	}
 	c, err := d.newConsumer(receiver, h, o)
 	if err != nil {

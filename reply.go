@@ -34,10 +34,15 @@ const answeredFor = time.Minute
 // returns an error matching ErrLate that says the message was already
 // answered (the instance remembers it until a minute after the deadline);
 // one from another instance is not refused, but only the first reaches
-// the requester. A reply to a message cancelled (Cancel, or its Request's
-// ctx) before it was answered is refused with ErrLate; one that comes
-// before the deadline of a Request whose ctx was cancelled, when that
-// cancellation could not reach the worker in time (see Request), is not.
+// the requester.
+//
+// A message cancelled while in flight (Cancel, or its Request's ctx)
+// gives its sender exactly one outcome, decided on the worker that holds
+// it: the worker learns of the cancellation at its next poll of the
+// cancellation marks (every quarter of a second), and then sends the
+// sender a RemoteError with CodeCancelled unless a reply was sent first.
+// So a reply made before the worker learned of the cancellation wins, and
+// reaches the sender; one made after it is refused with ErrLate.
 //
 // A handler usually returns its response instead; Reply is for replying
 // from elsewhere, or before the handler returns (a handler that replies
@@ -102,18 +107,10 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 		ErrorText: text,
 	}
 	var err error
-	switch {
-	case msg.idemKey != "":
+	if msg.idemKey != "" {
 		err = d.replyIdempotent(ctx, msg, &env)
-	case msg.fromInbox:
-		// A Request's inbox: the reply counts if it is appended before the
-		// deadline (see broker.Inbox), and never re-creates an inbox that
-		// has gone.
-		err = d.b.ReplyInbox(ctx, &env, msg.brokerDeadline)
-	case msg.timeout > 0:
-		err = d.b.Reply(ctx, &env, broker.ReplyTimed)
-	default:
-		err = d.b.Reply(ctx, &env, broker.ReplyUntimed)
+	} else {
+		err = d.replyRoute(ctx, msg, &env)
 	}
 	switch {
 	case err == nil:
@@ -135,21 +132,50 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 	}
 }
 
+// replyRoute sends env, the reply to msg, by msg's route: to a Request's
+// inbox, where it counts if it is appended before the deadline (see
+// broker.Inbox) and never re-creates an inbox that has gone; or to its
+// sender's reply stream, settling its pending timeout if it has one. A
+// fire-and-forget message's reply goes nowhere: ErrLate.
+func (d *Disker) replyRoute(ctx context.Context, msg *Message, env *broker.Envelope) error {
+	switch {
+	case msg.route == broker.RouteInbox:
+		return d.b.ReplyInbox(ctx, env, msg.brokerDeadline)
+	case !msg.ExpectsReply():
+		return broker.ErrLate
+	case msg.timeout > 0:
+		return d.b.Reply(ctx, env, broker.ReplyTimed)
+	}
+	return d.b.Reply(ctx, env, broker.ReplyUntimed)
+}
+
 // replyIdempotent stores env as the reply of msg's idempotency key, unless
-// a reply is stored already, and sends the stored reply to every Request
-// waiting for the key, each by its own request id and judged against its
-// own deadline (see broker.Idempotency). It returns nil when at least one
-// waiter accepted it, ErrLate when none did (all had given up, or the key
-// is gone), and the broker's error when one failed.
+// a reply is stored already, and sends the stored reply by msg's own route
+// (a named sender's; a Request's inbox is among the waiters) and to every
+// Request waiting for the key, each by its own request id and judged
+// against its own deadline (see broker.Idempotency). When the key is gone
+// (its window passed), env goes by msg's route alone. It returns nil when
+// at least one of them accepted it, ErrLate when none did (all had given
+// up, or nobody waits), and the broker's error when one failed.
 func (d *Disker) replyIdempotent(ctx context.Context, msg *Message, env *broker.Envelope) error {
 	stored, waiters, found, err := d.b.SettleIdempotent(ctx, msg.Receiver, msg.idemKey, env)
 	if err != nil {
 		return err
 	}
 	if !found {
-		return broker.ErrLate
+		if msg.route == broker.RouteInbox {
+			return broker.ErrLate
+		}
+		return d.replyRoute(ctx, msg, env)
 	}
-	errs := make([]error, len(waiters))
+	errs := make([]error, len(waiters)+1)
+	if msg.route == broker.RouteSender {
+		own := stored
+		own.ID, own.Receiver, own.InReplyTo = newID(), msg.Sender, msg.ID
+		errs[len(waiters)] = d.replyRoute(ctx, msg, &own)
+	} else {
+		errs[len(waiters)] = broker.ErrLate
+	}
 	var wg sync.WaitGroup
 	for i, w := range waiters {
 		e := stored

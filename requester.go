@@ -201,11 +201,8 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 	if err := d.checkContent(&msg); err != nil {
 		return nil, err
 	}
-	o := sendOptionsOf(opts)
+	o := sendOptionsOf(nil, opts)
 	if err := o.check(true); err != nil { // the inbox is the sender
-		return nil, err
-	}
-	if err := o.checkCall("Request"); err != nil {
 		return nil, err
 	}
 	// lead is how long until the message is due (WithDelay,
@@ -222,22 +219,28 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 		ctx, cancel = context.WithTimeout(ctx, lead+o.timeout)
 		defer cancel()
 	}
-	id := newID()
-	var timeout time.Duration
+	r := d.rq
+	msg.Sender = r.name
+	ps := make([]broker.SendParams, 1)
+	p := &ps[0]
+	o.params(p, &msg, broker.RouteInbox)
+	id := p.Env.ID
+	p.Env.Timeout = 0
 	dl, hasDeadline := ctx.Deadline()
 	if hasDeadline {
-		timeout = max(time.Until(dl), time.Millisecond)
+		timeout := max(time.Until(dl), time.Millisecond)
 		if lead > 0 {
 			if timeout <= lead {
 				return nil, invalid("WithDelay", "the Request's deadline (ctx's, or WithTimeout's) comes before its delivery time, %v from now", lead)
 			}
 			timeout -= lead // counted from the delivery
 		}
+		p.Env.Timeout = timeout
 	}
+	timeout := p.Env.Timeout
 	if err := ctx.Err(); err != nil {
 		return nil, d.requestEnded(id, err)
 	}
-	r := d.rq
 	if err := r.ensureInbox(ctx, dl); err != nil {
 		switch {
 		case errors.Is(err, ErrClosed):
@@ -250,7 +253,6 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 		return nil, err
 	}
 	defer r.requests.Done()
-	msg.Sender = r.name
 
 	w := &waiter{ready: make(chan struct{}, 1)}
 	r.waitMu.Lock()
@@ -270,25 +272,23 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 	if hasDeadline {
 		stopSend = dl.Add(RequestGrace)
 	}
-	var res sentRequest
-	var ok bool
-	var err error
-	if o.idempotent {
-		res, ok, err = within(r, stopSend, func() (sentRequest, error) {
-			return r.sendIdempotent(context.WithoutCancel(ctx), &msg, timeout, id, &o)
-		})
-	} else {
-		so := o
-		so.timeout = timeout
-		res.deadline, ok, err = r.sendUntil(ctx, &msg, &so, id, stopSend)
-	}
-	deadline := res.deadline
+	ok, err := r.sendUntil(ctx, ps, stopSend, o.onSent)
+	res := &p.Result
+	deadline := res.Deadline
 	if !ok {
 		deadline, err = dl, fmt.Errorf("%w: the send did not end by %v after the deadline", ErrUnavailable, RequestGrace)
 	}
-	if err == nil && res.stored != nil {
-		// An idempotent Request whose key has its reply already.
-		return d.outcome(id, &broker.Reply{Kind: broker.KindReply, RequestID: id, Env: *res.stored})
+	if err == nil {
+		switch res.Outcome {
+		case broker.Duplicate:
+			return nil, &DuplicateError{ID: res.ID, Receiver: msg.Receiver, Key: p.DedupKey}
+		case broker.Joined:
+			if res.Reply != nil {
+				// An idempotent Request whose key has its reply already.
+				res.Reply.InReplyTo = id
+				return d.outcome(id, &broker.Reply{Kind: broker.KindReply, RequestID: id, Env: *res.Reply})
+			}
+		}
 	}
 	var sendErr error
 	if err != nil {
@@ -403,7 +403,7 @@ func (r *requester) cancelOwn(w *waiter, receiver, id string, deadline, until ti
 		return broker.Reply{}, false
 	}
 	switch res {
-	case CancelQueued, CancelScheduled:
+	case CancelQueued, CancelDeferred:
 		return broker.Reply{Kind: broker.KindTimeout, RequestID: id}, true
 	case CancelInFlight:
 	default:
@@ -571,18 +571,6 @@ func (r *requester) deliverOutcome(e *broker.Reply) {
 	}
 }
 
-// send sends m, a Request's message from the inbox, under id. It returns
-// the deadline in the broker's clock (zero if none), also with an error
-// that leaves it unknown whether m was queued (see broker.Inbox).
-func (r *requester) send(ctx context.Context, m *Message, o *sendOptions, id string) (time.Time, error) {
-	d := r.d
-	if d.closed.Load() {
-		return time.Time{}, ErrClosed
-	}
-	bdl, err := d.b.SendRequest(ctx, envelope(m, o, id))
-	return bdl, d.afterSend(m, id, err)
-}
-
 // isCancelledNotice reports whether e is a worker's cancelled notice (see
 // consumer.notifyCancelled): to a Request whose own cancellation took the
 // message, not a reply but the end of it.
@@ -590,87 +578,27 @@ func isCancelledNotice(e *broker.Reply) bool {
 	return e.Env.ErrorCode == CodeCancelled
 }
 
-// sendUntil sends m as a Request's message under id, on the caller's
-// goroutine, and returns what send does, with ok true; or ok false if the
-// send failed because stop (zero: none) came first. The send is not
-// interrupted by ctx: only stop ends its wait, and a write it started may
-// then still be made.
-func (r *requester) sendUntil(ctx context.Context, m *Message, o *sendOptions, id string, stop time.Time) (deadline time.Time, ok bool, err error) {
+// sendUntil sends ps, a Request's message, on the caller's goroutine,
+// and returns ok true with the send's error (its Result's, or the call's),
+// or ok false if the send failed because stop (zero: none) came first. The
+// send is not interrupted by ctx: only stop ends its wait, and a write it
+// started may then still be made. onSent, if not nil, is called with the
+// message's id once it was stored.
+func (r *requester) sendUntil(ctx context.Context, ps []broker.SendParams, stop time.Time, onSent func(string)) (ok bool, err error) {
 	sctx := context.WithoutCancel(ctx)
 	if !stop.IsZero() {
 		var cancel context.CancelFunc
 		sctx, cancel = context.WithDeadline(sctx, stop)
 		defer cancel()
 	}
-	deadline, err = r.send(sctx, m, o, id)
+	err = r.d.send(sctx, ps, func(int) func(string) { return onSent })
+	if err == nil {
+		err = ps[0].Result.Err
+	}
 	if err != nil && sctx.Err() != nil {
-		return deadline, false, nil
+		return false, nil
 	}
-	return deadline, true, err
-}
-
-// sentRequest is what sending a Request's message gave: its deadline in
-// the broker's clock (zero if none) and, for an idempotent Request whose
-// key has its reply already, that reply.
-type sentRequest struct {
-	deadline time.Time
-	stored   *broker.Envelope
-}
-
-// DefaultIdempotencyTTL is how long the key of a Request made
-// WithIdempotencyKey, and its reply, live when WithIdempotencyTTL does not
-// say.
-const DefaultIdempotencyTTL = 24 * time.Hour
-
-// WithIdempotencyKey makes a Request idempotent: Requests to one receiver
-// with the same key, within the key's ttl (WithIdempotencyTTL, from the
-// first of them; DefaultIdempotencyTTL by default), share one message, one
-// run of the handler and one reply. The first Request with the key queues
-// its message; a later one queues nothing and waits for the reply of the
-// first (or gets it at once, if it came already), each until its own
-// deadline. Every caller gets the same reply: the first one a worker
-// stored for the key, so even a handler that runs twice (its worker died
-// before the acknowledgement, and the message was redelivered) answers
-// every caller with one reply. A Request retried by its client after a
-// timeout or a crash therefore runs the handler once: effectively-once
-// RPC.
-//
-// A dead-lettered message's error reply is the key's reply too: until
-// the ttl ends, Requests with the key get that *RemoteError. The message
-// carries the key's window as its deadline: a worker starts it as long as
-// the reply can still be used, whatever the deadline of the first Request.
-// key must not be empty (at most MaxKeyLen bytes). It applies to Request
-// only.
-func WithIdempotencyKey(key string) SendOption {
-	return func(o *sendOptions) { o.idempotent, o.idemKey = true, key }
-}
-
-// WithIdempotencyTTL sets how long the key of WithIdempotencyKey, and its
-// reply, live after the first Request with it: at least 1ms. The first
-// Request's ttl is the key's.
-func WithIdempotencyTTL(ttl time.Duration) SendOption {
-	return func(o *sendOptions) { o.idemTTL = ttl }
-}
-
-// sendIdempotent sends m, a Request's message from the inbox, under id
-// with o's idempotency key (see broker.Idempotency).
-func (r *requester) sendIdempotent(ctx context.Context, m *Message, timeout time.Duration, id string, o *sendOptions) (sentRequest, error) {
-	d := r.d
-	if d.closed.Load() {
-		return sentRequest{}, ErrClosed
-	}
-	ttl := o.idemTTL
-	if ttl == 0 {
-		ttl = DefaultIdempotencyTTL
-	}
-	bdl, stored, err := d.b.BeginIdempotent(ctx, &broker.BeginIdempotentParams{Env: envelope(m, &sendOptions{timeout: timeout, priority: o.priority}, id), Key: o.idemKey, TTL: ttl})
-	if stored != nil {
-		// Answered already: nothing was sent.
-		stored.InReplyTo = id
-		d.health.ok()
-		return sentRequest{deadline: bdl, stored: stored}, nil
-	}
-	return sentRequest{deadline: bdl}, d.afterSend(m, id, err)
+	return true, err
 }
 
 // readInbox reads the inbox until ctx ends and hands each entry to the

@@ -48,7 +48,7 @@ func (d *Disker) addSenderHandler(sender string, set func(*senderHandlers) bool)
 		d.senders[sender] = s
 	}
 	if !set(s) {
-		return ErrDuplicate
+		return ErrAlreadyRegistered
 	}
 	if s.reader == nil {
 		s.reader = d.startReader(func(ctx context.Context) { d.readReplies(ctx, sender) })

@@ -256,11 +256,11 @@ func (t *ticker) envelope(st *tickState, due time.Time, missed int) *broker.Enve
 		h[HeaderMissed] = strconv.Itoa(missed)
 	}
 	return &broker.Envelope{
-		ID:            newID(),
-		Receiver:      st.rec.Receiver,
-		Content:       st.s.Content,
-		Headers:       h,
-		FireAndForget: true,
+		ID:       newID(),
+		Receiver: st.rec.Receiver,
+		Content:  st.s.Content,
+		Headers:  h,
+		Route:    broker.RouteNone,
 	}
 }
 

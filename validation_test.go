@@ -164,22 +164,22 @@ func TestBadInput(t *testing.T) {
 		if err := d.Handle("r", h); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.Handle("r", h); !errors.Is(err, disker.ErrDuplicate) {
-			t.Fatalf("second Handle = %v, want ErrDuplicate", err)
+		if err := d.Handle("r", h); !errors.Is(err, disker.ErrAlreadyRegistered) || errors.Is(err, disker.ErrDuplicate) {
+			t.Fatalf("second Handle = %v, want ErrAlreadyRegistered", err)
 		}
 		rh := disker.ReplyHandlerFunc(func(context.Context, *disker.Message) {})
 		th := disker.TimeoutHandlerFunc(func(context.Context, *disker.Message) {})
 		if err := d.OnReply("s", rh); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.OnReply("s", rh); !errors.Is(err, disker.ErrDuplicate) {
-			t.Fatalf("second OnReply = %v, want ErrDuplicate", err)
+		if err := d.OnReply("s", rh); !errors.Is(err, disker.ErrAlreadyRegistered) {
+			t.Fatalf("second OnReply = %v, want ErrAlreadyRegistered", err)
 		}
 		if err := d.OnTimeout("s", th); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.OnTimeout("s", th); !errors.Is(err, disker.ErrDuplicate) {
-			t.Fatalf("second OnTimeout = %v, want ErrDuplicate", err)
+		if err := d.OnTimeout("s", th); !errors.Is(err, disker.ErrAlreadyRegistered) {
+			t.Fatalf("second OnTimeout = %v, want ErrAlreadyRegistered", err)
 		}
 		if err := d.RemoveReplyHandler("s"); err != nil {
 			t.Fatal(err)

@@ -44,7 +44,7 @@ func TestSendLaterAndCancel(t *testing.T) {
 	if out, _, _ := e.run("", "stats", "--receiver", "later"); !strings.Contains(out, "SCHEDULED") {
 		t.Errorf("stats has no SCHEDULED column: %s", out)
 	}
-	if out, errOut, code := e.run("", "cancel", "--receiver", "later", id); code != 0 || !strings.Contains(out, "cancelled while scheduled") {
+	if out, errOut, code := e.run("", "cancel", "--receiver", "later", id); code != 0 || !strings.Contains(out, "cancelled while deferred") {
 		t.Fatalf("cancel: exit %d, %q %s", code, out, errOut)
 	}
 	if out, errOut, code := e.run("", "cancel", "--receiver", "later", id); code != 0 || !strings.Contains(out, "not found") {

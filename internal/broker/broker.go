@@ -45,11 +45,12 @@ type Envelope struct {
 	Content []byte
 	// Headers are optional key/value metadata.
 	Headers map[string]string
-	// FireAndForget means no reply is expected: Reply to it is an error.
-	FireAndForget bool
-	// Timeout, when > 0, gives the message a deadline of broker-now+Timeout
-	// at Send; the sender then receives exactly one of a reply or a timeout
-	// notice.
+	// Route is where a reply to the message goes (none: fire-and-forget;
+	// a named sender; a requester's inbox). It travels with the message.
+	Route Route
+	// Timeout, when > 0, gives the message a deadline of its due time +
+	// Timeout (broker time); the sender then receives exactly one of a
+	// reply or a timeout notice. It travels with the message.
 	Timeout time.Duration
 	// InReplyTo is set on replies: the id of the request answered.
 	InReplyTo string
@@ -57,13 +58,10 @@ type Envelope struct {
 	// (for instance, a request that was dead-lettered). Empty on success.
 	ErrorCode string
 	ErrorText string
-	// FromInbox is set on a request sent with Inbox.SendRequest: Sender is
-	// the requester's inbox, and a reply to it goes through
-	// Inbox.ReplyInbox. The broker sets it; it travels with the message.
-	FromInbox bool
-	// IdempotencyKey is set on a message queued by
-	// Idempotency.BeginIdempotent: its reply is stored under the key and
-	// sent to the key's waiters (Idempotency.SettleIdempotent).
+	// IdempotencyKey is the message's idempotency key (see
+	// SendParams.IdemTTL): its reply is stored under the key and sent to
+	// the key's waiters (Idempotency.SettleIdempotent). It travels with
+	// the message.
 	IdempotencyKey string
 	// Priority is the message's level in its receiver's queue, from
 	// PriorityLow to PriorityHigh; 0 (PriorityNormal) is the default. A
@@ -71,22 +69,6 @@ type Envelope struct {
 	// lower one. The broker keeps it with the message (it is not part of
 	// the wire encoding) and sets it on deliveries and dead letters.
 	Priority int
-
-	// Delay, when > 0, makes Send (SendBatch, SendRequest) schedule the
-	// message instead of queueing it: it is queued when Delay has passed in
-	// broker time, and until then counts as scheduled (see Cancel). A timed
-	// message's deadline is its due time plus Timeout. Delay and DeliverAt
-	// are instructions to the send; they do not travel with the message.
-	Delay time.Duration
-	// DeliverAt, when not zero, schedules the message for that broker time
-	// (see Delay; at most one of the two is set). A time that has passed
-	// queues the message at once, with its deadline counted from now.
-	DeliverAt time.Time
-}
-
-// Scheduled reports whether env is sent for later (Delay or DeliverAt).
-func (env *Envelope) Scheduled() bool {
-	return env.Delay > 0 || !env.DeliverAt.IsZero()
 }
 
 // The priority levels of a message (Envelope.Priority).
@@ -198,9 +180,9 @@ type ReceiverStats struct {
 	Pending     int64 // delivered, not yet acknowledged (in flight or awaiting redelivery)
 	DeadLetters int64
 	Length      int64 // all entries in the queue stream (queued + pending)
-	// Scheduled counts the messages sent for later (Envelope.Delay,
+	// Deferred counts the messages sent for later (SendParams.Delay,
 	// DeliverAt) that are not due yet: they are in none of the above.
-	Scheduled int64
+	Deferred int64
 	// OldestQueued is when the oldest entry not yet delivered was queued
 	// (broker time); zero when none waits.
 	OldestQueued time.Time
@@ -229,7 +211,6 @@ type Broker interface {
 	Registry
 	Admin
 	Inspect
-	Dedup
 	Pauses
 	Idempotency
 	Schedules
@@ -254,21 +235,19 @@ type Clock interface {
 // Queue is a receiver's queue: sending, leased delivery, and the end of a
 // delivery (ack, retry, dead letter).
 type Queue interface {
-	// Send queues env for env.Receiver in one atomic step. If env.Timeout > 0
-	// it also records, in the same step, a pending timeout under env.Sender
-	// with deadline broker-now+Timeout, and returns that deadline; otherwise
-	// the zero time. A request from an inbox is sent with
-	// Inbox.SendRequest instead.
-	Send(ctx context.Context, env *Envelope) (deadline time.Time, err error)
-
-	// SendBatch sends each of envs as Send would, each in its own atomic
-	// step, in as few round trips as the broker can; the batch as a whole
-	// is not atomic. It returns the deadline of each (zero for untimed
-	// ones). When some could not be sent it returns a *BatchError whose
-	// Errs[i] is envs[i]'s error (nil for those sent). An envelope that
-	// fails the checks of Send fails the whole call before anything is
-	// sent, with a plain error naming its index.
-	SendBatch(ctx context.Context, envs []*Envelope) (deadlines []time.Time, err error)
+	// Send sends each message of ps in one atomic step of its own (see
+	// SendParams), in as few round trips as the broker can, and sets each
+	// one's Result; the call as a whole is not atomic, but messages to one
+	// receiver are stored in the order of ps. It returns an error, and
+	// sends nothing, when a message fails ValidateAll, or after Close;
+	// otherwise each message's error is its Result.Err (SendFailed). For a
+	// message from an inbox, an error wrapping ErrUnavailable that leaves
+	// it unknown whether the message was stored (the connection broke
+	// after the write, and the answer was lost) comes with its deadline
+	// set, for the requester to settle the request; an error that leaves
+	// it surely not stored (no connection could be made) with the zero
+	// deadline.
+	Send(ctx context.Context, ps []SendParams) error
 
 	// Fetch leases up to max messages of receiver to consumer for lease: first
 	// messages whose lease expired (or whose retry delay passed), then new
@@ -333,19 +312,6 @@ type Replies interface {
 // accepted reply before such a marker, or the marker alone: exactly one
 // outcome, decided by broker time.
 type Inbox interface {
-	// SendRequest queues env, a request from the inbox env.Sender, for
-	// env.Receiver in one atomic step, and sets env.FromInbox (the message
-	// carries it, so that its reply goes through ReplyInbox). It records no
-	// pending timeout. If env.Timeout > 0 it returns the deadline the
-	// message carries: broker-now+Timeout, where broker-now may be the
-	// broker's clock as this client estimates it (within a round trip).
-	// When an error wrapping ErrUnavailable leaves it unknown whether env
-	// was queued (the connection broke after the write, and the answer was
-	// lost), SendRequest still returns that deadline, for the requester to
-	// settle the request; with an error that leaves env surely not queued
-	// (no connection could be made), the zero time.
-	SendRequest(ctx context.Context, env *Envelope) (deadline time.Time, err error)
-
 	// KeepInbox opens inbox, or renews it: its reply stream exists from
 	// then on (so that ReplyInbox and GiveUp accept entries) and is deleted,
 	// with the entries not yet acknowledged, ttl (> 0) from now, broker
@@ -458,19 +424,6 @@ type Admin interface {
 	Stats(ctx context.Context, receiver string) (ReceiverStats, error)
 }
 
-// Dedup is sending a message at most once per key and receiver within a
-// window of time.
-type Dedup interface {
-	// SendDedup queues p.Env for p.Env.Receiver, as Send does an untimed
-	// message, unless a message was queued with the same p.Key for that
-	// receiver less than its p.TTL ago (broker time): the check and the
-	// send are one atomic step. It returns the id of the message queued
-	// under the key (p.Env.ID when it queued this one) and whether p.Env
-	// was a duplicate, and so not queued. The window is the first
-	// message's: a duplicate does not extend it.
-	SendDedup(ctx context.Context, p *SendDedupParams) (id string, dup bool, err error)
-}
-
 // Pauses are the paused receivers: a paused receiver's messages still
 // queue, and its consumers stop fetching and starting them until it is
 // resumed. The broker only records the state; consumers read it
@@ -497,27 +450,19 @@ type Pauses interface {
 // Idempotency makes requests with the same key, to the same receiver,
 // share one run of the handler and one reply, for a window of time.
 //
-// The first request with a key (BeginIdempotent) queues its message and
-// records the key, in one atomic step, with the requester as the key's
-// first waiter; each later request with the key, while the key lives,
-// queues nothing: it is added as a waiter, or, once the reply is stored,
+// The first send with a key (Queue.Send, Envelope.IdempotencyKey) stores
+// its message and records the key, in one atomic step, with the requester
+// (a send from an inbox) as the key's first waiter; each later send with
+// the key, while the key lives, stores nothing (SendResult Joined): a
+// send from an inbox is added as a waiter, or, once the reply is stored,
 // gets that reply at once. The worker that answers the message stores
 // its reply under the key (SettleIdempotent): the first stored reply is
 // the key's reply for good, and the worker sends it to every waiter's
 // inbox (Inbox.ReplyInbox, each by its own request id and deadline).
 type Idempotency interface {
-	// BeginIdempotent starts the request p.Env (from the inbox
-	// p.Env.Sender; p.Env.ID is the request's own id) under p.Key. It
-	// returns the request's deadline (as SendRequest does), and the stored
-	// reply when the key already has one (nil otherwise: the requester
-	// then waits in its inbox for the reply, with InReplyTo p.Env.ID).
-	// The queued message carries p.Key (Envelope.IdempotencyKey) and the
-	// deadline of the key's window, and sets Envelope.FromInbox.
-	BeginIdempotent(ctx context.Context, p *BeginIdempotentParams) (deadline time.Time, reply *Envelope, err error)
-
 	// SettleIdempotent stores reply (an envelope to be sent to each
-	// waiter) as the reply of receiver's key unless one is stored
-	// already, and returns the stored reply and the waiters to send it
+	// waiter, who sets its Receiver: reply.Receiver may be empty) as the
+	// reply of receiver's key unless one is stored already, and returns the stored reply and the waiters to send it
 	// to. found is false when the key is gone (its window passed): nothing
 	// is stored then.
 	SettleIdempotent(ctx context.Context, receiver, key string, reply *Envelope) (stored Envelope, waiters []IdempotentWaiter, found bool, err error)
@@ -532,13 +477,13 @@ type IdempotentWaiter struct {
 	Deadline time.Time
 }
 
-// Cancels is the cancellation of sent messages: a scheduled or queued
+// Cancels is the cancellation of sent messages: a deferred or queued
 // message is removed before any delivery; one that a consumer holds is
 // removed from the queue and marked, and its holder learns of the mark
 // with CancelMarks.
 type Cancels interface {
 	// Cancel cancels message p.ID of p.Receiver in one atomic step: a
-	// scheduled one is unscheduled (CancelScheduled), a queued one removed
+	// deferred one is dropped (CancelDeferred), a queued one removed
 	// (CancelQueued); one delivered and not acknowledged is removed from
 	// the queue, so that it is never delivered again, and marked for its
 	// holder (CancelInFlight). Otherwise nothing changes and the state is
@@ -561,10 +506,10 @@ type CancelState int
 
 // The states Cancel reports.
 const (
-	// CancelNotFound: not scheduled, queued or in flight; nothing changed.
+	// CancelNotFound: not deferred, queued or in flight; nothing changed.
 	CancelNotFound CancelState = iota
-	// CancelScheduled: it was scheduled, and never will be delivered.
-	CancelScheduled
+	// CancelDeferred: it was deferred, and never will be delivered.
+	CancelDeferred
 	// CancelQueued: it was queued, and never will be delivered.
 	CancelQueued
 	// CancelInFlight: a consumer held it; it is no longer in the queue,
@@ -581,7 +526,8 @@ type Cancelled struct {
 	Deadline time.Time
 }
 
-// BatchError is SendBatch's error when some envelopes were not sent.
+// BatchError is the error of disker's SendBatch when some messages were
+// not sent.
 type BatchError struct {
 	// Errs[i] is the error of the batch's envelope i, nil if it was sent.
 	Errs []error
@@ -615,44 +561,6 @@ func (e *BatchError) Unwrap() []error {
 	}
 	return errs
 }
-
-// CheckSend returns an error when env cannot be sent: nil, no receiver or
-// id, a negative timeout, a timeout without a sender to notify, or content
-// over maxSize bytes (the broker's MaxMessageSize). Brokers call it first
-// in Send and SendBatch. The error names the field; callers add their
-// package prefix.
-func CheckSend(env *Envelope, maxSize int) error {
-	switch {
-	case env == nil:
-		return errors.New("envelope is nil")
-	case env.Receiver == "":
-		return errors.New("Envelope.Receiver is empty")
-	case env.ID == "":
-		return errors.New("Envelope.ID is empty")
-	case env.Timeout < 0:
-		return fmt.Errorf("Envelope.Timeout is negative: %v", env.Timeout)
-	case env.Timeout > 0 && env.Sender == "":
-		return errors.New("Envelope.Sender is empty, but a message with a Timeout needs a reply address")
-	case env.Priority < PriorityLow || env.Priority > PriorityHigh:
-		return fmt.Errorf("Envelope.Priority is %d, out of %d..%d", env.Priority, PriorityLow, PriorityHigh)
-	case env.Delay < 0:
-		return fmt.Errorf("Envelope.Delay is negative: %v", env.Delay)
-	case env.Delay > MaxDelay:
-		return fmt.Errorf("Envelope.Delay %v is over the limit of %v", env.Delay, MaxDelay)
-	case env.Delay > 0 && !env.DeliverAt.IsZero():
-		return errors.New("Envelope.Delay and Envelope.DeliverAt are both set")
-	case !env.DeliverAt.IsZero() && (env.DeliverAt.UnixMilli() <= 0 || env.DeliverAt.UnixMilli() > maxDeliverAt):
-		return fmt.Errorf("Envelope.DeliverAt %v is out of range", env.DeliverAt)
-	}
-	return CheckSize(env, maxSize)
-}
-
-// MaxDelay is the longest Envelope.Delay a broker accepts: 100 years.
-const MaxDelay = 100 * 365 * 24 * time.Hour
-
-// maxDeliverAt is the latest Envelope.DeliverAt accepted, in unix ms: the
-// year 9999.
-const maxDeliverAt = 253402300799000
 
 // CheckSize returns an error when env's content is over max bytes (the
 // broker's MaxMessageSize). Callers add their package prefix.

@@ -138,39 +138,6 @@ func (p *ReadRepliesParams) Validate() error {
 	return nil
 }
 
-// MaxKeyLen is the longest dedup or idempotency key, in bytes.
-const MaxKeyLen = 1024
-
-// SendDedupParams are the parameters of Dedup.SendDedup.
-type SendDedupParams struct {
-	// Env is the message; untimed (Env.Timeout 0), and it must pass
-	// CheckSend.
-	Env *Envelope
-	// Key identifies the message among those sent to Env.Receiver; not
-	// empty, at most MaxKeyLen bytes.
-	Key string
-	// TTL is how long after the first send with Key another is a
-	// duplicate; > 0.
-	TTL time.Duration
-}
-
-// Validate returns an error naming the first field that is not valid.
-func (p *SendDedupParams) Validate() error {
-	switch {
-	case p.Env == nil:
-		return empty("SendDedupParams.Env")
-	case p.Env.Timeout != 0:
-		return fmt.Errorf("broker: SendDedupParams.Env.Timeout must be 0, got %v", p.Env.Timeout)
-	case p.Key == "":
-		return empty("SendDedupParams.Key")
-	case len(p.Key) > MaxKeyLen:
-		return fmt.Errorf("broker: SendDedupParams.Key is %d bytes, over %d", len(p.Key), MaxKeyLen)
-	case p.TTL <= 0:
-		return notPositive("SendDedupParams.TTL", p.TTL)
-	}
-	return nil
-}
-
 // TokensParams are the parameters of Limits.TakeTokens.
 type TokensParams struct {
 	// Receiver is the receiver whose bucket is used.
@@ -194,36 +161,6 @@ func (p *TokensParams) Validate() error {
 		return fmt.Errorf("broker: TokensParams.Rate must be > 0, got %v", p.Rate)
 	case p.Burst < 1:
 		return notPositive("TokensParams.Burst", p.Burst)
-	}
-	return nil
-}
-
-// BeginIdempotentParams are the parameters of Idempotency.BeginIdempotent.
-type BeginIdempotentParams struct {
-	// Env is the request, from an inbox (Env.Sender); Env.Timeout is the
-	// request's timeout (0 for none). It must pass CheckSend.
-	Env *Envelope
-	// Key identifies the request among those to Env.Receiver; not empty,
-	// at most MaxKeyLen bytes.
-	Key string
-	// TTL is how long the key, and its reply, live after the first
-	// request with it; > 0.
-	TTL time.Duration
-}
-
-// Validate returns an error naming the first field that is not valid.
-func (p *BeginIdempotentParams) Validate() error {
-	switch {
-	case p.Env == nil:
-		return empty("BeginIdempotentParams.Env")
-	case p.Env.Sender == "":
-		return empty("BeginIdempotentParams.Env.Sender")
-	case p.Key == "":
-		return empty("BeginIdempotentParams.Key")
-	case len(p.Key) > MaxKeyLen:
-		return fmt.Errorf("broker: BeginIdempotentParams.Key is %d bytes, over %d", len(p.Key), MaxKeyLen)
-	case p.TTL <= 0:
-		return notPositive("BeginIdempotentParams.TTL", p.TTL)
 	}
 	return nil
 }

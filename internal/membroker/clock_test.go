@@ -71,13 +71,13 @@ func noErr(t *testing.T, err error) {
 func TestTimeoutAtDeadline(t *testing.T) {
 	b, clk := newClocked(t)
 	ctx := context.Background()
-	m1 := &broker.Envelope{ID: "m1", Sender: "s", Receiver: "r", Timeout: time.Second}
-	m2 := &broker.Envelope{ID: "m2", Sender: "s", Receiver: "r", Timeout: time.Second}
-	deadline := of(b.Send(ctx, m1)).must(t)
+	m1 := &broker.Envelope{ID: "m1", Sender: "s", Receiver: "r", Timeout: time.Second, Route: broker.RouteSender}
+	m2 := &broker.Envelope{ID: "m2", Sender: "s", Receiver: "r", Timeout: time.Second, Route: broker.RouteSender}
+	deadline := of(sendEnv(ctx, b, m1)).must(t)
 	if want := clk.Now().Add(time.Second); !deadline.Equal(want) {
 		t.Fatalf("deadline: got %v, want %v", deadline, want)
 	}
-	of(b.Send(ctx, m2)).must(t)
+	of(sendEnv(ctx, b, m2)).must(t)
 
 	clk.Set(deadline.Add(-time.Nanosecond))
 	if n := of(b.ExpireTimeouts(ctx, "s", 10)).must(t); n != 0 {
@@ -107,7 +107,7 @@ func TestLeaseAndRetryEdges(t *testing.T) {
 	b, clk := newClocked(t)
 	ctx := context.Background()
 	const lease = 10 * time.Second
-	of(b.Send(ctx, &broker.Envelope{ID: "m", Receiver: "r"})).must(t)
+	of(sendEnv(ctx, b, &broker.Envelope{ID: "m", Receiver: "r"})).must(t)
 	d := of(b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "a", Max: 1, Block: 0, Lease: lease, MaxAttempts: 0})).must(t)[0]
 	fetchB := func() []broker.Delivery {
 		return of(b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "b", Max: 1, Block: 0, Lease: lease, MaxAttempts: 0})).must(t)

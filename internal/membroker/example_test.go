@@ -15,8 +15,8 @@ func Example() {
 	defer b.Close()
 
 	// A dispatcher sends a request with a timeout.
-	req := &broker.Envelope{ID: "m1", Sender: "web", Receiver: "resize", Content: []byte("cat.png"), Timeout: time.Minute}
-	if _, err := b.Send(ctx, req); err != nil {
+	req := &broker.Envelope{ID: "m1", Sender: "web", Receiver: "resize", Content: []byte("cat.png"), Timeout: time.Minute, Route: broker.RouteSender}
+	if _, err := broker.SendOne(ctx, b, broker.SendParams{Env: *req}); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -51,7 +51,7 @@ func ExampleShared() {
 	worker := membroker.Shared("example", membroker.Options{})
 	defer worker.Close()
 
-	_, _ = dispatcher.Send(ctx, &broker.Envelope{ID: "m1", Receiver: "jobs", Content: []byte("hello")})
+	_ = dispatcher.Send(ctx, []broker.SendParams{{Env: broker.Envelope{ID: "m1", Receiver: "jobs", Content: []byte("hello")}}})
 	// Closing one handle leaves the broker to the others.
 	_ = dispatcher.Close()
 

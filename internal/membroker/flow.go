@@ -1,8 +1,9 @@
 package membroker
 
-// Flow control: dedup keys (broker.Dedup), paused receivers
-// (broker.Pauses) and idempotency keys (broker.Idempotency), each under
-// the core's mutex, so each call is one atomic step as in Redis.
+// Flow control: dedup keys (broker.SendParams.DedupKey, taken by send.go),
+// paused receivers (broker.Pauses) and idempotency keys
+// (broker.Idempotency), each under the core's mutex, so each call is one
+// atomic step as in Redis.
 
 import (
 	"context"
@@ -20,9 +21,11 @@ type dedupEntry struct {
 	expires time.Time
 }
 
-// idemEntry is an idempotency key: the stored reply once settled, its
-// waiters in the order they came, and when it expires (broker time).
+// idemEntry is an idempotency key: the id of its message, the stored reply
+// once settled, its waiters in the order they came, and when it expires
+// (broker time).
 type idemEntry struct {
+	id      string
 	reply   []byte // encoded; nil until settled
 	waiters []broker.IdempotentWaiter
 	expires time.Time
@@ -50,35 +53,6 @@ func (c *core) sweepKeys(now time.Time) {
 		}
 	}
 	c.keysSwept = len(c.dedups) + len(c.idems)
-}
-
-// SendDedup queues p.Env unless p.Key is taken for its receiver, in one
-// step. See broker.Dedup.
-func (b *Broker) SendDedup(ctx context.Context, p *broker.SendDedupParams) (string, bool, error) {
-	if err := p.Validate(); err != nil {
-		return "", false, err
-	}
-	if err := b.check(ctx); err != nil {
-		return "", false, err
-	}
-	if err := broker.CheckSend(p.Env, b.maxSize); err != nil {
-		return "", false, fmt.Errorf("membroker: %w", err)
-	}
-	raw := encode(p.Env)
-	if err := b.lock(ctx); err != nil {
-		return "", false, err
-	}
-	defer b.c.mu.Unlock()
-	c := b.c
-	now := c.now()
-	k := keyOf(p.Env.Receiver, p.Key)
-	if e, ok := c.dedups[k]; ok && now.Before(e.expires) {
-		return e.id, true, nil
-	}
-	c.sweepKeys(now)
-	c.dedups[k] = dedupEntry{id: p.Env.ID, expires: now.Add(p.TTL)}
-	c.put(p.Env, raw)
-	return p.Env.ID, false, nil
 }
 
 // Pause marks receiver paused.
@@ -138,52 +112,6 @@ func (b *Broker) Paused(ctx context.Context, receivers []string) ([]bool, error)
 	return out, nil
 }
 
-// BeginIdempotent starts an idempotent request in one step. See
-// broker.Idempotency.
-func (b *Broker) BeginIdempotent(ctx context.Context, p *broker.BeginIdempotentParams) (time.Time, *broker.Envelope, error) {
-	if err := p.Validate(); err != nil {
-		return time.Time{}, nil, err
-	}
-	if err := b.check(ctx); err != nil {
-		return time.Time{}, nil, err
-	}
-	env := p.Env
-	if err := broker.CheckSend(env, b.maxSize); err != nil {
-		return time.Time{}, nil, fmt.Errorf("membroker: %w", err)
-	}
-	env.FromInbox = true
-	env.IdempotencyKey = p.Key
-	raw := encode(env)
-	if err := b.lock(ctx); err != nil {
-		return time.Time{}, nil, err
-	}
-	defer b.c.mu.Unlock()
-	c := b.c
-	now := c.now()
-	var deadline time.Time
-	if env.Timeout > 0 {
-		deadline = now.Add(env.Timeout)
-	}
-	w := broker.IdempotentWaiter{Inbox: env.Sender, RequestID: env.ID, Deadline: deadline}
-	k := keyOf(env.Receiver, p.Key)
-	if e, ok := c.idems[k]; ok && now.Before(e.expires) {
-		if e.reply != nil {
-			stored, err := decode(e.reply)
-			if err != nil {
-				return deadline, nil, fmt.Errorf("membroker: the stored reply of idempotency key %q: %w", p.Key, err)
-			}
-			return deadline, &stored, nil
-		}
-		e.waiters = append(e.waiters, w)
-		return deadline, nil, nil
-	}
-	c.sweepKeys(now)
-	expires := now.Add(p.TTL)
-	c.idems[k] = &idemEntry{waiters: []broker.IdempotentWaiter{w}, expires: expires}
-	c.queue(env.Receiver).add(&entry{ref: c.nextRef(), raw: raw, deadline: expires, prio: env.Priority, at: now})
-	return deadline, nil, nil
-}
-
 // SettleIdempotent stores reply as the reply of receiver's key unless one
 // is stored, and returns the stored one and the waiters. See
 // broker.Idempotency.
@@ -194,7 +122,7 @@ func (b *Broker) SettleIdempotent(ctx context.Context, receiver, key string, rep
 	if err := broker.CheckName("key", key); err != nil {
 		return broker.Envelope{}, nil, false, err
 	}
-	raw, err := b.encodeReply(reply)
+	raw, err := b.encodeStored(reply)
 	if err != nil {
 		return broker.Envelope{}, nil, false, err
 	}

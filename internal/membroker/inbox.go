@@ -10,16 +10,6 @@ import (
 	"github.com/diskerhq/disker/internal/broker"
 )
 
-// SendRequest queues env, a request from the inbox env.Sender, marked
-// FromInbox and without a pending timeout. It returns the deadline
-// (broker-now + Timeout), or the zero time for an untimed request.
-func (b *Broker) SendRequest(ctx context.Context, env *broker.Envelope) (time.Time, error) {
-	if env != nil {
-		env.FromInbox = true // put records no pending timeout for it
-	}
-	return b.Send(ctx, env)
-}
-
 // ReplyInbox appends reply to its inbox's reply stream while the inbox is
 // open, and accepts it when its time is before deadline (or deadline is
 // zero). See broker.Broker.

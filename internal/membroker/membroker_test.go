@@ -1,6 +1,7 @@
 package membroker
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -53,10 +54,10 @@ func TestSharedMaxMessageSize(t *testing.T) {
 	defer small.Close()
 	ctx := t.Context()
 	env := &broker.Envelope{ID: "m1", Sender: "s", Receiver: "r", Content: make([]byte, 2<<20)}
-	if _, err := small.Send(ctx, env); err == nil {
+	if _, err := sendEnv(ctx, small, env); err == nil {
 		t.Fatal("Send of 2 MiB through a handle with the default limit: got nil, want an error")
 	}
-	if _, err := big.Send(ctx, env); err != nil {
+	if _, err := sendEnv(ctx, big, env); err != nil {
 		t.Fatalf("Send of 2 MiB through a handle with a 4 MiB limit: %v", err)
 	}
 	ds, err := small.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: 0, Lease: time.Minute, MaxAttempts: 0})
@@ -87,4 +88,11 @@ func TestSharedMaxMessageSize(t *testing.T) {
 		}
 	}()
 	Shared(name, Options{Now: time.Now})
+}
+
+// sendEnv sends env alone, due now and with no key (the form of Send most
+// tests need), and returns its deadline.
+func sendEnv(ctx context.Context, b broker.Queue, env *broker.Envelope) (time.Time, error) {
+	res, err := broker.SendOne(ctx, b, broker.SendParams{Env: *env})
+	return res.Deadline, err
 }

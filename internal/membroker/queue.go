@@ -8,89 +8,16 @@ import (
 	"github.com/diskerhq/disker/internal/broker"
 )
 
-// Send queues env for env.Receiver and, when env.Timeout > 0, records its
-// pending timeout under env.Sender in the same step. It returns the
-// deadline (broker-now + Timeout), or the zero time for an untimed message.
-func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, error) {
-	if err := b.check(ctx); err != nil {
-		return time.Time{}, err
-	}
-	if err := broker.CheckSend(env, b.maxSize); err != nil {
-		return time.Time{}, fmt.Errorf("membroker: %w", err)
-	}
-	raw := encode(env)
-	if err := b.lock(ctx); err != nil {
-		return time.Time{}, err
-	}
-	defer b.c.mu.Unlock()
-	return b.c.put(env, raw), nil
-}
-
-// SendBatch sends envs in order, in one step: in one process nothing can
-// fail half way, so it returns either an error and sends nothing, or the
-// deadlines of all.
-func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time.Time, error) {
-	if err := b.check(ctx); err != nil {
-		return nil, err
-	}
-	raws := make([][]byte, len(envs))
-	for i, env := range envs {
-		if err := broker.CheckSend(env, b.maxSize); err != nil {
-			return nil, fmt.Errorf("membroker: batch message %d: %w", i, err)
-		}
-		raws[i] = encode(env)
-	}
-	if err := b.lock(ctx); err != nil {
-		return nil, err
-	}
-	defer b.c.mu.Unlock()
-	deadlines := make([]time.Time, len(envs))
-	for i, env := range envs {
-		deadlines[i] = b.c.put(env, raws[i])
-	}
-	return deadlines, nil
-}
-
-// put queues env, encoded as raw, with its pending timeout if it has one
-// (none for a request from an inbox: see broker.Inbox), and returns its
-// deadline.
-// Call with c.mu held.
-func (c *core) put(env *broker.Envelope, raw []byte) time.Time {
-	now := c.now()
-	due := now
-	switch {
-	case env.Delay > 0:
-		due = now.Add(env.Delay)
-	case !env.DeliverAt.IsZero() && env.DeliverAt.After(now):
-		due = env.DeliverAt
-	}
-	var deadline time.Time
-	if env.Timeout > 0 {
-		deadline = due.Add(env.Timeout)
-		if !env.FromInbox {
-			c.pendingTimeouts(env.Sender).put(env.ID, deadline, raw)
-		}
-	}
-	s := c.queue(env.Receiver)
-	if due.After(now) {
-		s.scheduled().put(env.ID, due, deadline, raw)
-		s.wake() // blocked readers re-arm for the new due time
-		return deadline
-	}
-	s.add(&entry{ref: c.nextRef(), raw: raw, deadline: deadline, prio: env.Priority, at: now})
-	return deadline
-}
-
-// promote queues the scheduled messages of s that are due at now. Callers
-// hold mu.
+// promote queues the deferred messages of s that are due at now, each at
+// its priority level. Callers hold mu.
 func (c *core) promote(s *stream, now time.Time) {
-	if s.sched == nil {
+	if s.deferred == nil {
 		return
 	}
-	for len(s.sched.heap) > 0 && !s.sched.heap[0].due.After(now) {
-		it := s.sched.heap[0]
-		s.sched.remove(it)
-		s.add(&entry{ref: c.nextRef(), raw: it.raw, deadline: it.deadline, at: now})
+	for len(s.deferred.heap) > 0 && !s.deferred.heap[0].due.After(now) {
+		it := s.deferred.heap[0]
+		s.deferred.remove(it)
+		s.add(&entry{ref: c.nextRef(), raw: it.raw, deadline: it.deadline, prio: it.prio, at: now})
 	}
 }
 

@@ -157,7 +157,7 @@ func (b *Broker) Receivers(ctx context.Context) ([]string, error) {
 	c.sweep(c.now())
 	set := make(map[string]struct{})
 	for r, s := range c.queues {
-		if len(s.entries) > 0 || s.sched != nil && len(s.sched.byID) > 0 {
+		if len(s.entries) > 0 || s.deferred != nil && len(s.deferred.byID) > 0 {
 			set[r] = struct{}{}
 		}
 	}
@@ -195,8 +195,8 @@ func (c *core) stats(receiver string) broker.ReceiverStats {
 		if at, ok := s.oldestQueued(); ok {
 			st.OldestQueued = at
 		}
-		if s.sched != nil {
-			st.Scheduled = int64(len(s.sched.byID))
+		if s.deferred != nil {
+			st.Deferred = int64(len(s.deferred.byID))
 		}
 	}
 	if d := c.dead[receiver]; d != nil {

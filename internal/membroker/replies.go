@@ -95,11 +95,19 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 
 // encodeReply checks reply and encodes it.
 func (b *Broker) encodeReply(reply *broker.Envelope) ([]byte, error) {
+	if reply != nil {
+		if err := broker.CheckName("Envelope.Receiver", reply.Receiver); err != nil {
+			return nil, err
+		}
+	}
+	return b.encodeStored(reply)
+}
+
+// encodeStored checks and encodes a reply to be stored for others (an
+// idempotency key's), whose receiver each of them sets.
+func (b *Broker) encodeStored(reply *broker.Envelope) ([]byte, error) {
 	if reply == nil {
 		return nil, errors.New("membroker: reply is nil")
-	}
-	if err := broker.CheckName("Envelope.Receiver", reply.Receiver); err != nil {
-		return nil, err
 	}
 	if err := broker.CheckName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
 		return nil, err

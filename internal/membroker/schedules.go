@@ -119,7 +119,7 @@ func (b *Broker) TickSchedule(ctx context.Context, p *broker.TickParams) (broker
 		env = p.MissedEnv
 	}
 	if env != nil {
-		b.c.put(env, encode(env))
+		b.c.send(&broker.SendParams{Env: *env})
 		s.rec.LastTick, s.rec.LastSent = p.Due, now
 	}
 	if s != nil {

@@ -43,7 +43,7 @@ type stream struct {
 	waiters int           // blocked readers
 	notify  chan struct{} // closed to wake the blocked readers; nil if none wait
 
-	sched *dueSet // a queue's messages sent for later; nil until one is
+	deferred *dueSet // a queue's messages sent for later; nil until one is
 }
 
 func newStream() *stream {
@@ -52,7 +52,7 @@ func newStream() *stream {
 
 // idle reports whether s holds nothing and nobody waits on it.
 func (s *stream) idle() bool {
-	return len(s.entries) == 0 && s.waiters == 0 && (s.sched == nil || len(s.sched.byID) == 0)
+	return len(s.entries) == 0 && s.waiters == 0 && (s.deferred == nil || len(s.deferred.byID) == 0)
 }
 
 // freshOf returns the list of the entries of priority level prio never
@@ -145,7 +145,7 @@ func (s *stream) expired(now time.Time, lapsed func(owner string) bool) iter.Seq
 }
 
 // nextDue returns how long after now the first pending entry becomes
-// reclaimable (its holder's lease over), or the first scheduled message is
+// reclaimable (its holder's lease over), or the first deferred message is
 // due, whichever comes first, and false when there is neither.
 func (s *stream) nextDue(now time.Time) (time.Duration, bool) {
 	var first time.Time
@@ -157,8 +157,8 @@ func (s *stream) nextDue(now time.Time) (time.Duration, bool) {
 			first, found = due, true
 		}
 	}
-	if s.sched != nil && len(s.sched.heap) > 0 {
-		if due := s.sched.heap[0].due; !found || due.Before(first) {
+	if s.deferred != nil && len(s.deferred.heap) > 0 {
+		if due := s.deferred.heap[0].due; !found || due.Before(first) {
 			first, found = due, true
 		}
 	}

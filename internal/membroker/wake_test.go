@@ -65,7 +65,7 @@ func waitWaiters(t *testing.T, b *Broker, receiver string, n int) {
 
 func sendOne(t *testing.T, b *Broker, receiver string) {
 	t.Helper()
-	if _, err := b.Send(context.Background(), &broker.Envelope{ID: "m", Receiver: receiver}); err != nil {
+	if _, err := sendEnv(context.Background(), b, &broker.Envelope{ID: "m", Receiver: receiver}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -165,7 +165,7 @@ func TestShared(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Send(ctx, &broker.Envelope{ID: "x", Receiver: "r"}); !errors.Is(err, broker.ErrClosed) {
+	if _, err := sendEnv(ctx, a, &broker.Envelope{ID: "x", Receiver: "r"}); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Send on a closed handle: got %v, want ErrClosed", err)
 	}
 	ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Block: 0, Lease: time.Minute, MaxAttempts: 0})

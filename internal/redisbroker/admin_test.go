@@ -119,7 +119,7 @@ func TestReceiversFromStreams(t *testing.T) {
 		t.Fatalf("Receivers of an empty broker = %v, %v", rs, err)
 	}
 	for _, r := range []string{"b*[x]", "a"} {
-		if _, err := b.Send(ctx, env("m", r)); err != nil {
+		if _, err := sendEnv(ctx, b, env("m", r)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -127,7 +127,7 @@ func TestReceiversFromStreams(t *testing.T) {
 	if err := b.Reply(ctx, &broker.Envelope{ID: "r", Receiver: "web", InReplyTo: "m"}, broker.ReplyUntimed); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Send(ctx, env("m", "dead")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m", "dead")); err != nil {
 		t.Fatal(err)
 	}
 	d := fetch1(t, b, broker.FetchParams{Receiver: "dead", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})[0]
@@ -208,7 +208,7 @@ func TestURLOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if _, err := b.Send(ctx, env("m", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m", "r")); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := do(t, raw, "EXISTS", b.keys.queue("r")).AsInt64(); n != 0 {
@@ -235,7 +235,7 @@ func TestStatsCounts(t *testing.T) {
 		t.Fatalf("Stats of an unknown receiver = %+v, %v", st, err)
 	}
 	for range 5 {
-		if _, err := b.Send(ctx, env("m", "r")); err != nil {
+		if _, err := sendEnv(ctx, b, env("m", "r")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -273,7 +273,7 @@ func TestClose(t *testing.T) {
 	if err := <-blocked; !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Fetch blocked during Close = %v; want ErrClosed", err)
 	}
-	if _, err := b.Send(ctx, env("m", "r")); !errors.Is(err, broker.ErrClosed) {
+	if _, err := sendEnv(ctx, b, env("m", "r")); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Send after Close = %v; want ErrClosed", err)
 	}
 	if _, err := b.Now(ctx); !errors.Is(err, broker.ErrClosed) {
@@ -302,7 +302,7 @@ func TestTLSURL(t *testing.T) {
 	}
 	defer b.Close()
 	ctx := ctxT(t)
-	if _, err := b.Send(ctx, env("m", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m", "r")); err != nil {
 		t.Fatal(err)
 	}
 	if ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(ds) != 1 {

@@ -221,7 +221,7 @@ func TestFlushReplies(t *testing.T) {
 		for i := range 2 {
 			req := env(fmt.Sprintf("%s-m%d", s, i), "orders")
 			req.Sender, req.Timeout = s, time.Hour
-			if _, err := b.Send(ctx, req); err != nil {
+			if _, err := sendEnv(ctx, b, req); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -70,7 +70,7 @@ func BenchmarkFireAndForget(b *testing.B) {
 				if i > int64(b.N) {
 					return
 				}
-				if _, err := br.Send(ctx, &broker.Envelope{ID: fmt.Sprint(i), Receiver: "bench", Content: content, FireAndForget: true}); err != nil {
+				if _, err := sendEnv(ctx, br, &broker.Envelope{ID: fmt.Sprint(i), Receiver: "bench", Content: content, Route: broker.RouteNone}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -157,7 +157,7 @@ func BenchmarkRequestReply(b *testing.B) {
 				id := fmt.Sprint("q", i)
 				ch := make(chan struct{})
 				waiting.Store(id, ch)
-				if _, err := br.Send(ctx, &broker.Envelope{ID: id, Sender: "client", Receiver: "svc", Content: content, Timeout: time.Minute}); err != nil {
+				if _, err := sendEnv(ctx, br, &broker.Envelope{ID: id, Sender: "client", Receiver: "svc", Content: content, Timeout: time.Minute, Route: broker.RouteSender}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -185,7 +185,7 @@ func BenchmarkFetchOne(b *testing.B) {
 			r := "bench-one-" + mode
 			if mode == "levels" {
 				env := &broker.Envelope{ID: "parked", Receiver: r, Content: []byte("x"), Priority: broker.PriorityLow}
-				if _, err := br.Send(ctx, env); err != nil {
+				if _, err := sendEnv(ctx, br, env); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -194,7 +194,7 @@ func BenchmarkFetchOne(b *testing.B) {
 				envs[i] = &broker.Envelope{ID: fmt.Sprint("m", i), Receiver: r, Content: make([]byte, 100)}
 			}
 			for i := 0; i < len(envs); i += 1000 {
-				if _, err := br.SendBatch(ctx, envs[i:min(i+1000, len(envs))]); err != nil {
+				if _, err := sendEnvs(ctx, br, envs[i:min(i+1000, len(envs))]); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -30,7 +30,7 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 	}
 	r := p.Receiver
 	v, err := scriptCancelMessage.Exec(ctx, b.client,
-		[]string{b.keys.scheduled(r), b.keys.scheduledMessages(r), b.keys.queue(r), b.keys.delayed(r), b.keys.cancelMarks(r),
+		[]string{b.keys.deferred(r), b.keys.deferredMessages(r), b.keys.queue(r), b.keys.retries(r), b.keys.cancelMarks(r),
 			b.keys.queueAt(r, broker.PriorityHigh), b.keys.queueAt(r, broker.PriorityLow)},
 		[]string{p.ID, string(wire.IDPrefix(p.ID)), start, strconv.Itoa(p.MaxScan), msString(broker.MarkRetention)}).ToArray()
 	if err != nil {
@@ -102,21 +102,21 @@ var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
 -- ARGV[3] -> the first queue entry id to read
 -- ARGV[4] -> the most entries read in each level stream
 -- ARGV[5] -> how long marks are kept, ms
--- A scheduled message is unscheduled (1); else the level streams are read
+-- A deferred message is dropped (1); else the level streams are read
 -- (normal, high, low), in chunks, for an entry whose m starts with the
 -- prefix: one not delivered is deleted (2), one delivered and not
 -- acknowledged is acknowledged and deleted, and marked (3); the marks
 -- expire ARGV[5] after the last one. Returns {state, envelope, deadline or
 -- ""}, state 0 when not found.
-` + luaNow + `
+` + luaNow + luaDeferred + `
 local id = ARGV[1]
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', string.format('%.0f', now - tonumber(ARGV[5])))
 local v = redis.call('HGET', KEYS[2], id)
 if v then
-  local c = string.find(v, ':', 1, true)
+  local _, d, env = deferredValue(v)
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
-  return {1, string.sub(v, c + 1), string.sub(v, 1, c - 1)}
+  return {1, env, d}
 end
 local prefix, n = ARGV[2], #ARGV[2]
 for _, level in ipairs({{KEYS[3], ''}, {KEYS[6], 'h'}, {KEYS[7], 'l'}}) do

@@ -83,8 +83,8 @@ func TestClusterTimedSendAcrossSlots(t *testing.T) {
 	ctx := ctxT(t)
 	sender, receiver := namesApart(b, func(a, b uint16) bool { return a != b })
 	send := func(timeout time.Duration) (broker.Envelope, time.Time) {
-		env := broker.Envelope{ID: fmt.Sprintf("m%d", timeout), Sender: sender, Receiver: receiver, Content: []byte("q"), Timeout: timeout}
-		dl, err := b.Send(ctx, &env)
+		env := broker.Envelope{ID: fmt.Sprintf("m%d", timeout), Sender: sender, Receiver: receiver, Content: []byte("q"), Timeout: timeout, Route: broker.RouteSender}
+		dl, err := sendEnv(ctx, b, &env)
 		if err != nil {
 			t.Fatalf("Send: %v", err)
 		}
@@ -148,8 +148,8 @@ func TestClusterTimedSendUndoneWhenQueueFails(t *testing.T) {
 	ctx := ctxT(t)
 	sender, receiver := namesApart(b, func(a, b uint16) bool { return c.NodeOf(a) != c.NodeOf(b) })
 	c.StopNode(c.NodeOf(keyslot.Of(b.keys.queue(receiver))))
-	env := broker.Envelope{ID: "m1", Sender: sender, Receiver: receiver, Timeout: 50 * time.Millisecond}
-	if _, err := b.Send(ctx, &env); err == nil {
+	env := broker.Envelope{ID: "m1", Sender: sender, Receiver: receiver, Timeout: 50 * time.Millisecond, Route: broker.RouteSender}
+	if _, err := sendEnv(ctx, b, &env); err == nil {
 		t.Fatal("Send succeeded with the receiver's node down")
 	}
 	if err := b.Reply(ctx, &broker.Envelope{ID: "r1", Receiver: sender, InReplyTo: env.ID}, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {

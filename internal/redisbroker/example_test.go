@@ -23,8 +23,8 @@ func Example() {
 	defer b.Close()
 	ctx := context.Background()
 
-	req := &broker.Envelope{ID: "m1", Sender: "web", Receiver: "orders", Content: []byte("2 pizzas"), Timeout: time.Minute}
-	if _, err := b.Send(ctx, req); err != nil {
+	req := &broker.Envelope{ID: "m1", Sender: "web", Receiver: "orders", Content: []byte("2 pizzas"), Timeout: time.Minute, Route: broker.RouteSender}
+	if _, err := broker.SendOne(ctx, b, broker.SendParams{Env: *req}); err != nil {
 		fmt.Println(err)
 		return
 	}

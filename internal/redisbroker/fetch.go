@@ -40,9 +40,9 @@ func (b *Broker) queueKeys(receiver string) *streamKeys {
 }
 
 func (b *Broker) makeQueueKeys(receiver string) *streamKeys {
-	return &streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.delayed(receiver), holders: b.keys.holders(receiver),
+	return &streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.retries(receiver), holders: b.keys.holders(receiver),
 		high: b.keys.queueAt(receiver, broker.PriorityHigh), low: b.keys.queueAt(receiver, broker.PriorityLow), record: true,
-		sched: b.keys.scheduled(receiver), schedMsgs: b.keys.scheduledMessages(receiver), promote: true}
+		sched: b.keys.deferred(receiver), schedMsgs: b.keys.deferredMessages(receiver), promote: true}
 }
 
 // fetch returns up to p.Max entries of s.stream for p.Consumer. At most every

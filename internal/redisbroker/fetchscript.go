@@ -45,10 +45,11 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 --            (a reply stream) leaves the hash alone
 -- ARGV[7] -> "1" reclaims (expired leases, lapsed holders, due retries)
 --            before reading new entries; "0" only reads new entries
--- KEYS[7] -> the scheduled zset P:{R}:s (member message id, score due ms)
--- KEYS[8] -> the scheduled hash P:{R}:sm (message id -> "<deadline>:<envelope>")
--- ARGV[8] -> "1" first queues the scheduled messages that are due at the
---            normal level (at most 1000 a call, ZRANGEBYSCORE ... LIMIT:
+-- KEYS[7] -> the deferred zset P:{R}:s (member message id, score due ms)
+-- KEYS[8] -> the deferred hash P:{R}:sm (message id ->
+--            "<level><deadline>:<envelope>": see luaDeferred)
+-- ARGV[8] -> "1" first queues the deferred messages that are due, each at
+--            its level (at most 1000 a call, ZRANGEBYSCORE ... LIMIT:
 --            the cost does not grow with the set); "0" (a reply stream)
 --            leaves KEYS[7..8] alone
 -- Serves the levels in order, high, normal, low (a level stream that holds
@@ -70,7 +71,7 @@ local maxAttempts, pruneIdle = tonumber(ARGV[4]), tonumber(ARGV[5])
 local reclaim = ARGV[7] == '1'
 local out = {0, 0, -1, 0}
 if ARGV[8] == '1' then
-  out[3] = promote(KEYS[7], KEYS[8], base)
+  out[3] = promote(KEYS[7], KEYS[8], base, KEYS[5], KEYS[6])
 end
 if ARGV[6] == '1' then
   redis.call('HSET', hold, 'l:' .. consumer, lease)

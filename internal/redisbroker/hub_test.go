@@ -79,7 +79,7 @@ func TestHubGivesBackWhatItReadForAWaiterThatLeft(t *testing.T) {
 	if !b.hubCovers("c", b.keys.queue("a")) {
 		t.Fatal("the read ended when a waiter left")
 	}
-	if _, err := b.Send(ctx, env("m1", "a")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m1", "a")); err != nil {
 		t.Fatal(err)
 	}
 	raw := rawClient(t, srv)
@@ -115,7 +115,7 @@ func TestHubGivesBackWhatItReadForAWaiterThatLeft(t *testing.T) {
 	if n := b.hubWaiters(); n != 0 {
 		t.Fatalf("%d reads wait in the hub; want the one fetch on a direct read", n)
 	}
-	if _, err := b.Send(ctx, env("m2", "a")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m2", "a")); err != nil {
 		t.Fatal(err)
 	}
 	if ds := <-got; len(ds) != 1 || ds[0].Env.ID != "m2" {
@@ -156,7 +156,7 @@ func TestHubWithoutClientUnblock(t *testing.T) {
 	gotA := fetch("a")
 	eventually(t, "a blocked read", func() bool { return b.hubCovers("c", b.keys.queue("a")) })
 	got := fetch("b")
-	if _, err := b.Send(ctx, env("m1", "b")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m1", "b")); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -226,7 +226,7 @@ func TestClusterHubPerSlot(t *testing.T) {
 		t.Fatalf("%d hubs for %d slots after the reply reader joined", h, len(slots))
 	}
 	for i := range n {
-		if _, err := b.Send(ctx, env(fmt.Sprint("m", i), fmt.Sprint("r", i))); err != nil {
+		if _, err := sendEnv(ctx, b, env(fmt.Sprint("m", i), fmt.Sprint("r", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -283,14 +283,14 @@ func TestHubParksForTheNextFetch(t *testing.T) {
 		got <- ds
 	}()
 	eventually(t, "a read covering a", func() bool { return b.hubCovers("c", b.keys.queue("a")) })
-	if _, err := b.Send(ctx, env("m1", "a")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m1", "a")); err != nil {
 		t.Fatal(err)
 	}
 	if ds := <-got; len(ds) != 1 || ds[0].Env.ID != "m1" {
 		t.Fatalf("first Fetch = %+v; want m1", ds)
 	}
 	eventually(t, "a read still covering a", func() bool { return b.hubCovers("c", b.keys.queue("a")) })
-	if _, err := b.Send(ctx, env("m2", "a")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m2", "a")); err != nil {
 		t.Fatal(err)
 	}
 	raw := rawClient(t, srv)
@@ -393,7 +393,7 @@ func TestDirectReadsBeforeTheHub(t *testing.T) {
 			strings.Contains(info, fmt.Sprintf("blocked_clients:%d\r", 1+directReads))
 	})
 	for i := range n {
-		if _, err := b.Send(ctx, env(fmt.Sprint("m", i), fmt.Sprint("r", i))); err != nil {
+		if _, err := sendEnv(ctx, b, env(fmt.Sprint("m", i), fmt.Sprint("r", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -464,7 +464,7 @@ func TestDrainedStreamFetchesWithOneRead(t *testing.T) {
 		info, _ := do(t, raw, "INFO", "clients").ToString()
 		return strings.Contains(info, "blocked_clients:1\r")
 	})
-	if _, err := b.Send(ctx, env("m0", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m0", "r")); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {
@@ -476,7 +476,7 @@ func TestDrainedStreamFetchesWithOneRead(t *testing.T) {
 	// A backlog: the direct read returns a full batch, and the stream is
 	// read without BLOCK again.
 	for i := range 5 {
-		if _, err := b.Send(ctx, env(fmt.Sprint("b", i), "r")); err != nil {
+		if _, err := sendEnv(ctx, b, env(fmt.Sprint("b", i), "r")); err != nil {
 			t.Fatal(err)
 		}
 	}

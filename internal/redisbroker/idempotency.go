@@ -13,55 +13,6 @@ import (
 	"github.com/diskerhq/disker/internal/wire"
 )
 
-// BeginIdempotent starts an idempotent request: one script, idem_begin,
-// in the receiver's slot (the idempotency key carries the receiver's hash
-// tag). The request's deadline is computed as SendRequest computes it,
-// from this client's estimate of Redis time, and recorded with the waiter.
-func (b *Broker) BeginIdempotent(ctx context.Context, p *broker.BeginIdempotentParams) (time.Time, *broker.Envelope, error) {
-	if err := p.Validate(); err != nil {
-		return time.Time{}, nil, err
-	}
-	if err := b.check(); err != nil {
-		return time.Time{}, nil, err
-	}
-	env := p.Env
-	if err := broker.CheckSend(env, b.maxSize); err != nil {
-		return time.Time{}, nil, fmt.Errorf("redisbroker: %w", err)
-	}
-	env.FromInbox = true
-	env.IdempotencyKey = p.Key
-	var deadline time.Time
-	if env.Timeout > 0 {
-		now, err := b.estimateNow(ctx)
-		if err != nil {
-			return time.Time{}, nil, err
-		}
-		deadline = now.Add(env.Timeout).Truncate(time.Millisecond)
-	}
-	waiter := "0:" + env.Sender
-	if !deadline.IsZero() {
-		waiter = strconv.FormatInt(deadline.UnixMilli(), 10) + ":" + env.Sender
-	}
-	defer b.leveled(ctx, env)
-	data := rueidis.BinaryString(wire.Encode(env))
-	keys := []string{b.keys.queueAt(env.Receiver, env.Priority), b.keys.idempotency(env.Receiver, p.Key)}
-	rep, err := scriptIdemBegin.Exec(ctx, b.client, keys, []string{data, env.ID, waiter, msString(p.TTL)}).ToString()
-	if err != nil {
-		if !mayHaveRun(err) {
-			deadline = time.Time{}
-		}
-		return deadline, nil, b.fail(ctx, "send", err) // see broker.Inbox.SendRequest
-	}
-	if rep == "" {
-		return deadline, nil, nil
-	}
-	stored, err := wire.DecodeString(rep)
-	if err != nil {
-		return deadline, nil, fmt.Errorf("redisbroker: the stored reply of idempotency key %q: %w", p.Key, err)
-	}
-	return deadline, &stored, nil
-}
-
 // SettleIdempotent stores reply as the reply of receiver's key unless one
 // is stored (script idem_settle), and returns the stored one and the
 // waiters.
@@ -75,7 +26,7 @@ func (b *Broker) SettleIdempotent(ctx context.Context, receiver, key string, rep
 	if err := b.check(); err != nil {
 		return broker.Envelope{}, nil, false, err
 	}
-	if err := b.checkReply(reply); err != nil {
+	if err := b.checkStored(reply); err != nil {
 		return broker.Envelope{}, nil, false, err
 	}
 	data := rueidis.BinaryString(wire.Encode(reply))
@@ -110,34 +61,6 @@ func (b *Broker) SettleIdempotent(ctx context.Context, receiver, key string, rep
 	}
 	return stored, waiters, true, nil
 }
-
-// scriptIdemBegin starts an idempotent request.
-var scriptIdemBegin = rueidis.NewLuaScript(`-- idem_begin
--- KEYS[1] -> the receiver's queue stream P:{R}:q
--- KEYS[2] -> the idempotency key P:{R}:idem:<key> (hash: id, rep, w:<request id>)
--- ARGV[1] -> encoded envelope (carrying the key)
--- ARGV[2] -> request id
--- ARGV[3] -> "<deadline ms>:<inbox>", the waiter (deadline 0: none)
--- ARGV[4] -> ttl in ms
--- The key's stored reply, if any, is returned and nothing is written.
--- Else the request becomes a waiter of the key; if the key did not exist,
--- it is created (expiring in ttl) and the message is queued with deadline
--- d = now + ttl, the end of the key's window.
--- Returns the stored reply, or "" (no envelope encodes as "").
-local rep = redis.call('HGET', KEYS[2], 'rep')
-if rep then
-  return rep
-end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('HSET', KEYS[2], 'w:' .. ARGV[2], ARGV[3])
-  return ''
-end
-` + luaNow + `
-redis.call('HSET', KEYS[2], 'id', ARGV[2], 'w:' .. ARGV[2], ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-redis.call('XADD', KEYS[1], '*', 'm', ARGV[1], 'd', string.format('%.0f', now + tonumber(ARGV[4])))
-return ''
-`)
 
 // scriptIdemSettle stores the reply of an idempotency key.
 var scriptIdemSettle = rueidis.NewLuaScript(`-- idem_settle

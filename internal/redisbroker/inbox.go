@@ -18,57 +18,6 @@ import (
 	"github.com/diskerhq/disker/internal/wire"
 )
 
-// SendRequest queues env, a request from its inbox, marked FromInbox: one
-// XADD, which for a timed request carries the deadline (see inboxXadd).
-func (b *Broker) SendRequest(ctx context.Context, env *broker.Envelope) (time.Time, error) {
-	if err := b.check(); err != nil {
-		return time.Time{}, err
-	}
-	if err := broker.CheckSend(env, b.maxSize); err != nil {
-		return time.Time{}, fmt.Errorf("redisbroker: %w", err)
-	}
-	env.FromInbox = true
-	defer b.leveled(ctx, env)
-	data := rueidis.BinaryString(wire.Encode(env))
-	if env.Scheduled() {
-		// The script schedule decides the due time, and the deadline (due
-		// + timeout), by Redis time.
-		return b.sendScheduled(ctx, env, data)
-	}
-	if env.Timeout <= 0 {
-		return time.Time{}, b.sendPlain(ctx, env, data)
-	}
-	now, err := b.estimateNow(ctx)
-	if err != nil {
-		return time.Time{}, err
-	}
-	deadline, cmd := b.inboxXadd(env, data, now)
-	res, err := b.doInbox(ctx, cmd)
-	if err == nil {
-		err = res.Error()
-	}
-	if err != nil {
-		if !mayHaveRun(err) {
-			deadline = time.Time{}
-		}
-		return deadline, b.fail(ctx, "send", err) // see broker.Inbox.SendRequest
-	}
-	return deadline, nil
-}
-
-// inboxXadd returns the deadline of env, a timed message from an inbox,
-// and the XADD that queues it with that deadline. No pending timeout is
-// recorded: the outcome is decided in the inbox's reply stream (see
-// broker.Inbox, ReplyInbox and GiveUp). The deadline comes from now,
-// Redis time as this client estimates it (within a round trip of TIME):
-// it only needs to be one value that the requester, the worker and the
-// replier share, and the decision itself is by Redis time, the ids of the
-// reply stream's entries.
-func (b *Broker) inboxXadd(env *broker.Envelope, data string, now time.Time) (time.Time, rueidis.Completed) {
-	deadline := now.Add(env.Timeout).Truncate(time.Millisecond)
-	return deadline, b.xadd(env, data, strconv.FormatInt(deadline.UnixMilli(), 10))
-}
-
 // ReplyInbox appends reply to its inbox's reply stream (see appendInbox).
 // The entry's id is Redis time: the reply is accepted when it is before
 // deadline (or deadline is zero), and otherwise the entry stays, for the

@@ -36,17 +36,19 @@ func (k keys) queueAt(receiver string, prio int) string {
 // deadLetters is the receiver's dead-letter stream.
 func (k keys) deadLetters(receiver string) string { return k.named(receiver, "dlq") }
 
-// delayed is the zset of queue entries of receiver whose retry delay is
-// longer than their lease: member entry id, score due time in unix ms.
-func (k keys) delayed(receiver string) string { return k.named(receiver, "delay") }
+// retries is the zset of receiver's deliveries waiting out a retry delay
+// longer than their lease: member ref (entry id, prefixed "h"/"l" at the
+// high and low levels), score due time in unix ms.
+func (k keys) retries(receiver string) string { return k.named(receiver, "delay") }
 
-// scheduled is the zset of receiver's messages sent for later: member
-// message id, score due time in unix ms.
-func (k keys) scheduled(receiver string) string { return k.named(receiver, "s") }
+// deferred is the zset of receiver's deferred messages, sent for later:
+// member message id, score due time in unix ms.
+func (k keys) deferred(receiver string) string { return k.named(receiver, "s") }
 
-// scheduledMessages is the hash of receiver's scheduled messages: message
-// id to "<deadline ms or empty>:<encoded envelope>".
-func (k keys) scheduledMessages(receiver string) string { return k.named(receiver, "sm") }
+// deferredMessages is the hash of receiver's deferred messages: message
+// id to "<level><deadline ms or empty>:<encoded envelope>", level "h", "l"
+// or empty for the normal level.
+func (k keys) deferredMessages(receiver string) string { return k.named(receiver, "sm") }
 
 // cancelMarks is the zset of receiver's messages cancelled while in
 // flight: member message id, score the time of the mark in unix ms.

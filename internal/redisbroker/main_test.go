@@ -120,3 +120,38 @@ func eventually(t testing.TB, what string, cond func() bool) {
 }
 
 func encodeForTest(e *broker.Envelope) []byte { return wire.Encode(e) }
+
+// sendEnv sends env alone, due now and with no key (the form of Send most
+// tests need), and returns its deadline.
+func sendEnv(ctx context.Context, b broker.Queue, env *broker.Envelope) (time.Time, error) {
+	res, err := broker.SendOne(ctx, b, broker.SendParams{Env: *env})
+	return res.Deadline, err
+}
+
+// sendRequest is sendEnv of env from its inbox (env.Sender): it sets the
+// route, as a requester does.
+func sendRequest(ctx context.Context, b broker.Queue, env *broker.Envelope) (time.Time, error) {
+	env.Route = broker.RouteInbox
+	return sendEnv(ctx, b, env)
+}
+
+// sendEnvs sends envs in one Send, due now and with no key, and returns
+// their deadlines, and the first message's error.
+func sendEnvs(ctx context.Context, b broker.Queue, envs []*broker.Envelope) ([]time.Time, error) {
+	ps := make([]broker.SendParams, len(envs))
+	for i, env := range envs {
+		ps[i].Env = *env
+	}
+	if err := b.Send(ctx, ps); err != nil {
+		return nil, err
+	}
+	deadlines := make([]time.Time, len(ps))
+	var first error
+	for i := range ps {
+		deadlines[i] = ps[i].Result.Deadline
+		if first == nil {
+			first = ps[i].Result.Err
+		}
+	}
+	return deadlines, first
+}

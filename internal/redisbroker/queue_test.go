@@ -12,7 +12,7 @@ import (
 
 func env(id, receiver string) *broker.Envelope {
 	return &broker.Envelope{ID: id, Sender: "s-" + receiver, Receiver: receiver, Content: []byte("content of " + id),
-		Headers: map[string]string{"h": "v"}}
+		Headers: map[string]string{"h": "v"}, Route: broker.RouteSender}
 }
 
 // fetch1 fetches up to 10 deliveries (p.Max) without blocking (p.Block).
@@ -31,7 +31,7 @@ func TestSendFetchAck(t *testing.T) {
 	b := newBroker(t)
 	ctx := ctxT(t)
 	want := env("m1", "orders")
-	deadline, err := b.Send(ctx, want)
+	deadline, err := sendEnv(ctx, b, want)
 	if err != nil || !deadline.IsZero() {
 		t.Fatalf("Send = %v, %v; want zero deadline, nil", deadline, err)
 	}
@@ -67,7 +67,7 @@ func TestFetchOrderAndMax(t *testing.T) {
 	b := newBroker(t)
 	ctx := ctxT(t)
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := b.Send(ctx, env(id, "r")); err != nil {
+		if _, err := sendEnv(ctx, b, env(id, "r")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestFetchBlocksUntilSend(t *testing.T) {
 		got <- ds
 		errc <- err
 	}()
-	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m1", "r")); err != nil {
 		t.Fatal(err)
 	}
 	ds := <-got
@@ -129,7 +129,7 @@ func TestFetchContextCancel(t *testing.T) {
 		t.Fatalf("Fetch after cancel = %v; want context.Canceled", err)
 	}
 	// The broker still works.
-	if _, err := b.Send(ctxT(t), env("m", "r")); err != nil {
+	if _, err := sendEnv(ctxT(t), b, env("m", "r")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -138,7 +138,7 @@ func TestReclaimAfterLeaseExpiry(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	ctx := ctxT(t)
-	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m1", "r")); err != nil {
 		t.Fatal(err)
 	}
 	lease := 50 * time.Millisecond
@@ -169,7 +169,7 @@ func TestExtendResetsLease(t *testing.T) {
 	ctx := ctxT(t)
 	const lease = time.Hour
 	for _, id := range []string{"extended", "control"} {
-		if _, err := b.Send(ctx, env(id, "r")); err != nil {
+		if _, err := sendEnv(ctx, b, env(id, "r")); err != nil {
 			t.Fatal(err)
 		}
 	}

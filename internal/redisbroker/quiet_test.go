@@ -50,7 +50,7 @@ func TestQuietStream(t *testing.T) {
 	if b.reclaimDue(q, time.Minute) {
 		t.Fatal("a quiet stream's reclaim is due at its next fetch")
 	}
-	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m1", "r")); err != nil {
 		t.Fatal(err)
 	}
 	ds := fetchBlocked(t, b, "r", "c")
@@ -91,7 +91,7 @@ func TestQuietStreamFindsPrioritySend(t *testing.T) {
 	}
 	e := env("high", "r")
 	e.Priority = broker.PriorityHigh
-	if _, err := sender.Send(ctx, e); err != nil {
+	if _, err := sendEnv(ctx, sender, e); err != nil {
 		t.Fatal(err)
 	}
 	if ds := fetchWithin(t, b, "r", "w", 5*time.Second, beat); ds[0].Env.ID != "high" {
@@ -121,7 +121,7 @@ func TestQuietStreamReclaimsLapsedWorker(t *testing.T) {
 	if err := other.Heartbeat(ctx, broker.WorkerInfo{ID: "dead", Receivers: []string{"r"}}, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Send(ctx, env("m1", "r")); err != nil {
+	if _, err := sendEnv(ctx, other, env("m1", "r")); err != nil {
 		t.Fatal(err)
 	}
 	if ds := fetchBlocked(t, other, "r", "dead"); len(ds) != 1 {

@@ -66,14 +66,22 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 }
 
 func (b *Broker) checkReply(reply *broker.Envelope) error {
+	if reply != nil {
+		if err := broker.CheckName("Envelope.Receiver", reply.Receiver); err != nil {
+			return err
+		}
+	}
+	return b.checkStored(reply)
+}
+
+// checkStored checks a reply to be stored for others (an idempotency
+// key's), whose receiver each of them sets.
+func (b *Broker) checkStored(reply *broker.Envelope) error {
 	if err := b.check(); err != nil {
 		return err
 	}
 	if reply == nil {
 		return errors.New("redisbroker: reply is nil")
-	}
-	if err := broker.CheckName("Envelope.Receiver", reply.Receiver); err != nil {
-		return err
 	}
 	if err := broker.CheckName("Envelope.InReplyTo", reply.InReplyTo); err != nil {
 		return err

@@ -61,7 +61,7 @@ func TestReplyTimed(t *testing.T) {
 	req := env("m1", "orders")
 	req.Sender = "web"
 	req.Timeout = time.Hour
-	if _, err := b.Send(ctx, req); err != nil {
+	if _, err := sendEnv(ctx, b, req); err != nil {
 		t.Fatal(err)
 	}
 	rep := &broker.Envelope{ID: "r1", Receiver: "web", InReplyTo: "m1", Content: []byte("ok")}
@@ -90,7 +90,7 @@ func TestTimeoutNotice(t *testing.T) {
 	req := env("m1", "orders")
 	req.Sender = "web"
 	req.Timeout = 20 * time.Millisecond
-	deadline, err := b.Send(ctx, req)
+	deadline, err := sendEnv(ctx, b, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestExpireTimeoutsMax(t *testing.T) {
 		req := env(fmt.Sprint("m", i), "orders")
 		req.Sender = "web"
 		req.Timeout = time.Millisecond
-		last, _ = b.Send(ctx, req)
+		last, _ = sendEnv(ctx, b, req)
 	}
 	eventually(t, "the deadlines to pass", func() bool {
 		now, _ := b.Now(ctx)
@@ -248,8 +248,8 @@ func TestReplyRacesExpire(t *testing.T) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			id := fmt.Sprint("m", i)
-			req := &broker.Envelope{ID: id, Sender: sender, Receiver: "orders", Timeout: time.Duration(1+rand.IntN(8)) * time.Millisecond}
-			if _, err := b.Send(ctx, req); err != nil {
+			req := &broker.Envelope{ID: id, Sender: sender, Receiver: "orders", Timeout: time.Duration(1+rand.IntN(8)) * time.Millisecond, Route: broker.RouteSender}
+			if _, err := sendEnv(ctx, b, req); err != nil {
 				t.Error(err)
 				return
 			}
@@ -335,7 +335,7 @@ func TestInboxKeys(t *testing.T) {
 		req := env("m-"+s, "orders")
 		req.Sender = s
 		req.Timeout = time.Hour
-		if _, err := b.SendRequest(ctx, req); err != nil {
+		if _, err := sendRequest(ctx, b, req); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.ReplyInbox(ctx, &broker.Envelope{ID: "r", Receiver: s, InReplyTo: "m0"}, time.Time{}); err != nil {
@@ -403,7 +403,7 @@ func TestInboxSend(t *testing.T) {
 		t.Helper()
 		req := env(id, "inbox-orders")
 		req.Sender, req.Timeout = inbox, timeout
-		dl, err := b.SendRequest(ctx, req)
+		dl, err := sendRequest(ctx, b, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,7 +468,7 @@ func TestInboxReadsInOrderWithoutGroup(t *testing.T) {
 	for i := range 3 {
 		req := env(fmt.Sprint("q", i), "inbox-read")
 		req.Sender, req.Timeout = inbox, time.Hour
-		dl, err := b.SendRequest(ctx, req)
+		dl, err := sendRequest(ctx, b, req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,10 +37,10 @@ func TestRedisRestart(t *testing.T) {
 	req := env("m1", "orders")
 	req.Sender = "web"
 	req.Timeout = time.Hour
-	if _, err := b.Send(ctx, req); err != nil {
+	if _, err := sendEnv(ctx, b, req); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Send(ctx, env("m2", "orders")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m2", "orders")); err != nil {
 		t.Fatal(err)
 	}
 	leased := fetch1(t, b, broker.FetchParams{Receiver: "orders", Consumer: "A", Lease: time.Hour, MaxAttempts: 0})
@@ -51,13 +51,13 @@ func TestRedisRestart(t *testing.T) {
 	if ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "empty", Consumer: "A", Max: 1, Block: 10 * time.Millisecond, Lease: time.Hour, MaxAttempts: 0}); err != nil || len(ds) != 0 {
 		t.Fatalf("blocking Fetch = %+v, %v", ds, err)
 	}
-	if _, err := b.Send(ctx, env("m3", "orders")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m3", "orders")); err != nil {
 		t.Fatal(err)
 	}
 
 	s.Kill()
 	calls := map[string]func() error{
-		"Send": func() error { _, err := b.Send(ctx, env("x", "orders")); return err },
+		"Send": func() error { _, err := sendEnv(ctx, b, env("x", "orders")); return err },
 		"Fetch": func() error {
 			_, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "orders", Consumer: "A", Max: 10, Block: time.Second, Lease: time.Hour, MaxAttempts: 0})
 			return err
@@ -121,7 +121,7 @@ func TestRedisRestartWithoutData(t *testing.T) {
 	s := redistest.Start(t)
 	b := newBrokerOn(t, s, Config{})
 	ctx := ctxT(t)
-	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m1", "r")); err != nil {
 		t.Fatal(err)
 	}
 	d := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "A", Lease: time.Hour, MaxAttempts: 0})
@@ -136,7 +136,7 @@ func TestRedisRestartWithoutData(t *testing.T) {
 	if err := b.Retry(ctx, &broker.RetryParams{Receiver: "r", Consumer: "A", Ref: d[0].Ref, Delay: 0, Lease: time.Hour}); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("Retry on a lost queue = %v; want ErrLeaseLost", err)
 	}
-	if _, err := b.Send(ctx, env("m2", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m2", "r")); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan []broker.Delivery, 1)
@@ -192,7 +192,7 @@ func TestBlockedFetchesDoNotStarveSends(t *testing.T) {
 			sendCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			for i := range fetchers {
-				if _, err := b.Send(sendCtx, env(fmt.Sprint("m", i), fmt.Sprint("r", i))); err != nil {
+				if _, err := sendEnv(sendCtx, b, env(fmt.Sprint("m", i), fmt.Sprint("r", i))); err != nil {
 					t.Fatalf("Send %d with %d blocked fetches: %v", i, fetchers, err)
 				}
 			}
@@ -223,7 +223,7 @@ func inboxRoundTrips(t *testing.T, b *Broker, receiver string) {
 	for _, id := range []string{"i1", "i2"} {
 		e := env(id, receiver)
 		e.Sender, e.Timeout = inbox, time.Hour
-		dl, err := b.SendRequest(ctx, e)
+		dl, err := sendRequest(ctx, b, e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +270,7 @@ func TestNoKeysLeftBehind(t *testing.T) {
 		e := env(fmt.Sprint("m", i), "orders")
 		e.Sender = "web"
 		e.Timeout = timeout
-		if _, err := b.Send(ctx, e); err != nil {
+		if _, err := sendEnv(ctx, b, e); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -358,7 +358,7 @@ func TestIdleConsumersArePruned(t *testing.T) {
 	raw := rawClient(t, srv)
 	ctx := ctxT(t)
 	for _, id := range []string{"m1", "m2"} {
-		if _, err := b.Send(ctx, env(id, "r")); err != nil {
+		if _, err := sendEnv(ctx, b, env(id, "r")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -401,7 +401,7 @@ func TestQueueDeletedUnderTheBroker(t *testing.T) {
 	if err := do(t, raw, "DEL", b.keys.queue("r")).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Send(ctx, env("m", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m", "r")); err != nil {
 		t.Fatal(err)
 	}
 	if ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 0}); len(ds) != 1 {
@@ -417,13 +417,13 @@ func TestCredentialErrorIsUnavailable(t *testing.T) {
 	s := redistest.Start(t)
 	b := newBrokerOn(t, s, Config{})
 	ctx := ctxT(t)
-	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m1", "r")); err != nil {
 		t.Fatal(err)
 	}
 	if err := do(t, rawClient(t, s), "ACL", "SETUSER", "default", "-xadd").Error(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.Send(ctx, env("m2", "r"))
+	_, err := sendEnv(ctx, b, env("m2", "r"))
 	if !errors.Is(err, broker.ErrUnavailable) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("Send without the permission = %v, want an error wrapping ErrUnavailable that quotes NOPERM", err)
 	}

@@ -13,13 +13,14 @@ package redisbroker
 //	              bad ("1" when m does not decode, else "0"), d (when the message had it)
 
 // luaNow sets now (a number) and nowStr (its decimal string) to Redis time
-// in unix milliseconds. Redis 7 replicates scripts by their effects; on 6.2
-// replicate_commands asks for that, so that reading TIME before writing is
-// allowed.
+// in unix milliseconds, rounded down, and nowCeil to it rounded up. Redis 7
+// replicates scripts by their effects; on 6.2 replicate_commands asks for
+// that, so that reading TIME before writing is allowed.
 const luaNow = `
 if redis.replicate_commands then redis.replicate_commands() end
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local nowCeil = tonumber(tm[1]) * 1000 + math.ceil(tonumber(tm[2]) / 1000)
 local nowStr = string.format('%.0f', now)
 `
 
@@ -61,31 +62,49 @@ local function bury(stream, dlq, id, reason, attempts, bad, prio)
 end
 `
 
-// luaPromote defines promote(sched, schedMsgs, stream): it queues the
-// scheduled messages that are due by now (at most 1000), each with its
-// deadline if it has one, and returns the due time (unix ms) of the first
-// one still scheduled, or -1. A hash value is "<deadline ms or empty>:"
-// followed by the encoded envelope.
-const luaPromote = `
-local function promote(sched, msgs, stream)
-  local due = redis.call('ZRANGEBYSCORE', sched, '-inf', nowStr, 'LIMIT', 0, 1000)
+// luaDeferred defines deferredValue(v): the level ("h", "l" or ""), the
+// deadline field ("" for none) and the encoded envelope of v, a value of
+// the deferred hash: "<level><deadline ms or empty>:<envelope>". Values
+// without a level are of the normal level.
+const luaDeferred = `
+local function deferredValue(v)
+  local level = ''
+  local c1 = string.sub(v, 1, 1)
+  if c1 == 'h' or c1 == 'l' then
+    level = c1
+    v = string.sub(v, 2)
+  end
+  local c = string.find(v, ':', 1, true)
+  return level, string.sub(v, 1, c - 1), string.sub(v, c + 1)
+end
+`
+
+// luaPromote defines promote(deferred, msgs, normal, high, low): it queues
+// the deferred messages that are due by now (at most 1000), each at its
+// level (the stream normal, high or low) with its deadline if it has one,
+// and returns the due time (unix ms) of the first one still deferred, or
+// -1. See luaDeferred for the hash's values.
+const luaPromote = luaDeferred + `
+local function promote(deferred, msgs, normal, high, low)
+  local due = redis.call('ZRANGEBYSCORE', deferred, '-inf', nowStr, 'LIMIT', 0, 1000)
+  local streams = {h = high, l = low}
   for _, id in ipairs(due) do
     local v = redis.call('HGET', msgs, id)
     if v then
-      local c = string.find(v, ':', 1, true)
-      local d = string.sub(v, 1, c - 1)
+      local level, d, env = deferredValue(v)
+      local stream = streams[level] or normal
       if d == '' then
-        redis.call('XADD', stream, '*', 'm', string.sub(v, c + 1))
+        redis.call('XADD', stream, '*', 'm', env)
       else
-        redis.call('XADD', stream, '*', 'm', string.sub(v, c + 1), 'd', d)
+        redis.call('XADD', stream, '*', 'm', env, 'd', d)
       end
     end
   end
   if #due > 0 then
-    redis.call('ZREM', sched, unpack(due))
+    redis.call('ZREM', deferred, unpack(due))
     redis.call('HDEL', msgs, unpack(due))
   end
-  local head = redis.call('ZRANGE', sched, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', deferred, 0, 0, 'WITHSCORES')
   if head[2] then
     return tonumber(head[2])
   end

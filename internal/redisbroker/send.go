@@ -5,51 +5,373 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/diskerhq/disker/internal/broker"
 	"github.com/diskerhq/disker/internal/keyslot"
 	"github.com/diskerhq/disker/internal/wire"
-	"github.com/redis/rueidis"
 )
 
-// Send queues env: one XADD, or for a message with a timeout one script
-// that also records the pending timeout under env.Sender (two steps on
-// Redis Cluster when the names' slots differ: see sendTimedSplit).
-func (b *Broker) Send(ctx context.Context, env *broker.Envelope) (time.Time, error) {
-	if err := b.check(); err != nil {
-		return time.Time{}, err
+// How a message is sent: chosen by the fields of its broker.SendParams,
+// never by a name.
+type sendWay uint8
+
+const (
+	// sendXadd: a message that is due now, with no key to take and no
+	// pending timeout: one XADD (a timed one from an inbox carries its
+	// deadline, estimated here: see broker.Inbox).
+	sendXadd sendWay = iota
+	// sendEnqueue: any other message, one enqueue script in the
+	// receiver's slot (which also records the pending timeout of a timed
+	// message from a named sender, in the same slot).
+	sendEnqueue
+	// sendSplit: a timed message from a named sender whose pending
+	// timeout lives in another slot than the receiver's queue, on a
+	// Cluster: see sendSplit.
+	sendSplit
+)
+
+// wayOf returns how p is sent.
+func (b *Broker) wayOf(p *broker.SendParams) sendWay {
+	env := &p.Env
+	pend := env.Timeout > 0 && env.Route == broker.RouteSender
+	switch {
+	case pend && b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
+		return sendSplit
+	case pend || p.Later() || p.DedupKey != "" || env.IdempotencyKey != "":
+		return sendEnqueue
 	}
-	if err := broker.CheckSend(env, b.maxSize); err != nil {
-		return time.Time{}, fmt.Errorf("redisbroker: %w", err)
-	}
-	defer b.leveled(ctx, env)
-	data := rueidis.BinaryString(wire.Encode(env))
-	switch b.sendKind(env) {
-	case sendPlain:
-		return time.Time{}, b.sendPlain(ctx, env, data)
-	case sendSplit:
-		return b.sendTimedSplit(ctx, env, data)
-	case sendSched, sendSchedTimed:
-		return b.sendScheduled(ctx, env, data)
-	case sendSchedSplit:
-		return b.sendScheduledSplit(ctx, env, data)
-	}
-	res, err := scriptSendTimed.Exec(ctx, b.client, b.sendTimedKeys(env), sendTimedArgs(env, data)).ToString()
-	if err != nil {
-		return time.Time{}, b.fail(ctx, "send", err)
-	}
-	return parseDeadline(res)
+	return sendXadd
 }
 
-// sendPlain queues env, encoded as data, with one XADD.
-func (b *Broker) sendPlain(ctx context.Context, env *broker.Envelope, data string) error {
-	return b.failIf(ctx, "send", b.client.Do(ctx, b.xadd(env, data, "")).Error())
+// Send sends ps in runs of messages sent the same way, in order: a run of
+// XADDs is one pipeline, a run of enqueue scripts one pipeline of them (at
+// most maxBatch commands a round trip), and a message that needs sendSplit
+// goes on its own. A lone message from an inbox, the Request's, goes
+// through doInbox, which merges the writes of concurrent Requests. See
+// broker.Queue.
+func (b *Broker) Send(ctx context.Context, ps []broker.SendParams) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := broker.ValidateAll(ps, b.maxSize); err != nil {
+		return err
+	}
+	defer b.leveled(ctx, ps)
+	if len(ps) == 1 {
+		b.sendRun(ctx, b.wayOf(&ps[0]), ps)
+		return nil
+	}
+	for start := 0; start < len(ps); {
+		way := b.wayOf(&ps[start])
+		end := start + 1
+		for way != sendSplit && end < len(ps) && end-start < maxBatch && b.wayOf(&ps[end]) == way {
+			end++
+		}
+		b.sendRun(ctx, way, ps[start:end])
+		start = end
+	}
+	return nil
+}
+
+// sendRun sends ps, all sent the same way, and sets their results.
+func (b *Broker) sendRun(ctx context.Context, way sendWay, ps []broker.SendParams) {
+	var now time.Time
+	if needsDeadline(ps) {
+		var err error
+		if now, err = b.estimateNow(ctx); err != nil {
+			for i := range ps {
+				ps[i].Result = broker.SendResult{Err: err}
+			}
+			return
+		}
+	}
+	// A message's deadline as estimated here (from an inbox), set before
+	// it is sent: it stays with an error that leaves it unknown whether
+	// the message was stored (see broker.Queue.Send).
+	for i := range ps {
+		ps[i].Result = broker.SendResult{Deadline: estimatedDeadline(&ps[i], now)}
+	}
+	switch way {
+	case sendSplit:
+		for i := range ps {
+			b.sendSplit(ctx, &ps[i], now)
+		}
+	case sendEnqueue:
+		execs := make([]rueidis.LuaExec, len(ps))
+		for i := range ps {
+			execs[i] = b.enqueueExec(&ps[i], "", true)
+		}
+		for i, r := range scriptEnqueue.ExecMulti(ctx, b.client, execs...) {
+			b.enqueued(ctx, &ps[i], r)
+		}
+	case sendXadd:
+		if len(ps) == 1 && ps[0].Env.Route == broker.RouteInbox {
+			p := &ps[0]
+			res, err := b.doInbox(ctx, b.xaddOf(p))
+			if err == nil {
+				err = res.Error()
+			}
+			b.xadded(ctx, p, err)
+			return
+		}
+		cmds := make(rueidis.Commands, len(ps))
+		for i := range ps {
+			cmds[i] = b.xaddOf(&ps[i])
+		}
+		for i, r := range b.client.DoMulti(ctx, cmds...) {
+			b.xadded(ctx, &ps[i], r.Error())
+		}
+	}
+}
+
+// needsDeadline reports whether a message of ps comes from an inbox with
+// a timeout: its deadline is then computed here, from Redis time as this
+// client estimates it (see estimatedDeadline).
+func needsDeadline(ps []broker.SendParams) bool {
+	for i := range ps {
+		if ps[i].Env.Timeout > 0 && ps[i].Env.Route == broker.RouteInbox {
+			return true
+		}
+	}
+	return false
+}
+
+// dueOf returns the due time of p sent at now (Redis time as estimated):
+// now, or the time it is deferred to, in whole milliseconds rounded up.
+func dueOf(p *broker.SendParams, now time.Time) time.Time {
+	switch {
+	case p.Delay > 0:
+		return ceilMS(now.Add(p.Delay))
+	case p.DeliverAt.After(now):
+		return ceilMS(p.DeliverAt)
+	}
+	return now
+}
+
+// ceilMS rounds t up to a whole millisecond, so that a due time in unix ms
+// is never before t.
+func ceilMS(t time.Time) time.Time {
+	if r := t.Truncate(time.Millisecond); r.Before(t) {
+		return r.Add(time.Millisecond)
+	}
+	return t
+}
+
+// estimatedDeadline is the deadline of p, from an inbox, sent at now (Redis
+// time as estimated): its due time plus its timeout; zero for none. It only
+// needs to be one value that the requester, the worker and the replier
+// share: the outcome is decided by Redis time, the ids of the inbox's
+// entries (see broker.Inbox).
+func estimatedDeadline(p *broker.SendParams, now time.Time) time.Time {
+	if p.Env.Timeout <= 0 || p.Env.Route != broker.RouteInbox {
+		return time.Time{}
+	}
+	return dueOf(p, now).Add(p.Env.Timeout).Truncate(time.Millisecond)
+}
+
+// xaddOf returns the XADD that queues p, a message due now with nothing
+// to record but itself, with its deadline (p.Result.Deadline, set by
+// sendRun), if any.
+func (b *Broker) xaddOf(p *broker.SendParams) rueidis.Completed {
+	return b.xadd(&p.Env, rueidis.BinaryString(wire.Encode(&p.Env)), msOf(p.Result.Deadline))
+}
+
+// msOf is t in unix ms, "" for the zero time.
+func msOf(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+// sendFailed sets p's result after its send failed with err: the deadline
+// set before the send stays only if the send may have been made all the
+// same (see mayHaveRun).
+func (b *Broker) sendFailed(ctx context.Context, p *broker.SendParams, err error) {
+	deadline := p.Result.Deadline
+	if !mayHaveRun(err) {
+		deadline = time.Time{}
+	}
+	p.Result = broker.SendResult{Deadline: deadline, Err: b.fail(ctx, "send", err)}
+}
+
+// xadded sets p's result after its XADD ended with err.
+func (b *Broker) xadded(ctx context.Context, p *broker.SendParams, err error) {
+	if err != nil {
+		b.sendFailed(ctx, p, err)
+		return
+	}
+	p.Result.Outcome, p.Result.ID = broker.Queued, p.Env.ID
+}
+
+// xadd returns the XADD that queues env, encoded as data, at its level,
+// with its deadline (unix ms) in field d unless deadline is "".
+func (b *Broker) xadd(env *broker.Envelope, data, deadline string) rueidis.Completed {
+	queue := b.sendQueues.get(env.Receiver, b.keys.queue)
+	if env.Priority != broker.PriorityNormal {
+		queue = b.keys.queueAt(env.Receiver, env.Priority)
+	}
+	c := b.client.B().Xadd().Key(queue).Id("*").FieldValue().FieldValue("m", data)
+	if deadline != "" {
+		c = c.FieldValue("d", deadline)
+	}
+	return c.Build()
+}
+
+// enqueueExec returns the keys and arguments of the enqueue script for p.
+// given, when not empty, is p's deadline in unix ms (decided in another
+// slot: sendSplit); a message from an inbox has its deadline as estimated
+// (p.Result.Deadline, set by sendRun). pend says whether the script
+// records the pending timeout of a timed message from a named sender.
+func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) rueidis.LuaExec {
+	env := &p.Env
+	r := env.Receiver
+	q := b.keys.queue(r)
+	keys := []string{b.keys.queueAt(r, env.Priority), q, b.keys.deferred(r), b.keys.deferredMessages(r), b.keys.holders(r), q, q, q, q}
+	if p.DedupKey != "" {
+		keys[5] = b.keys.dedup(r, p.DedupKey)
+	}
+	if env.IdempotencyKey != "" {
+		keys[6] = b.keys.idempotency(r, env.IdempotencyKey)
+	}
+	pendArg := "0"
+	if pend && env.Timeout > 0 && env.Route == broker.RouteSender {
+		keys[7], keys[8], pendArg = b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender), "1"
+	}
+	if d := msOf(p.Result.Deadline); d != "" {
+		given = d
+	}
+	at := ""
+	if !p.DeliverAt.IsZero() {
+		at = strconv.FormatInt(ceilMS(p.DeliverAt).UnixMilli(), 10)
+	}
+	dedupTTL, idemTTL := "", ""
+	if p.DedupKey != "" {
+		dedupTTL = msString(p.DedupTTL)
+	}
+	if env.IdempotencyKey != "" {
+		idemTTL = msString(p.IdemTTL)
+	}
+	route := "n"
+	switch env.Route {
+	case broker.RouteSender:
+		route = "s"
+	case broker.RouteInbox:
+		route = "i"
+	}
+	return rueidis.LuaExec{Keys: keys, Args: []string{
+		rueidis.BinaryString(wire.Encode(env)), env.ID, route, msString(max(env.Timeout, 0)), msString(p.Delay), at,
+		given, levelPrefix(env.Priority), dedupTTL, idemTTL, env.Sender, pendArg,
+	}}
+}
+
+// enqueued sets p's result from r, the enqueue script's answer.
+func (b *Broker) enqueued(ctx context.Context, p *broker.SendParams, r rueidis.RedisResult) {
+	v, err := r.ToArray()
+	if err != nil {
+		b.sendFailed(ctx, p, err)
+		return
+	}
+	res, err := enqueueResult(v)
+	if err != nil {
+		res = broker.SendResult{Err: fmt.Errorf("redisbroker: send: %w", err)}
+	}
+	p.Result = res
+}
+
+// enqueueResult parses the enqueue script's answer {outcome, id, deadline
+// or -1, stored reply or ""}.
+func enqueueResult(v []rueidis.RedisMessage) (broker.SendResult, error) {
+	if len(v) != 4 {
+		return broker.SendResult{}, fmt.Errorf("the enqueue script answered %d values", len(v))
+	}
+	outcome, err1 := v[0].AsInt64()
+	id, err2 := v[1].ToString()
+	deadline, err3 := v[2].AsInt64()
+	rep, err4 := v[3].ToString()
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return broker.SendResult{}, err
+	}
+	res := broker.SendResult{Outcome: broker.SendOutcome(outcome), ID: id}
+	if deadline >= 0 {
+		res.Deadline = time.UnixMilli(deadline)
+	}
+	if res.Outcome < broker.Queued || res.Outcome > broker.Joined {
+		return broker.SendResult{}, fmt.Errorf("the enqueue script answered the outcome %d", outcome)
+	}
+	if rep != "" {
+		stored, err := wire.DecodeString(rep)
+		if err != nil {
+			return broker.SendResult{}, fmt.Errorf("the stored reply of the idempotency key: %w", err)
+		}
+		res.Reply = &stored
+	}
+	return res, nil
+}
+
+// sendSplit sends p, a timed message from a named sender, on a Cluster
+// where the sender's pending timeouts and the receiver's queue live in
+// different slots, where no script may touch both: first one script in the
+// sender's slot records the pending timeout at Redis time + the lead to
+// the due time + the timeout (so that a reply can never find the request
+// missing), then the enqueue script in the receiver's slot stores the
+// message with that deadline. If that stores nothing (a taken dedup key, an
+// idempotency key in use) or fails, the pending timeout is withdrawn
+// again; should that fail too, or should the process die between the two
+// steps, the sender gets a timeout notice at the deadline for a message
+// that was never stored (and whose Send returned no id): the sender still
+// sees exactly one outcome.
+func (b *Broker) sendSplit(ctx context.Context, p *broker.SendParams, now time.Time) {
+	env := &p.Env
+	lead := p.Delay
+	if !p.DeliverAt.IsZero() {
+		if now.IsZero() {
+			var err error
+			if now, err = b.estimateNow(ctx); err != nil {
+				p.Result = broker.SendResult{Err: err}
+				return
+			}
+		}
+		lead = max(ceilMS(p.DeliverAt).Sub(now), 0)
+	}
+	t, tm := b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)
+	data := rueidis.BinaryString(wire.Encode(env))
+	res, err := scriptPendTimed.Exec(ctx, b.client, []string{t, tm}, []string{data, env.ID, msString(lead + env.Timeout)}).ToString()
+	if err != nil {
+		p.Result = broker.SendResult{Err: b.fail(ctx, "send", err)}
+		return
+	}
+	deadline, err := parseDeadline(res)
+	if err != nil {
+		p.Result = broker.SendResult{Err: err}
+		return
+	}
+	q := *p
+	if p.Later() {
+		// Due at the deadline less the timeout, by the clock of the
+		// sender's slot.
+		q.Delay, q.DeliverAt = 0, deadline.Add(-env.Timeout)
+	}
+	p.Result.Deadline = deadline
+	e := b.enqueueExec(&q, res, false)
+	b.enqueued(ctx, p, scriptEnqueue.Exec(ctx, b.client, e.Keys, e.Args))
+	if p.Result.Outcome == broker.Queued || p.Result.Outcome == broker.Deferred {
+		return
+	}
+	// Undo the pending timeout, even if ctx has ended (bounded by the
+	// client's I/O timeout).
+	if cerr := scriptCancel.Exec(context.WithoutCancel(ctx), b.client, []string{t, tm}, []string{env.ID}).Error(); cerr != nil && p.Result.Err != nil {
+		p.Result.Err = fmt.Errorf("%w (and the pending timeout could not be withdrawn: the sender gets a timeout notice for it: %v)", p.Result.Err, cerr)
+	}
 }
 
 // leveled tells the quiet streams of every instance (see idleReclaimMax)
 // that messages may have been queued at a priority level other than
-// normal, if any of envs is at one: it bumps the reclaim epoch
+// normal, if any of ps is at one: it bumps the reclaim epoch
 // (keys.reclaimEpoch), which every instance's next heartbeat reads, and
 // makes this broker's next fetch of the receiver's queue run the fetch
 // script. The fetch script is what learns that a level stream holds
@@ -58,10 +380,10 @@ func (b *Broker) sendPlain(ctx context.Context, env *broker.Envelope, data strin
 // same); should that fail, such a stream finds the message within its
 // quiet period. A message at the normal level costs nothing: the blocking
 // read of a quiet stream reads its queue.
-func (b *Broker) leveled(ctx context.Context, envs ...*broker.Envelope) {
-	for _, env := range envs {
-		if env.Priority != broker.PriorityNormal {
-			b.levelsChanged(ctx, env.Receiver)
+func (b *Broker) leveled(ctx context.Context, ps []broker.SendParams) {
+	for i := range ps {
+		if ps[i].Env.Priority != broker.PriorityNormal {
+			b.levelsChanged(ctx, ps[i].Env.Receiver)
 			return
 		}
 	}
@@ -84,183 +406,6 @@ func mayHaveRun(err error) bool {
 	}
 	var op *net.OpError
 	return !errors.As(err, &op) || op.Op != "dial"
-}
-
-// How a message is sent.
-const (
-	sendPlain      = iota // no timeout: one XADD
-	sendTimed             // script send_timed
-	sendSplit             // on a Cluster, across slots: sendTimedSplit
-	sendSched             // for later, untimed or from an inbox: script schedule
-	sendSchedTimed        // for later, timed: script schedule_timed
-	sendSchedSplit        // for later, timed, on a Cluster across slots: sendScheduledSplit
-)
-
-func (b *Broker) sendKind(env *broker.Envelope) int {
-	if env.Scheduled() {
-		switch {
-		case env.Timeout <= 0 || env.FromInbox:
-			return sendSched
-		case b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
-			return sendSchedSplit
-		}
-		return sendSchedTimed
-	}
-	switch {
-	case env.Timeout <= 0:
-		return sendPlain
-	case b.cluster && keyslot.Of(b.keys.queueAt(env.Receiver, env.Priority)) != keyslot.Of(b.keys.timeouts(env.Sender)):
-		return sendSplit
-	}
-	return sendTimed
-}
-
-// xadd returns the XADD that queues env, encoded as data, with its
-// deadline (unix ms) in field d unless deadline is "".
-func (b *Broker) xadd(env *broker.Envelope, data, deadline string) rueidis.Completed {
-	queue := b.sendQueues.get(env.Receiver, b.keys.queue)
-	if env.Priority != broker.PriorityNormal {
-		queue = b.keys.queueAt(env.Receiver, env.Priority)
-	}
-	c := b.client.B().Xadd().Key(queue).Id("*").FieldValue().FieldValue("m", data)
-	if deadline != "" {
-		c = c.FieldValue("d", deadline)
-	}
-	return c.Build()
-}
-
-func (b *Broker) sendTimedKeys(env *broker.Envelope) []string {
-	return []string{b.keys.queueAt(env.Receiver, env.Priority), b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)}
-}
-
-func sendTimedArgs(env *broker.Envelope, data string) []string {
-	return []string{data, env.ID, msString(env.Timeout)}
-}
-
-// SendBatch sends envs in order, each as Send would, in runs of messages
-// sent the same way: a run of untimed ones is one pipeline of XADDs, a run
-// of timed ones one pipeline of send_timed scripts, a run of timed ones
-// from an inbox one pipeline of XADDs (at most maxBatch commands a round
-// trip), and a timed message that needs sendTimedSplit
-// goes on its own. So a batch of one kind costs one round trip per
-// maxBatch messages, and messages to one receiver queue in batch order.
-func (b *Broker) SendBatch(ctx context.Context, envs []*broker.Envelope) ([]time.Time, error) {
-	if err := b.check(); err != nil {
-		return nil, err
-	}
-	for i, env := range envs {
-		if err := broker.CheckSend(env, b.maxSize); err != nil {
-			return nil, fmt.Errorf("redisbroker: batch message %d: %w", i, err)
-		}
-	}
-	defer b.leveled(ctx, envs...)
-	deadlines := make([]time.Time, len(envs))
-	errs := make([]error, len(envs))
-	failed := false
-	for start := 0; start < len(envs); {
-		kind := b.sendKind(envs[start])
-		end := start + 1
-		for kind != sendSplit && kind != sendSchedSplit && end < len(envs) && end-start < maxBatch && b.sendKind(envs[end]) == kind {
-			end++
-		}
-		if b.sendRun(ctx, kind, envs[start:end], deadlines[start:end], errs[start:end]) {
-			failed = true
-		}
-		start = end
-	}
-	if failed {
-		return deadlines, &broker.BatchError{Errs: errs}
-	}
-	return deadlines, nil
-}
-
-// sendRun sends envs, all of kind, filling in deadlines and errs. It
-// reports whether any failed.
-func (b *Broker) sendRun(ctx context.Context, kind int, envs []*broker.Envelope, deadlines []time.Time, errs []error) bool {
-	failed := false
-	switch kind {
-	case sendSplit:
-		data := rueidis.BinaryString(wire.Encode(envs[0]))
-		deadlines[0], errs[0] = b.sendTimedSplit(ctx, envs[0], data)
-		return errs[0] != nil
-	case sendSchedSplit:
-		data := rueidis.BinaryString(wire.Encode(envs[0]))
-		deadlines[0], errs[0] = b.sendScheduledSplit(ctx, envs[0], data)
-		return errs[0] != nil
-	case sendSched, sendSchedTimed:
-		script := scriptSchedule
-		if kind == sendSchedTimed {
-			script = scriptScheduleTimed
-		}
-		execs := make([]rueidis.LuaExec, len(envs))
-		for i, env := range envs {
-			execs[i] = b.scheduleExec(env, rueidis.BinaryString(wire.Encode(env)))
-		}
-		for i, r := range script.ExecMulti(ctx, b.client, execs...) {
-			if deadlines[i], errs[i] = b.scheduled(ctx, r); errs[i] != nil {
-				failed = true
-			}
-		}
-	case sendPlain:
-		cmds := make(rueidis.Commands, len(envs))
-		for i, env := range envs {
-			cmds[i] = b.xadd(env, rueidis.BinaryString(wire.Encode(env)), "")
-		}
-		for i, r := range b.client.DoMulti(ctx, cmds...) {
-			if err := r.Error(); err != nil {
-				errs[i], failed = b.fail(ctx, "send", err), true
-			}
-		}
-	case sendTimed:
-		execs := make([]rueidis.LuaExec, len(envs))
-		for i, env := range envs {
-			execs[i] = rueidis.LuaExec{Keys: b.sendTimedKeys(env), Args: sendTimedArgs(env, rueidis.BinaryString(wire.Encode(env)))}
-		}
-		for i, r := range scriptSendTimed.ExecMulti(ctx, b.client, execs...) {
-			res, err := r.ToString()
-			if err == nil {
-				deadlines[i], err = parseDeadline(res)
-			} else {
-				err = b.fail(ctx, "send", err)
-			}
-			if err != nil {
-				errs[i], failed = err, true
-			}
-		}
-	}
-	return failed
-}
-
-// sendTimedSplit sends a timed message on Redis Cluster when the sender's
-// and the receiver's keys live in different slots, where no script may touch
-// both: first one script in the sender's slot records the pending timeout
-// (so that a reply can never find the request missing), then an XADD in the
-// receiver's slot queues the message with that deadline. If the XADD fails,
-// the pending timeout is cancelled again; should that fail too, or should
-// the process die between the two steps, the sender gets a timeout notice
-// at the deadline for a message that was never queued (and whose Send
-// returned no id): the sender still sees exactly one outcome.
-func (b *Broker) sendTimedSplit(ctx context.Context, env *broker.Envelope, data string) (time.Time, error) {
-	t, tm := b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender)
-	res, err := scriptPendTimed.Exec(ctx, b.client, []string{t, tm},
-		[]string{data, env.ID, msString(env.Timeout)}).ToString()
-	if err != nil {
-		return time.Time{}, b.fail(ctx, "send", err)
-	}
-	deadline, err := parseDeadline(res)
-	if err != nil {
-		return time.Time{}, err
-	}
-	err = b.client.Do(ctx, b.xadd(env, data, res)).Error()
-	if err == nil {
-		return deadline, nil
-	}
-	// Undo the pending timeout, even if ctx has ended (bounded by the
-	// client's I/O timeout).
-	if cerr := scriptCancel.Exec(context.WithoutCancel(ctx), b.client, []string{t, tm}, []string{env.ID}).Error(); cerr != nil {
-		err = fmt.Errorf("%w (and the pending timeout could not be withdrawn: the sender gets a timeout notice for it: %v)", err, cerr)
-	}
-	return time.Time{}, b.fail(ctx, "send", err)
 }
 
 func parseDeadline(res string) (time.Time, error) {
@@ -293,43 +438,138 @@ func (b *Broker) InjectRaw(ctx context.Context, receiver string, raw []byte) err
 	return b.failIf(ctx, "inject", err)
 }
 
-// scriptSendTimed queues a message with a timeout.
-var scriptSendTimed = rueidis.NewLuaScript(`-- send_timed
--- KEYS[1] -> the receiver's queue stream P:{R}:q
--- KEYS[2] -> the sender's pending timeouts P:{S}:t (zset: id -> deadline ms)
--- KEYS[3] -> the sender's timed messages P:{S}:tm (hash: id -> envelope)
--- ARGV[1] -> encoded envelope
--- ARGV[2] -> message id
--- ARGV[3] -> timeout in ms
--- The only script that touches two names' keys (R and S): on Redis Cluster
--- it runs only when both hash to one slot (else pend_timed, then an XADD).
--- Returns the deadline, unix ms.
-` + luaNow + `
-local deadline = string.format('%.0f', now + tonumber(ARGV[3]))
-redis.call('XADD', KEYS[1], '*', 'm', ARGV[1], 'd', deadline)
-local pt, pm = KEYS[2], KEYS[3]
-` + luaPend + `
-return deadline
-`)
-
-// luaPend records the pending timeout of message ARGV[2] (envelope
-// ARGV[1]) with deadline in the sender's keys pt (t) and pm (tm).
-const luaPend = `
-redis.call('ZADD', pt, deadline, ARGV[2])
-redis.call('HSET', pm, ARGV[2], ARGV[1])
-`
-
 // scriptPendTimed records a pending timeout without queueing the message:
-// the first step of a timed send on Redis Cluster across slots.
+// the first step of sendSplit.
 var scriptPendTimed = rueidis.NewLuaScript(`-- pend_timed
 -- KEYS[1] -> the sender's pending timeouts P:{S}:t (zset: id -> deadline ms)
 -- KEYS[2] -> the sender's timed messages P:{S}:tm (hash: id -> envelope)
--- ARGV as send_timed. The caller then queues the message (XADD with d set
--- to the deadline) in the receiver's slot, or cancels on failure.
+-- ARGV[1] -> encoded envelope
+-- ARGV[2] -> message id
+-- ARGV[3] -> ms from now to the deadline (the lead to the due time + the
+--            timeout)
+-- The caller then stores the message (the enqueue script) in the
+-- receiver's slot with that deadline, or withdraws it (cancel).
 -- Returns the deadline, unix ms.
 ` + luaNow + `
 local deadline = string.format('%.0f', now + tonumber(ARGV[3]))
-local pt, pm = KEYS[1], KEYS[2]
-` + luaPend + `
+redis.call('ZADD', KEYS[1], deadline, ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
 return deadline
+`)
+
+// scriptEnqueue sends one message: the one script every send but a plain
+// XADD runs, whatever its options. Each option is a step of it, in an
+// order that makes them compose: a repeated idempotency key stores
+// nothing (its first send is the one send of them all), a taken dedup key
+// stores nothing, and otherwise the message is stored, deferred or queued
+// at its level, with its deadline, its pending timeout and the keys it
+// takes, all in this one step.
+var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
+-- KEYS[1] -> the queue stream of the message's level P:{R}:q, :qh or :ql
+-- KEYS[2] -> the queue stream P:{R}:q (a wake entry for a deferred message)
+-- KEYS[3] -> the deferred zset P:{R}:s (member message id, score due ms)
+-- KEYS[4] -> the deferred hash P:{R}:sm (message id ->
+--            "<level><deadline ms or empty>:<encoded envelope>", level "h",
+--            "l" or empty for the normal level)
+-- KEYS[5] -> the holders hash P:{R}:hold (field wakes counts wake entries)
+-- KEYS[6] -> the dedup key P:{R}:dd:<key> (string: the id that took it);
+--            KEYS[2] when the message has none
+-- KEYS[7] -> the idempotency key P:{R}:idem:<key> (hash: id, rep,
+--            w:<request id> -> "<deadline ms or 0>:<inbox>"); KEYS[2] when
+--            the message has none
+-- KEYS[8] -> the sender's pending timeouts P:{S}:t; KEYS[2] unless ARGV[12]
+-- KEYS[9] -> the sender's timed messages P:{S}:tm; KEYS[2] unless ARGV[12]
+-- ARGV[1] -> the encoded envelope
+-- ARGV[2] -> message id
+-- ARGV[3] -> route: "n" none, "s" a named sender, "i" an inbox
+-- ARGV[4] -> timeout ms, 0 for none
+-- ARGV[5] -> delay ms, 0 for none
+-- ARGV[6] -> due time, unix ms (rounded up), or empty
+-- ARGV[7] -> the deadline, unix ms, decided by the caller (a message from
+--            an inbox, or whose pending timeout is in another slot), or
+--            empty: then due + timeout when the timeout is > 0
+-- ARGV[8] -> the level's prefix in the deferred hash: "h", "l" or empty
+-- ARGV[9] -> dedup window ms, or empty for no dedup key
+-- ARGV[10] -> idempotency window ms after the due time, or empty for none
+-- ARGV[11] -> the sender (an inbox: the waiter of the idempotency key)
+-- ARGV[12] -> "1" records the pending timeout in KEYS[8..9]
+-- The due time is now + delay, counted from Redis time rounded up to the
+-- millisecond, or ARGV[6]; a message is due when its due time is not after
+-- Redis time rounded down, so it is never queued early. One due now is
+-- added to its level's stream; any other to the deferred zset and hash,
+-- and when it comes first in the zset, a wake entry (field w, no m) is
+-- queued and counted in the holders hash, so that a blocked fetch looks at
+-- the new due time. The queued message's field d is its deadline; an
+-- idempotent one's is the end of its key's window instead, so that a
+-- worker starts it as long as its reply can be used.
+-- Returns {outcome, id, deadline or -1, stored reply or ""}: outcome 1
+-- queued, 2 deferred (id ARGV[2]); 3 duplicate (id: the dedup key's);
+-- 4 joined (id: the idempotency key's message, with its reply if stored).
+` + luaNow + `
+local env, id, route = ARGV[1], ARGV[2], ARGV[3]
+local timeout, delay, at, given = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local dedupTTL, idemTTL, sender = ARGV[9], ARGV[10], ARGV[11]
+local due = now
+if delay > 0 then
+  due = nowCeil + delay
+elseif at ~= '' then
+  due = math.max(tonumber(at), now)
+end
+local deadline = -1
+if given ~= '' then
+  deadline = tonumber(given)
+elseif timeout > 0 then
+  deadline = due + timeout
+end
+local function fmt(n) return string.format('%.0f', n) end
+local waiter = fmt(math.max(deadline, 0)) .. ':' .. sender
+if idemTTL ~= '' then
+  local k = redis.call('HMGET', KEYS[7], 'id', 'rep')
+  if k[2] then
+    return {4, k[1] or '', deadline, k[2]}
+  end
+  if k[1] then
+    if route == 'i' then
+      redis.call('HSET', KEYS[7], 'w:' .. id, waiter)
+    end
+    return {4, k[1], deadline, ''}
+  end
+end
+if dedupTTL ~= '' then
+  local first = redis.call('GET', KEYS[6])
+  if first then
+    return {3, first, -1, ''}
+  end
+  redis.call('SET', KEYS[6], id, 'PX', dedupTTL)
+end
+local d = deadline
+if idemTTL ~= '' then
+  d = due + tonumber(idemTTL)
+  redis.call('HSET', KEYS[7], 'id', id)
+  if route == 'i' then
+    redis.call('HSET', KEYS[7], 'w:' .. id, waiter)
+  end
+  redis.call('PEXPIRE', KEYS[7], fmt(d - now))
+end
+local dField = ''
+if d >= 0 then dField = fmt(d) end
+local outcome = 1
+if due > now then
+  outcome = 2
+  redis.call('ZADD', KEYS[3], fmt(due), id)
+  redis.call('HSET', KEYS[4], id, ARGV[8] .. dField .. ':' .. env)
+  if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == id then
+    redis.call('XADD', KEYS[2], '*', 'w', '1')
+    redis.call('HINCRBY', KEYS[5], 'wakes', 1)
+  end
+elseif dField == '' then
+  redis.call('XADD', KEYS[1], '*', 'm', env)
+else
+  redis.call('XADD', KEYS[1], '*', 'm', env, 'd', dField)
+end
+if ARGV[12] == '1' then
+  redis.call('ZADD', KEYS[8], fmt(deadline), id)
+  redis.call('HSET', KEYS[9], id, env)
+end
+return {outcome, id, deadline, ''}
 `)

@@ -21,7 +21,7 @@ func TestSendTimedSetsDeadline(t *testing.T) {
 	}
 	e := env("m1", "orders")
 	e.Timeout = time.Hour
-	deadline, err := b.Send(ctx, e)
+	deadline, err := sendEnv(ctx, b, e)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,27 +43,27 @@ func TestSendValidation(t *testing.T) {
 		env  *broker.Envelope
 		want string
 	}{
-		"nil":         {nil, "envelope is nil"},
-		"no receiver": {&broker.Envelope{ID: "x"}, "Envelope.Receiver"},
-		"no id":       {&broker.Envelope{Receiver: "r"}, "Envelope.ID"},
+		"no receiver": {&broker.Envelope{ID: "x"}, "Env.Receiver"},
+		"no id":       {&broker.Envelope{Receiver: "r"}, "Env.ID"},
 		"too big":     {&broker.Envelope{ID: "x", Receiver: "r", Content: make([]byte, 11)}, "MaxMessageSize"},
-		"negative":    {&broker.Envelope{ID: "x", Receiver: "r", Timeout: -1}, "Envelope.Timeout"},
-		"no sender":   {&broker.Envelope{ID: "x", Receiver: "r", Timeout: time.Second}, "Envelope.Sender"},
+		"negative":    {&broker.Envelope{ID: "x", Receiver: "r", Timeout: -1, Route: broker.RouteSender, Sender: "s"}, "Env.Timeout"},
+		"no sender":   {&broker.Envelope{ID: "x", Receiver: "r", Timeout: time.Second, Route: broker.RouteSender}, "Env.Sender"},
+		"no route":    {&broker.Envelope{ID: "x", Receiver: "r", Timeout: time.Second}, "without a reply route"},
 	}
 	for name, tc := range tests {
-		if _, err := b.Send(ctx, tc.env); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "redisbroker: ") {
+		if _, err := sendEnv(ctx, b, tc.env); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "broker: ") {
 			t.Errorf("%s: Send = %v; want an error about %s", name, err, tc.want)
 		}
 	}
-	if _, err := b.Send(ctx, &broker.Envelope{ID: "x", Receiver: "r", Content: make([]byte, 10)}); err != nil {
+	if _, err := sendEnv(ctx, b, &broker.Envelope{ID: "x", Receiver: "r", Content: make([]byte, 10)}); err != nil {
 		t.Fatalf("Send at the size limit: %v", err)
 	}
 }
 
 // TestSendBatchPartialFailure makes one receiver's queue key a string, so
-// that Redis refuses its XADD (WRONGTYPE) and its send_timed: the batch
-// reports those two messages in a *BatchError and sends the others, in
-// order, in one pipeline per run.
+// that Redis refuses its XADD (WRONGTYPE) and its enqueue script: Send
+// reports those two messages' errors in their results and sends the
+// others, in order, in one pipeline per run.
 func TestSendBatchPartialFailure(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
@@ -75,17 +75,22 @@ func TestSendBatchPartialFailure(t *testing.T) {
 	timed := env("m4", "broken")
 	timed.Timeout = time.Minute
 	envs := []*broker.Envelope{env("m1", "fine"), env("m2", "broken"), env("m3", "fine"), timed}
-	deadlines, err := b.SendBatch(ctx, envs)
-	var be *broker.BatchError
-	if !errors.As(err, &be) || len(be.Errs) != 4 || be.Errs[0] != nil || be.Errs[2] != nil ||
-		!strings.Contains(fmt.Sprint(be.Errs[1]), "WRONGTYPE") || !strings.Contains(fmt.Sprint(be.Errs[3]), "WRONGTYPE") {
-		t.Fatalf("SendBatch = %v; want a *BatchError with WRONGTYPE for messages 1 and 3 only", err)
+	ps := make([]broker.SendParams, len(envs))
+	for i, e := range envs {
+		ps[i].Env = *e
 	}
-	if len(deadlines) != 4 || !deadlines[3].IsZero() {
-		t.Fatalf("deadlines = %v; want 4, the failed timed one zero", deadlines)
+	if err := b.Send(ctx, ps); err != nil {
+		t.Fatalf("Send: %v", err)
 	}
-	if !strings.Contains(err.Error(), "2 of 4 messages not sent; message 1") {
-		t.Fatalf("error text %q does not say what failed", err)
+	for i, p := range ps {
+		res := p.Result
+		failed := i == 1 || i == 3
+		switch {
+		case failed && (res.Outcome != broker.SendFailed || !strings.Contains(fmt.Sprint(res.Err), "WRONGTYPE") || !res.Deadline.IsZero()):
+			t.Fatalf("message %d: %+v; want failed with WRONGTYPE and no deadline", i, res)
+		case !failed && (res.Outcome != broker.Queued || res.Err != nil):
+			t.Fatalf("message %d: %+v; want it queued", i, res)
+		}
 	}
 	ds := fetch1(t, b, broker.FetchParams{Receiver: "fine", Consumer: "c", Lease: time.Minute, MaxAttempts: 0})
 	if len(ds) != 2 || ds[0].Env.ID != "m1" || ds[1].Env.ID != "m3" {
@@ -120,12 +125,12 @@ func TestSendFromInboxUnknownOutcome(t *testing.T) {
 	req.Sender, req.Timeout = "_inbox.x", time.Minute
 	// A first send sets the clock a send from an inbox uses, and the
 	// connection it goes on.
-	if _, err := viaProxy.SendRequest(ctx, req); err != nil {
+	if _, err := sendRequest(ctx, viaProxy, req); err != nil {
 		t.Fatal(err)
 	}
 	req.ID = "m2"
 	proxy.SetCut(true)
-	dl, err := viaProxy.SendRequest(ctx, req)
+	dl, err := sendRequest(ctx, viaProxy, req)
 	if !errors.Is(err, broker.ErrUnavailable) || dl.IsZero() {
 		t.Fatalf("send with its answer lost = %v, %v; want ErrUnavailable with the deadline", dl, err)
 	}
@@ -134,7 +139,7 @@ func TestSendFromInboxUnknownOutcome(t *testing.T) {
 	}
 	s.Kill()
 	req.ID = "m3"
-	dl, err = direct.SendRequest(ctx, req)
+	dl, err = sendRequest(ctx, direct, req)
 	if !errors.Is(err, broker.ErrUnavailable) || !dl.IsZero() {
 		t.Fatalf("send to a server that is down = %v, %v; want ErrUnavailable and no deadline", dl, err)
 	}

@@ -150,7 +150,7 @@ func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error
 	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
 	}
-	delayed := b.keys.delayed(receiver)
+	delayed := b.keys.retries(receiver)
 	plain := true
 	for _, ref := range refs {
 		if prio, _ := refLevel(ref); prio != broker.PriorityNormal {
@@ -218,7 +218,7 @@ func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
 	if !validRef(id) {
 		return broker.ErrLeaseLost
 	}
-	n, err := scriptRetry.Exec(ctx, b.client, []string{b.keys.queueAt(receiver, prio), b.keys.delayed(receiver)},
+	n, err := scriptRetry.Exec(ctx, b.client, []string{b.keys.queueAt(receiver, prio), b.keys.retries(receiver)},
 		[]string{consumer, id, strconv.FormatInt(delay.Milliseconds(), 10), msString(lease), boolArg(p.Uncounted), ref}).AsInt64()
 	if err != nil {
 		if isNoGroup(err) {
@@ -251,7 +251,7 @@ func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Deliv
 		return broker.ErrLeaseLost
 	}
 	n, err := scriptBury.Exec(ctx, b.client,
-		[]string{b.keys.queueAt(receiver, prio), b.keys.deadLetters(receiver), b.keys.delayed(receiver)},
+		[]string{b.keys.queueAt(receiver, prio), b.keys.deadLetters(receiver), b.keys.retries(receiver)},
 		[]string{id, reason, strconv.Itoa(d.Attempt), "0", levelPrefix(prio)}).AsInt64()
 	if err != nil {
 		if isNoGroup(err) {

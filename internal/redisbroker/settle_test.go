@@ -16,7 +16,7 @@ func TestRetry(t *testing.T) {
 	b := newBroker(t)
 	b.reclaimEvery = 0 // every Fetch reclaims: this tests the scripts' arithmetic
 	ctx := ctxT(t)
-	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m1", "r")); err != nil {
 		t.Fatal(err)
 	}
 	const lease = time.Hour
@@ -55,7 +55,7 @@ func TestRetryLongerThanLease(t *testing.T) {
 	b.reclaimEvery = 0 // every Fetch reclaims: this tests the scripts' arithmetic
 	raw := rawClient(t, srv)
 	ctx := ctxT(t)
-	if _, err := b.Send(ctx, env("m1", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("m1", "r")); err != nil {
 		t.Fatal(err)
 	}
 	lease := 20 * time.Millisecond
@@ -79,14 +79,14 @@ func TestRetryLongerThanLease(t *testing.T) {
 		t.Fatalf("holder lost a parked entry: %v, %v", lost, err)
 	}
 	// Bring the due time to now: the next Fetch takes it.
-	if err := do(t, raw, "ZADD", b.keys.delayed("r"), "0", d.Ref).Error(); err != nil {
+	if err := do(t, raw, "ZADD", b.keys.retries("r"), "0", d.Ref).Error(); err != nil {
 		t.Fatal(err)
 	}
 	got := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "B", Lease: lease, MaxAttempts: 0})
 	if len(got) != 1 || got[0].Attempt != 2 {
 		t.Fatalf("after the delay: %+v; want attempt 2", got)
 	}
-	if n, _ := do(t, raw, "EXISTS", b.keys.delayed("r")).AsInt64(); n != 0 {
+	if n, _ := do(t, raw, "EXISTS", b.keys.retries("r")).AsInt64(); n != 0 {
 		t.Fatal("the delayed zset outlived its entry")
 	}
 }
@@ -97,7 +97,7 @@ func TestDeadLetterAfterMaxAttempts(t *testing.T) {
 	ctx := ctxT(t)
 	e := env("m1", "r")
 	e.Timeout = time.Hour
-	deadline, err := b.Send(ctx, e)
+	deadline, err := sendEnv(ctx, b, e)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestUndecodableEntriesGoToDeadLetters(t *testing.T) {
 	if err := b.InjectRaw(ctx, "r", []byte{1, 2, 3}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Send(ctx, env("good", "r")); err != nil {
+	if _, err := sendEnv(ctx, b, env("good", "r")); err != nil {
 		t.Fatal(err)
 	}
 	ds := fetch1(t, b, broker.FetchParams{Receiver: "r", Consumer: "c", Lease: time.Minute, MaxAttempts: 5})
@@ -197,7 +197,7 @@ func TestDeadLetterRetryPurge(t *testing.T) {
 	b := newBroker(t)
 	ctx := ctxT(t)
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := b.Send(ctx, env(id, "r")); err != nil {
+		if _, err := sendEnv(ctx, b, env(id, "r")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -272,7 +272,7 @@ func TestConcurrentAckManyRefs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := b.Send(ctx, env("m", "r")); err != nil {
+			if _, err := sendEnv(ctx, b, env("m", "r")); err != nil {
 				t.Error(err)
 			}
 		}()

@@ -153,7 +153,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 func (b *Broker) statsKeys(receiver string) []string {
 	return []string{b.keys.queue(receiver), b.keys.deadLetters(receiver),
 		b.keys.queueAt(receiver, broker.PriorityHigh), b.keys.queueAt(receiver, broker.PriorityLow),
-		b.keys.paused(receiver), b.keys.scheduled(receiver), b.keys.holders(receiver)}
+		b.keys.paused(receiver), b.keys.deferred(receiver), b.keys.holders(receiver)}
 }
 
 // statsOf reads the stats script's answer v.
@@ -169,7 +169,7 @@ func statsOf(receiver string, v []int64) (broker.ReceiverStats, error) {
 		QueuedHigh:  max(v[4]-v[5], 0),
 		QueuedLow:   max(v[6]-v[7], 0),
 		Paused:      v[8] == 1,
-		Scheduled:   v[9],
+		Deferred:    v[9],
 	}
 	st.Queued = max(v[0]-v[1], 0) + st.QueuedHigh + st.QueuedLow
 	if v[3] >= 0 {

@@ -16,7 +16,7 @@ func TestStatsManyAfterScriptFlush(t *testing.T) {
 	b := newBrokerOn(t, s, Config{})
 	ctx := ctxT(t)
 	for _, r := range []string{"a", "b", "b"} {
-		if _, err := b.Send(ctx, &broker.Envelope{ID: "m", Receiver: r, Content: []byte("x")}); err != nil {
+		if _, err := sendEnv(ctx, b, &broker.Envelope{ID: "m", Receiver: r, Content: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
 	}

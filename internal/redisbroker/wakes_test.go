@@ -14,9 +14,7 @@ func wakeHeldBy(t *testing.T, b *Broker, r, consumer string) string {
 	t.Helper()
 	ctx := ctxT(t)
 	fetch1(t, b, broker.FetchParams{Receiver: r, Consumer: "setup", Lease: time.Minute}) // creates the group
-	e := env("later", r)
-	e.Delay = time.Hour
-	if _, err := b.Send(ctx, e); err != nil {
+	if _, err := broker.SendOne(ctx, b, broker.SendParams{Env: *env("later", r), Delay: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	s := b.queueKeys(r)
@@ -59,7 +57,7 @@ func TestWakeDroppedTwiceCountsOnce(t *testing.T) {
 		t.Fatalf("wakes after the second drop = %q, want 0", n)
 	}
 	st, err := b.Stats(ctx, "r")
-	if err != nil || st.Length != 0 || st.Pending != 0 || st.Scheduled != 1 {
+	if err != nil || st.Length != 0 || st.Pending != 0 || st.Deferred != 1 {
 		t.Fatalf("Stats = %+v, %v; want length 0, pending 0, scheduled 1", st, err)
 	}
 }
@@ -81,7 +79,7 @@ func TestWakeAtMaxAttemptsIsDropped(t *testing.T) {
 		return wakeCount(t, b, "r") == "0"
 	})
 	st, err := b.Stats(ctx, "r")
-	if err != nil || st.Length != 0 || st.DeadLetters != 0 || st.Scheduled != 1 {
+	if err != nil || st.Length != 0 || st.DeadLetters != 0 || st.Deferred != 1 {
 		t.Fatalf("Stats = %+v, %v; want length 0, no dead letters, scheduled 1", st, err)
 	}
 }

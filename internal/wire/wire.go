@@ -11,8 +11,10 @@
 //	InReplyTo uvarint length, bytes
 //	ErrorCode uvarint length, bytes
 //	ErrorText uvarint length, bytes
-//	flags     byte: bit 0 is FireAndForget, bit 1 FromInbox, bit 2 says
-//	          an IdempotencyKey follows the headers; other bits must be 0
+//	flags     byte: bits 0 and 1 are the Route (bit 0: RouteNone, a
+//	          fire-and-forget message; bit 1: RouteInbox; neither:
+//	          RouteSender; not both), bit 2 says an IdempotencyKey
+//	          follows the headers; other bits must be 0
 //	Timeout   varint (nanoseconds)
 //	Headers   uvarint count, then count pairs of (key, value), each a
 //	          uvarint length and bytes, keys strictly ascending
@@ -47,10 +49,10 @@ const MaxHeaders = 1 << 16
 
 // The bits of the flags byte.
 const (
-	flagFireAndForget = 1
-	flagFromInbox     = 2
-	flagIdempotent    = 4
-	flagsKnown        = flagFireAndForget | flagFromInbox | flagIdempotent
+	flagRouteNone  = 1
+	flagRouteInbox = 2
+	flagIdempotent = 4
+	flagsKnown     = flagRouteNone | flagRouteInbox | flagIdempotent
 )
 
 // ErrMalformed is wrapped by every error Decode returns.
@@ -78,11 +80,11 @@ func Encode(env *broker.Envelope) []byte {
 	b = appendString(b, env.ErrorCode)
 	b = appendString(b, env.ErrorText)
 	var flags byte
-	if env.FireAndForget {
-		flags |= flagFireAndForget
-	}
-	if env.FromInbox {
-		flags |= flagFromInbox
+	switch env.Route {
+	case broker.RouteNone:
+		flags |= flagRouteNone
+	case broker.RouteInbox:
+		flags |= flagRouteInbox
 	}
 	if env.IdempotencyKey != "" {
 		flags |= flagIdempotent
@@ -154,8 +156,16 @@ func decode[T encoded](data T) (broker.Envelope, error) {
 	if d.err == nil && flags&^flagsKnown != 0 {
 		d.fail("flags", "unknown bits set")
 	}
-	env.FireAndForget = flags&flagFireAndForget != 0
-	env.FromInbox = flags&flagFromInbox != 0
+	switch flags & (flagRouteNone | flagRouteInbox) {
+	case flagRouteNone:
+		env.Route = broker.RouteNone
+	case flagRouteInbox:
+		env.Route = broker.RouteInbox
+	case 0:
+		env.Route = broker.RouteSender
+	default:
+		d.fail("flags", "two routes set")
+	}
 	env.Timeout = time.Duration(d.varint("timeout"))
 	count := d.uvarint("headers")
 	if d.err == nil && count > MaxHeaders {

@@ -13,17 +13,16 @@ import (
 
 func sample() broker.Envelope {
 	return broker.Envelope{
-		ID:            "01J9Z6T0000000000000000000",
-		Sender:        "web",
-		Receiver:      "orders",
-		Content:       []byte("hello\x00world"),
-		Headers:       map[string]string{"b": "2", "a": "1", "": "empty key"},
-		FireAndForget: true,
-		FromInbox:     true,
-		Timeout:       1500 * time.Millisecond,
-		InReplyTo:     "req-1",
-		ErrorCode:     "boom",
-		ErrorText:     "it broke",
+		ID:        "01J9Z6T0000000000000000000",
+		Sender:    "web",
+		Receiver:  "orders",
+		Content:   []byte("hello\x00world"),
+		Headers:   map[string]string{"b": "2", "a": "1", "": "empty key"},
+		Route:     broker.RouteInbox,
+		Timeout:   1500 * time.Millisecond,
+		InReplyTo: "req-1",
+		ErrorCode: "boom",
+		ErrorText: "it broke",
 	}
 }
 
@@ -35,7 +34,7 @@ func TestRoundTrip(t *testing.T) {
 		"zero":       {},
 		"full":       sample(),
 		"negative":   neg,
-		"idempotent": {ID: "x", Receiver: "r", FromInbox: true, IdempotencyKey: "order-42"},
+		"idempotent": {ID: "x", Receiver: "r", Route: broker.RouteInbox, IdempotencyKey: "order-42"},
 		"bigger":     {ID: "x", Content: bytes.Repeat([]byte{0xff}, 70000), Headers: map[string]string{strings.Repeat("k", 300): strings.Repeat("v", 200)}},
 	}
 	for name, env := range tests {
@@ -107,8 +106,28 @@ func TestDecodeMinimal(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Decode: %v", err)
 	}
-	if !reflect.DeepEqual(env, broker.Envelope{}) {
-		t.Fatalf("got %#v, want the zero envelope", env)
+	if !reflect.DeepEqual(env, broker.Envelope{Route: broker.RouteSender}) {
+		t.Fatalf("got %#v, want the zero envelope with RouteSender (no route bit set)", env)
+	}
+}
+
+// TestRoutes shows each route's flag bits, which are those of older
+// versions (bit 0 FireAndForget, bit 1 FromInbox), and that both bits
+// together do not decode.
+func TestRoutes(t *testing.T) {
+	t.Parallel()
+	for route, flags := range map[broker.Route]byte{broker.RouteNone: 1, broker.RouteInbox: 2, broker.RouteSender: 0} {
+		got := Encode(&broker.Envelope{Route: route})
+		if want := []byte{Version, 0, 0, 0, 0, 0, 0, 0, flags, 0, 0}; !bytes.Equal(got, want) {
+			t.Errorf("route %v encodes as %x, want %x", route, got, want)
+		}
+		env, err := Decode(got)
+		if err != nil || env.Route != route {
+			t.Errorf("route %v decodes as %v, %v", route, env.Route, err)
+		}
+	}
+	if _, err := Decode([]byte{Version, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("two routes: got %v, want ErrMalformed", err)
 	}
 }
 
@@ -117,7 +136,7 @@ func TestDecodeMinimal(t *testing.T) {
 // the headers), and that the flag with an empty key does not decode.
 func TestIdempotencyKeyOptional(t *testing.T) {
 	t.Parallel()
-	if got := Encode(&broker.Envelope{}); !bytes.Equal(got, []byte{Version, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}) {
+	if got := Encode(&broker.Envelope{Route: broker.RouteSender}); !bytes.Equal(got, []byte{Version, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}) {
 		t.Fatalf("an envelope without a key encodes as %x", got)
 	}
 	if _, err := Decode([]byte{Version, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0}); !errors.Is(err, ErrMalformed) {

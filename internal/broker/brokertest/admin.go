@@ -292,11 +292,11 @@ func testClose(t *testing.T, b broker.Broker) {
 	if err := await(t, "ReadReplies blocked during Close to return (Close must wake blocked calls)", read); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("ReadReplies blocked during Close: got %v, want ErrClosed", err)
 	}
-	if _, err := b.Send(ctx, newEnv(r, "x")); !errors.Is(err, broker.ErrClosed) {
+	if err := sendErr(ctx, b, broker.SendParams{Env: *newEnv(r, "x")}); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Send after Close: got %v, want ErrClosed", err)
 	}
-	if _, err := b.SendBatch(ctx, []*broker.Envelope{newEnv(r, "x")}); !errors.Is(err, broker.ErrClosed) {
-		t.Fatalf("SendBatch after Close: got %v, want ErrClosed", err)
+	if err := b.Send(ctx, []broker.SendParams{{Env: *newEnv(r, "x")}, {Env: *newEnv(r, "y")}}); !errors.Is(err, broker.ErrClosed) {
+		t.Fatalf("Send of two after Close: got %v, want ErrClosed", err)
 	}
 	if _, err := b.Now(ctx); !errors.Is(err, broker.ErrClosed) {
 		t.Fatalf("Now after Close: got %v, want ErrClosed", err)

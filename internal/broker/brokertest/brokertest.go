@@ -99,9 +99,11 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Tokens", testTokens},
 		{"Slots", testSlots},
 		{"RetryUncounted", testRetryUncounted},
-		{"Scheduled", testScheduled},
-		{"ScheduledPast", testScheduledPast},
-		{"ScheduledValidation", testScheduledValidation},
+		{"Deferred", testDeferred},
+		{"DeferredPast", testDeferredPast},
+		{"DeferredValidation", testDeferredValidation},
+		{"DeferredNeverEarly", testDeferredNeverEarly},
+		{"SendProduct", testSendProduct},
 		{"Cancel", testCancel},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
@@ -136,8 +138,8 @@ func name(kind string) string {
 	return "bt-" + kind + "-" + hex.EncodeToString(b[:])
 }
 
-// newEnv returns a message for receiver with a fresh id, content and
-// headers.
+// newEnv returns a message for receiver from a named sender, with a fresh
+// id, content and headers.
 func newEnv(receiver, content string) *broker.Envelope {
 	return &broker.Envelope{
 		ID:       name("msg"),
@@ -145,6 +147,7 @@ func newEnv(receiver, content string) *broker.Envelope {
 		Receiver: receiver,
 		Content:  []byte(content),
 		Headers:  map[string]string{"k": "v", "content": content},
+		Route:    broker.RouteSender,
 	}
 }
 
@@ -159,7 +162,7 @@ func ctxT(t *testing.T) context.Context {
 func sameEnv(a, b broker.Envelope) bool {
 	return a.ID == b.ID && a.Sender == b.Sender && a.Receiver == b.Receiver &&
 		bytes.Equal(a.Content, b.Content) && maps.Equal(a.Headers, b.Headers) &&
-		a.FireAndForget == b.FireAndForget && a.Timeout == b.Timeout &&
+		a.Route == b.Route && a.Timeout == b.Timeout &&
 		a.InReplyTo == b.InReplyTo && a.ErrorCode == b.ErrorCode && a.ErrorText == b.ErrorText &&
 		a.IdempotencyKey == b.IdempotencyKey &&
 		a.Priority == b.Priority
@@ -199,13 +202,26 @@ func waitBrokerTime(t *testing.T, b broker.Broker, at time.Time) {
 	})
 }
 
+// send sends env, due now and with no key, and returns its deadline.
 func send(t *testing.T, b broker.Broker, env *broker.Envelope) time.Time {
 	t.Helper()
-	deadline, err := b.Send(ctxT(t), env)
+	return sendP(t, b, broker.SendParams{Env: *env}).Deadline
+}
+
+// sendP sends p and returns its result, failing on an error.
+func sendP(t *testing.T, b broker.Broker, p broker.SendParams) broker.SendResult {
+	t.Helper()
+	res, err := broker.SendOne(ctxT(t), b, p)
 	if err != nil {
-		t.Fatalf("Send %s: %v", env.ID, err)
+		t.Fatalf("Send %s: %v", p.Env.ID, err)
 	}
-	return deadline
+	return res
+}
+
+// sendErr sends p alone and returns the call's error.
+func sendErr(ctx context.Context, b broker.Broker, p broker.SendParams) error {
+	_, err := broker.SendOne(ctx, b, p)
+	return err
 }
 
 func fetch(t *testing.T, b broker.Broker, p broker.FetchParams) []broker.Delivery {

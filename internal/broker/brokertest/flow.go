@@ -17,11 +17,8 @@ func testDedup(t *testing.T, b broker.Broker) {
 	const ttl = 400 * time.Millisecond
 	sendDedup := func(env *broker.Envelope, key string, ttl time.Duration) (string, bool) {
 		t.Helper()
-		id, dup, err := b.SendDedup(ctx, &broker.SendDedupParams{Env: env, Key: key, TTL: ttl})
-		if err != nil {
-			t.Fatalf("SendDedup %s: %v", key, err)
-		}
-		return id, dup
+		res := sendP(t, b, broker.SendParams{Env: *env, DedupKey: key, DedupTTL: ttl})
+		return res.ID, res.Outcome == broker.Duplicate
 	}
 	first := newEnv(r, "first")
 	if id, dup := sendDedup(first, "k", ttl); id != first.ID || dup {
@@ -74,11 +71,11 @@ func testDedup(t *testing.T, b broker.Broker) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			id, dup, err := b.SendDedup(ctx, &broker.SendDedupParams{Env: newEnv(r, "race"), Key: "race", TTL: time.Minute})
+			res, err := broker.SendOne(ctx, b, broker.SendParams{Env: *newEnv(r, "race"), DedupKey: "race", DedupTTL: time.Minute})
 			if err != nil {
 				errs.add(err)
 			}
-			ids[i], dups[i] = id, dup
+			ids[i], dups[i] = res.ID, res.Outcome == broker.Duplicate
 		}()
 	}
 	wg.Wait()
@@ -192,11 +189,15 @@ func testIdempotency(t *testing.T, b broker.Broker) {
 	ib1, ib2 := inboxName(), inboxName()
 	begin := func(env *broker.Envelope) (time.Time, *broker.Envelope) {
 		t.Helper()
-		dl, rep, err := b.BeginIdempotent(ctx, &broker.BeginIdempotentParams{Env: env, Key: "k", TTL: ttl})
-		if err != nil {
-			t.Fatalf("BeginIdempotent: %v", err)
+		env.Route, env.IdempotencyKey = broker.RouteInbox, "k"
+		res := sendP(t, b, broker.SendParams{Env: *env, IdemTTL: ttl})
+		if want := broker.Joined; res.Outcome != want && res.Outcome != broker.Queued {
+			t.Fatalf("idempotent send: outcome %v", res.Outcome)
 		}
-		return dl, rep
+		if res.Outcome == broker.Joined && res.ID == env.ID {
+			t.Fatalf("idempotent send: joined its own message %s", res.ID)
+		}
+		return res.Deadline, res.Reply
 	}
 	first := timedEnv(ib1, r, "req", longLease)
 	start := brokerNow(t, b)
@@ -211,7 +212,7 @@ func testIdempotency(t *testing.T, b broker.Broker) {
 	}
 	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 1})
 	d := fetchOne(t, b, r, "w", longLease)
-	if d.Env.ID != first.ID || d.Env.IdempotencyKey != "k" || !d.Env.FromInbox {
+	if d.Env.ID != first.ID || d.Env.IdempotencyKey != "k" || d.Env.Route != broker.RouteInbox {
 		t.Fatalf("queued message: %+v", d.Env)
 	}
 	if d.Deadline.Before(start.Add(ttl-50*time.Millisecond)) || d.Deadline.After(start.Add(ttl+5*time.Second)) {

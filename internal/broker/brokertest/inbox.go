@@ -199,7 +199,9 @@ func testInboxReplyRacesGiveUp(t *testing.T, b broker.Broker) {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
 				env := timedEnv(ib, r, fmt.Sprint(i), time.Duration(1+i%2)*time.Millisecond)
-				deadline, err := b.SendRequest(ctx, env)
+				env.Route = broker.RouteInbox
+				res, err := broker.SendOne(ctx, b, broker.SendParams{Env: *env})
+				deadline := res.Deadline
 				if err != nil {
 					fail(err)
 					return

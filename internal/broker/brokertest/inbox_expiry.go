@@ -26,16 +26,12 @@ func closeInbox(t *testing.T, b broker.Broker, inbox string) {
 	}
 }
 
+// sendRequest sends env from its inbox (env.Sender), setting its route,
+// and returns its deadline.
 func sendRequest(t *testing.T, b broker.Broker, env *broker.Envelope) time.Time {
 	t.Helper()
-	deadline, err := b.SendRequest(ctxT(t), env)
-	if err != nil {
-		t.Fatalf("SendRequest %s: %v", env.ID, err)
-	}
-	if !env.FromInbox {
-		t.Fatalf("SendRequest %s did not set FromInbox", env.ID)
-	}
-	return deadline
+	env.Route = broker.RouteInbox
+	return sendP(t, b, broker.SendParams{Env: *env}).Deadline
 }
 
 func readInbox(t *testing.T, b broker.Broker, inbox string, max int) []broker.Reply {

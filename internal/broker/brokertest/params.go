@@ -32,11 +32,14 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 	read := func(p *broker.ReadRepliesParams) error { _, err := b.ReadReplies(ctx, p); return err }
 	fate := func(p *broker.FateParams) error { _, err := b.Fate(ctx, p); return err }
 	dlAfter := func(p *broker.DeadLettersParams) error { _, err := b.DeadLettersAfter(ctx, p); return err }
-	dedup := func(p *broker.SendDedupParams) error { _, _, err := b.SendDedup(ctx, p); return err }
-	begin := func(p *broker.BeginIdempotentParams) error { _, _, err := b.BeginIdempotent(ctx, p); return err }
-	env := func() *broker.Envelope { e := newEnv(r, "x"); return e }
-	timed := func() *broker.Envelope { e := newEnv(r, "x"); e.Timeout = time.Second; return e }
-	noSender := func() *broker.Envelope { e := newEnv(r, "x"); e.Sender = ""; return e }
+	send := func(p *broker.SendParams) error { return b.Send(ctx, []broker.SendParams{*p}) }
+	env := func(edit func(e *broker.Envelope)) broker.Envelope {
+		e := newEnv(r, "x")
+		if edit != nil {
+			edit(e)
+		}
+		return *e
+	}
 	longKey := string(make([]byte, broker.MaxKeyLen+1))
 	cancel := func(p *broker.CancelParams) error { _, err := b.Cancel(ctx, p); return err }
 	refs := []string{"1-1"}
@@ -64,16 +67,21 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 		invalidCall("Fate", &broker.FateParams{Receiver: r, ID: "m"}, fate),
 		invalidCall("DeadLettersAfter", &broker.DeadLettersParams{Max: 1}, dlAfter),
 		invalidCall("DeadLettersAfter", &broker.DeadLettersParams{Receiver: r}, dlAfter),
-		invalidCall("SendDedup", &broker.SendDedupParams{Key: "k", TTL: time.Second}, dedup),
-		invalidCall("SendDedup", &broker.SendDedupParams{Env: timed(), Key: "k", TTL: time.Second}, dedup),
-		invalidCall("SendDedup", &broker.SendDedupParams{Env: env(), TTL: time.Second}, dedup),
-		invalidCall("SendDedup", &broker.SendDedupParams{Env: env(), Key: longKey, TTL: time.Second}, dedup),
-		invalidCall("SendDedup", &broker.SendDedupParams{Env: env(), Key: "k"}, dedup),
-		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Key: "k", TTL: time.Second}, begin),
-		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Env: noSender(), Key: "k", TTL: time.Second}, begin),
-		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Env: env(), TTL: time.Second}, begin),
-		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Env: env(), Key: longKey, TTL: time.Second}, begin),
-		invalidCall("BeginIdempotent", &broker.BeginIdempotentParams{Env: env(), Key: "k", TTL: -time.Second}, begin),
+		invalidCall("Send", &broker.SendParams{Env: env(func(e *broker.Envelope) { e.Receiver = "" })}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(func(e *broker.Envelope) { e.ID = "" })}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(func(e *broker.Envelope) { e.Route = 9 })}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(func(e *broker.Envelope) { e.Sender = "" })}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(func(e *broker.Envelope) { e.Timeout = -time.Second })}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(func(e *broker.Envelope) { e.Timeout, e.Route = time.Second, broker.RouteNone })}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(func(e *broker.Envelope) { e.Priority = 2 })}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(func(e *broker.Envelope) { e.IdempotencyKey = longKey }), IdemTTL: time.Second}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(func(e *broker.Envelope) { e.IdempotencyKey = "k" })}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(nil), Delay: -time.Second}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(nil), Delay: broker.MaxDelay + 1}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(nil), Delay: time.Second, DeliverAt: time.Now()}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(nil), DeliverAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(nil), DedupKey: longKey, DedupTTL: time.Second}, send),
+		invalidCall("Send", &broker.SendParams{Env: env(nil), DedupKey: "k"}, send),
 		invalidCall("TakeTokens", &broker.TokensParams{Want: 1, Rate: 1, Burst: 1}, tokens),
 		invalidCall("TakeTokens", &broker.TokensParams{Receiver: r, Rate: 1, Burst: 1}, tokens),
 		invalidCall("TakeTokens", &broker.TokensParams{Receiver: r, Want: 1, Rate: -1, Burst: 1}, tokens),

@@ -30,10 +30,10 @@ func testPriorities(t *testing.T, b broker.Broker) {
 			t.Fatalf("Fate of %s at level %d: %+v, %v; want queued", env.Content, env.Priority, f, err)
 		}
 	}
-	if _, err := b.Send(ctx, at("bad", 2)); err == nil {
+	if err := sendErr(ctx, b, broker.SendParams{Env: *at("bad", 2)}); err == nil {
 		t.Fatal("Send with Priority 2: no error")
 	}
-	if _, err := b.Send(ctx, at("bad", -2)); err == nil {
+	if err := sendErr(ctx, b, broker.SendParams{Env: *at("bad", -2)}); err == nil {
 		t.Fatal("Send with Priority -2: no error")
 	}
 

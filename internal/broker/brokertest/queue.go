@@ -73,11 +73,11 @@ func testSendValidation(t *testing.T, b broker.Broker) {
 	ctx := ctxT(t)
 	r := name("recv")
 	env := newEnv("", "x")
-	if _, err := b.Send(ctx, env); err == nil {
+	if err := sendErr(ctx, b, broker.SendParams{Env: *env}); err == nil {
 		t.Fatalf("Send with an empty receiver: got no error")
 	}
 	big := newEnv(r, strings.Repeat("x", MaxMessageSize+1))
-	if _, err := b.Send(ctx, big); err == nil {
+	if err := sendErr(ctx, b, broker.SendParams{Env: *big}); err == nil {
 		t.Fatalf("Send of %d bytes: got no error", len(big.Content))
 	}
 	checkStats(t, b, broker.ReceiverStats{Receiver: r, Queued: 0, Pending: 0, DeadLetters: 0})
@@ -86,9 +86,9 @@ func testSendValidation(t *testing.T, b broker.Broker) {
 	}
 }
 
-// testSendBatch sends a batch that mixes untimed and timed messages and
-// two receivers: each is queued in batch order, the timed ones with their
-// pending timeouts; an invalid envelope fails the whole batch, unsent.
+// testSendBatch sends many messages in one Send, untimed and timed, to
+// two receivers: each is queued in order, the timed ones with their
+// pending timeouts; an invalid message fails the whole call, unsent.
 func testSendBatch(t *testing.T, b broker.Broker) {
 	ctx := ctxT(t)
 	r1, r2 := name("recv"), name("recv")
@@ -102,13 +102,17 @@ func testSendBatch(t *testing.T, b broker.Broker) {
 		t.Fatal(err)
 	}
 	before = before.Truncate(time.Millisecond) // brokers may keep deadlines in ms
-	deadlines, err := b.SendBatch(ctx, envs)
-	if err != nil || len(deadlines) != len(envs) {
-		t.Fatalf("SendBatch: got %d deadlines, %v; want %d, nil", len(deadlines), err, len(envs))
+	ps := paramsOf(envs)
+	if err := b.Send(ctx, ps); err != nil {
+		t.Fatalf("Send of %d: %v", len(ps), err)
 	}
 	for i, env := range envs {
-		if got := !deadlines[i].IsZero(); got != (env.Timeout > 0) || got && deadlines[i].Before(before.Add(env.Timeout)) {
-			t.Fatalf("SendBatch: deadline %d is %v; want zero for an untimed message, else at least %v", i, deadlines[i], before.Add(env.Timeout))
+		res := ps[i].Result
+		if res.Err != nil || res.Outcome != broker.Queued || res.ID != env.ID {
+			t.Fatalf("Send: message %d: got %+v, want it queued", i, res)
+		}
+		if got := !res.Deadline.IsZero(); got != (env.Timeout > 0) || got && res.Deadline.Before(before.Add(env.Timeout)) {
+			t.Fatalf("Send: deadline %d is %v; want zero for an untimed message, else at least %v", i, res.Deadline, before.Add(env.Timeout))
 		}
 	}
 	for _, w := range []struct {
@@ -117,12 +121,12 @@ func testSendBatch(t *testing.T, b broker.Broker) {
 	}{{r1, []int{0, 1, 3, 5}}, {r2, []int{2, 4}}} {
 		ds := fetch(t, b, broker.FetchParams{Receiver: w.r, Consumer: "c", Max: 10, Block: 0, Lease: longLease, MaxAttempts: 10})
 		if len(ds) != len(w.want) {
-			t.Fatalf("Fetch %s after SendBatch: got %d messages, want %d", w.r, len(ds), len(w.want))
+			t.Fatalf("Fetch %s after Send: got %d messages, want %d", w.r, len(ds), len(w.want))
 		}
 		for j, i := range w.want {
 			checkEnv(t, fmt.Sprint("batch message ", i), ds[j].Env, envs[i])
-			if !ds[j].Deadline.Equal(deadlines[i]) {
-				t.Fatalf("batch message %d: delivered with deadline %v, SendBatch said %v", i, ds[j].Deadline, deadlines[i])
+			if !ds[j].Deadline.Equal(ps[i].Result.Deadline) {
+				t.Fatalf("batch message %d: delivered with deadline %v, Send said %v", i, ds[j].Deadline, ps[i].Result.Deadline)
 			}
 			ack(t, b, w.r, ds[j].Ref)
 		}
@@ -134,17 +138,23 @@ func testSendBatch(t *testing.T, b broker.Broker) {
 		ackReplies(t, b, envs[i].Sender, readReplies(t, b, broker.ReadRepliesParams{Sender: envs[i].Sender, Consumer: "c", Max: 10, Block: 0, Lease: longLease}))
 	}
 
-	if ds, err := b.SendBatch(ctx, nil); err != nil || len(ds) != 0 {
-		t.Fatalf("SendBatch of nothing: got %v, %v; want no deadlines, nil", ds, err)
+	if err := b.Send(ctx, nil); err != nil {
+		t.Fatalf("Send of nothing: got %v, want nil", err)
 	}
-	bad := []*broker.Envelope{newEnv(r1, "x"), newEnv(r1, "y"), newEnv("", "z")}
-	if _, err := b.SendBatch(ctx, bad); err == nil || !strings.Contains(err.Error(), "batch message 2") {
-		t.Fatalf("SendBatch with an empty receiver at index 2: got %v, want an error naming message 2", err)
-	}
-	if _, err := b.SendBatch(ctx, []*broker.Envelope{newEnv(r1, "x"), nil}); err == nil {
-		t.Fatalf("SendBatch with a nil envelope: got no error")
+	bad := paramsOf([]*broker.Envelope{newEnv(r1, "x"), newEnv(r1, "y"), newEnv("", "z")})
+	if err := b.Send(ctx, bad); err == nil || !strings.Contains(err.Error(), "message 2") {
+		t.Fatalf("Send with an empty receiver at index 2: got %v, want an error naming message 2", err)
 	}
 	checkStats(t, b, broker.ReceiverStats{Receiver: r1, Queued: 0, Pending: 0, DeadLetters: 0})
+}
+
+// paramsOf returns the params of sending each of envs now, with no key.
+func paramsOf(envs []*broker.Envelope) []broker.SendParams {
+	ps := make([]broker.SendParams, len(envs))
+	for i, env := range envs {
+		ps[i].Env = *env
+	}
+	return ps
 }
 
 func testFetchOrderAndMax(t *testing.T, b broker.Broker) {

@@ -236,7 +236,8 @@ func testReplyRacesTimeout(t *testing.T, b broker.Broker) {
 		wg.Go(func() {
 			for i := w; i < n; i += repliers {
 				env := timedEnv(s, r, fmt.Sprint(i), time.Duration(1+i%2)*time.Millisecond)
-				deadline, err := b.Send(ctx, env)
+				res, err := broker.SendOne(ctx, b, broker.SendParams{Env: *env})
+				deadline := res.Deadline
 				if err != nil {
 					fail(err)
 					return

@@ -60,7 +60,7 @@ func tickParams(s broker.ScheduleRecord, following, resume time.Time) broker.Tic
 	return broker.TickParams{
 		Name: s.Name, Receiver: s.Receiver, Version: s.Version,
 		Due: s.Next, Following: following, Resume: resume, MissedAfter: time.Second,
-		Env: &broker.Envelope{ID: name("tick"), Receiver: s.Receiver, Content: []byte("tick"), FireAndForget: true},
+		Env: &broker.Envelope{ID: name("tick"), Receiver: s.Receiver, Content: []byte("tick"), Route: broker.RouteNone},
 	}
 }
 
@@ -204,7 +204,7 @@ func testScheduleMissed(t *testing.T, b broker.Broker) {
 		s := putSchedule(t, b, broker.ScheduleRecord{Name: name("sched"), Receiver: r, Def: []byte("d"), Next: tc.due})
 		p := tickParams(s, tc.following, resume)
 		if tc.missedEnv {
-			p.MissedEnv = &broker.Envelope{ID: name("tick"), Receiver: r, Content: []byte("missed"), FireAndForget: true}
+			p.MissedEnv = &broker.Envelope{ID: name("tick"), Receiver: r, Content: []byte("missed"), Route: broker.RouteNone}
 		}
 		res := tick(t, b, p)
 		if res.Outcome != tc.want || !res.Next.Equal(tc.wantNext) {

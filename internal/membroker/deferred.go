@@ -1,7 +1,7 @@
 package membroker
 
-// Messages sent for later (broker.Envelope.Delay, DeliverAt), and their
-// cancellation (broker.Cancels).
+// Deferred messages, sent for later (broker.SendParams.Delay, DeliverAt),
+// and their cancellation (broker.Cancels).
 
 import (
 	"bytes"
@@ -14,49 +14,51 @@ import (
 	"github.com/diskerhq/disker/internal/wire"
 )
 
-// scheduledMsg is a message sent for later, due at due.
-type scheduledMsg struct {
+// deferredMsg is a message sent for later, due at due, to be queued at
+// level prio.
+type deferredMsg struct {
 	id       string
 	due      time.Time
 	deadline time.Time
+	prio     int
 	raw      []byte
 	index    int // in the heap
 }
 
 // dueSet is a queue's messages sent for later, by id and by due time.
 type dueSet struct {
-	byID map[string]*scheduledMsg
-	heap schedHeap
+	byID map[string]*deferredMsg
+	heap deferredHeap
 }
 
-// scheduled returns s's dueSet, creating it. Callers hold mu.
-func (s *stream) scheduled() *dueSet {
-	if s.sched == nil {
-		s.sched = &dueSet{byID: make(map[string]*scheduledMsg)}
+// deferredSet returns s's dueSet, creating it. Callers hold mu.
+func (s *stream) deferredSet() *dueSet {
+	if s.deferred == nil {
+		s.deferred = &dueSet{byID: make(map[string]*deferredMsg)}
 	}
-	return s.sched
+	return s.deferred
 }
 
-// put schedules id (replacing an earlier schedule of it).
-func (sc *dueSet) put(id string, due, deadline time.Time, raw []byte) {
+// put defers message id until due (replacing an earlier one of the id).
+func (sc *dueSet) put(id string, due, deadline time.Time, prio int, raw []byte) {
 	if old := sc.byID[id]; old != nil {
 		sc.remove(old)
 	}
-	m := &scheduledMsg{id: id, due: due, deadline: deadline, raw: raw}
+	m := &deferredMsg{id: id, due: due, deadline: deadline, prio: prio, raw: raw}
 	sc.byID[id] = m
 	heap.Push(&sc.heap, m)
 }
 
-func (sc *dueSet) remove(m *scheduledMsg) {
+func (sc *dueSet) remove(m *deferredMsg) {
 	delete(sc.byID, m.id)
 	heap.Remove(&sc.heap, m.index)
 }
 
-// schedHeap orders scheduled messages by due time.
-type schedHeap = byTime[*scheduledMsg]
+// deferredHeap orders deferred messages by due time.
+type deferredHeap = byTime[*deferredMsg]
 
-func (m *scheduledMsg) at() time.Time  { return m.due }
-func (m *scheduledMsg) setIndex(i int) { m.index = i }
+func (m *deferredMsg) at() time.Time  { return m.due }
+func (m *deferredMsg) setIndex(i int) { m.index = i }
 
 // mark is a Cancel of a message in flight.
 type mark struct {
@@ -64,7 +66,7 @@ type mark struct {
 	at time.Time
 }
 
-// Cancel cancels message p.ID of p.Receiver: unscheduled, removed from the
+// Cancel cancels message p.ID of p.Receiver: dropped while deferred, removed from the
 // queue, or (held by a consumer) removed and marked. See broker.Cancels.
 func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Cancelled, error) {
 	if err := p.Validate(); err != nil {
@@ -82,11 +84,11 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 		return broker.Cancelled{State: broker.CancelNotFound}, nil
 	}
 	defer c.tidy(p.Receiver)
-	if s.sched != nil {
-		if m := s.sched.byID[p.ID]; m != nil {
-			s.sched.remove(m)
+	if s.deferred != nil {
+		if m := s.deferred.byID[p.ID]; m != nil {
+			s.deferred.remove(m)
 			env, _ := decode(m.raw)
-			return broker.Cancelled{State: broker.CancelScheduled, Env: env, Deadline: m.deadline}, nil
+			return broker.Cancelled{State: broker.CancelDeferred, Env: env, Deadline: m.deadline}, nil
 		}
 	}
 	prefix := wire.IDPrefix(p.ID)

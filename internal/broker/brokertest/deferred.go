@@ -26,33 +26,32 @@ func cancel(t *testing.T, b broker.Broker, receiver, id string) broker.Cancelled
 	return c
 }
 
-// testScheduled shows that a message sent with a Delay is delivered no
-// earlier than its due time by the broker's clock, counts as scheduled
+// testDeferred shows that a message sent with a Delay is delivered no
+// earlier than its due time by the broker's clock, counts as deferred
 // until then, and that a timed one's deadline is its due time plus its
 // timeout.
-func testScheduled(t *testing.T, b broker.Broker) {
+func testDeferred(t *testing.T, b broker.Broker) {
 	r := name("recv")
 	const delay = 300 * time.Millisecond
 	before := brokerNow(t, b).Truncate(time.Millisecond) // the broker's precision
 	env := newEnv(r, "later")
-	env.Delay = delay
-	if dl := send(t, b, env); !dl.IsZero() {
-		t.Fatalf("Send of an untimed scheduled message: deadline %v, want none", dl)
+	if res := sendP(t, b, broker.SendParams{Env: *env, Delay: delay}); !res.Deadline.IsZero() || res.Outcome != broker.Deferred {
+		t.Fatalf("Send of an untimed deferred message: %+v, want deferred with no deadline", res)
 	}
 	timed := timedEnv(inboxName(), r, "later, timed", time.Minute)
-	timed.Delay = delay
-	deadline := sendRequest(t, b, timed)
+	timed.Route = broker.RouteInbox
+	deadline := sendP(t, b, broker.SendParams{Env: *timed, Delay: delay}).Deadline
 	if min := before.Add(delay + time.Minute).Truncate(time.Millisecond); deadline.Before(min) {
-		t.Fatalf("deadline of a timed scheduled message: got %v, want at least due + timeout %v", deadline, min)
+		t.Fatalf("deadline of a timed deferred message: got %v, want at least due + timeout %v", deadline, min)
 	}
-	if st := stats(t, b, r); st.Scheduled != 2 || st.Queued != 0 || st.Length != 0 || !st.OldestQueued.IsZero() {
-		t.Fatalf("Stats before the due time: got %+v, want 2 scheduled and nothing queued", st)
+	if st := stats(t, b, r); st.Deferred != 2 || st.Queued != 0 || st.Length != 0 || !st.OldestQueued.IsZero() {
+		t.Fatalf("Stats before the due time: got %+v, want 2 deferred and nothing queued", st)
 	}
 	if !receivers(t, b)[r] {
-		t.Fatalf("Receivers does not list %s, which has scheduled messages", r)
+		t.Fatalf("Receivers does not list %s, which has deferred messages", r)
 	}
 	var got []broker.Delivery
-	eventually(t, "the scheduled messages", func() bool {
+	eventually(t, "the deferred messages", func() bool {
 		ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 10, Block: pollBlock, Lease: longLease})
 		if len(ds) > 0 {
 			if now := brokerNow(t, b); now.Before(before.Add(delay)) {
@@ -65,7 +64,7 @@ func testScheduled(t *testing.T, b broker.Broker) {
 	for _, d := range got {
 		switch d.Env.ID {
 		case env.ID:
-			checkEnv(t, "scheduled", d.Env, &broker.Envelope{ID: env.ID, Sender: env.Sender, Receiver: r, Content: env.Content, Headers: env.Headers})
+			checkEnv(t, "deferred", d.Env, env)
 		case timed.ID:
 			if !d.Deadline.Equal(deadline) {
 				t.Fatalf("delivered deadline %v, want %v", d.Deadline, deadline)
@@ -75,20 +74,24 @@ func testScheduled(t *testing.T, b broker.Broker) {
 		}
 		ack(t, b, r, d.Ref)
 	}
-	if st := stats(t, b, r); st.Scheduled != 0 || st.Length != 0 {
+	if st := stats(t, b, r); st.Deferred != 0 || st.Length != 0 {
 		t.Fatalf("Stats after delivery: got %+v", st)
 	}
 }
 
-// testScheduledPast shows that a DeliverAt that has passed queues the
+// testDeferredPast shows that a DeliverAt that has passed queues the
 // message at once, with its deadline counted from now, and that a
-// scheduled batch is delivered in full.
-func testScheduledPast(t *testing.T, b broker.Broker) {
+// deferred batch is delivered in full.
+func testDeferredPast(t *testing.T, b broker.Broker) {
 	r := name("recv")
 	now := brokerNow(t, b)
 	env := timedEnv(inboxName(), r, "past", time.Minute)
-	env.DeliverAt = now.Add(-time.Hour)
-	deadline := sendRequest(t, b, env)
+	env.Route = broker.RouteInbox
+	res := sendP(t, b, broker.SendParams{Env: *env, DeliverAt: now.Add(-time.Hour)})
+	deadline := res.Deadline
+	if res.Outcome != broker.Queued {
+		t.Fatalf("a message due in the past: outcome %v, want queued", res.Outcome)
+	}
 	if deadline.Before(now.Add(time.Minute).Truncate(time.Millisecond)) {
 		t.Fatalf("deadline of a message due in the past: %v, want now + timeout (after %v)", deadline, now.Add(time.Minute))
 	}
@@ -98,21 +101,21 @@ func testScheduledPast(t *testing.T, b broker.Broker) {
 	}
 	ack(t, b, r, d.Ref)
 
-	var envs []*broker.Envelope
+	var envs []broker.SendParams
 	for i := range 20 {
-		e := newEnv(r, "batch")
+		p := broker.SendParams{Env: *newEnv(r, "batch")}
 		if i%2 == 0 {
-			e.Delay = time.Duration(1+i*10) * time.Millisecond
+			p.Delay = time.Duration(1+i*10) * time.Millisecond
 		} else {
-			e.DeliverAt = now.Add(time.Duration(i*10) * time.Millisecond)
+			p.DeliverAt = now.Add(time.Duration(i*10) * time.Millisecond)
 		}
-		envs = append(envs, e)
+		envs = append(envs, p)
 	}
-	if _, err := b.SendBatch(ctxT(t), envs); err != nil {
-		t.Fatalf("SendBatch: %v", err)
+	if err := b.Send(ctxT(t), envs); err != nil {
+		t.Fatalf("Send: %v", err)
 	}
 	seen := map[string]bool{}
-	eventually(t, "the scheduled batch", func() bool {
+	eventually(t, "the deferred batch", func() bool {
 		for _, d := range fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 100, Block: pollBlock, Lease: longLease}) {
 			if seen[d.Env.ID] {
 				t.Fatalf("%s delivered twice", d.Env.ID)
@@ -124,37 +127,77 @@ func testScheduledPast(t *testing.T, b broker.Broker) {
 	})
 }
 
-// testScheduledValidation shows that bad delays are refused before
-// anything is sent.
-func testScheduledValidation(t *testing.T, b broker.Broker) {
+// testDeferredNeverEarly sends messages deferred to times that are not
+// whole milliseconds, and to a delay from a time that is not, and polls
+// for them without blocking: none is delivered before its due time by the
+// broker's clock, which a broker that rounds a due time down would do
+// within its last millisecond.
+func testDeferredNeverEarly(t *testing.T, b broker.Broker) {
 	r := name("recv")
-	for _, env := range []*broker.Envelope{
-		{ID: "a", Receiver: r, Delay: -time.Second},
-		{ID: "b", Receiver: r, Delay: broker.MaxDelay + time.Hour},
-		{ID: "c", Receiver: r, Delay: time.Second, DeliverAt: time.Now()},
-		{ID: "d", Receiver: r, DeliverAt: time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC)},
-	} {
-		if _, err := b.Send(ctxT(t), env); err == nil {
-			t.Fatalf("Send %+v: got no error", env)
+	ctx := ctxT(t)
+	for i := range 20 {
+		now := brokerNow(t, b)
+		at := now.Truncate(time.Millisecond).Add(30*time.Millisecond + 999*time.Microsecond)
+		p := broker.SendParams{Env: *newEnv(r, "at"), DeliverAt: at}
+		if i%2 == 1 {
+			// Due 30ms after the broker accepts it, whenever within its
+			// millisecond that is.
+			p.DeliverAt, p.Delay = time.Time{}, 30*time.Millisecond
+		}
+		sendP(t, b, p)
+		for {
+			ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: r, Consumer: "w", Max: 1, Lease: longLease})
+			if err != nil {
+				t.Fatalf("Fetch: %v", err)
+			}
+			if len(ds) == 0 {
+				continue
+			}
+			got := brokerNow(t, b)
+			due := at
+			if p.Delay > 0 {
+				due = now.Add(p.Delay)
+			}
+			if got.Before(due) {
+				t.Fatalf("message %d delivered at %v, before its due time %v", i, got, due)
+			}
+			ack(t, b, r, ds[0].Ref)
+			break
 		}
 	}
-	if st := stats(t, b, r); st.Scheduled != 0 || st.Length != 0 {
+}
+
+// testDeferredValidation shows that bad delays are refused before
+// anything is sent.
+func testDeferredValidation(t *testing.T, b broker.Broker) {
+	r := name("recv")
+	for _, p := range []broker.SendParams{
+		{Env: broker.Envelope{ID: "a", Receiver: r}, Delay: -time.Second},
+		{Env: broker.Envelope{ID: "b", Receiver: r}, Delay: broker.MaxDelay + time.Hour},
+		{Env: broker.Envelope{ID: "c", Receiver: r}, Delay: time.Second, DeliverAt: time.Now()},
+		{Env: broker.Envelope{ID: "d", Receiver: r}, DeliverAt: time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		if err := sendErr(ctxT(t), b, p); err == nil {
+			t.Fatalf("Send %+v: got no error", p)
+		}
+	}
+	if st := stats(t, b, r); st.Deferred != 0 || st.Length != 0 {
 		t.Fatalf("Stats after refused sends: %+v", st)
 	}
 }
 
-// testCancel shows what Cancel does to a scheduled, a queued, an in-flight
+// testCancel shows what Cancel does to a deferred, a queued, an in-flight
 // and an unknown message, and that the holder of the in-flight one finds
 // its mark.
 func testCancel(t *testing.T, b broker.Broker) {
 	r := name("recv")
 	since := brokerNow(t, b).Add(-time.Second)
-	sched := timedEnv(inboxName(), r, "scheduled", time.Minute)
-	sched.Delay = time.Hour
-	sdl := sendRequest(t, b, sched)
+	sched := timedEnv(inboxName(), r, "deferred", time.Minute)
+	sched.Route = broker.RouteInbox
+	sdl := sendP(t, b, broker.SendParams{Env: *sched, Delay: time.Hour}).Deadline
 	c := cancel(t, b, r, sched.ID)
-	if c.State != broker.CancelScheduled || c.Env.ID != sched.ID || !c.Deadline.Equal(sdl) {
-		t.Fatalf("Cancel of a scheduled message: got %+v, want scheduled with deadline %v", c, sdl)
+	if c.State != broker.CancelDeferred || c.Env.ID != sched.ID || !c.Deadline.Equal(sdl) {
+		t.Fatalf("Cancel of a deferred message: got %+v, want deferred with deadline %v", c, sdl)
 	}
 	held := newEnv(r, "held")
 	send(t, b, held)
@@ -193,7 +236,7 @@ func testCancel(t *testing.T, b broker.Broker) {
 	if ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w2", Max: 10, Lease: time.Millisecond}); len(ds) != 0 {
 		t.Fatalf("Fetch after the cancels: got %+v", ds)
 	}
-	if st := stats(t, b, r); st.Scheduled != 0 || st.Length != 0 || st.Pending != 0 {
+	if st := stats(t, b, r); st.Deferred != 0 || st.Length != 0 || st.Pending != 0 {
 		t.Fatalf("Stats after the cancels: %+v", st)
 	}
 }

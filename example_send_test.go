@@ -1,0 +1,86 @@
+package disker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/diskerhq/disker"
+)
+
+// Send options compose: this reminder is deferred, urgent when it comes
+// due, and sent once per key however often it is asked for.
+func ExampleSendOption() {
+	ctx := context.Background()
+	d := openExample("example-send-options", disker.Config{})
+	defer d.Close(ctx)
+	reminder := disker.Message{Receiver: "reminders", Content: []byte("call Ada")}
+	opts := []disker.SendOption{
+		disker.WithDelay(10 * time.Minute),
+		disker.WithPriority(disker.PriorityHigh),
+		disker.WithDedupKey("call-ada", time.Hour),
+	}
+	first, err := d.Send(ctx, reminder, opts...)
+	fmt.Println(err)
+	again, err := d.Send(ctx, reminder, opts...)
+	fmt.Println(errors.Is(err, disker.ErrDuplicate), again == first)
+	s, _ := d.Stats(ctx, "reminders")
+	fmt.Println("deferred:", s.Deferred, "queued:", s.Queued)
+	// Output:
+	// <nil>
+	// true true
+	// deferred: 1 queued: 0
+}
+
+// SendEach sends many messages in as few round trips as it can, each with
+// options of its own: here a due time each.
+func ExampleDisker_SendEach() {
+	ctx := context.Background()
+	d := openExample("example-send-each", disker.Config{})
+	defer d.Close(ctx)
+	ids, err := d.SendEach(ctx, []disker.Outgoing{
+		{Message: disker.Message{Receiver: "digest", Content: []byte("now")}},
+		{Message: disker.Message{Receiver: "digest", Content: []byte("in a day")}, Options: []disker.SendOption{disker.WithDelay(24 * time.Hour)}},
+		{Message: disker.Message{Receiver: "digest", Content: []byte("in a week")}, Options: []disker.SendOption{disker.WithDelay(7 * 24 * time.Hour)}},
+	}, disker.WithPriority(disker.PriorityLow))
+	fmt.Println(len(ids), err)
+	s, _ := d.Stats(ctx, "digest")
+	fmt.Println("queued:", s.Queued, "low:", s.QueuedLow, "deferred:", s.Deferred)
+	// Output:
+	// 3 <nil>
+	// queued: 1 low: 1 deferred: 2
+}
+
+// WithOnSent tells a Request's caller the message's id while it waits, so
+// that it can be cancelled from elsewhere.
+func ExampleWithOnSent() {
+	ctx := context.Background()
+	d := openExample("example-on-sent", disker.Config{})
+	defer d.Close(ctx)
+	started := make(chan struct{})
+	if err := d.Handle("slow", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})); err != nil {
+		panic(err)
+	}
+	ids := make(chan string, 1)
+	cancelled := make(chan disker.CancelResult, 1)
+	go func() {
+		<-started
+		res, err := d.Cancel(ctx, "slow", <-ids)
+		if err != nil {
+			panic(err)
+		}
+		cancelled <- res
+	}()
+	_, err := d.Request(ctx, disker.Message{Receiver: "slow"}, disker.WithTimeout(time.Minute),
+		disker.WithOnSent(func(id string) { ids <- id }))
+	fmt.Println("cancel:", <-cancelled)
+	fmt.Println(errors.Is(err, disker.ErrCancelled))
+	// Output:
+	// cancel: in flight
+	// true
+}

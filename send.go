@@ -1,0 +1,264 @@
+package disker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/diskerhq/disker/internal/broker"
+)
+
+// Send queues msg for msg.Receiver and returns its id once the broker has
+// accepted it. A message without a Sender is fire-and-forget. Every send
+// option composes with every other, and whatever they are the message is
+// written in one atomic step: with its pending timeout (WithTimeout: this
+// instance then watches the sender's timeouts, so that a notice reaches
+// the sender's TimeoutHandler, on whichever instance registered one,
+// within Config.TimeoutMonitorFrequency of the deadline), its due time
+// (WithDelay, WithDeliverAt), its level (WithPriority) and its keys.
+//
+// With WithDedupKey, a Send within the key's window of an earlier one
+// queues nothing and returns that message's id with a *DuplicateError.
+// With WithIdempotencyKey, a Send whose key is in use queues nothing and
+// returns the id of the key's message, with no error.
+//
+// Send returns a *ValidationError for bad input, an error wrapping
+// ErrUnavailable when the broker cannot be reached, and ErrClosed after
+// Close. It blocks for one round trip to the broker, never past ctx's end
+// (see "Which calls block" in the package documentation).
+func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (string, error) {
+	o := sendOptionsOf(nil, opts)
+	ps := make([]broker.SendParams, 1)
+	if err := d.prepare(&ps[0], &msg, &o); err != nil {
+		return "", err
+	}
+	if err := d.send(ctx, ps, func(int) func(string) { return o.onSent }); err != nil {
+		return "", err
+	}
+	return sendResult(&ps[0])
+}
+
+// Outgoing is one message of SendEach, with options of its own.
+type Outgoing struct {
+	// Message is the message, as Send takes it.
+	Message Message
+	// Options apply to this message, after the options of the call.
+	Options []SendOption
+}
+
+// SendBatch sends msgs, each as Send would (opts apply to every one), in as
+// few round trips to the broker as it can, and returns their ids in order.
+// On Redis a batch of messages sent the same way (plain, or with any
+// options but a pending timeout across Cluster slots) is one pipeline per
+// 1,000 messages: the way to move many messages from one producer. For
+// options that differ from message to message (a due time each, a dedup
+// key each), use SendEach.
+//
+// Every message is checked first: a bad one fails the call with a
+// *ValidationError whose Field names its index (such as
+// "msgs[3].Receiver"), and nothing is sent. Each message is then sent in
+// its own atomic step, but the batch is not atomic: when some could not be
+// sent, SendBatch returns the ids with "" in their place and a *BatchError
+// that says which failed and why. A duplicate (WithDedupKey) is reported
+// there too, as a *DuplicateError, with the id of the message that holds
+// the key in its place. Messages to one receiver are queued in batch order.
+// An empty batch sends nothing and returns no error.
+func (d *Disker) SendBatch(ctx context.Context, msgs []Message, opts ...SendOption) ([]string, error) {
+	out := make([]Outgoing, len(msgs))
+	for i := range msgs {
+		out[i].Message = msgs[i]
+	}
+	return d.sendEach(ctx, out, opts, "msgs[%d].")
+}
+
+// SendEach sends each of msgs with its own options (after opts, which apply
+// to every one) as SendBatch sends its messages: in as few round trips as
+// it can, each in its own atomic step, in order per receiver. A bad message
+// or option fails the call with a *ValidationError whose Field names its
+// index (such as "msgs[3].Message.Receiver", or the option, "WithDelay",
+// with the index in its Reason), and nothing is sent.
+func (d *Disker) SendEach(ctx context.Context, msgs []Outgoing, opts ...SendOption) ([]string, error) {
+	return d.sendEach(ctx, msgs, opts, "msgs[%d].Message.")
+}
+
+// sendEach is SendBatch and SendEach; msgField is the format of a message
+// field's prefix in errors.
+func (d *Disker) sendEach(ctx context.Context, msgs []Outgoing, opts []SendOption, msgField string) ([]string, error) {
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	if len(msgs) == 0 {
+		return []string{}, nil
+	}
+	base := sendOptionsOf(nil, opts)
+	ps := make([]broker.SendParams, len(msgs))
+	hooks := make([]func(string), len(msgs))
+	for i := range msgs {
+		o := sendOptionsOf(&base, msgs[i].Options)
+		if err := d.prepare(&ps[i], &msgs[i].Message, &o); err != nil {
+			return nil, indexed(err, fmt.Sprintf(msgField, i), fmt.Sprintf("msgs[%d]", i))
+		}
+		hooks[i] = o.onSent
+	}
+	if err := d.send(ctx, ps, func(i int) func(string) { return hooks[i] }); err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(ps))
+	errs := make([]error, len(ps))
+	failed := false
+	for i := range ps {
+		id, err := sendResult(&ps[i])
+		if err != nil {
+			failed = true
+			errs[i] = err
+			if ps[i].Result.Outcome != broker.Duplicate {
+				id = ""
+			}
+		}
+		ids[i] = id
+	}
+	if failed {
+		return ids, &BatchError{Errs: errs}
+	}
+	return ids, nil
+}
+
+// indexed names the message that err, a *ValidationError of one message,
+// is about: a field of the message gets msgField in place of "Message.",
+// and an option's reason begins with the message, msg.
+func indexed(err error, msgField, msg string) error {
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	if f, ok := strings.CutPrefix(ve.Field, "Message."); ok {
+		return invalid(msgField+f, "%s", ve.Reason)
+	}
+	return invalid(ve.Field, "%s: %s", msg, ve.Reason)
+}
+
+// prepare checks m, sent with o, and sets p to its send: a message of its
+// own id, whose reply goes to m.Sender (nowhere without one).
+func (d *Disker) prepare(p *broker.SendParams, m *Message, o *sendOptions) error {
+	if err := d.checkContent(m); err != nil {
+		return err
+	}
+	route := broker.RouteNone
+	if m.Sender != "" {
+		if err := checkName("Message.Sender", m.Sender); err != nil {
+			return err
+		}
+		route = broker.RouteSender
+	}
+	if err := o.check(route != broker.RouteNone); err != nil {
+		return err
+	}
+	o.params(p, m, route)
+	return nil
+}
+
+// params sets p to the send of m with o, under a new id, with the reply
+// route given: each option is a plain field of the broker's send.
+func (o *sendOptions) params(p *broker.SendParams, m *Message, route broker.Route) {
+	*p = broker.SendParams{
+		Env: broker.Envelope{
+			ID:       newID(),
+			Sender:   m.Sender,
+			Receiver: m.Receiver,
+			Content:  m.Content,
+			Headers:  m.Headers,
+			Route:    route,
+			Timeout:  o.timeout,
+			Priority: int(o.priority),
+		},
+		Delay:     o.delay,
+		DeliverAt: o.at,
+	}
+	if o.dedup {
+		p.DedupKey, p.DedupTTL = o.dedupKey, o.dedupTTL
+	}
+	if o.idempotent {
+		p.Env.IdempotencyKey, p.IdemTTL = o.idemKey, o.idemTTLOrDefault()
+	}
+}
+
+// checkContent checks m's Receiver and Content, which every send needs.
+func (d *Disker) checkContent(m *Message) error {
+	if err := checkName("Message.Receiver", m.Receiver); err != nil {
+		return err
+	}
+	if len(m.Content) > d.cfg.MaxMessageSize {
+		return invalid("Message.Content", "%d bytes is over the limit of %d (Config.MaxMessageSize)", len(m.Content), d.cfg.MaxMessageSize)
+	}
+	return nil
+}
+
+// send sends ps, prepared, in one call to the broker, with what every send
+// does around it: the closed check, the watch of a timed message's sender
+// by the timeout monitor (before the send: the monitor must know the
+// sender by the time the deadline passes), the broker's health, and for
+// each message stored the count, the event and its hook (hook(i), which may
+// be nil). It returns the error of the call as a whole; each message's
+// outcome is its Result, whose Err is then wrapped as the operation's.
+func (d *Disker) send(ctx context.Context, ps []broker.SendParams, hook func(i int) func(string)) error {
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	now := time.Now()
+	for i := range ps {
+		if env := &ps[i].Env; env.Timeout > 0 && env.Route == broker.RouteSender {
+			d.monitor.watch(env.Sender, localDeadline(&ps[i], now))
+		}
+	}
+	if err := d.b.Send(ctx, ps); err != nil {
+		d.health.fail("send", err)
+		return wrapBroker("send", err)
+	}
+	ok := false
+	for i := range ps {
+		r, env := &ps[i].Result, &ps[i].Env
+		if r.Err != nil {
+			d.health.fail("send", r.Err)
+			r.Err = wrapBroker("send", r.Err)
+			continue
+		}
+		ok = true
+		if r.Outcome == broker.Queued || r.Outcome == broker.Deferred {
+			d.sent.Add(1)
+			if d.onEvent != nil {
+				d.emit(Event{Kind: EventSent, Receiver: env.Receiver, Sender: env.Sender, MessageID: env.ID})
+			}
+		}
+		if f := hook(i); f != nil && r.Outcome != broker.Duplicate {
+			f(r.ID)
+		}
+	}
+	if ok {
+		d.health.ok()
+	}
+	return nil
+}
+
+// localDeadline is the local estimate of the deadline of p sent at now:
+// its due time plus its timeout.
+func localDeadline(p *broker.SendParams, now time.Time) time.Time {
+	due := now.Add(p.Delay)
+	if p.DeliverAt.After(now) {
+		due = p.DeliverAt
+	}
+	return due.Add(p.Env.Timeout)
+}
+
+// sendResult is what Send returns for p, sent.
+func sendResult(p *broker.SendParams) (string, error) {
+	r := &p.Result
+	switch r.Outcome {
+	case broker.SendFailed:
+		return "", r.Err
+	case broker.Duplicate:
+		return r.ID, &DuplicateError{ID: r.ID, Receiver: p.Env.Receiver, Key: p.DedupKey}
+	}
+	return r.ID, nil
+}
