@@ -101,6 +101,11 @@ func (b *Broker) sendRun(ctx context.Context, way sendWay, ps []broker.SendParam
 			b.sendSplit(ctx, &ps[i], now)
 		}
 	case sendEnqueue:
+		if len(ps) == 1 {
+			e := b.enqueueExec(&ps[0], "", true)
+			b.enqueued(ctx, &ps[0], scriptEnqueue.Exec(ctx, b.client, e.Keys, e.Args))
+			return
+		}
 		execs := make([]rueidis.LuaExec, len(ps))
 		for i := range ps {
 			execs[i] = b.enqueueExec(&ps[i], "", true)
@@ -109,11 +114,18 @@ func (b *Broker) sendRun(ctx context.Context, way sendWay, ps []broker.SendParam
 			b.enqueued(ctx, &ps[i], r)
 		}
 	case sendXadd:
-		if len(ps) == 1 && ps[0].Env.Route == broker.RouteInbox {
+		if len(ps) == 1 {
+			// Alone: one command, not a pipeline of one (which costs the
+			// client a slice of commands and one of results).
 			p := &ps[0]
-			res, err := b.doInbox(ctx, b.xaddOf(p))
-			if err == nil {
-				err = res.Error()
+			var err error
+			if p.Env.Route == broker.RouteInbox {
+				var res rueidis.RedisResult
+				if res, err = b.doInbox(ctx, b.xaddOf(p)); err == nil {
+					err = res.Error()
+				}
+			} else {
+				err = b.client.Do(ctx, b.xaddOf(p)).Error()
 			}
 			b.xadded(ctx, p, err)
 			return
