@@ -134,7 +134,8 @@ type Broker struct {
 	// reply streams this broker reads (by receiver or sender), made at
 	// the first read, so that a read builds no key; sendQueues the
 	// (normal level) queue keys of the receivers it sends to,
-	// inboxReplies the reply-stream keys of the inboxes it replies to.
+	// inboxReplies the reply-stream keys of the inboxes it replies to or
+	// reads.
 	queueStreams, replyStreams nameCache[*streamKeys]
 	sendQueues, inboxReplies   nameCache[string]
 
