@@ -39,14 +39,14 @@ func (b *Broker) makeQueueKeys(receiver string) streamKeys {
 		sched: b.keys.scheduled(receiver), schedMsgs: b.keys.scheduledMessages(receiver), promote: true}
 }
 
-// fetch returns up to p.Max entries of st's stream for p.Consumer. At
-// most every reclaimEvery per stream (and at once after this broker's
-// Retry, or when the group is missing) it runs the fetch script, which
-// reclaims expired leases and due retries, dead-letters entries past
-// maxAttempts and reads new entries; of a quiet stream (see
-// idleReclaimMax), at most once per lease or idleReclaimMax, and at once
-// when the reclaim epoch changed (a worker left the registry, or a message
-// was sent at another priority level: see Heartbeat).
+// fetch returns up to p.Max entries of st's stream for p.Consumer, as
+// planFetch decides: at most every reclaimEvery per stream (and at once
+// after this broker's Retry, or when the group is missing) it runs the
+// fetch script, which reclaims expired leases and due retries,
+// dead-letters entries past maxAttempts and reads new entries; of a quiet
+// stream (see idleReclaimMax), at most once per lease or idleReclaimMax,
+// and at once when the reclaim epoch changed (a worker left the registry,
+// or a message was sent at another priority level: see Heartbeat).
 // Otherwise it reads new entries with one pipelined XREADGROUP without
 // BLOCK, or, when block > 0, the stream was drained at the last fetch and
 // one of the broker's direct reads is free, with one blocking XREADGROUP
@@ -71,93 +71,80 @@ func (b *Broker) fetch(ctx context.Context, st *streamState, p *broker.FetchPara
 	return entries, err
 }
 
-// fetchEntries is fetch, but for the stream's quiet state.
+// fetchEntries is fetch, but for the stream's quiet state: it carries out
+// the fetch's plan (planFetch).
 func (b *Broker) fetchEntries(ctx context.Context, st *streamState, p *broker.FetchParams) ([]entry, error) {
 	s := &st.keys
-	op, stream, consumer, max, block := s.op, s.stream, p.Consumer, p.Max, p.Block
 	start := time.Now() // before it looks: see waiter.start
+	plan := st.plan(p.Consumer, fetchInputs{now: start, block: p.Block, lease: p.Lease, every: b.reclaimEvery})
+	script, reclaim, levels := plan.script, plan.reclaim, plan.levels
 	var entries []entry
-	levels := int(st.levels.Load())
-	changed := st.recordLease(consumer, p.Lease) // recorded even when due
-	due := st.reclaimDue(p.Lease, b.reclaimEvery) || changed
-	script := due || levels != 0 || st.scheduleDue()
-	if !script && block > 0 && st.drained.Load() {
-		entries, done, err := b.fetchDirect(ctx, st, p, start)
+	if plan.direct {
+		entries, done, err := b.fetchDirect(ctx, s, p, plan.directBlock, start)
 		if done && err == nil {
 			st.drained.Store(len(entries) < 2)
 		}
 		switch {
 		case errors.Is(err, errNoGroup):
-			script, due = true, true // the script creates the group
+			script, reclaim = true, true // the script creates the group
 		case done || err != nil:
 			return entries, err
 		}
 	}
-	// A stream whose last blocking read timed out with nothing skips the
-	// read without BLOCK: the blocking read below answers at once if
-	// entries came since, and an idle stream costs Redis no read but its
-	// share of the hub's.
-	idle := block > 0 && st.drained.Load() && st.idle.Load()
-	if !script && !idle {
-		read, err := asXReadOf(b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", consumer).Count(int64(max)).
-			Streams().Key(stream).Id(">").Build()), stream)
+	if plan.read && !script {
+		read, err := asXReadOf(b.client.Do(ctx, b.client.B().Xreadgroup().Group("g", p.Consumer).Count(int64(p.Max)).
+			Streams().Key(s.stream).Id(">").Build()), s.stream)
 		switch {
 		case isNoGroup(err):
-			script, due = true, true // the script creates the group
+			script, reclaim = true, true // the script creates the group
 		case rueidis.IsRedisNil(err):
 		case err != nil:
-			return nil, b.fail(ctx, op, err)
+			return nil, b.fail(ctx, s.op, err)
 		}
 		entries = appendRead(entries, read, "")
 	}
 	if script {
 		var dead int64
 		var err error
-		entries, dead, levels, err = b.reclaim(ctx, st, p, due)
+		entries, dead, levels, err = b.reclaim(ctx, st, p, reclaim)
 		if err != nil || dead > 0 {
 			return entries, err
 		}
 	}
-	if len(entries) > 0 || block <= 0 {
+	if len(entries) > 0 || !plan.wait {
 		return entries, nil
 	}
 	st.drained.Store(true)
 	if err := ctx.Err(); err != nil {
-		return nil, b.fail(ctx, op, err)
+		return nil, b.fail(ctx, s.op, err)
 	}
-	var sleep time.Duration
-	if block, sleep = st.blockUntilDue(block); sleep > 0 {
-		// The first scheduled message is due sooner than Redis's
-		// timeout of a blocking read is precise: wait here, and the
-		// next fetch runs the script.
-		t := time.NewTimer(sleep)
+	w := planWait(st.nextDue.Load(), time.Now(), p.Block)
+	if w.sleep > 0 {
+		// The first message sent for later is due sooner than Redis's
+		// timeout of a blocking read is precise: wait here, and the next
+		// fetch runs the script.
+		t := time.NewTimer(w.sleep)
 		defer t.Stop()
 		select {
 		case <-t.C:
 			return entries, nil
 		case <-ctx.Done():
-			return nil, b.fail(ctx, op, ctx.Err())
+			return nil, b.fail(ctx, s.op, ctx.Err())
 		case <-b.closing.Done():
 			return nil, broker.ErrClosed
 		}
 	}
-	return b.blockingRead(ctx, st, p, levels, block, start)
+	return b.blockingRead(ctx, st, p, levels, w.block, start)
 }
 
 // fetchDirect is the read of a fetch that needs no script, of a drained
 // stream, when one of the broker's direct reads is free (directRead): a
-// blocking read answers at once when entries wait, so the fetch makes one
-// read instead of a read without BLOCK and then a blocking one, which
-// saves a lone requester a round trip. done is false when it did not
-// read: no direct read was free, the hub holds the stream, the first
-// scheduled message is due sooner than a blocking read's timeout is
-// precise, or the group is missing (err is errNoGroup).
-func (b *Broker) fetchDirect(ctx context.Context, st *streamState, p *broker.FetchParams, start time.Time) (entries []entry, done bool, err error) {
-	s := &st.keys
-	block, sleep := st.blockUntilDue(p.Block)
-	if sleep > 0 {
-		return nil, false, nil
-	}
+// blocking read of up to block answers at once when entries wait, so the
+// fetch makes one read instead of a read without BLOCK and then a blocking
+// one, which saves a lone requester a round trip. done is false when it
+// did not read: no direct read was free, the hub holds the stream, or the
+// group is missing (err is errNoGroup).
+func (b *Broker) fetchDirect(ctx context.Context, s *streamKeys, p *broker.FetchParams, block time.Duration, start time.Time) (entries []entry, done bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, true, b.fail(ctx, s.op, err)
 	}

@@ -46,7 +46,7 @@ func TestQuietStream(t *testing.T) {
 	if !st.quiet.Load() || time.Until(time.Unix(0, st.reclaimAt.Load())) < 10*time.Second {
 		t.Fatalf("after an empty fetch: quiet %v, next reclaim in %v; want quiet, in about a lease", st.quiet.Load(), time.Until(time.Unix(0, st.reclaimAt.Load())))
 	}
-	if st.reclaimDue(time.Minute, b.reclaimEvery) {
+	if planFetch(st.snapshot(), fetchInputs{now: time.Now(), block: 20 * time.Millisecond, lease: time.Minute, every: b.reclaimEvery}).reclaim {
 		t.Fatal("a quiet stream's reclaim is due at its next fetch")
 	}
 	if _, err := b.Send(ctx, env("m1", "r")); err != nil {

@@ -9,7 +9,7 @@ import (
 
 // streamState is what a broker keeps of one stream it fetches (a queue, or
 // a reply stream): its keys, made once, and what its past fetches learnt,
-// from which fetchEntries decides how the next one reads. Its fields change
+// from which planFetch decides how the next one reads. Its fields change
 // with atomics (the leases under mu) as the steps of a fetch end, through
 // the methods below.
 //
@@ -80,51 +80,34 @@ func newStreamState(name streamName, keys streamKeys) *streamState {
 	return st
 }
 
-// reclaimDue reports whether the fetch script should reclaim now, and if
-// so counts it as run: the next is due every later, or, for a quiet stream,
-// idleReclaim(lease, every) later.
-func (st *streamState) reclaimDue(lease, every time.Duration) bool {
-	now := time.Now().UnixNano()
-	due := st.reclaimAt.Load()
-	if st.quiet.Load() {
-		every = idleReclaim(lease, every)
+// snapshot returns the state that planFetch reads, but for leaseChanged,
+// which recordLease answers.
+func (st *streamState) snapshot() streamSnapshot {
+	return streamSnapshot{
+		reclaimAt: st.reclaimAt.Load(),
+		quiet:     st.quiet.Load(),
+		idle:      st.idle.Load(),
+		drained:   st.drained.Load(),
+		levels:    int(st.levels.Load()),
+		nextDue:   st.nextDue.Load(),
 	}
-	return now >= due && st.reclaimAt.CompareAndSwap(due, now+int64(every))
 }
 
-// scheduleDue reports whether the first message sent for later to the
-// stream's receiver, as this broker last saw it, is due by the local clock
-// corrected to Redis time (see setNextDue).
-func (st *streamState) scheduleDue() bool {
-	return time.Now().UnixNano() >= st.nextDue.Load()
-}
-
-// blockUntilDue bounds block, the time a fetch of the stream blocks in
-// Redis, by the due time of the first message sent for later, so that the
-// fetch after it queues that message. Redis ends a blocking read's timeout
-// only at its next cron tick (every 100ms at the default hz 10), so the
-// read is made to end redisTimerSlack before the due time; when the due
-// time is closer than that, it returns no block but how long to wait here
-// instead.
-func (st *streamState) blockUntilDue(block time.Duration) (time.Duration, time.Duration) {
-	at := st.nextDue.Load()
-	if at == noneDue {
-		return block, 0
+// plan returns the plan of a fetch of the stream by consumer with in (see
+// planFetch). It records the consumer's lease, even when the reclaim is
+// due, and takes the reclaim that is due, if the plan does, so that
+// concurrent fetches of the stream run one: a fetch that another beat to
+// it plans again without it.
+func (st *streamState) plan(consumer string, in fetchInputs) fetchPlan {
+	snap := st.snapshot()
+	snap.leaseChanged = st.recordLease(consumer, in.lease)
+	p := planFetch(snap, in)
+	if p.claim != 0 && !st.reclaimAt.CompareAndSwap(snap.reclaimAt, p.claim) {
+		snap.reclaimAt = reclaimTaken
+		p = planFetch(snap, in)
 	}
-	wait := time.Duration(at - time.Now().UnixNano())
-	if wait <= redisTimerSlack+minDueBlock {
-		return block, min(max(wait, minDueBlock), block)
-	}
-	return min(block, wait-redisTimerSlack), 0
+	return p
 }
-
-// minDueBlock is the least wait of a fetch whose message sent for later is
-// due (by the local clock, which may be ahead of Redis's by a little).
-const minDueBlock = 2 * time.Millisecond
-
-// redisTimerSlack is how late Redis may end a blocking read past its
-// timeout: one period of its cron at the default hz (10).
-const redisTimerSlack = 100 * time.Millisecond
 
 // recordLease records that consumer fetches the stream with lease, and
 // reports whether that is another lease than at its last fetch through this

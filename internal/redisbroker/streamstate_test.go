@@ -2,12 +2,67 @@ package redisbroker
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
 	"github.com/diskerhq/disker/internal/redistest"
 )
+
+// A stream's first fetch runs the script (reclaim due, lease new); the
+// next with the same lease, before the period, reads; another lease
+// reclaims again, without taking the periodic reclaim.
+func TestStreamStatePlan(t *testing.T) {
+	t.Parallel()
+	st := newStreamState(streamName{name: "r"}, streamKeys{})
+	now := time.Now()
+	in := fetchInputs{now: now, block: time.Second, lease: time.Minute, every: 100 * time.Millisecond}
+	if p := st.plan("c", in); !p.script || !p.reclaim || p.claim != now.Add(in.every).UnixNano() {
+		t.Fatalf("first plan = %+v, want the script, reclaiming, next reclaim in every", p)
+	}
+	if got := st.reclaimAt.Load(); got != now.Add(in.every).UnixNano() {
+		t.Fatalf("reclaimAt = %v after the first plan, want now + every", time.Unix(0, got))
+	}
+	if p := st.plan("c", in); p.script || !p.read {
+		t.Fatalf("second plan = %+v, want a read", p)
+	}
+	in.lease = time.Second
+	if p := st.plan("c", in); !p.script || !p.reclaim || p.claim != 0 {
+		t.Fatalf("plan with another lease = %+v, want the script, reclaiming, nothing claimed", p)
+	}
+	if p := st.plan("c", in); p.script {
+		t.Fatalf("plan with the lease of the last = %+v, want a read", p)
+	}
+}
+
+// Of fetches that plan at once, one takes the reclaim that is due; the
+// others read.
+func TestStreamStatePlanOneReclaim(t *testing.T) {
+	t.Parallel()
+	for range 100 {
+		st := newStreamState(streamName{name: "r"}, streamKeys{})
+		in := fetchInputs{now: time.Now(), lease: time.Minute, every: time.Second}
+		st.recordLease("c", in.lease)
+		var wg sync.WaitGroup
+		plans := make([]fetchPlan, 8)
+		for i := range plans {
+			wg.Go(func() { plans[i] = st.plan("c", in) })
+		}
+		wg.Wait()
+		n := 0
+		for _, p := range plans {
+			if p.reclaim {
+				n++
+			} else if !p.read {
+				t.Fatalf("plan = %+v, want a read", p)
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d of %d fetches reclaim, want 1", n, len(plans))
+		}
+	}
+}
 
 // The consumers' leases are kept up to leasesKept: past it, the consumer
 // that came first is dropped, and its next fetch finds its lease changed.
@@ -121,8 +176,8 @@ func TestStreamTableBounded(t *testing.T) {
 		t.Fatalf("kept %s, want [c d e]", got)
 	}
 	a = add("a")
-	if !a.recordLease("c", time.Minute) || !a.reclaimDue(time.Minute, time.Second) {
-		t.Fatal("a dropped stream, made anew, knows the lease or has its reclaim not due")
+	if p := a.plan("c", fetchInputs{now: time.Now(), lease: time.Minute, every: time.Second}); !p.script || !p.reclaim {
+		t.Fatalf("plan of a dropped stream = %+v, want the script, reclaiming", p)
 	}
 	if len(tab.ring) != 3 {
 		t.Fatalf("the table holds %d states, want 3", len(tab.ring))
@@ -163,5 +218,21 @@ func TestDroppedStreamRunsTheScript(t *testing.T) {
 	}
 	if n := fetch("r1"); n == 0 {
 		t.Fatal("the fetch of r1 after its state was dropped ran no script")
+	}
+}
+
+// Looking up a known stream and planning its fetch with the lease of the
+// last stores nothing: a fetch that reads allocates nothing for its plan.
+func TestFetchPlanAllocatesNothing(t *testing.T) {
+	b := &Broker{keys: keys{prefix: "t"}}
+	in := fetchInputs{now: time.Now(), block: time.Second, lease: time.Minute, every: time.Hour}
+	b.queueState("r").plan("c", in)
+	allocs := testing.AllocsPerRun(1000, func() {
+		if p := b.queueState("r").plan("c", in); p.script {
+			t.Fatalf("plan = %+v, want no script", p)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("a fetch's lookup and plan allocate %v times, want 0", allocs)
 	}
 }
