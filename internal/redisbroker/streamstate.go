@@ -10,8 +10,7 @@ import (
 // streamState is what a broker keeps of one stream it fetches (a queue, or
 // a reply stream): its keys, made once, and what its past fetches learnt,
 // from which planFetch decides how the next one reads. Its fields change
-// with atomics (the leases under mu) as the steps of a fetch end, through
-// the methods below.
+// with atomics as the steps of a fetch end, through the methods below.
 //
 // Forgetting it is safe: a stream whose state was dropped (the table
 // keeps at most streamsKept) gets a new one, as a stream seen for the
@@ -53,8 +52,12 @@ type streamState struct {
 	// consumers to delete (nil: never).
 	pruned atomic.Pointer[time.Time]
 
+	// leases holds the lease of each consumer's last fetch, at most
+	// leasesKept, in the order they were recorded; it is copied on write,
+	// under mu, so that a fetch with the lease of the last reads it
+	// without a lock and writes nothing.
+	leases atomic.Pointer[[]consumerLease]
 	mu     sync.Mutex
-	leases []consumerLease // at most leasesKept
 }
 
 // noneDue is streamState.nextDue when no message for later is known.
@@ -68,9 +71,9 @@ type consumerLease struct {
 
 // leasesKept bounds the consumers whose lease a streamState keeps (a
 // broker fetches a stream as one consumer, its instance, as a rule). A
-// consumer past the bound drops the one that fetched longest ago, whose
-// next fetch then finds its lease changed and runs the fetch script, which
-// records it.
+// consumer past the bound drops the one whose lease was recorded first,
+// whose next fetch then finds its lease unknown and runs the fetch script,
+// which records it.
 const leasesKept = 8
 
 func newStreamState(name streamName, keys streamKeys) *streamState {
@@ -112,22 +115,46 @@ func (st *streamState) plan(consumer string, in fetchInputs) fetchPlan {
 // recordLease records that consumer fetches the stream with lease, and
 // reports whether that is another lease than at its last fetch through this
 // broker (or the first one known), which the fetch script then records (the
-// holders hash). A fetch with the lease of the last one stores nothing.
+// holders hash). A fetch with the lease of the last takes no lock and
+// stores nothing.
 func (st *streamState) recordLease(consumer string, lease time.Duration) bool {
+	if known(st.leases.Load(), consumer, lease) {
+		return false
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for i := range st.leases {
-		if l := &st.leases[i]; l.consumer == consumer {
-			changed := l.lease != lease
-			l.lease = lease
-			return changed
+	old := st.leases.Load()
+	if known(old, consumer, lease) {
+		return false
+	}
+	var next []consumerLease
+	if old != nil {
+		next = make([]consumerLease, 0, len(*old)+1)
+		for _, l := range *old {
+			if l.consumer != consumer {
+				next = append(next, l)
+			}
 		}
 	}
-	if len(st.leases) == leasesKept {
-		st.leases = append(st.leases[:0], st.leases[1:]...)
+	if len(next) == leasesKept {
+		next = next[1:]
 	}
-	st.leases = append(st.leases, consumerLease{consumer, lease})
+	next = append(next, consumerLease{consumer, lease})
+	st.leases.Store(&next)
 	return true
+}
+
+// known reports whether leases holds consumer's lease as lease.
+func known(leases *[]consumerLease, consumer string, lease time.Duration) bool {
+	if leases == nil {
+		return false
+	}
+	for _, l := range *leases {
+		if l.consumer == consumer {
+			return l.lease == lease
+		}
+	}
+	return false
 }
 
 // setQuiet records the answer of the fetch script that began at start:

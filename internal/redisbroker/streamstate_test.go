@@ -77,14 +77,20 @@ func TestStreamStateLeasesBounded(t *testing.T) {
 	if st.recordLease("c0", time.Minute) {
 		t.Fatal("c0's lease changed, but it fetched with the same")
 	}
-	if !st.recordLease("late", time.Minute) || len(st.leases) != leasesKept {
-		t.Fatalf("one consumer past the bound: %d leases kept, want %d", len(st.leases), leasesKept)
+	if !st.recordLease("late", time.Minute) || len(*st.leases.Load()) != leasesKept {
+		t.Fatalf("one consumer past the bound: %d leases kept, want %d", len(*st.leases.Load()), leasesKept)
 	}
 	if !st.recordLease("c0", time.Minute) {
 		t.Fatal("c0 was dropped, yet its lease is not new")
 	}
 	if st.recordLease("late", time.Minute) {
 		t.Fatal("the latest consumer was dropped")
+	}
+	if !st.recordLease("late", time.Second) || st.recordLease("late", time.Second) {
+		t.Fatal("a changed lease is not reported once")
+	}
+	if n := len(*st.leases.Load()); n != leasesKept {
+		t.Fatalf("%d leases kept, want %d", n, leasesKept)
 	}
 }
 
