@@ -82,7 +82,7 @@ func (b *Broker) fetchEntries(ctx context.Context, st *streamState, p *broker.Fe
 	if plan.direct {
 		entries, done, err := b.fetchDirect(ctx, s, p, plan.directBlock, start)
 		if done && err == nil {
-			st.drained.Store(len(entries) < 2)
+			st.readDirect(len(entries))
 		}
 		switch {
 		case errors.Is(err, errNoGroup):
@@ -114,7 +114,7 @@ func (b *Broker) fetchEntries(ctx context.Context, st *streamState, p *broker.Fe
 	if len(entries) > 0 || !plan.wait {
 		return entries, nil
 	}
-	st.drained.Store(true)
+	st.foundNothing()
 	if err := ctx.Err(); err != nil {
 		return nil, b.fail(ctx, s.op, err)
 	}
@@ -208,7 +208,7 @@ func (b *Broker) blockingRead(ctx context.Context, st *streamState, p *broker.Fe
 		entries = appendRead(entries, read[stream], prefixes[i])
 	}
 	if len(entries) == 0 {
-		st.idle.Store(true)
+		st.waitedInVain()
 	}
 	if len(entries) <= p.Max {
 		return entries, nil

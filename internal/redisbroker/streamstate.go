@@ -186,6 +186,19 @@ func (st *streamState) markBusy(every time.Duration) {
 	}
 }
 
+// readDirect records that a direct read (fetchDirect) returned n
+// entries: the stream stays drained while it returns at most one; a
+// fuller batch sends it back to the reads without BLOCK.
+func (st *streamState) readDirect(n int) { st.drained.Store(n < 2) }
+
+// foundNothing records that a fetch found nothing before it waited: the
+// stream is drained.
+func (st *streamState) foundNothing() { st.drained.Store(true) }
+
+// waitedInVain records that a blocking read of the stream ended with
+// nothing: the stream is idle.
+func (st *streamState) waitedInVain() { st.idle.Store(true) }
+
 // reclaimWithin brings the next reclaim to at (local unix ns), unless it is
 // due sooner.
 func (st *streamState) reclaimWithin(at int64) {
