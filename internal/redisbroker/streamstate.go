@@ -21,7 +21,7 @@ type streamState struct {
 	keys streamKeys
 	name streamName
 	// used: a fetch looked the state up since the table's clock hand last
-	// passed it (see streamTable.add).
+	// passed it (see streamTable).
 	used atomic.Bool
 
 	// reclaimAt is when the next reclaim is due, local unix ns (0: at the
@@ -223,8 +223,8 @@ func (st *streamState) setLevels(levels int) { st.levels.Store(int64(levels)) }
 func (st *streamState) setNextDue(at int64) { st.nextDue.Store(at) }
 
 // forceSchedule makes the next fetch of the stream run the fetch script,
-// which queues the due messages sent for later and reads the next due time:
-// a wake entry said that a message was sent for before the one known.
+// which queues the due scheduled messages and reads the next due time: a
+// wake entry said that a message was scheduled before the one known.
 func (st *streamState) forceSchedule() { st.nextDue.Store(0) }
 
 // dueForPrune reports whether a reclaiming fetch at now should also delete
