@@ -408,14 +408,15 @@ func TestDirectReadsBeforeTheHub(t *testing.T) {
 	}
 }
 
-// xreadgroupCalls returns how many XREADGROUPs the server has run.
-func xreadgroupCalls(t *testing.T, raw rueidis.Client) int {
+// commandCalls returns how many times the server has run the command
+// name (lower case), as INFO commandstats counts it.
+func commandCalls(t *testing.T, raw rueidis.Client, name string) int {
 	t.Helper()
 	info, err := do(t, raw, "INFO", "commandstats").ToString()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(info, "cmdstat_xreadgroup:calls=")
+	_, rest, ok := strings.Cut(info, "cmdstat_"+name+":calls=")
 	if !ok {
 		return 0
 	}
@@ -447,11 +448,11 @@ func TestDrainedStreamFetchesWithOneRead(t *testing.T) {
 			t.Fatalf("Fetch of an empty queue = %+v, %v", ds, err)
 		}
 	}
-	stream := b.keys.queue("r")
-	if !b.drainedFlag(stream).Load() {
+	st := b.queueState("r")
+	if !st.drained.Load() {
 		t.Fatal("the queue was found empty, but is not marked drained")
 	}
-	before := xreadgroupCalls(t, raw)
+	before := commandCalls(t, raw, "xreadgroup")
 	got := make(chan error, 1)
 	go func() {
 		ds, err := b.Fetch(ctx, fp(20*time.Second, 10))
@@ -470,7 +471,7 @@ func TestDrainedStreamFetchesWithOneRead(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	if n := xreadgroupCalls(t, raw) - before; n != 1 {
+	if n := commandCalls(t, raw, "xreadgroup") - before; n != 1 {
 		t.Fatalf("the fetch of a drained queue made %d XREADGROUPs, want 1", n)
 	}
 	// A backlog: the direct read returns a full batch, and the stream is
@@ -483,7 +484,7 @@ func TestDrainedStreamFetchesWithOneRead(t *testing.T) {
 	if ds, err := b.Fetch(ctx, fp(time.Second, 3)); err != nil || len(ds) != 3 {
 		t.Fatalf("Fetch of a backlog = %d entries, %v; want 3", len(ds), err)
 	}
-	if b.drainedFlag(stream).Load() {
+	if st.drained.Load() {
 		t.Fatal("a fetch returned a full batch, but the queue is still marked drained")
 	}
 	if ds, err := b.Fetch(ctx, fp(time.Second, 3)); err != nil || len(ds) != 2 {

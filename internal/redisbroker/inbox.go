@@ -161,7 +161,7 @@ func (b *Broker) ReadInbox(ctx context.Context, inbox string, max int, block tim
 	if err := broker.CheckPositive("max", max); err != nil {
 		return nil, err
 	}
-	r := b.replyKeys(inbox).stream
+	r := b.inboxReplies.get(inbox, b.keys.replies)
 	cur := b.cursorOf(inbox)
 	cursor := cur.get()
 	var es []xentry

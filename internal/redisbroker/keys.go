@@ -150,12 +150,11 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// nameCache keeps what is made from names (keys, streamKeys), up to
-// nameCacheMax names: what a broker uses again and again for the same few
-// names (the streams it reads, the receivers it sends to, the inboxes it
-// replies to) is made once. Past nameCacheMax names, a name not kept has
-// its value made at each call. The zero value is ready to use; the values
-// are shared, read only.
+// nameCache keeps what is made from names (keys), up to nameCacheMax
+// names: what a broker uses again and again for the same few names (the
+// receivers it sends to, the inboxes it replies to or reads) is made once.
+// Past nameCacheMax names, a name not kept has its value made at each
+// call. The zero value is ready to use; the values are shared, read only.
 type nameCache[V any] struct {
 	n    atomic.Int64
 	vals sync.Map // name -> V

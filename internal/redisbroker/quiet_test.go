@@ -39,15 +39,14 @@ func TestQuietStream(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	ctx := ctxT(t)
-	q := b.keys.queue("r")
-	st := b.reclaimOf(q)
+	st := b.queueState("r")
 	if ds := fetchBlocked(t, b, "r", "c"); len(ds) != 0 {
 		t.Fatalf("Fetch of an empty queue = %v", ds)
 	}
-	if !st.quiet.Load() || time.Until(time.Unix(0, st.next.Load())) < 10*time.Second {
-		t.Fatalf("after an empty fetch: quiet %v, next reclaim in %v; want quiet, in about a lease", st.quiet.Load(), time.Until(time.Unix(0, st.next.Load())))
+	if !st.quiet.Load() || time.Until(time.Unix(0, st.reclaimAt.Load())) < 10*time.Second {
+		t.Fatalf("after an empty fetch: quiet %v, next reclaim in %v; want quiet, in about a lease", st.quiet.Load(), time.Until(time.Unix(0, st.reclaimAt.Load())))
 	}
-	if b.reclaimDue(q, time.Minute) {
+	if planFetch(st.snapshot(), fetchInputs{now: time.Now(), block: 20 * time.Millisecond, lease: time.Minute, every: b.reclaimEvery}).reclaim {
 		t.Fatal("a quiet stream's reclaim is due at its next fetch")
 	}
 	if _, err := sendEnv(ctx, b, env("m1", "r")); err != nil {
@@ -57,7 +56,7 @@ func TestQuietStream(t *testing.T) {
 	if len(ds) != 1 {
 		t.Fatalf("Fetch = %v, want m1", ds)
 	}
-	if st.quiet.Load() || time.Until(time.Unix(0, st.next.Load())) > b.reclaimEvery {
+	if st.quiet.Load() || time.Until(time.Unix(0, st.reclaimAt.Load())) > b.reclaimEvery {
 		t.Fatal("a stream with a delivery stays quiet")
 	}
 	if err := b.Ack(ctx, "r", ds[0].Ref); err != nil {

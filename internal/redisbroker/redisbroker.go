@@ -117,26 +117,24 @@ type Broker struct {
 	maxSize int
 	cluster bool
 
+	// reclaimEvery, pruneIdle and pruneEvery are the constants of those
+	// names, but for tests.
 	reclaimEvery time.Duration
-	reclaimed    sync.Map // stream key -> *reclaimState: when the next reclaim is due, whether the stream is quiet
+	pruneIdle    time.Duration
+	pruneEvery   time.Duration
+	// streams keeps, per stream this broker fetches (a queue or a reply
+	// stream, up to streamsKept), its keys, made at the first fetch so
+	// that a fetch builds no key, and what decides how its next fetch
+	// reads: see streamState.
+	streams streamTable
 	// reclaimEpoch is the reclaim epoch (keys.reclaimEpoch) + 1, as the
 	// last heartbeat read it (0: none read yet): when it changes, every
 	// stream reclaims at its next fetch (see Heartbeat).
 	reclaimEpoch atomic.Int64
-	drained      sync.Map // stream key -> *atomic.Bool: see drainedFlag
-	nextDue      sync.Map // queue key -> *atomic.Int64: local unix ns of the first scheduled message's due time (MaxInt64: none)
-	leases       sync.Map // leaseKey -> *atomic.Int64: the lease of the consumer's last fetch of the stream
-	levels       sync.Map // queue key -> int: which priority level streams hold entries (the fetch script's answer)
-	pruneIdle    time.Duration
-	pruneEvery   time.Duration
-	pruned       sync.Map // stream key -> time.Time of the last prune
-	// queueStreams and replyStreams keep the streamKeys of the queues and
-	// reply streams this broker reads (by receiver or sender), made at
-	// the first read, so that a read builds no key; sendQueues the
-	// (normal level) queue keys of the receivers it sends to,
-	// inboxReplies the reply-stream keys of the inboxes it replies to.
-	queueStreams, replyStreams nameCache[*streamKeys]
-	sendQueues, inboxReplies   nameCache[string]
+	// sendQueues keeps the (normal level) queue keys of the receivers this
+	// broker sends to, inboxReplies the reply-stream keys of the inboxes
+	// it replies to or reads.
+	sendQueues, inboxReplies nameCache[string]
 
 	// offset is Redis time minus local time, from the readings of Now
 	// (broker.Offset keeps the tightest): the clock of SendRequest, and of

@@ -190,29 +190,23 @@ func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) (
 		return nil, err
 	}
 	sender := p.Sender
-	s := b.replyKeys(sender)
-	entries, err := b.fetch(ctx, s, &broker.FetchParams{Receiver: sender, Consumer: p.Consumer, Max: p.Max, Block: p.Block, Lease: p.Lease})
+	entries, err := b.fetch(ctx, b.replyState(sender), &broker.FetchParams{Receiver: sender, Consumer: p.Consumer, Max: p.Max, Block: p.Block, Lease: p.Lease})
 	if err != nil {
 		return nil, err
 	}
 	return b.replyEntries(ctx, sender, entries)
 }
 
-// replyKeys returns the streamKeys of sender's reply stream, made once
-// per sender. They are shared: read only.
-func (b *Broker) replyKeys(sender string) *streamKeys {
-	return b.replyStreams.get(sender, b.makeReplyKeys)
-}
-
-func (b *Broker) makeReplyKeys(sender string) *streamKeys {
-	return &streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender), holders: b.keys.replyHolders(sender),
+// makeReplyKeys returns the streamKeys of sender's reply stream.
+func (b *Broker) makeReplyKeys(sender string) streamKeys {
+	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender), holders: b.keys.replyHolders(sender),
 		high: b.keys.named(sender, "rqh"), low: b.keys.named(sender, "rql")}
 }
 
 // replyEntries turns reply-stream entries into Replies, burying malformed
 // ones (see ReadReplies).
 func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entry) ([]broker.Reply, error) {
-	s := b.replyKeys(sender)
+	s := &b.replyState(sender).keys
 	out := make([]broker.Reply, 0, len(entries))
 	for _, e := range entries {
 		id, _ := e.field("i")

@@ -17,7 +17,7 @@ func wakeHeldBy(t *testing.T, b *Broker, r, consumer string) string {
 	if _, err := broker.SendOne(ctx, b, broker.SendParams{Env: *env("later", r), Delay: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	s := b.queueKeys(r)
+	s := b.queueState(r).keys
 	raw := rawClient(t, srv)
 	read, err := raw.Do(ctx, raw.B().Xreadgroup().Group("g", consumer).Count(10).Streams().Key(s.stream).Id(">").Build()).AsXRead()
 	if err != nil || len(read[s.stream]) != 1 || read[s.stream][0].FieldValues["w"] != "1" {
@@ -29,7 +29,7 @@ func wakeHeldBy(t *testing.T, b *Broker, r, consumer string) string {
 // wakeCount is the count of wake entries the holders hash of r keeps.
 func wakeCount(t *testing.T, b *Broker, r string) string {
 	t.Helper()
-	n, _ := do(t, rawClient(t, srv), "HGET", b.queueKeys(r).holders, "wakes").ToString()
+	n, _ := do(t, rawClient(t, srv), "HGET", b.queueState(r).keys.holders, "wakes").ToString()
 	return n
 }
 
@@ -49,7 +49,7 @@ func TestWakeDroppedTwiceCountsOnce(t *testing.T) {
 		}
 		return wakeCount(t, b, "r") == "0"
 	})
-	s := b.queueKeys("r")
+	s := b.queueState("r").keys
 	if err := scriptDropWakes.Exec(ctx, b.client, []string{s.stream, s.holders}, []string{id}).Error(); err != nil {
 		t.Fatal(err)
 	}
