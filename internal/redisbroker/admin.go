@@ -213,17 +213,17 @@ func (b *Broker) Receivers(ctx context.Context) ([]string, error) {
 			}
 		}
 	}
-	// A receiver with messages scheduled for later: a zset exists only
+	// A receiver with deferred messages: a zset exists only
 	// while it holds something.
 	for _, node := range b.client.Nodes() {
 		var cursor uint64
 		for {
-			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(b.keys.pattern("s")).Count(1000).Type("zset").Build()).AsScanEntry()
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(b.keys.pattern("deferred")).Count(1000).Type("zset").Build()).AsScanEntry()
 			if err != nil {
 				return nil, b.fail(ctx, "receivers", err)
 			}
 			for _, key := range e.Elements {
-				if name, ok := b.keys.name(key, "s"); ok {
+				if name, ok := b.keys.name(key, "deferred"); ok {
 					set[name] = true
 				}
 			}

@@ -13,7 +13,7 @@ import (
 )
 
 // Cancel cancels message p.ID of p.Receiver with one script,
-// cancel_message: a scheduled message is unscheduled; otherwise the queue
+// cancel_message: a deferred message is dropped; otherwise the queue
 // is read from p.Since for the message's entry, which is deleted (and, if
 // a consumer held it, acknowledged and marked in P:{R}:x for its holder).
 // See broker.Cancels.
@@ -31,7 +31,8 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 	r := p.Receiver
 	v, err := scriptCancelMessage.Exec(ctx, b.client,
 		[]string{b.keys.deferred(r), b.keys.deferredMessages(r), b.keys.queue(r), b.keys.retries(r), b.keys.cancelMarks(r),
-			b.keys.queueAt(r, broker.PriorityHigh), b.keys.queueAt(r, broker.PriorityLow)},
+			b.keys.queueAt(r, broker.PriorityHigh), b.keys.queueAt(r, broker.PriorityLow),
+			b.keys.legacyDeferred(r), b.keys.legacyDeferredMessages(r), b.keys.legacyRetries(r)},
 		[]string{p.ID, string(wire.IDPrefix(p.ID)), start, strconv.Itoa(p.MaxScan), msString(broker.MarkRetention)}).ToArray()
 	if err != nil {
 		return broker.Cancelled{}, b.fail(ctx, "cancel", err)
@@ -89,14 +90,16 @@ func (b *Broker) CancelMarks(ctx context.Context, receiver string, since time.Ti
 
 // scriptCancelMessage cancels a message of a receiver.
 var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
--- KEYS[1] -> the scheduled zset P:{R}:s
--- KEYS[2] -> the scheduled hash P:{R}:sm
+-- KEYS[1] -> the deferred zset P:{R}:deferred
+-- KEYS[2] -> the deferred hash P:{R}:deferred:m
 -- KEYS[3] -> the queue stream P:{R}:q (the normal level)
--- KEYS[4] -> the delayed zset P:{R}:delay
+-- KEYS[4] -> the retries zset P:{R}:retries
 -- KEYS[5] -> the cancellation marks zset P:{R}:x (member message id, score
 --            the mark's time, unix ms)
 -- KEYS[6] -> the high level stream P:{R}:qh
 -- KEYS[7] -> the low level stream P:{R}:ql
+-- KEYS[8..10] -> the former names of KEYS[1], KEYS[2] and KEYS[4]
+--            (migrate.go), whose leftovers are moved first
 -- ARGV[1] -> message id
 -- ARGV[2] -> the start of the message's encoding (wire.IDPrefix)
 -- ARGV[3] -> the first queue entry id to read
@@ -108,7 +111,8 @@ var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
 -- acknowledged is acknowledged and deleted, and marked (3); the marks
 -- expire ARGV[5] after the last one. Returns {state, envelope, deadline or
 -- ""}, state 0 when not found.
-` + luaNow + luaDeferred + `
+` + luaNow + luaDeferred + luaMigrate + `
+migrate(KEYS[8], KEYS[9], KEYS[10], KEYS[1], KEYS[2], KEYS[4])
 local id = ARGV[1]
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', string.format('%.0f', now - tonumber(ARGV[5])))
 local v = redis.call('HGET', KEYS[2], id)

@@ -18,7 +18,7 @@ type streamKeys struct {
 	op      string
 	stream  string // the queue or reply stream
 	dlq     string // its dead-letter stream
-	delayed string // its delayed zset
+	retries string // its retries zset
 	holders string // its holders hash
 	// high and low are the streams of the high and low priority levels
 	// (for a reply stream, keys of its slot that are never written).
@@ -26,17 +26,21 @@ type streamKeys struct {
 	// record: the fetch records the consumer's lease in holders (queues;
 	// a reply stream's readers all read with one lease).
 	record bool
-	// sched, schedMsgs: the scheduled zset and hash whose due messages the
-	// fetch script queues (queues only: promote).
-	sched, schedMsgs string
+	// deferred, deferredMsgs: the deferred zset and hash whose due messages
+	// the fetch script queues (queues only: promote); legacy: the former
+	// names of the deferred zset and hash and of the retries zset, whose
+	// leftovers it moves (migrate.go).
+	deferred, deferredMsgs string
+	legacy                 [3]string
 	promote          bool
 }
 
 // makeQueueKeys returns the streamKeys of receiver's queue.
 func (b *Broker) makeQueueKeys(receiver string) streamKeys {
-	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), delayed: b.keys.retries(receiver), holders: b.keys.holders(receiver),
+	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), retries: b.keys.retries(receiver), holders: b.keys.holders(receiver),
 		high: b.keys.queueAt(receiver, broker.PriorityHigh), low: b.keys.queueAt(receiver, broker.PriorityLow), record: true,
-		sched: b.keys.deferred(receiver), schedMsgs: b.keys.deferredMessages(receiver), promote: true}
+		deferred: b.keys.deferred(receiver), deferredMsgs: b.keys.deferredMessages(receiver), promote: true,
+		legacy: [3]string{b.keys.legacyDeferred(receiver), b.keys.legacyDeferredMessages(receiver), b.keys.legacyRetries(receiver)}}
 }
 
 // fetch returns up to p.Max entries of st's stream for p.Consumer, as
@@ -297,12 +301,13 @@ func (b *Broker) reclaim(ctx context.Context, st *streamState, p *broker.FetchPa
 	if due && st.dueForPrune(time.Now(), b.pruneEvery) {
 		prune = msString(b.pruneIdle)
 	}
-	sched, schedMsgs := s.delayed, s.delayed
+	keys := []string{stream, s.dlq, s.retries, s.holders, s.high, s.low, s.retries, s.retries, s.retries, s.retries, s.retries}
 	if s.promote {
-		sched, schedMsgs = s.sched, s.schedMsgs
+		keys[6], keys[7] = s.deferred, s.deferredMsgs
+		keys[8], keys[9], keys[10] = s.legacy[0], s.legacy[1], s.legacy[2]
 	}
 	start := time.Now()
-	res, err := scriptFetch.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed, s.holders, s.high, s.low, sched, schedMsgs},
+	res, err := scriptFetch.Exec(ctx, b.client, keys,
 		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, boolArg(s.record), boolArg(due), boolArg(s.promote)}).ToArray()
 	if err != nil {
 		st.forceReclaim()
@@ -384,7 +389,7 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 		out = append(out, d)
 	}
 	if len(wakes) > 0 {
-		// A message was scheduled before the first one known: the next
+		// A message was deferred to before the first one known: the next
 		// fetch runs the script, which queues what is due and reads the
 		// new due time.
 		st.forceSchedule()

@@ -23,7 +23,7 @@ return n
 var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- KEYS[1] -> the stream: P:{R}:q (queue; its normal level) or P:{S}:r (reply stream)
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
--- KEYS[3] -> the delayed zset P:{R}:delay (retries longer than the lease;
+-- KEYS[3] -> the retries zset P:{R}:retries (retries longer than the lease;
 --            members are refs: entry ids, prefixed "h"/"l" for the high
 --            and low levels)
 -- KEYS[4] -> the holders hash P:{R}:hold ("l:<consumer>" -> its lease ms,
@@ -45,9 +45,12 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 --            (a reply stream) leaves the hash alone
 -- ARGV[7] -> "1" reclaims (expired leases, lapsed holders, due retries)
 --            before reading new entries; "0" only reads new entries
--- KEYS[7] -> the deferred zset P:{R}:s (member message id, score due ms)
--- KEYS[8] -> the deferred hash P:{R}:sm (message id ->
+-- KEYS[7] -> the deferred zset P:{R}:deferred (member message id, score due ms)
+-- KEYS[8] -> the deferred hash P:{R}:deferred:m (message id ->
 --            "<level><deadline>:<envelope>": see luaDeferred)
+-- KEYS[9..11] -> the former names of KEYS[7], KEYS[8] and KEYS[3]
+--            (migrate.go), whose leftovers are moved first when ARGV[8]
+--            is "1"
 -- ARGV[8] -> "1" first queues the deferred messages that are due, each at
 --            its level (at most 1000 a call, ZRANGEBYSCORE ... LIMIT:
 --            the cost does not grow with the set); "0" (a reply stream)
@@ -58,19 +61,20 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- Returns {dead, levels, next, busy, e1, e2, ...}: dead is how many entries
 -- were dead-lettered; levels is 1 when the high level stream holds entries,
 -- +2 when the low one does; next is the due time (unix ms) of the first
--- message still scheduled (-1 when none); busy is 1 when, after this run,
+-- message still deferred (-1 when none); busy is 1 when, after this run,
 -- the stream has pending entries (leased to any consumer, these e
--- included) or delayed retries wait (levels not 0 counts as busy too),
+-- included) or retries wait (levels not 0 counts as busy too),
 -- else 0: a stream that is not busy needs no reclaim until something is
 -- delivered from it; each e is {ref, attempt, field1, value1, ...}, where
 -- ref is the entry id, prefixed "h" or "l" at those levels.
-` + luaNow + luaBury + luaPromote + `
-local base, dlq, delayed, hold = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+` + luaNow + luaBury + luaPromote + luaMigrate + `
+local base, dlq, retries, hold = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local consumer, max, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local maxAttempts, pruneIdle = tonumber(ARGV[4]), tonumber(ARGV[5])
 local reclaim = ARGV[7] == '1'
 local out = {0, 0, -1, 0}
 if ARGV[8] == '1' then
+  migrate(KEYS[9], KEYS[10], KEYS[11], KEYS[7], KEYS[8], retries)
   out[3] = promote(KEYS[7], KEYS[8], base, KEYS[5], KEYS[6])
 end
 if ARGV[6] == '1' then
@@ -125,9 +129,9 @@ if reclaim then
     end
   end
   -- Delayed retries that came due become reclaimable now.
-  for _, ref in ipairs(redis.call('ZRANGEBYSCORE', delayed, '-inf', nowStr, 'LIMIT', 0, max)) do
+  for _, ref in ipairs(redis.call('ZRANGEBYSCORE', retries, '-inf', nowStr, 'LIMIT', 0, max)) do
     local stream, id = splitRef(ref)
-    redis.call('ZREM', delayed, ref)
+    redis.call('ZREM', retries, ref)
     if redis.call('XCLAIM', stream, 'g', consumer, 0, id, 'IDLE', lease, 'JUSTID')[1] then
       dueBy[stream] = dueBy[stream] or {}
       table.insert(dueBy[stream], redis.call('XPENDING', stream, 'g', id, id, 1)[1])
@@ -183,13 +187,13 @@ local function serve(stream, prefix)
   for _, p in ipairs(pend) do
     local id, owner, count = p[1], p[2], p[4]
     local ref = prefix .. id
-    local wait = redis.call('ZSCORE', delayed, ref)
+    local wait = redis.call('ZSCORE', retries, ref)
     if wait and tonumber(wait) > now then
       -- A retry delay longer than the lease: keep it with its owner.
       redis.call('XCLAIM', stream, 'g', owner, 0, id, 'IDLE', 0, 'JUSTID')
     else
       if wait then
-        redis.call('ZREM', delayed, ref)
+        redis.call('ZREM', retries, ref)
       end
       if maxAttempts > 0 and count >= maxAttempts and stream == base and isWake(base, id) then
         -- A wake entry its readers did not drop (they died first), which
@@ -238,7 +242,7 @@ if scanned == #levels then
     end
   end
 end
-if out[2] ~= 0 or #out > 4 or redis.call('ZCARD', delayed) > 0 then
+if out[2] ~= 0 or #out > 4 or redis.call('ZCARD', retries) > 0 then
   out[4] = 1
 else
   local sum = redis.pcall('XPENDING', base, 'g')

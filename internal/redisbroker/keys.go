@@ -36,19 +36,19 @@ func (k keys) queueAt(receiver string, prio int) string {
 // deadLetters is the receiver's dead-letter stream.
 func (k keys) deadLetters(receiver string) string { return k.named(receiver, "dlq") }
 
-// retries is the zset of receiver's deliveries waiting out a retry delay
-// longer than their lease: member ref (entry id, prefixed "h"/"l" at the
-// high and low levels), score due time in unix ms.
-func (k keys) retries(receiver string) string { return k.named(receiver, "delay") }
+// retries is the zset of receiver's retries: deliveries waiting out a
+// retry delay longer than their lease: member ref (entry id, prefixed
+// "h"/"l" at the high and low levels), score due time in unix ms.
+func (k keys) retries(receiver string) string { return k.named(receiver, "retries") }
 
 // deferred is the zset of receiver's deferred messages, sent for later:
 // member message id, score due time in unix ms.
-func (k keys) deferred(receiver string) string { return k.named(receiver, "s") }
+func (k keys) deferred(receiver string) string { return k.named(receiver, "deferred") }
 
 // deferredMessages is the hash of receiver's deferred messages: message
 // id to "<level><deadline ms or empty>:<encoded envelope>", level "h", "l"
 // or empty for the normal level.
-func (k keys) deferredMessages(receiver string) string { return k.named(receiver, "sm") }
+func (k keys) deferredMessages(receiver string) string { return k.named(receiver, "deferred:m") }
 
 // cancelMarks is the zset of receiver's messages cancelled while in
 // flight: member message id, score the time of the mark in unix ms.
@@ -74,9 +74,9 @@ func (k keys) timedMessages(sender string) string { return k.named(sender, "tm")
 // replies is the sender's reply stream (consumer group "g").
 func (k keys) replies(sender string) string { return k.named(sender, "r") }
 
-// replyDelayed is the delayed zset of the reply stream. Replies are never
+// replyRetries is the retries zset of the reply stream. Replies are never
 // retried, so it stays empty; the fetch script needs a key of the right slot.
-func (k keys) replyDelayed(sender string) string { return k.named(sender, "rdelay") }
+func (k keys) replyRetries(sender string) string { return k.named(sender, "rretries") }
 
 // lock is the exclusive lock of receiver: a string holding the owner.
 func (k keys) lock(receiver string) string { return k.named(receiver, "lock") }

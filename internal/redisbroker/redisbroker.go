@@ -93,7 +93,7 @@ const reclaimEvery = 100 * time.Millisecond
 
 // idleReclaimMax bounds the period of the fetch script's reclaim of a quiet
 // stream: one that, at the last run of the script through this broker,
-// had no pending entry (leased to anybody), no delayed retry and no entry
+// had no pending entry (leased to anybody), no retry waiting and no entry
 // at another priority level, and of which this broker has fetched nothing
 // since. Such a stream runs the script once per lease of its fetches, at
 // most every idleReclaimMax (and at once when a worker leaves the

@@ -199,7 +199,7 @@ func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) (
 
 // makeReplyKeys returns the streamKeys of sender's reply stream.
 func (b *Broker) makeReplyKeys(sender string) streamKeys {
-	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), delayed: b.keys.replyDelayed(sender), holders: b.keys.replyHolders(sender),
+	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), retries: b.keys.replyRetries(sender), holders: b.keys.replyHolders(sender),
 		high: b.keys.named(sender, "rqh"), low: b.keys.named(sender, "rql")}
 }
 
@@ -248,7 +248,7 @@ func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) 
 	if err := broker.CheckName("sender", sender); err != nil {
 		return err
 	}
-	return b.ack(ctx, "ack replies", b.keys.replies(sender), b.keys.replyDelayed(sender), refs)
+	return b.ack(ctx, "ack replies", b.keys.replies(sender), b.keys.replyRetries(sender), refs)
 }
 
 // scriptReplyTimed settles timed requests of one sender with their replies.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -16,7 +17,7 @@ import (
 // The keys of the periodic schedules (see the README's key schema):
 //
 //	P:{schedules}:idx  hash: schedule name -> its receiver (the list of schedules)
-//	P:{R}:s:NAME       hash of schedule NAME, whose messages go to receiver R:
+//	P:{R}:schedule:NAME  hash of schedule NAME, whose messages go to receiver R:
 //	                   def (the client's encoded definition), v (version),
 //	                   next (next tick, unix ms), lt (last tick sent, unix ms),
 //	                   ls (when it was sent, unix ms, Redis time)
@@ -29,11 +30,11 @@ import (
 func (k keys) scheduleIndex() string { return k.prefix + ":{schedules}:idx" }
 
 // schedule is the hash of schedule name, whose messages go to receiver.
-func (k keys) schedule(receiver, name string) string { return k.named(receiver, "s:"+name) }
+func (k keys) schedule(receiver, name string) string { return k.named(receiver, "schedule:"+name) }
 
 // scriptPutSchedule stores a schedule unless it is stored as it is.
 var scriptPutSchedule = rueidis.NewLuaScript(`-- schedule_put
--- KEYS[1] -> the schedule's hash P:{R}:s:NAME
+-- KEYS[1] -> the schedule's hash P:{R}:schedule:NAME
 -- ARGV[1] -> def (the encoded definition)
 -- ARGV[2] -> next tick (unix ms), used when the schedule is new or replaced
 -- When def equals the stored one, nothing changes; otherwise def and next
@@ -53,7 +54,7 @@ return {cur[2], cur[3], cur[4] or '', cur[5] or ''}
 
 // scriptTickSchedule decides one tick of a schedule.
 var scriptTickSchedule = rueidis.NewLuaScript(`-- schedule_tick
--- KEYS[1] -> the schedule's hash P:{R}:s:NAME
+-- KEYS[1] -> the schedule's hash P:{R}:schedule:NAME
 -- KEYS[2] -> the receiver's queue P:{R}:q
 -- ARGV[1] -> the version the caller saw
 -- ARGV[2] -> due: the tick decided, the next tick the caller saw (unix ms)
@@ -117,9 +118,12 @@ func (b *Broker) PutSchedule(ctx context.Context, s *broker.ScheduleRecord) (bro
 		return broker.ScheduleRecord{}, b.fail(ctx, "put schedule", err)
 	}
 	if old != "" && old != s.Receiver {
-		if err := b.client.Do(ctx, b.client.B().Del().Key(b.keys.schedule(old, s.Name)).Build()).Error(); err != nil {
+		if err := b.client.Do(ctx, b.client.B().Del().Key(b.keys.schedule(old, s.Name), b.keys.legacySchedule(old, s.Name)).Build()).Error(); err != nil {
 			return broker.ScheduleRecord{}, b.fail(ctx, "put schedule", err)
 		}
+	}
+	if _, err := b.migrateSchedule(ctx, s.Receiver, s.Name); err != nil {
+		return broker.ScheduleRecord{}, b.fail(ctx, "put schedule", err)
 	}
 	res, err := scriptPutSchedule.Exec(ctx, b.client, []string{b.keys.schedule(s.Receiver, s.Name)},
 		[]string{rueidis.BinaryString(s.Def), strconv.FormatInt(s.Next.UnixMilli(), 10)}).AsStrSlice()
@@ -167,7 +171,7 @@ func (b *Broker) RemoveSchedule(ctx context.Context, name string) (bool, error) 
 	if err != nil {
 		return false, b.fail(ctx, "remove schedule", err)
 	}
-	n, err := b.client.Do(ctx, b.client.B().Del().Key(b.keys.schedule(r, name)).Build()).AsInt64()
+	n, err := b.client.Do(ctx, b.client.B().Del().Key(b.keys.schedule(r, name), b.keys.legacySchedule(r, name)).Build()).AsInt64()
 	if err != nil {
 		return false, b.fail(ctx, "remove schedule", err)
 	}
@@ -199,15 +203,17 @@ func (b *Broker) ListSchedules(ctx context.Context) ([]broker.ScheduleRecord, er
 	}
 	out := make([]broker.ScheduleRecord, 0, len(names))
 	for i, r := range b.client.DoMulti(ctx, cmds...) {
-		vals, err := r.ToArray()
+		f, err := scheduleFields(r)
 		if err != nil {
 			return nil, b.fail(ctx, "list schedules", err)
 		}
-		f := make([]string, len(vals))
-		for j, v := range vals {
-			f[j], _ = v.ToString() // nil -> ""
+		if f[0] == "" {
+			// Not found: perhaps stored under its former name (migrate.go).
+			if f, err = b.migrateSchedule(ctx, idx[names[i]], names[i]); err != nil {
+				return nil, b.fail(ctx, "list schedules", err)
+			}
 		}
-		if len(f) != 5 || f[0] == "" {
+		if f[0] == "" {
 			continue
 		}
 		rec := broker.ScheduleRecord{Name: names[i], Receiver: idx[names[i]], Def: []byte(f[0])}
@@ -217,6 +223,36 @@ func (b *Broker) ListSchedules(ctx context.Context) ([]broker.ScheduleRecord, er
 		out = append(out, rec)
 	}
 	return out, nil
+}
+
+// scheduleFields returns the fields def, v, next, lt and ls of r, the
+// answer of a schedule hash's HMGET ("" for a missing one).
+func scheduleFields(r rueidis.RedisResult) ([5]string, error) {
+	var f [5]string
+	vals, err := r.ToArray()
+	if err != nil || len(vals) != len(f) {
+		return f, err
+	}
+	for j, v := range vals {
+		f[j], _ = v.ToString() // nil -> ""
+	}
+	return f, nil
+}
+
+// migrateSchedule moves the hash of schedule name of receiver from its
+// former name, if it is there and the current one is not (RENAMENX, in
+// the receiver's slot), and returns its fields as ListSchedules reads
+// them (def "" when there was none).
+func (b *Broker) migrateSchedule(ctx context.Context, receiver, name string) ([5]string, error) {
+	key := b.keys.schedule(receiver, name)
+	err := b.client.Do(ctx, b.client.B().Renamenx().Key(b.keys.legacySchedule(receiver, name)).Newkey(key).Build()).Error()
+	if err != nil {
+		if msg, ok := rueidis.IsRedisErr(err); ok && strings.Contains(msg.Error(), "no such key") {
+			return [5]string{}, nil
+		}
+		return [5]string{}, err
+	}
+	return scheduleFields(b.client.Do(ctx, b.client.B().Hmget().Key(key).Field("def", "v", "next", "lt", "ls").Build()))
 }
 
 // TickSchedule decides p.Due with one script in the receiver's slot, which

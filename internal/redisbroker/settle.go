@@ -33,7 +33,7 @@ func (b *Broker) execOK(res []rueidis.RedisResult) error {
 // bury moves the entry ref of s to its dead-letter stream.
 func (b *Broker) bury(ctx context.Context, s *streamKeys, ref, reason string, attempts int, bad bool) error {
 	stream, id, _ := b.splitRef(s, ref)
-	err := scriptBury.Exec(ctx, b.client, []string{stream, s.dlq, s.delayed},
+	err := scriptBury.Exec(ctx, b.client, []string{stream, s.dlq, s.retries},
 		[]string{id, reason, strconv.Itoa(attempts), boolArg(bad), ref[:len(ref)-len(id)]}).Error()
 	return b.failIf(ctx, s.op, err)
 }
@@ -150,7 +150,7 @@ func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error
 	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
 	}
-	delayed := b.keys.retries(receiver)
+	retries := b.keys.retries(receiver)
 	plain := true
 	for _, ref := range refs {
 		if prio, _ := refLevel(ref); prio != broker.PriorityNormal {
@@ -159,7 +159,7 @@ func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error
 		}
 	}
 	if plain {
-		return b.ack(ctx, "ack", b.keys.queue(receiver), delayed, refs)
+		return b.ack(ctx, "ack", b.keys.queue(receiver), retries, refs)
 	}
 	// Refs of several levels: one transaction per level.
 	var levels [3][]string
@@ -169,7 +169,7 @@ func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error
 	}
 	for i, rs := range levels {
 		if len(rs) > 0 {
-			if err := b.ack(ctx, "ack", b.keys.queueAt(receiver, i-1), delayed, rs); err != nil {
+			if err := b.ack(ctx, "ack", b.keys.queueAt(receiver, i-1), retries, rs); err != nil {
 				return err
 			}
 		}
@@ -178,10 +178,10 @@ func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error
 }
 
 // ack acknowledges and deletes refs of stream (all of one priority level),
-// and drops them from the delayed zset, in one transaction (MULTI XACK
+// and drops them from the retries zset, in one transaction (MULTI XACK
 // ZREM XDEL EXEC, one write): it costs Redis a fraction of a script call,
 // and acks are the most frequent call after sends and replies.
-func (b *Broker) ack(ctx context.Context, op, stream, delayed string, refs []string) error {
+func (b *Broker) ack(ctx context.Context, op, stream, retries string, refs []string) error {
 	for chunk := range chunks(validLevelRefs(refs)) {
 		ids := chunk
 		if prio, _ := refLevel(chunk[0]); prio != broker.PriorityNormal {
@@ -193,7 +193,7 @@ func (b *Broker) ack(ctx context.Context, op, stream, delayed string, refs []str
 		res := b.client.DoMulti(ctx,
 			b.client.B().Multi().Build(),
 			b.client.B().Xack().Key(stream).Group("g").Id(ids...).Build(),
-			b.client.B().Zrem().Key(delayed).Member(chunk...).Build(),
+			b.client.B().Zrem().Key(retries).Member(chunk...).Build(),
 			b.client.B().Xdel().Key(stream).Id(ids...).Build(),
 			b.client.B().Exec().Build())
 		if err := b.execOK(res); err != nil {
@@ -205,7 +205,7 @@ func (b *Broker) ack(ctx context.Context, op, stream, delayed string, refs []str
 
 // Retry makes p.Ref, held by p.Consumer, reclaimable after p.Delay. A delay
 // shorter than the lease ages the entry (idle = lease - delay); a longer one
-// parks it in the delayed zset until it is due.
+// parks it in the retries zset until it is due.
 func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
 	if err := b.check(); err != nil {
 		return err
@@ -277,7 +277,7 @@ var scriptBury = rueidis.NewLuaScript(`-- bury
 -- KEYS[1] -> the stream: P:{R}:q, or a level stream P:{R}:qh / P:{R}:ql
 --            (or P:{S}:r for an unreadable reply entry)
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
--- KEYS[3] -> the delayed zset P:{R}:delay
+-- KEYS[3] -> the retries zset P:{R}:retries
 -- ARGV[1] -> entry id
 -- ARGV[2] -> reason
 -- ARGV[3] -> attempts so far
@@ -317,18 +317,18 @@ return lost
 // scriptRetry schedules a held entry for redelivery.
 var scriptRetry = rueidis.NewLuaScript(`-- retry
 -- KEYS[1] -> the queue stream P:{R}:q, or a level stream P:{R}:qh / P:{R}:ql
--- KEYS[2] -> the delayed zset P:{R}:delay
+-- KEYS[2] -> the retries zset P:{R}:retries
 -- ARGV[1] -> consumer name
 -- ARGV[2] -> entry id
 -- ARGV[3] -> delay in ms
 -- ARGV[4] -> lease in ms
 -- ARGV[5] -> "1": the delivery does not count as an attempt (its delivery
 --            count goes back by one); "0": it does
--- ARGV[6] -> the entry's ref (its member in the delayed zset: the id,
+-- ARGV[6] -> the entry's ref (its member in the retries zset: the id,
 --            prefixed "h"/"l" at the high and low levels)
 -- Ages the entry so that a Fetch with this lease reclaims it once the delay
 -- has passed: idle = lease - delay. A delay of at least the lease is kept in
--- the delayed zset (score: due time) with the entry idle 0; fetch promotes it.
+-- the retries zset (score: due time) with the entry idle 0; fetch promotes it.
 -- Returns 1, or 0 when the consumer does not hold the entry.
 ` + luaNow + `
 local stream, id = KEYS[1], ARGV[2]

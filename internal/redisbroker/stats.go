@@ -19,11 +19,11 @@ const statsSource = `-- stats
 -- KEYS[3] -> the high level stream P:{R}:qh
 -- KEYS[4] -> the low level stream P:{R}:ql
 -- KEYS[5] -> the pause flag P:{R}:paused
--- KEYS[6] -> the scheduled zset P:{R}:s
+-- KEYS[6] -> the deferred zset P:{R}:deferred
 -- KEYS[7] -> the holders hash P:{R}:hold (field wakes: the wake entries
 --            of the normal level, which are not messages)
 -- Returns {length, pending, dead letters, oldest queued, high length,
--- high pending, low length, low pending, paused, scheduled}: length and
+-- high pending, low length, low pending, paused, deferred}: length and
 -- pending are those of
 -- the normal level, length without the wake entries; oldest queued is the
 -- Unix ms of the first message after

@@ -223,8 +223,8 @@ func (st *streamState) setLevels(levels int) { st.levels.Store(int64(levels)) }
 func (st *streamState) setNextDue(at int64) { st.nextDue.Store(at) }
 
 // forceSchedule makes the next fetch of the stream run the fetch script,
-// which queues the due scheduled messages and reads the next due time: a
-// wake entry said that a message was scheduled before the one known.
+// which queues the due deferred messages and reads the next due time: a
+// wake entry said that a message was deferred to before the one known.
 func (st *streamState) forceSchedule() { st.nextDue.Store(0) }
 
 // dueForPrune reports whether a reclaiming fetch at now should also delete
