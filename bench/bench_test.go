@@ -90,7 +90,7 @@ func TestDiskerSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTables(t, tables, 8)
+	checkTables(t, tables, 9)
 }
 
 // TestClusterSuite runs the Cluster workloads at tiny sizes and checks that
@@ -150,7 +150,8 @@ func TestDiskerSuiteCommandStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Count(out.String(), "redis commands per op:")
-	if want := len(ffImpls(1)) + len(ffManyImpls(1)) + 2*len(rrImpls(1, 1)) + len(dedupImpls(1)) + len(limitsImpls(1)) + len(delayedImpls(1)); lines != want {
+	want := len(ffImpls(1)) + len(ffManyImpls(1)) + 2*len(rrImpls(1, 1)) + len(dedupImpls(1)) + len(limitsImpls(1)) + len(delayedImpls(1))
+	if lines != want {
 		t.Fatalf("%d command statistics lines, want %d:\n%s", lines, want, out.String())
 	}
 	_, procIO := readIOCalls("self")

@@ -14,7 +14,8 @@ import (
 // same with 256 producers, request/reply with a 5 s timeout from 1 and
 // from 32 requesters, sends with and without a dedup key, the flow limits
 // (a rate-limited receiver, global against local concurrency) and delayed
-// fire-and-forget (fewer messages with Quick or Tiny).
+// fire-and-forget (fewer messages with Quick or Tiny). The work table
+// counts the work per message and per round trip.
 func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	nFF, nRR1, nRR32, nLim, nDelayed := 100_000, 10_000, 50_000, 5_000, 100_000
 	switch {
@@ -82,6 +83,19 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	if rr1 != nil || rr32 != nil {
 		tables = append(tables, rrTable(rr1, rr32, nRR1, nRR32))
 	}
+	if ff != nil || ff256 != nil || rr1 != nil || rr32 != nil {
+		var rows []workRow
+		add := func(workload string, res map[string][]sample, ims []redisImpl) {
+			for _, im := range ims {
+				rows = append(rows, workRow{workload, im.name, res[im.name]})
+			}
+		}
+		add("fire-and-forget", ff, ffImpls(nFF))
+		add(fmt.Sprintf("fire-and-forget p=%d", ffManyProducers), ff256, ffManyImpls(nMany))
+		add("request/reply r=1", rr1, rrImpls(nRR1, 1))
+		add("request/reply r=32", rr32, rrImpls(nRR32, 32))
+		tables = append(tables, workTable(rows))
+	}
 	if ff != nil && rr1 != nil && rr32 != nil {
 		tables = append(tables, targetsTable(ff, ff256, rr1, rr32), cpuTable(ff, rr1, rr32))
 	}
@@ -118,7 +132,7 @@ func ffTable(ff map[string][]sample, nFF int) Table {
 		tp := series(ff[im.name], opsPerSec)
 		ffT.Rows = append(ffT.Rows, []string{im.name, fmtStat(tp),
 			fmt.Sprintf("%.2f", series(ff[im.name], wallMS).med/1e3), fmtRatio(ref, tp.med),
-			fmtNum(series(ff[im.name], redisCPUPerOp).med), fmtNum(series(ff[im.name], procCPUPerOp).med)})
+			fmtNum(series(ff[im.name], serverCPUPerOp).med), fmtNum(series(ff[im.name], clientCPUPerOp).med)})
 	}
 	return ffT
 }
@@ -151,14 +165,17 @@ func rrTable(rr1, rr32 map[string][]sample, nRR1, nRR32 int) Table {
 			tp := series(ss, opsPerSec)
 			rrT.Rows = append(rrT.Rows, []string{fmt.Sprint(w.r), im.name, fmtStat(tp), fmtRatio(ref, tp.med),
 				fmtNum(series(ss, p50).med), fmtNum(series(ss, p99).med),
-				fmtNum(series(ss, redisCPUPerOp).med), fmtNum(series(ss, procCPUPerOp).med)})
+				fmtNum(series(ss, serverCPUPerOp).med), fmtNum(series(ss, clientCPUPerOp).med)})
 		}
 	}
 	return rrT
 }
 
 // runRedisWorkload starts a fresh redis-server for the workload and runs its
-// implementations round robin, with FLUSHALL before every run.
+// implementations round robin, with FLUSHALL before every run. Each run
+// measures the CPU and counts the work of the clients and of the server:
+// the redis-server's, or for a row with a server of its own (a peer's),
+// that server's.
 func runRedisWorkload(ctx context.Context, o Options, workload string, ims []redisImpl) (map[string][]sample, error) {
 	srv, err := startRedis()
 	if err != nil {
@@ -168,44 +185,74 @@ func runRedisWorkload(ctx context.Context, o Options, workload string, ims []red
 	var impls []impl
 	for _, im := range ims {
 		impls = append(impls, impl{name: im.name, run: func(ctx context.Context) (sample, error) {
-			if err := srv.flushAll(); err != nil {
-				return sample{}, err
-			}
-			if _, err := srv.do("CONFIG RESETSTAT", "+OK"); err != nil {
-				return sample{}, err
-			}
-			r0, err := srv.cpu()
-			if err != nil {
-				return sample{}, err
-			}
-			var io *ioProbe
-			if o.CommandStats {
-				io = startIOProbe(srv)
-			}
-			p0 := processCPU()
-			s, err := im.run(ctx, srv)
-			if err != nil {
-				return s, err
-			}
-			p1 := processCPU()
-			var calls string
-			if io != nil {
-				calls = io.perOp(s.ops) // before the INFO commands below
-			}
-			r1, err := srv.cpu()
-			s.redisCPU, s.procCPU = r1-r0, p1-p0
-			if err == nil && o.CommandStats {
-				var stats string
-				stats, err = srv.commandStats(s.ops)
-				if calls != "" {
-					stats += "; system calls per op: " + calls
-				}
-				o.progressf("  %s / %s: redis commands per op: %s", workload, im.name, stats)
-			}
-			return s, err
+			return runMeasured(ctx, o, workload, srv, im)
 		}})
 	}
 	return runAlternating(ctx, o, workload, impls)
+}
+
+// runMeasured performs one run of im on srv (or on im's own server) and
+// adds to its sample the CPU and the work of its clients and server.
+func runMeasured(ctx context.Context, o Options, workload string, srv *redisServer, im redisImpl) (sample, error) {
+	if err := srv.flushAll(); err != nil {
+		return sample{}, err
+	}
+	if _, err := srv.do("CONFIG RESETSTAT", "+OK"); err != nil {
+		return sample{}, err
+	}
+	var server serverProbe = srv
+	s0, err := server.cpu()
+	if err != nil {
+		return sample{}, err
+	}
+	// The system calls are read after the server's CPU (an INFO command
+	// for redis-server) and before it again, so that they count the run's
+	// alone.
+	sio0, sioOK0 := server.ioCalls()
+	cio0, cioOK0 := readIOCalls("self")
+	g0 := readGoCounters()
+	p0 := processCPU()
+	s, err := im.run(ctx, srv)
+	if err != nil {
+		return s, err
+	}
+	p1 := processCPU()
+	g1 := readGoCounters()
+	cio1, cioOK1 := readIOCalls("self")
+	sio1, sioOK1 := server.ioCalls()
+	s1, err := server.cpu()
+	if err != nil {
+		return s, err
+	}
+	s.serverCPU = s1 - s0
+	s.work.goCounts = g1.sub(g0)
+	if !s.work.clientExternal {
+		s.clientCPU = p1 - p0
+		s.work.clientIO, s.work.clientIOOK = cio1.sub(cio0), cioOK0 && cioOK1
+	}
+	s.work.serverIO, s.work.serverIOOK = sio1.sub(sio0), sioOK0 && sioOK1
+	s.work.commands = -1
+	if server == serverProbe(srv) {
+		if s.work.commands, err = srv.commandCount(); err != nil {
+			return s, err
+		}
+	}
+	if o.CommandStats {
+		calls := s.work.callsPerOp(s.ops)
+		if server != serverProbe(srv) {
+			o.progressf("  %s / %s: system calls per op: %s", workload, im.name, calls)
+			return s, nil
+		}
+		stats, err := srv.commandStats(s.ops)
+		if err != nil {
+			return s, err
+		}
+		if calls != "" {
+			stats += "; system calls per op: " + calls
+		}
+		o.progressf("  %s / %s: redis commands per op: %s", workload, im.name, stats)
+	}
+	return s, nil
 }
 
 // targetsTable checks the current speed targets for Disker over Redis
@@ -236,7 +283,7 @@ func targetsTable(ff, ff256, rr1, rr32 map[string][]sample) Table {
 		return series(res[name], pct).med
 	}
 	cpu := func(res map[string][]sample, name string) float64 {
-		return series(res[name], func(s sample) float64 { return redisCPUPerOp(s) + procCPUPerOp(s) }).med
+		return series(res[name], func(s sample) float64 { return serverCPUPerOp(s) + clientCPUPerOp(s) }).med
 	}
 	const ffFloor, rrFloor = "bare list, rueidis", "bare lists, rueidis"
 
@@ -267,7 +314,7 @@ func cpuTable(ff, rr1, rr32 map[string][]sample) Table {
 		Header: []string{"workload", "Disker µs/op", "bare rueidis µs/op", "ratio"},
 	}
 	cpu := func(ss []sample) float64 {
-		return series(ss, func(s sample) float64 { return redisCPUPerOp(s) + procCPUPerOp(s) }).med
+		return series(ss, func(s sample) float64 { return serverCPUPerOp(s) + clientCPUPerOp(s) }).med
 	}
 	for _, w := range []struct {
 		name, floor string
@@ -331,7 +378,7 @@ func ffManyTable(ff map[string][]sample, nFF int) Table {
 		tp := series(ff[im.name], opsPerSec)
 		t.Rows = append(t.Rows, []string{im.name, fmtStat(tp),
 			fmt.Sprintf("%.2f", series(ff[im.name], wallMS).med/1e3), fmtRatio(ref, tp.med),
-			fmtNum(series(ff[im.name], redisCPUPerOp).med), fmtNum(series(ff[im.name], procCPUPerOp).med)})
+			fmtNum(series(ff[im.name], serverCPUPerOp).med), fmtNum(series(ff[im.name], clientCPUPerOp).med)})
 	}
 	return t
 }

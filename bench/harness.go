@@ -94,10 +94,13 @@ func (t Table) Markdown() string {
 }
 
 // numericColumn reports whether every cell of column i starts with a
-// figure, so that the column is aligned right.
+// figure, or is "–" (no figure), so that the column is aligned right.
 func numericColumn(rows [][]string, i int) bool {
 	for _, r := range rows {
 		c := strings.TrimPrefix(r[i], "-")
+		if c == "–" {
+			continue
+		}
 		if c == "" || c[0] < '0' || c[0] > '9' {
 			return false
 		}
@@ -114,11 +117,16 @@ type sample struct {
 	peakG   int     // peak goroutines above the count before the run
 	p50     float64 // latency percentiles in microseconds, for request/reply
 	p99     float64
-	// CPU time spent during the run by redis-server and by this process
-	// (both sides of the workload), for the Redis workloads.
-	redisCPU, procCPU time.Duration
+	// CPU time spent during the run by the server (redis-server, or a
+	// peer's own: nats-server, PostgreSQL) and by the clients (this
+	// process, both sides of the workload; node's processes for BullMQ),
+	// for the Redis workloads and their peers.
+	serverCPU, clientCPU time.Duration
+	// work is what the run's clients and server did, counted, for the
+	// Redis workloads and their peers.
+	work work
 	// nodeCPU is the CPU time of each master, for the Cluster workloads;
-	// redisCPU is their sum. nodeCmd is the part of it each master spent
+	// serverCPU is their sum. nodeCmd is the part of it each master spent
 	// running commands (INFO commandstats).
 	nodeCPU, nodeCmd []time.Duration
 }
@@ -188,10 +196,10 @@ func bytesPerOp(s sample) float64 { return float64(s.bytes) / float64(s.ops) }
 func peakG(s sample) float64      { return float64(s.peakG) }
 func p50(s sample) float64        { return s.p50 }
 func p99(s sample) float64        { return s.p99 }
-func redisCPUPerOp(s sample) float64 {
-	return float64(s.redisCPU) / 1e3 / float64(s.ops)
+func serverCPUPerOp(s sample) float64 {
+	return float64(s.serverCPU) / 1e3 / float64(s.ops)
 }
-func procCPUPerOp(s sample) float64 { return float64(s.procCPU) / 1e3 / float64(s.ops) }
+func clientCPUPerOp(s sample) float64 { return float64(s.clientCPU) / 1e3 / float64(s.ops) }
 
 // fmtNum formats x with a precision that suits its size and thousands
 // separators for large values.
