@@ -14,6 +14,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -140,16 +141,27 @@ type impl struct {
 
 // runAlternating runs every implementation runs times, round robin within
 // each run index with the first implementation rotated per run index. It
-// returns the samples by implementation name.
+// returns the samples by implementation name. An implementation whose run
+// fails with errNotRun (something it needs is missing here) is left out of
+// the rest of the runs and has no samples.
 func runAlternating(ctx context.Context, o Options, workload string, impls []impl) (map[string][]sample, error) {
 	out := make(map[string][]sample, len(impls))
+	notRun := map[string]bool{}
 	for r := range o.Runs {
 		for k := range impls {
 			im := impls[(r+k)%len(impls)]
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
+			if notRun[im.name] {
+				continue
+			}
 			s, err := im.run(ctx)
+			if errors.Is(err, errNotRun) {
+				notRun[im.name] = true
+				delete(out, im.name)
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s / %s, run %d: %w", workload, im.name, r+1, err)
 			}
