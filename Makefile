@@ -90,6 +90,19 @@ fuzz: ## Fuzz the decoders of data read from Redis and the network, FUZZTIME eac
 bench: deps ## Run Disker and its peers side by side (see BENCHMARKS.md); takes several minutes.
 	cd bench && $(GO) run ./cmd/bench -suite all -runs 5
 
+OLD        ?=
+NEW        ?= HEAD
+TURNS      ?= 3
+BENCH_ARGS ?= -suite disker -runs 1
+
+# bench-compare builds the harness of OLD and of NEW from git worktrees in a
+# temporary directory and runs them in turns in one sitting (TURNS each,
+# the first of a turn alternating), printing each figure's ratio new/old.
+.PHONY: bench-compare
+bench-compare: deps ## Measure OLD=<commit> against NEW (default HEAD) in one sitting: TURNS=3, BENCH_ARGS='-suite disker -runs 1'.
+	@test -n "$(OLD)" || { echo "usage: make bench-compare OLD=<commit> [NEW=<commit>] [TURNS=3] [BENCH_ARGS='-suite disker -runs 1']"; exit 2; }
+	cd bench && $(GO) run ./cmd/benchcompare -old $(OLD) -new $(NEW) -turns $(TURNS) -- $(BENCH_ARGS)
+
 .PHONY: build
 build: ## Build the disker command into ./bin.
 	$(GO) build -o $(BIN)/disker ./cmd/disker

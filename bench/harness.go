@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"sort"
@@ -324,4 +325,19 @@ func percentiles(ds []time.Duration) (float64, float64) {
 // runsWorkload reports whether DiskerSuite runs workload w.
 func (o Options) runsWorkload(w string) bool {
 	return len(o.Workloads) == 0 || slices.Contains(o.Workloads, w)
+}
+
+// LoadAverage returns the machine's 1, 5 and 15 minute load averages,
+// which say whether something else competed for the CPUs during a run, or
+// "unknown".
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -101,7 +101,7 @@ func run() error {
 	fmt.Fprintf(&b, "## Results\n\n")
 	fmt.Fprintf(&b, "Command: `cd bench && go run ./cmd/bench %s`  \n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(&b, "Machine: %s  \n", machine())
-	fmt.Fprintf(&b, "Date: %s; load average at start: %s  \n", start.UTC().Format("2006-01-02 15:04 MST"), loadavg())
+	fmt.Fprintf(&b, "Date: %s; load average at start: %s  \n", start.UTC().Format("2006-01-02 15:04 MST"), bench.LoadAverage())
 	fmt.Fprintf(&b, "Runs: %d per implementation per workload, round robin; medians with (min–max).\n\n", *runs)
 	fmt.Print(b.String())
 	for _, name := range names {
@@ -118,7 +118,7 @@ func run() error {
 			b.WriteString(md)
 		}
 	}
-	tail := fmt.Sprintf("Total time: %s; load average at the end: %s.\n", time.Since(start).Round(time.Second), loadavg())
+	tail := fmt.Sprintf("Total time: %s; load average at the end: %s.\n", time.Since(start).Round(time.Second), bench.LoadAverage())
 	fmt.Print(tail)
 	b.WriteString(tail)
 	if *out != "" {
@@ -153,18 +153,4 @@ func machine() string {
 	}
 	return fmt.Sprintf("%s%d CPUs (GOMAXPROCS %d), %s %s/%s, %s", cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0),
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, redis)
-}
-
-// loadavg returns the 1, 5 and 15 minute load averages, which say whether
-// something else competed for the CPUs during the run.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
