@@ -19,17 +19,25 @@ demo: ## Run the demo on the embedded in-memory broker (no setup needed).
 demo-pool: ## Run the in-process pool demo (one worker versus a pool of three).
 	$(GO) run ./cmd/disker demo pool
 
+# deps also installs what the bench's peers need: node and npm (BullMQ),
+# PostgreSQL's binaries (River; the bench runs a private server of its own,
+# never the machine's), and BullMQ's node modules, pinned by
+# bench/bullmq/package-lock.json, into the user's cache directory.
 .PHONY: deps
-deps: ## Install what the tests need when it is missing (redis-server, curl, chromium), with apt-get.
+deps: ## Install what the tests and the bench's peers need when it is missing (redis-server, curl, chromium, node, npm, PostgreSQL; BullMQ's node modules).
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+	@cd bench && $(GO) run ./cmd/bench -install-peers
 
 # test runs one package's test binary at a time (-p 1): the root package's and
 # the command's tests each run Redis servers, a Cluster and worker processes in
@@ -79,8 +87,21 @@ fuzz: ## Fuzz the decoders of data read from Redis and the network, FUZZTIME eac
 	$(GO) test -run '^$$' -fuzz FuzzDecodeSchedule -fuzztime $(FUZZTIME) .
 
 .PHONY: bench
-bench: ## Run Disker and its peers side by side (see BENCHMARKS.md); takes several minutes.
+bench: deps ## Run Disker and its peers side by side (see BENCHMARKS.md); takes several minutes.
 	cd bench && $(GO) run ./cmd/bench -suite all -runs 5
+
+OLD        ?=
+NEW        ?= HEAD
+TURNS      ?= 3
+BENCH_ARGS ?= -suite disker -runs 1
+
+# bench-compare builds the harness of OLD and of NEW from git worktrees in a
+# temporary directory and runs them in turns in one sitting (TURNS each,
+# the first of a turn alternating), printing each figure's ratio new/old.
+.PHONY: bench-compare
+bench-compare: deps ## Measure OLD=<commit> against NEW (default HEAD) in one sitting: TURNS=3, BENCH_ARGS='-suite disker -runs 1'.
+	@test -n "$(OLD)" || { echo "usage: make bench-compare OLD=<commit> [NEW=<commit>] [TURNS=3] [BENCH_ARGS='-suite disker -runs 1']"; exit 2; }
+	cd bench && $(GO) run ./cmd/benchcompare -old $(OLD) -new $(NEW) -turns $(TURNS) -- $(BENCH_ARGS)
 
 .PHONY: build
 build: ## Build the disker command into ./bin.

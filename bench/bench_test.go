@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if ServePeerIfAsked() { // the NATS peer's server, a child of a test
+		return
+	}
 	goleak.VerifyTestMain(m,
 		// ants starts its package-level default pool in init; its two
 		// housekeeping goroutines live as long as the process.
@@ -90,7 +94,63 @@ func TestDiskerSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTables(t, tables, 8)
+	checkTables(t, tables, 9)
+	// Every peer has its rows, but for one that could not run here (its
+	// table then says why): NATS is built into the harness and always runs;
+	// BullMQ needs node and its modules, River PostgreSQL's binaries.
+	for _, peer := range []struct {
+		name, table string
+		rows        int // in its workloads' table
+		optional    bool
+	}{
+		{nameJetStreamMem, "fire-and-forget, 8 producers", 1, false},
+		{nameJetStreamFile, "fire-and-forget, 8 producers", 1, false},
+		{nameNATSRequest, "request/reply", 2, false},
+		{nameBullMQ, "fire-and-forget, 8 producers", 1, true},
+		{nameRiver, "fire-and-forget, 8 producers", 1, true},
+	} {
+		t.Run(peer.name, func(t *testing.T) {
+			tb := findTable(t, tables, peer.table)
+			for _, n := range tb.Notes {
+				if strings.HasPrefix(n, peer.name+": not run:") {
+					if !peer.optional {
+						t.Fatal(n)
+					}
+					t.Skip(n)
+				}
+			}
+			if got := countRows(tb, peer.name); got != peer.rows {
+				t.Fatalf("table %q has %d rows of %s, want %d", tb.Title, got, peer.name, peer.rows)
+			}
+			work := findTable(t, tables, "Work per message")
+			if got := countRows(work, peer.name); got != peer.rows {
+				t.Fatalf("the work table has %d rows of %s, want %d", got, peer.name, peer.rows)
+			}
+		})
+	}
+}
+
+// findTable returns the table whose title contains part.
+func findTable(t *testing.T, tables []Table, part string) Table {
+	t.Helper()
+	for _, tb := range tables {
+		if strings.Contains(tb.Title, part) {
+			return tb
+		}
+	}
+	t.Fatalf("no table titled like %q", part)
+	return Table{}
+}
+
+// countRows counts the rows of tb that name impl.
+func countRows(tb Table, impl string) int {
+	n := 0
+	for _, r := range tb.Rows {
+		if slices.Contains(r, impl) {
+			n++
+		}
+	}
+	return n
 }
 
 // TestClusterSuite runs the Cluster workloads at tiny sizes and checks that
@@ -150,13 +210,25 @@ func TestDiskerSuiteCommandStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Count(out.String(), "redis commands per op:")
-	if want := len(ffImpls(1)) + len(ffManyImpls(1)) + 2*len(rrImpls(1, 1)) + len(dedupImpls(1)) + len(limitsImpls(1)) + len(delayedImpls(1)); lines != want {
+	want := len(ffImpls(1)) + len(ffManyImpls(1)) + 2*len(rrImpls(1, 1)) + len(dedupImpls(1)) + len(limitsImpls(1)) + len(delayedImpls(1))
+	if _, err := bullmqReady(); err == nil {
+		want++ // BullMQ runs on the workload's redis-server
+	}
+	if lines != want {
 		t.Fatalf("%d command statistics lines, want %d:\n%s", lines, want, out.String())
+	}
+	// The rows on servers of their own (NATS, River) have no Redis commands
+	// to show, and say their system calls.
+	peerLines := strings.Count(out.String(), "NATS JetStream, memory storage: system calls per op:") +
+		strings.Count(out.String(), "NATS request/reply (core NATS): system calls per op:")
+	if peerLines != 3 {
+		t.Fatalf("%d system call lines of the NATS rows, want 3 (fire-and-forget, r=1, r=32):\n%s", peerLines, out.String())
 	}
 	_, procIO := readIOCalls("self")
 	for _, l := range strings.Split(out.String(), "\n") {
 		if procIO && strings.Contains(l, "redis commands per op:") &&
-			(!strings.Contains(l, "system calls per op: go read ") || !strings.Contains(l, ", redis read ")) {
+			(!strings.Contains(l, "system calls per op: go read ") && !strings.Contains(l, "system calls per op: node read ") ||
+				!strings.Contains(l, ", redis read ")) {
 			t.Fatalf("-cmdstats should count the system calls of both processes where /proc/PID/io is readable: %s", l)
 		}
 		if strings.Contains(l, "fire-and-forget / bare list, go-redis:") &&

@@ -168,12 +168,12 @@ func runClusterWorkload(ctx context.Context, o Options, workload string, setups 
 			if err != nil {
 				return s, err
 			}
-			s.procCPU = p1 - p0
+			s.clientCPU = p1 - p0
 			s.nodeCPU = make([]time.Duration, len(r1))
 			s.nodeCmd = make([]time.Duration, len(r1))
 			for i, n := range rs.nodes {
 				s.nodeCPU[i] = r1[i] - r0[i]
-				s.redisCPU += s.nodeCPU[i]
+				s.serverCPU += s.nodeCPU[i]
 				if s.nodeCmd[i], err = n.commandTime(); err != nil {
 					return s, err
 				}
@@ -292,10 +292,10 @@ func clusterTable(setups []redisSetup, ff, ffMany, rr map[string][]sample, nFF, 
 			ss := w.res[rs.name]
 			var per, cmd, share []string
 			busiest := 0.0
-			total := series(ss, redisCPUPerOp).med
+			total := series(ss, serverCPUPerOp).med
 			for i := range rs.nodes {
 				v := series(ss, func(s sample) float64 { return float64(s.nodeCPU[i]) / 1e3 / float64(s.ops) }).med
-				sh := series(ss, func(s sample) float64 { return float64(s.nodeCPU[i]) / float64(s.redisCPU) }).med
+				sh := series(ss, func(s sample) float64 { return float64(s.nodeCPU[i]) / float64(s.serverCPU) }).med
 				c := series(ss, func(s sample) float64 { return float64(s.nodeCmd[i]) / 1e3 / float64(s.ops) }).med
 				per = append(per, fmtNum(v))
 				cmd = append(cmd, fmtNum(c))
@@ -304,7 +304,7 @@ func clusterTable(setups []redisSetup, ff, ffMany, rr map[string][]sample, nFF, 
 			}
 			t.Rows = append(t.Rows, []string{w.name, rs.name, fmtStat(series(ss, opsPerSec)), fmtNum(total),
 				strings.Join(per, " / "), strings.Join(cmd, " / "), strings.Join(share, " / "), fmtNum(1e6 / busiest),
-				fmtNum(series(ss, procCPUPerOp).med)})
+				fmtNum(series(ss, clientCPUPerOp).med)})
 		}
 	}
 	return t

@@ -96,7 +96,7 @@ func dedupTable(res map[string][]sample, n int) Table {
 	for _, im := range dedupImpls(n) {
 		tp := series(res[im.name], opsPerSec)
 		t.Rows = append(t.Rows, []string{im.name, fmtStat(tp), fmt.Sprintf("%.2f", ref/tp.med),
-			fmtNum(series(res[im.name], redisCPUPerOp).med), fmtNum(series(res[im.name], procCPUPerOp).med)})
+			fmtNum(series(res[im.name], serverCPUPerOp).med), fmtNum(series(res[im.name], clientCPUPerOp).med)})
 	}
 	return t
 }

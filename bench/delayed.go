@@ -70,7 +70,7 @@ func delayedTable(res map[string][]sample, n int) Table {
 		tp := series(res[im.name], opsPerSec)
 		t.Rows = append(t.Rows, []string{im.name, fmtStat(tp),
 			fmt.Sprintf("%.2f", series(res[im.name], wallMS).med/1e3), fmtRatio(ref, tp.med),
-			fmtNum(series(res[im.name], redisCPUPerOp).med), fmtNum(series(res[im.name], procCPUPerOp).med)})
+			fmtNum(series(res[im.name], serverCPUPerOp).med), fmtNum(series(res[im.name], clientCPUPerOp).med)})
 	}
 	return t
 }

@@ -115,7 +115,7 @@ func limitsTable(res map[string][]sample, n int) Table {
 			vs = fmt.Sprintf("%.2f", tp.med/local)
 		}
 		t.Rows = append(t.Rows, []string{im.name, fmtStat(tp), of, vs,
-			fmtNum(series(res[im.name], redisCPUPerOp).med), fmtNum(series(res[im.name], procCPUPerOp).med)})
+			fmtNum(series(res[im.name], serverCPUPerOp).med), fmtNum(series(res[im.name], clientCPUPerOp).med)})
 	}
 	return t
 }

@@ -14,8 +14,13 @@ import (
 // same with 256 producers, request/reply with a 5 s timeout from 1 and
 // from 32 requesters, sends with and without a dedup key, the flow limits
 // (a rate-limited receiver, global against local concurrency) and delayed
-// fire-and-forget (fewer messages with Quick or Tiny).
+// fire-and-forget (fewer messages with Quick or Tiny). Fire-and-forget and
+// request/reply run the peers beside Disker (peers.go); a peer missing
+// something on the machine leaves its row out, and its table says why.
+// The work table counts the work per message and per round trip.
 func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
+	pe := newPeers(o)
+	defer pe.close()
 	nFF, nRR1, nRR32, nLim, nDelayed := 100_000, 10_000, 50_000, 5_000, 100_000
 	switch {
 	case o.Tiny:
@@ -36,7 +41,7 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	var ff, ff256, rr1, rr32, dd map[string][]sample
 	var err error
 	if o.runsWorkload("ff") {
-		if ff, err = runRedisWorkload(ctx, o, "fire-and-forget", ffImpls(nFF)); err != nil {
+		if ff, err = runRedisWorkload(ctx, o, "fire-and-forget", ffAllImpls(pe, nFF)); err != nil {
 			return nil, err
 		}
 	}
@@ -46,12 +51,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 		}
 	}
 	if o.runsWorkload("rr1") {
-		if rr1, err = runRedisWorkload(ctx, o, "request/reply r=1", rrImpls(nRR1, 1)); err != nil {
+		if rr1, err = runRedisWorkload(ctx, o, "request/reply r=1", rrAllImpls(pe, nRR1, 1)); err != nil {
 			return nil, err
 		}
 	}
 	if o.runsWorkload("rr32") {
-		if rr32, err = runRedisWorkload(ctx, o, "request/reply r=32", rrImpls(nRR32, 32)); err != nil {
+		if rr32, err = runRedisWorkload(ctx, o, "request/reply r=32", rrAllImpls(pe, nRR32, 32)); err != nil {
 			return nil, err
 		}
 	}
@@ -74,13 +79,26 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	var tables []Table
 	if ff != nil {
-		tables = append(tables, ffTable(ff, nFF))
+		tables = append(tables, ffTable(ff, nFF, pe))
 	}
 	if ff256 != nil {
 		tables = append(tables, ffManyTable(ff256, nMany))
 	}
 	if rr1 != nil || rr32 != nil {
-		tables = append(tables, rrTable(rr1, rr32, nRR1, nRR32))
+		tables = append(tables, rrTable(rr1, rr32, nRR1, nRR32, pe))
+	}
+	if ff != nil || ff256 != nil || rr1 != nil || rr32 != nil {
+		var rows []workRow
+		add := func(workload string, res map[string][]sample, ims []redisImpl) {
+			for _, im := range ims {
+				rows = append(rows, workRow{workload, im.name, res[im.name]})
+			}
+		}
+		add("fire-and-forget", ff, ffAllImpls(pe, nFF))
+		add(fmt.Sprintf("fire-and-forget p=%d", ffManyProducers), ff256, ffManyImpls(nMany))
+		add("request/reply r=1", rr1, rrAllImpls(pe, nRR1, 1))
+		add("request/reply r=32", rr32, rrAllImpls(pe, nRR32, 32))
+		tables = append(tables, workTable(rows))
 	}
 	if ff != nil && rr1 != nil && rr32 != nil {
 		tables = append(tables, targetsTable(ff, ff256, rr1, rr32), cpuTable(ff, rr1, rr32))
@@ -97,8 +115,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	return tables, nil
 }
 
-// ffTable renders the fire-and-forget workload.
-func ffTable(ff map[string][]sample, nFF int) Table {
+// ffTable renders the fire-and-forget workload, Disker's rows and then the
+// peers' that ran.
+func ffTable(ff map[string][]sample, nFF int, pe *peers) Table {
 	ffT := Table{
 		Title: fmt.Sprintf("Disker over Redis: fire-and-forget, %d producers, %d handlers, %s no-op messages",
 			ffProducers, ffHandlers, thousands(int64(nFF))),
@@ -106,26 +125,51 @@ func ffTable(ff map[string][]sample, nFF int) Table {
 			"\"× Disker time\" is the peer's time over Disker's (above 1 means Disker is faster). " +
 			"The bare list queue (LPUSH/BRPOP) delivers at most once and keeps no state; asynq runs with " +
 			"TaskCheckInterval 10 ms (default 1 s) so that its idle poll at the start is not counted.",
-			"The last three rows are not the targets' workload. In two, the producers send 100 messages per call " +
+			"The last three rows before the peers' are not the targets' workload. In two, the producers send 100 messages per call " +
 				"(Disker's SendBatch, with a worker that prefetches 32 messages beyond its 32 handler slots; one LPUSH " +
 				"of 100 elements, popped one at a time by BRPOP); asynq has no batch enqueue. The ceiling row queues " +
 				"nothing: its 8 producers each wait for one PING per message, the most that producers who wait for " +
-				"Redis to take each message can do on this machine."},
-		Header: []string{"implementation", "msgs/s, median (min–max)", "wall s", "× Disker time", "redis CPU µs/msg", "Go CPU µs/msg"},
+				"Redis to take each message can do on this machine.",
+			"The peers (BENCHMARKS.md says how each is configured): BullMQ in two node processes (a producer, a worker) " +
+				"on the same redis-server; NATS JetStream on a nats-server of its own (a work-queue stream, a durable pull " +
+				"consumer with explicit acks); River on a private PostgreSQL. \"server CPU\" is the CPU of the row's server " +
+				"(redis-server, nats-server, or PostgreSQL's processes), \"client CPU\" that of the clients (this process, " +
+				"both sides; BullMQ's two node processes)."},
+		Header: []string{"implementation", "msgs/s, median (min–max)", "wall s", "× Disker time", "server CPU µs/msg", "client CPU µs/msg"},
 	}
+	ffT.Notes = append(ffT.Notes, pe.notes(ffPeerNames...)...)
 	ref := series(ff[nameDisker], opsPerSec).med
-	for _, im := range ffImpls(nFF) {
+	for _, im := range ffAllImpls(pe, nFF) {
+		if len(ff[im.name]) == 0 {
+			continue // a peer that did not run; a note says why
+		}
 		tp := series(ff[im.name], opsPerSec)
 		ffT.Rows = append(ffT.Rows, []string{im.name, fmtStat(tp),
 			fmt.Sprintf("%.2f", series(ff[im.name], wallMS).med/1e3), fmtRatio(ref, tp.med),
-			fmtNum(series(ff[im.name], redisCPUPerOp).med), fmtNum(series(ff[im.name], procCPUPerOp).med)})
+			fmtNum(series(ff[im.name], serverCPUPerOp).med), fmtNum(series(ff[im.name], clientCPUPerOp).med)})
 	}
 	return ffT
 }
 
-// rrTable renders the request/reply workloads that ran (nil results did not).
-func rrTable(rr1, rr32 map[string][]sample, nRR1, nRR32 int) Table {
+// ffPeerNames are the peers' rows of fire-and-forget.
+var ffPeerNames = []string{nameBullMQ, nameJetStreamMem, nameJetStreamFile, nameRiver}
 
+// ffAllImpls are the contenders of fire-and-forget: Disker's and the bare
+// floors (ffImpls), then the peers.
+func ffAllImpls(pe *peers, n int) []redisImpl {
+	ims := append(ffImpls(n), bullmqImpl(pe, n))
+	ims = append(ims, natsImpls(pe, n)...)
+	return append(ims, riverImpl(pe, n))
+}
+
+// rrAllImpls are the contenders of request/reply from r requesters:
+// Disker's and the bare floors (rrImpls), then NATS request/reply.
+func rrAllImpls(pe *peers, n, r int) []redisImpl {
+	return append(rrImpls(n, r), natsRequestImpl(pe, n, r))
+}
+
+// rrTable renders the request/reply workloads that ran (nil results did not).
+func rrTable(rr1, rr32 map[string][]sample, nRR1, nRR32 int, pe *peers) Table {
 	rrT := Table{
 		Title: "Disker over Redis: request/reply with a 5 s timeout, 32 handlers",
 		Notes: []string{fmt.Sprintf("%s round trips per run with 1 requester, %s with 32 requesters. "+
@@ -133,32 +177,45 @@ func rrTable(rr1, rr32 map[string][]sample, nRR1, nRR32 int) Table {
 			"of each run's percentile. \"× Disker time\" is the peer's time over Disker's (above 1 means "+
 			"Disker is faster). The bare request/reply pushes \"replyKey|content\" to a request list; a "+
 			"worker BRPOPs it and LPUSHes the reply to the unique reply key, which the requester BRPOPs "+
-			"with the timeout.", thousands(int64(nRR1)), thousands(int64(nRR32)))},
+			"with the timeout.", thousands(int64(nRR1)), thousands(int64(nRR32))),
+			"NATS request/reply is core NATS on a nats-server of its own (no JetStream): requests to 32 subscribers of one " +
+				"queue group, which reply with the content. It promises less than the other rows: a request is delivered " +
+				"at most once, to a subscriber connected at that moment (none connected: it fails at once; a subscriber that " +
+				"dies holding it: lost, the requester times out); nothing is kept, and a reply after the requester's timeout " +
+				"is dropped without telling the replier. \"server CPU\" is the row's server's (redis-server or nats-server), " +
+				"\"client CPU\" this process's (both sides)."},
 		Header: []string{"requesters", "implementation", "round trips/s, median (min–max)", "× Disker time", "p50 µs", "p99 µs",
-			"redis CPU µs/rt", "Go CPU µs/rt"},
+			"server CPU µs/rt", "client CPU µs/rt"},
 	}
+	rrT.Notes = append(rrT.Notes, pe.notes(nameNATSRequest)...)
 	for _, w := range []struct {
 		r   int
 		res map[string][]sample
 		ims []redisImpl
-	}{{1, rr1, rrImpls(nRR1, 1)}, {32, rr32, rrImpls(nRR32, 32)}} {
+	}{{1, rr1, rrAllImpls(pe, nRR1, 1)}, {32, rr32, rrAllImpls(pe, nRR32, 32)}} {
 		if w.res == nil {
 			continue
 		}
 		ref := series(w.res[nameDisker], opsPerSec).med
 		for _, im := range w.ims {
 			ss := w.res[im.name]
+			if len(ss) == 0 {
+				continue // a peer that did not run; a note says why
+			}
 			tp := series(ss, opsPerSec)
 			rrT.Rows = append(rrT.Rows, []string{fmt.Sprint(w.r), im.name, fmtStat(tp), fmtRatio(ref, tp.med),
 				fmtNum(series(ss, p50).med), fmtNum(series(ss, p99).med),
-				fmtNum(series(ss, redisCPUPerOp).med), fmtNum(series(ss, procCPUPerOp).med)})
+				fmtNum(series(ss, serverCPUPerOp).med), fmtNum(series(ss, clientCPUPerOp).med)})
 		}
 	}
 	return rrT
 }
 
 // runRedisWorkload starts a fresh redis-server for the workload and runs its
-// implementations round robin, with FLUSHALL before every run.
+// implementations round robin, with FLUSHALL before every run. Each run
+// measures the CPU and counts the work of the clients and of the server:
+// the redis-server's, or for a row with a server of its own (a peer's),
+// that server's.
 func runRedisWorkload(ctx context.Context, o Options, workload string, ims []redisImpl) (map[string][]sample, error) {
 	srv, err := startRedis()
 	if err != nil {
@@ -168,44 +225,81 @@ func runRedisWorkload(ctx context.Context, o Options, workload string, ims []red
 	var impls []impl
 	for _, im := range ims {
 		impls = append(impls, impl{name: im.name, run: func(ctx context.Context) (sample, error) {
-			if err := srv.flushAll(); err != nil {
-				return sample{}, err
-			}
-			if _, err := srv.do("CONFIG RESETSTAT", "+OK"); err != nil {
-				return sample{}, err
-			}
-			r0, err := srv.cpu()
-			if err != nil {
-				return sample{}, err
-			}
-			var io *ioProbe
-			if o.CommandStats {
-				io = startIOProbe(srv)
-			}
-			p0 := processCPU()
-			s, err := im.run(ctx, srv)
-			if err != nil {
-				return s, err
-			}
-			p1 := processCPU()
-			var calls string
-			if io != nil {
-				calls = io.perOp(s.ops) // before the INFO commands below
-			}
-			r1, err := srv.cpu()
-			s.redisCPU, s.procCPU = r1-r0, p1-p0
-			if err == nil && o.CommandStats {
-				var stats string
-				stats, err = srv.commandStats(s.ops)
-				if calls != "" {
-					stats += "; system calls per op: " + calls
-				}
-				o.progressf("  %s / %s: redis commands per op: %s", workload, im.name, stats)
-			}
-			return s, err
+			return runMeasured(ctx, o, workload, srv, im)
 		}})
 	}
 	return runAlternating(ctx, o, workload, impls)
+}
+
+// runMeasured performs one run of im on srv (or on im's own server) and
+// adds to its sample the CPU and the work of its clients and server.
+func runMeasured(ctx context.Context, o Options, workload string, srv *redisServer, im redisImpl) (sample, error) {
+	if err := srv.flushAll(); err != nil {
+		return sample{}, err
+	}
+	if _, err := srv.do("CONFIG RESETSTAT", "+OK"); err != nil {
+		return sample{}, err
+	}
+	var server serverProbe = srv
+	if im.server != nil {
+		p, err := im.server()
+		if err != nil {
+			return sample{}, err
+		}
+		server = p
+	}
+	s0, err := server.cpu()
+	if err != nil {
+		return sample{}, err
+	}
+	// The system calls are read after the server's CPU (an INFO command
+	// for redis-server) and before it again, so that they count the run's
+	// alone.
+	sio0, sioOK0 := server.ioCalls()
+	cio0, cioOK0 := readIOCalls("self")
+	g0 := readGoCounters()
+	p0 := processCPU()
+	s, err := im.run(ctx, srv)
+	if err != nil {
+		return s, err
+	}
+	p1 := processCPU()
+	g1 := readGoCounters()
+	cio1, cioOK1 := readIOCalls("self")
+	sio1, sioOK1 := server.ioCalls()
+	s1, err := server.cpu()
+	if err != nil {
+		return s, err
+	}
+	s.serverCPU = s1 - s0
+	s.work.goCounts = g1.sub(g0)
+	if !s.work.clientExternal {
+		s.clientCPU = p1 - p0
+		s.work.clientIO, s.work.clientIOOK = cio1.sub(cio0), cioOK0 && cioOK1
+	}
+	s.work.serverIO, s.work.serverIOOK = sio1.sub(sio0), sioOK0 && sioOK1
+	s.work.commands = -1
+	if server == serverProbe(srv) {
+		if s.work.commands, err = srv.commandCount(); err != nil {
+			return s, err
+		}
+	}
+	if o.CommandStats {
+		calls := s.work.callsPerOp(s.ops)
+		if server != serverProbe(srv) {
+			o.progressf("  %s / %s: system calls per op: %s", workload, im.name, calls)
+			return s, nil
+		}
+		stats, err := srv.commandStats(s.ops)
+		if err != nil {
+			return s, err
+		}
+		if calls != "" {
+			stats += "; system calls per op: " + calls
+		}
+		o.progressf("  %s / %s: redis commands per op: %s", workload, im.name, stats)
+	}
+	return s, nil
 }
 
 // targetsTable checks the current speed targets for Disker over Redis
@@ -236,7 +330,7 @@ func targetsTable(ff, ff256, rr1, rr32 map[string][]sample) Table {
 		return series(res[name], pct).med
 	}
 	cpu := func(res map[string][]sample, name string) float64 {
-		return series(res[name], func(s sample) float64 { return redisCPUPerOp(s) + procCPUPerOp(s) }).med
+		return series(res[name], func(s sample) float64 { return serverCPUPerOp(s) + clientCPUPerOp(s) }).med
 	}
 	const ffFloor, rrFloor = "bare list, rueidis", "bare lists, rueidis"
 
@@ -267,7 +361,7 @@ func cpuTable(ff, rr1, rr32 map[string][]sample) Table {
 		Header: []string{"workload", "Disker µs/op", "bare rueidis µs/op", "ratio"},
 	}
 	cpu := func(ss []sample) float64 {
-		return series(ss, func(s sample) float64 { return redisCPUPerOp(s) + procCPUPerOp(s) }).med
+		return series(ss, func(s sample) float64 { return serverCPUPerOp(s) + clientCPUPerOp(s) }).med
 	}
 	for _, w := range []struct {
 		name, floor string
@@ -331,7 +425,7 @@ func ffManyTable(ff map[string][]sample, nFF int) Table {
 		tp := series(ff[im.name], opsPerSec)
 		t.Rows = append(t.Rows, []string{im.name, fmtStat(tp),
 			fmt.Sprintf("%.2f", series(ff[im.name], wallMS).med/1e3), fmtRatio(ref, tp.med),
-			fmtNum(series(ff[im.name], redisCPUPerOp).med), fmtNum(series(ff[im.name], procCPUPerOp).med)})
+			fmtNum(series(ff[im.name], serverCPUPerOp).med), fmtNum(series(ff[im.name], clientCPUPerOp).med)})
 	}
 	return t
 }

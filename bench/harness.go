@@ -14,9 +14,11 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"sort"
@@ -94,10 +96,13 @@ func (t Table) Markdown() string {
 }
 
 // numericColumn reports whether every cell of column i starts with a
-// figure, so that the column is aligned right.
+// figure, or is "–" (no figure), so that the column is aligned right.
 func numericColumn(rows [][]string, i int) bool {
 	for _, r := range rows {
 		c := strings.TrimPrefix(r[i], "-")
+		if c == "–" {
+			continue
+		}
 		if c == "" || c[0] < '0' || c[0] > '9' {
 			return false
 		}
@@ -114,11 +119,16 @@ type sample struct {
 	peakG   int     // peak goroutines above the count before the run
 	p50     float64 // latency percentiles in microseconds, for request/reply
 	p99     float64
-	// CPU time spent during the run by redis-server and by this process
-	// (both sides of the workload), for the Redis workloads.
-	redisCPU, procCPU time.Duration
+	// CPU time spent during the run by the server (redis-server, or a
+	// peer's own: nats-server, PostgreSQL) and by the clients (this
+	// process, both sides of the workload; node's processes for BullMQ),
+	// for the Redis workloads and their peers.
+	serverCPU, clientCPU time.Duration
+	// work is what the run's clients and server did, counted, for the
+	// Redis workloads and their peers.
+	work work
 	// nodeCPU is the CPU time of each master, for the Cluster workloads;
-	// redisCPU is their sum. nodeCmd is the part of it each master spent
+	// serverCPU is their sum. nodeCmd is the part of it each master spent
 	// running commands (INFO commandstats).
 	nodeCPU, nodeCmd []time.Duration
 }
@@ -132,16 +142,27 @@ type impl struct {
 
 // runAlternating runs every implementation runs times, round robin within
 // each run index with the first implementation rotated per run index. It
-// returns the samples by implementation name.
+// returns the samples by implementation name. An implementation whose run
+// fails with errNotRun (something it needs is missing here) is left out of
+// the rest of the runs and has no samples.
 func runAlternating(ctx context.Context, o Options, workload string, impls []impl) (map[string][]sample, error) {
 	out := make(map[string][]sample, len(impls))
+	notRun := map[string]bool{}
 	for r := range o.Runs {
 		for k := range impls {
 			im := impls[(r+k)%len(impls)]
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
+			if notRun[im.name] {
+				continue
+			}
 			s, err := im.run(ctx)
+			if errors.Is(err, errNotRun) {
+				notRun[im.name] = true
+				delete(out, im.name)
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s / %s, run %d: %w", workload, im.name, r+1, err)
 			}
@@ -188,10 +209,10 @@ func bytesPerOp(s sample) float64 { return float64(s.bytes) / float64(s.ops) }
 func peakG(s sample) float64      { return float64(s.peakG) }
 func p50(s sample) float64        { return s.p50 }
 func p99(s sample) float64        { return s.p99 }
-func redisCPUPerOp(s sample) float64 {
-	return float64(s.redisCPU) / 1e3 / float64(s.ops)
+func serverCPUPerOp(s sample) float64 {
+	return float64(s.serverCPU) / 1e3 / float64(s.ops)
 }
-func procCPUPerOp(s sample) float64 { return float64(s.procCPU) / 1e3 / float64(s.ops) }
+func clientCPUPerOp(s sample) float64 { return float64(s.clientCPU) / 1e3 / float64(s.ops) }
 
 // fmtNum formats x with a precision that suits its size and thousands
 // separators for large values.
@@ -304,4 +325,19 @@ func percentiles(ds []time.Duration) (float64, float64) {
 // runsWorkload reports whether DiskerSuite runs workload w.
 func (o Options) runsWorkload(w string) bool {
 	return len(o.Workloads) == 0 || slices.Contains(o.Workloads, w)
+}
+
+// LoadAverage returns the machine's 1, 5 and 15 minute load averages,
+// which say whether something else competed for the CPUs during a run, or
+// "unknown".
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }

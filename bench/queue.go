@@ -99,6 +99,11 @@ func produceBy(ctx context.Context, producers, n int, errc chan<- error, send fu
 type redisImpl struct {
 	name string
 	run  func(ctx context.Context, s *redisServer) (sample, error)
+	// server, when set, returns the row's own server (a peer's:
+	// nats-server, PostgreSQL), which the run measures instead of the
+	// workload's redis-server; an error wrapping errNotRun says why the
+	// row cannot run here.
+	server func() (serverProbe, error)
 }
 
 func ffImpls(n int) []redisImpl {

@@ -21,6 +21,8 @@ type redisServer struct {
 	srv  *redistest.Server
 	stop func()
 	addr string
+	// pidText is redis-server's process id, once asked (ioCalls).
+	pidText string
 }
 
 // startRedis starts a redis-server and waits until it answers PING.
@@ -81,20 +83,35 @@ func (s *redisServer) pid() (string, error) {
 	return "", fmt.Errorf("bench: INFO server has no process_id")
 }
 
-// commandStats renders the calls of each command since the last CONFIG
-// RESETSTAT per op, with the Redis CPU time they took per op in
-// parentheses (INFO's usec), most frequent first, leaving out the rare ones.
-func (s *redisServer) commandStats(ops int) (string, error) {
+// ioCalls returns redis-server's read and write system calls so far
+// (/proc/PID/io); false where they cannot be read. The first call asks for
+// the process id (INFO server).
+func (s *redisServer) ioCalls() (ioCalls, bool) {
+	if s.pidText == "" {
+		pid, err := s.pid()
+		if err != nil {
+			return ioCalls{}, false
+		}
+		s.pidText = pid
+	}
+	return readIOCalls(s.pidText)
+}
+
+// cmdStat is one command's line of INFO commandstats.
+type cmdStat struct {
+	cmd   string  // the command, lower case
+	calls int64   // its calls
+	usec  float64 // the time Redis spent running them
+}
+
+// commandStatsSince returns INFO commandstats: each command's calls and
+// time since the last CONFIG RESETSTAT (commands run by scripts included).
+func (s *redisServer) commandStatsSince() ([]cmdStat, error) {
 	info, err := s.do("INFO commandstats", "$")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	type stat struct {
-		cmd   string
-		calls int
-		usec  float64
-	}
-	var stats []stat
+	var stats []cmdStat
 	for _, l := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
 		if !ok || !strings.HasPrefix(name, "cmdstat_") {
@@ -102,15 +119,39 @@ func (s *redisServer) commandStats(ops int) (string, error) {
 		}
 		calls, rest, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
 		usec, _, _ := strings.Cut(strings.TrimPrefix(rest, "usec="), ",")
-		n, err := strconv.Atoi(calls)
+		n, err := strconv.ParseInt(calls, 10, 64)
 		if err != nil {
-			return "", fmt.Errorf("bench: INFO commandstats: %q: %w", l, err)
+			return nil, fmt.Errorf("bench: INFO commandstats: %q: %w", l, err)
 		}
 		u, err := strconv.ParseFloat(usec, 64)
 		if err != nil {
-			return "", fmt.Errorf("bench: INFO commandstats: %q: %w", l, err)
+			return nil, fmt.Errorf("bench: INFO commandstats: %q: %w", l, err)
 		}
-		stats = append(stats, stat{strings.TrimPrefix(name, "cmdstat_"), n, u})
+		stats = append(stats, cmdStat{strings.TrimPrefix(name, "cmdstat_"), n, u})
+	}
+	return stats, nil
+}
+
+// commandCount returns the commands run since the last CONFIG RESETSTAT,
+// leaving out the harness's own INFO and CONFIG.
+func (s *redisServer) commandCount() (int64, error) {
+	stats, err := s.commandStatsSince()
+	var total int64
+	for _, st := range stats {
+		if st.cmd != "info" && st.cmd != "config" {
+			total += st.calls
+		}
+	}
+	return total, err
+}
+
+// commandStats renders the calls of each command since the last CONFIG
+// RESETSTAT per op, with the Redis CPU time they took per op in
+// parentheses (INFO's usec), most frequent first, leaving out the rare ones.
+func (s *redisServer) commandStats(ops int) (string, error) {
+	stats, err := s.commandStatsSince()
+	if err != nil {
+		return "", err
 	}
 	sort.Slice(stats, func(i, j int) bool { return stats[i].calls > stats[j].calls })
 	var b strings.Builder
@@ -126,25 +167,12 @@ func (s *redisServer) commandStats(ops int) (string, error) {
 // the last CONFIG RESETSTAT: the sum of INFO commandstats' usec, which
 // leaves out reading, parsing and writing on the connections.
 func (s *redisServer) commandTime() (time.Duration, error) {
-	info, err := s.do("INFO commandstats", "$")
-	if err != nil {
-		return 0, err
-	}
+	stats, err := s.commandStatsSince()
 	var total float64
-	for _, l := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		_, rest, _ = strings.Cut(rest, "usec=")
-		usec, _, _ := strings.Cut(rest, ",")
-		u, err := strconv.ParseFloat(usec, 64)
-		if err != nil {
-			return 0, fmt.Errorf("bench: INFO commandstats: %q: %w", l, err)
-		}
-		total += u
+	for _, st := range stats {
+		total += st.usec
 	}
-	return time.Duration(total * 1e3), nil
+	return time.Duration(total * 1e3), err
 }
 
 // do sends an inline command on a fresh connection. The reply's first line

@@ -39,36 +39,28 @@ func readIOCalls(pid string) (ioCalls, bool) {
 	return c, found == 2
 }
 
-// ioProbe takes the counts of this process and of redis-server around a
-// run, for the -cmdstats progress lines.
-type ioProbe struct {
-	redisPID      string
-	go0, redis0   ioCalls
-	goOK, redisOK bool
+// sub returns the calls from b to c.
+func (c ioCalls) sub(b ioCalls) ioCalls {
+	return ioCalls{reads: c.reads - b.reads, writes: c.writes - b.writes}
 }
 
-// startIOProbe reads the counts before a run of s.
-func startIOProbe(s *redisServer) *ioProbe {
-	p := &ioProbe{}
-	p.go0, p.goOK = readIOCalls("self")
-	if pid, err := s.pid(); err == nil {
-		p.redisPID = pid
-		p.redis0, p.redisOK = readIOCalls(pid)
-	}
-	return p
-}
-
-// perOp renders the calls since startIOProbe per op, or "" when neither
-// process's counts could be read.
-func (p *ioProbe) perOp(ops int) string {
+// callsPerOp renders the clients' and the server's read and write system
+// calls per op, for the -cmdstats progress lines, or "" when neither was
+// read.
+func (w work) callsPerOp(ops int) string {
 	var parts []string
-	if g, ok := readIOCalls("self"); ok && p.goOK {
-		parts = append(parts, fmt.Sprintf("go read %.2f write %.2f", perOpOf(g.reads-p.go0.reads, ops), perOpOf(g.writes-p.go0.writes, ops)))
+	client, server := "go", "redis"
+	if w.clientExternal {
+		client = "node"
 	}
-	if p.redisOK {
-		if r, ok := readIOCalls(p.redisPID); ok {
-			parts = append(parts, fmt.Sprintf("redis read %.2f write %.2f", perOpOf(r.reads-p.redis0.reads, ops), perOpOf(r.writes-p.redis0.writes, ops)))
-		}
+	if w.commands < 0 {
+		server = "server"
+	}
+	if w.clientIOOK {
+		parts = append(parts, fmt.Sprintf("%s read %.2f write %.2f", client, perOpOf(w.clientIO.reads, ops), perOpOf(w.clientIO.writes, ops)))
+	}
+	if w.serverIOOK {
+		parts = append(parts, fmt.Sprintf("%s read %.2f write %.2f", server, perOpOf(w.serverIO.reads, ops), perOpOf(w.serverIO.writes, ops)))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -3,7 +3,11 @@
 //
 //	cd bench && go run ./cmd/bench -suite all -runs 5 -out ../BENCHMARKS.tables.md
 //
-// The disker suite starts its own redis-server (it must be on PATH).
+// The disker suite starts its own redis-server (it must be on PATH), and
+// for its peers a nats-server (built into this program), node processes
+// for BullMQ and a private PostgreSQL; `go run ./cmd/bench -install-peers`
+// installs BullMQ's node modules. A peer that cannot run here leaves its
+// rows out, saying why.
 package main
 
 import (
@@ -23,6 +27,9 @@ import (
 )
 
 func main() {
+	if bench.ServePeerIfAsked() {
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -38,7 +45,11 @@ func run() error {
 	cmdStats := flag.Bool("cmdstats", false, "show the Redis commands per operation of each Redis run in the progress lines, and the read and write system calls per operation of this process and of redis-server (where /proc/PID/io is readable)")
 	workloads := flag.String("workloads", "", "comma-separated Disker workloads to run (ff, ff256, rr1, rr32, dedup, limits, delayed); empty runs all of them")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (this process: Disker, the peers and the bench; not redis-server) to this file")
+	installPeers := flag.Bool("install-peers", false, "install what the peers need that the harness can install itself (BullMQ's node modules, with npm ci, into the user's cache directory), say what else is missing, and exit")
 	flag.Parse()
+	if *installPeers {
+		return bench.InstallPeers(os.Stdout)
+	}
 	if *runs < 1 {
 		return fmt.Errorf("-runs must be >= 1, got %d", *runs)
 	}
@@ -90,7 +101,7 @@ func run() error {
 	fmt.Fprintf(&b, "## Results\n\n")
 	fmt.Fprintf(&b, "Command: `cd bench && go run ./cmd/bench %s`  \n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(&b, "Machine: %s  \n", machine())
-	fmt.Fprintf(&b, "Date: %s; load average at start: %s  \n", start.UTC().Format("2006-01-02 15:04 MST"), loadavg())
+	fmt.Fprintf(&b, "Date: %s; load average at start: %s  \n", start.UTC().Format("2006-01-02 15:04 MST"), bench.LoadAverage())
 	fmt.Fprintf(&b, "Runs: %d per implementation per workload, round robin; medians with (min–max).\n\n", *runs)
 	fmt.Print(b.String())
 	for _, name := range names {
@@ -107,7 +118,7 @@ func run() error {
 			b.WriteString(md)
 		}
 	}
-	tail := fmt.Sprintf("Total time: %s; load average at the end: %s.\n", time.Since(start).Round(time.Second), loadavg())
+	tail := fmt.Sprintf("Total time: %s; load average at the end: %s.\n", time.Since(start).Round(time.Second), bench.LoadAverage())
 	fmt.Print(tail)
 	b.WriteString(tail)
 	if *out != "" {
@@ -142,18 +153,4 @@ func machine() string {
 	}
 	return fmt.Sprintf("%s%d CPUs (GOMAXPROCS %d), %s %s/%s, %s", cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0),
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, redis)
-}
-
-// loadavg returns the 1, 5 and 15 minute load averages, which say whether
-// something else competed for the CPUs during the run.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }

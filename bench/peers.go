@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// The peers a user would pick instead of Disker run beside it in the
+// Disker suite's fire-and-forget and request/reply workloads: BullMQ (node,
+// on the workload's redis-server), NATS JetStream and NATS request/reply
+// (a nats-server embedded in this program, run as a child process of it),
+// River (on a private PostgreSQL). A peer that needs something missing on
+// the machine does not run; its table says why.
+
+// Names of the peers' rows.
+const (
+	nameBullMQ        = "BullMQ (node)"
+	nameJetStreamMem  = "NATS JetStream, memory storage"
+	nameJetStreamFile = "NATS JetStream, file storage"
+	nameNATSRequest   = "NATS request/reply (core NATS)"
+	nameRiver         = "River (PostgreSQL)"
+)
+
+// errNotRun marks a row that could not run on this machine: something it
+// needs is missing. The harness goes on without the row.
+var errNotRun = errors.New("not run")
+
+// peers holds the servers of the peers that run on servers of their own,
+// each started on first use and stopped by close, and why a peer's rows
+// did not run.
+type peers struct {
+	o Options
+
+	nats    *natsServer
+	natsErr error
+	pg      *pgServer
+	pgErr   error
+
+	// notRun maps a row's name to why it did not run.
+	notRun map[string]string
+}
+
+func newPeers(o Options) *peers { return &peers{o: o, notRun: map[string]string{}} }
+
+// close stops the servers that were started.
+func (p *peers) close() {
+	if p == nil {
+		return
+	}
+	if p.nats != nil {
+		p.nats.close()
+		p.nats = nil
+	}
+	if p.pg != nil {
+		p.pg.close()
+		p.pg = nil
+	}
+}
+
+// missing records that row cannot run, prints why, and returns the error
+// that tells runAlternating to go on without it.
+func (p *peers) missing(row string, why error) error {
+	reason := why.Error()
+	if _, seen := p.notRun[row]; !seen {
+		p.notRun[row] = reason
+		if p.o.Progress != nil {
+			fmt.Fprintf(p.o.Progress, "  %s: not run: %s\n", row, reason)
+		} else {
+			fmt.Fprintf(os.Stderr, "bench: %s: not run: %s\n", row, reason)
+		}
+	}
+	return fmt.Errorf("%w: %s", errNotRun, reason)
+}
+
+// natsServer returns the suite's nats-server, starting it on first use.
+func (p *peers) natsServer() (*natsServer, error) {
+	if p.nats == nil && p.natsErr == nil {
+		p.nats, p.natsErr = startNATS()
+	}
+	return p.nats, p.natsErr
+}
+
+// notes returns a note for each of rows that did not run, saying why.
+func (p *peers) notes(rows ...string) []string {
+	if p == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range rows {
+		if why, ok := p.notRun[r]; ok {
+			out = append(out, fmt.Sprintf("%s: not run: %s.", r, strings.TrimSuffix(why, ".")))
+		}
+	}
+	return out
+}
