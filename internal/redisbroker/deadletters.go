@@ -68,7 +68,7 @@ func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...
 		b.keys.queueAt(receiver, broker.PriorityHigh), b.keys.queueAt(receiver, broker.PriorityLow)}
 	moved := false
 	defer func() {
-		if moved { // perhaps to a priority level (see leveled)
+		if moved { // perhaps to a priority level (see levelsChanged)
 			b.levelsChanged(ctx, receiver)
 		}
 	}()

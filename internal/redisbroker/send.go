@@ -20,9 +20,9 @@ import (
 type sendWay uint8
 
 const (
-	// sendXadd: a message that is due now, with no key to take and no
-	// pending timeout: one XADD (a timed one from an inbox carries its
-	// deadline, estimated here: see broker.Inbox).
+	// sendXadd: a message due now at the normal level, with no key to
+	// take and no pending timeout: one XADD (a timed one from an inbox
+	// carries its deadline, estimated here: see broker.Inbox).
 	sendXadd sendWay = iota
 	// sendEnqueue: any other message, one enqueue script in the
 	// receiver's slot (which also records the pending timeout of a timed
@@ -41,7 +41,7 @@ func (b *Broker) wayOf(p *broker.SendParams) sendWay {
 	switch {
 	case pend && b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
 		return sendSplit
-	case pend || p.Later() || p.DedupKey != "" || env.IdempotencyKey != "":
+	case pend || p.Later() || p.DedupKey != "" || env.IdempotencyKey != "" || env.Priority != broker.PriorityNormal:
 		return sendEnqueue
 	}
 	return sendXadd
@@ -60,7 +60,6 @@ func (b *Broker) Send(ctx context.Context, ps []broker.SendParams) error {
 	if err := broker.ValidateAll(ps, b.maxSize); err != nil {
 		return err
 	}
-	defer b.leveled(ctx, ps)
 	if len(ps) == 1 {
 		b.sendRun(ctx, b.wayOf(&ps[0]), ps)
 		return nil
@@ -293,12 +292,15 @@ func (b *Broker) enqueued(ctx context.Context, p *broker.SendParams, r rueidis.R
 		res = broker.SendResult{Err: fmt.Errorf("redisbroker: send: %w", err)}
 	}
 	p.Result = res
+	if first, _ := v[len(v)-1].AsInt64(); first == 1 {
+		b.levelsChanged(ctx, p.Env.Receiver)
+	}
 }
 
 // enqueueResult parses the enqueue script's answer {outcome, id, deadline
-// or -1, stored reply or ""}.
+// or -1, stored reply or "", first at its level}.
 func enqueueResult(v []rueidis.RedisMessage) (broker.SendResult, error) {
-	if len(v) != 4 {
+	if len(v) != 5 {
 		return broker.SendResult{}, fmt.Errorf("the enqueue script answered %d values", len(v))
 	}
 	outcome, err1 := v[0].AsInt64()
@@ -381,28 +383,20 @@ func (b *Broker) sendSplit(ctx context.Context, p *broker.SendParams, now time.T
 	}
 }
 
-// leveled tells the quiet streams of every instance (see idleReclaimMax)
-// that messages may have been queued at a priority level other than
-// normal, if any of ps is at one: it bumps the reclaim epoch
-// (keys.reclaimEpoch), which every instance's next heartbeat reads, and
-// makes this broker's next fetch of the receiver's queue run the fetch
-// script. The fetch script is what learns that a level stream holds
-// entries, and a quiet stream runs it seldom. It costs a send at another
-// level one INCR (after the send: one that failed may have queued all the
-// same); should that fail, such a stream finds the message within its
-// quiet period. A message at the normal level costs nothing: the blocking
-// read of a quiet stream reads its queue.
-func (b *Broker) leveled(ctx context.Context, ps []broker.SendParams) {
-	for i := range ps {
-		if ps[i].Env.Priority != broker.PriorityNormal {
-			b.levelsChanged(ctx, ps[i].Env.Receiver)
-			return
-		}
-	}
-}
-
-// levelsChanged is leveled for receiver, whose level streams may have
-// been written (by a send, or RetryDeadLetters).
+// levelsChanged tells the quiet streams of every instance (see
+// idleReclaimMax) that receiver's stream of a priority level other than
+// normal holds entries again: the enqueue script found it empty before the
+// message it queued there, or RetryDeadLetters wrote to one. It bumps the
+// reclaim epoch (keys.reclaimEpoch), which every instance's next heartbeat
+// reads, and makes this broker's next fetch of the receiver's queue run
+// the fetch script. The fetch script is what learns that a level stream
+// holds entries, and a quiet stream runs it seldom. It costs the first
+// message at a level one INCR (after the send); should that fail, such a
+// stream finds the message within its quiet period. Later messages at the
+// level, and every message at the normal level, cost nothing: the blocking
+// read of a quiet stream reads its queue, and a stream whose levels hold
+// entries reads them all. A deferred message reaches its level in the
+// fetch script, which learns it there.
 func (b *Broker) levelsChanged(ctx context.Context, receiver string) {
 	b.forceReclaim(b.keys.queue(receiver))
 	_ = b.client.Do(context.WithoutCancel(ctx), b.client.B().Incr().Key(b.keys.reclaimEpoch()).Build()).Error()
@@ -514,9 +508,11 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- the new due time. The queued message's field d is its deadline; an
 -- idempotent one's is the end of its key's window instead, so that a
 -- worker starts it as long as its reply can be used.
--- Returns {outcome, id, deadline or -1, stored reply or ""}: outcome 1
--- queued, 2 deferred (id ARGV[2]); 3 duplicate (id: the dedup key's);
--- 4 joined (id: the idempotency key's message, with its reply if stored).
+-- Returns {outcome, id, deadline or -1, stored reply or "", first}:
+-- outcome 1 queued, 2 deferred (id ARGV[2]); 3 duplicate (id: the dedup
+-- key's); 4 joined (id: the idempotency key's message, with its reply if
+-- stored); first is 1 when the message was queued at the high or low
+-- level and that level's stream held nothing before (see levelsChanged).
 ` + luaNow + `
 local env, id, route = ARGV[1], ARGV[2], ARGV[3]
 local timeout, delay, at, given = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
@@ -538,19 +534,19 @@ local waiter = fmt(math.max(deadline, 0)) .. ':' .. sender
 if idemTTL ~= '' then
   local k = redis.call('HMGET', KEYS[7], 'id', 'rep')
   if k[2] then
-    return {4, k[1] or '', deadline, k[2]}
+    return {4, k[1] or '', deadline, k[2], 0}
   end
   if k[1] then
     if route == 'i' then
       redis.call('HSET', KEYS[7], 'w:' .. id, waiter)
     end
-    return {4, k[1], deadline, ''}
+    return {4, k[1], deadline, '', 0}
   end
 end
 if dedupTTL ~= '' then
   local first = redis.call('GET', KEYS[6])
   if first then
-    return {3, first, -1, ''}
+    return {3, first, -1, '', 0}
   end
   redis.call('SET', KEYS[6], id, 'PX', dedupTTL)
 end
@@ -565,7 +561,7 @@ if idemTTL ~= '' then
 end
 local dField = ''
 if d >= 0 then dField = fmt(d) end
-local outcome = 1
+local outcome, first = 1, 0
 if due > now then
   outcome = 2
   redis.call('ZADD', KEYS[3], fmt(due), id)
@@ -574,14 +570,19 @@ if due > now then
     redis.call('XADD', KEYS[2], '*', 'w', '1')
     redis.call('HINCRBY', KEYS[5], 'wakes', 1)
   end
-elseif dField == '' then
-  redis.call('XADD', KEYS[1], '*', 'm', env)
 else
-  redis.call('XADD', KEYS[1], '*', 'm', env, 'd', dField)
+  if ARGV[8] ~= '' and redis.call('XLEN', KEYS[1]) == 0 then
+    first = 1
+  end
+  if dField == '' then
+    redis.call('XADD', KEYS[1], '*', 'm', env)
+  else
+    redis.call('XADD', KEYS[1], '*', 'm', env, 'd', dField)
+  end
 end
 if ARGV[12] == '1' then
   redis.call('ZADD', KEYS[8], fmt(deadline), id)
   redis.call('HSET', KEYS[9], id, env)
 end
-return {outcome, id, deadline, ''}
+return {outcome, id, deadline, '', first}
 `)
