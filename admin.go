@@ -66,6 +66,11 @@ type ReceiverStats struct {
 	// PriorityHigh and PriorityLow (the others are at PriorityNormal).
 	QueuedHigh int64 `json:"queued_high,omitempty"`
 	QueuedLow  int64 `json:"queued_low,omitempty"`
+	// Expired counts the messages dropped because their expiry
+	// (WithExpiry) or deadline (WithTimeout) had passed: never started, or
+	// failed after the deadline (not retried: nobody waits for them), by
+	// every instance, since the receiver's first.
+	Expired int64 `json:"expired"`
 
 	// Scheduled is Deferred, under its former name (in JSON too, for
 	// readers of the former name).
@@ -88,6 +93,7 @@ func receiverStats(s broker.ReceiverStats) ReceiverStats {
 		Paused:       s.Paused,
 		QueuedHigh:   s.QueuedHigh,
 		QueuedLow:    s.QueuedLow,
+		Expired:      s.Expired,
 		Scheduled:    s.Deferred,
 	}
 }
@@ -130,7 +136,8 @@ type ReceiverLocalStats struct {
 	// DeadLettered counts messages this instance moved to the dead-letter
 	// stream.
 	DeadLettered int64
-	// Expired counts messages dropped because their deadline had passed.
+	// Expired counts messages dropped because their deadline or expiry
+	// had passed (see ReceiverStats.Expired).
 	Expired int64
 	// GivenBack counts messages given back without counting an attempt
 	// (HandleWithPool: no worker could be had, or it was broken).

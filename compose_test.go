@@ -278,3 +278,96 @@ func TestDroppedReplyCounted(t *testing.T) {
 		}
 	})
 }
+
+// TestExpiry: a message that no worker started before its expiry is never
+// started: it is counted (ReceiverStats.Expired, LocalStats), and its
+// sender gets one outcome, a RemoteError matching ErrExpired: a Request's
+// caller, and a named sender's reply handler (before its timeout, which
+// then never comes). A fire-and-forget one expires too; one started in
+// time runs.
+func TestExpiry(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		ctx := ctxTimeout(t, 30*time.Second)
+		var mu sync.Mutex
+		outcomes := map[string][]error{}
+		if err := d.OnReply("desk", disker.ReplyHandlerFunc(func(_ context.Context, r *disker.Message) {
+			mu.Lock()
+			defer mu.Unlock()
+			var err error
+			if r.Error != nil {
+				err = r.Error
+			}
+			outcomes[r.InReplyTo] = append(outcomes[r.InReplyTo], err)
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.OnTimeout("desk", disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) {
+			mu.Lock()
+			defer mu.Unlock()
+			outcomes[m.ID] = append(outcomes[m.ID], disker.ErrTimeout)
+		})); err != nil {
+			t.Fatal(err)
+		}
+		// Queued while nobody serves the receiver, they expire there.
+		if _, err := d.Send(ctx, disker.Message{Receiver: "stale", Content: []byte("ff")}, disker.WithExpiry(50*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		named, err := d.Send(ctx, disker.Message{Sender: "desk", Receiver: "stale", Content: []byte("named")},
+			disker.WithExpiry(50*time.Millisecond), disker.WithTimeout(2*time.Second), disker.WithPriority(disker.PriorityHigh))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Send(ctx, disker.Message{Receiver: "stale", Content: []byte("at")}, disker.WithExpireAt(time.Now().Add(50*time.Millisecond))); err != nil {
+			t.Fatal(err)
+		}
+		requested := make(chan error, 1)
+		go func() {
+			_, err := d.Request(ctx, disker.Message{Receiver: "stale", Content: []byte("req")}, disker.WithExpiry(50*time.Millisecond), disker.WithTimeout(5*time.Second))
+			requested <- err
+		}()
+		waitFor(t, 10*time.Second, "the request queued", func() bool {
+			st, err := d.Stats(ctx, "stale")
+			return err == nil && st.Queued == 4
+		})
+		time.Sleep(100 * time.Millisecond) // past every expiry, with nobody serving
+		var ran sync.Map
+		if err := d.Handle("stale", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+			ran.Store(string(m.Content), true)
+			return []byte("late"), nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if err := recv(t, requested, 10*time.Second, "the Request's outcome"); !errors.Is(err, disker.ErrExpired) {
+			t.Fatalf("the Request: %v, want an error matching ErrExpired", err)
+		}
+		waitFor(t, 10*time.Second, "four expired", func() bool {
+			st, err := d.Stats(ctx, "stale")
+			return err == nil && st.Expired == 4 && st.Length == 0
+		})
+		if _, err := d.Send(ctx, disker.Message{Receiver: "stale", Content: []byte("fresh")}, disker.WithExpiry(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the fresh one to run", func() bool { _, ok := ran.Load("fresh"); return ok })
+		for _, c := range []string{"ff", "named", "at", "req"} {
+			if _, ok := ran.Load(c); ok {
+				t.Fatalf("the expired message %q ran", c)
+			}
+		}
+		waitFor(t, 10*time.Second, "the named sender's outcome", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(outcomes[named]) > 0
+		})
+		time.Sleep(2200 * time.Millisecond) // past its deadline: no timeout notice must follow
+		mu.Lock()
+		defer mu.Unlock()
+		if got := outcomes[named]; len(got) != 1 || !errors.Is(got[0], disker.ErrExpired) {
+			t.Fatalf("the named sender's outcomes: %v, want one, matching ErrExpired", got)
+		}
+		if got := d.LocalStats().Receivers["stale"].Expired; got != 4 {
+			t.Fatalf("LocalStats Expired = %d, want 4", got)
+		}
+	})
+}

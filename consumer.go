@@ -281,15 +281,14 @@ func (c *consumer) holdLock(bo *pacer) bool {
 	return true
 }
 
-// dispatch starts a task for each delivery, and acknowledges at once those
-// whose deadline passed: nobody waits for them any more.
+// dispatch starts a task for each delivery, and drops at once those whose
+// deadline or expiry passed (see tooLate).
 func (c *consumer) dispatch(ds []broker.Delivery) {
 	now := time.Now()
 	for i := range ds {
 		dl := ds[i]
 		deadline := c.d.b.Local(dl.Deadline)
-		if !deadline.IsZero() && !now.Before(deadline) {
-			c.drop(&dl)
+		if c.tooLate(&dl, now) {
 			continue
 		}
 		ctx, cancel := context.WithCancelCause(c.hardCtx)
@@ -308,13 +307,44 @@ func (c *consumer) dispatch(ds []broker.Delivery) {
 	}
 }
 
-// drop acknowledges a delivery whose deadline passed without running it.
-func (c *consumer) drop(dl *broker.Delivery) {
-	c.expired.Add(1)
-	if c.d.onEvent != nil {
-		c.d.emit(Event{Kind: EventExpired, Receiver: c.name, Sender: dl.Env.Sender, MessageID: dl.Env.ID, Attempt: dl.Attempt})
+// tooLate reports whether dl must not start, at now, and then drops it:
+// its deadline passed (its sender hears of the timeout from the broker),
+// or its expiry did (its sender, if it waits for a reply, is told here
+// with a CodeExpired error). Both are broker times, compared in the local
+// clock corrected to the broker's.
+func (c *consumer) tooLate(dl *broker.Delivery, now time.Time) bool {
+	if deadline := c.d.b.Local(dl.Deadline); !deadline.IsZero() && !now.Before(deadline) {
+		c.drop(dl, false)
+		return true
 	}
-	c.acks.add(dl.Ref)
+	if expiry := c.d.b.Local(dl.Expiry); !expiry.IsZero() && !now.Before(expiry) {
+		c.drop(dl, true)
+		return true
+	}
+	return false
+}
+
+// drop removes a delivery that will not run (broker.Queue.Drop, which
+// counts it in ReceiverStats.Expired), after telling its sender that it
+// expired when expired is set. Should the broker not answer, the delivery
+// comes back after its lease, and is dropped then.
+func (c *consumer) drop(dl *broker.Delivery, expired bool) {
+	d := c.d
+	c.expired.Add(1)
+	if d.onEvent != nil {
+		d.emit(Event{Kind: EventExpired, Receiver: c.name, Sender: dl.Env.Sender, MessageID: dl.Env.ID, Attempt: dl.Attempt})
+	}
+	attrs := logAttrs(c.name, dl.Env.ID, dl.Attempt)
+	if msg := d.messageOf(&dl.Env, dl.Deadline, dl.Attempt); expired && msg.wantsReply() {
+		if err := d.reply(d.opCtx, msg, nil, CodeExpired, ErrExpired.Error()); err != nil && !errors.Is(err, ErrLate) {
+			d.log.Warn("disker: cannot tell the sender that its message expired; it is dropped when it comes back", append(attrs, "error", err)...)
+			return
+		}
+	}
+	if err := d.b.Drop(d.opCtx, c.name, dl.Ref); err != nil {
+		d.health.fail("drop", err)
+		d.log.Warn("disker: cannot drop an expired message; it is dropped when it comes back", append(attrs, "error", err)...)
+	}
 }
 
 // finish ends a task's bookkeeping.
@@ -337,8 +367,7 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 	defer c.finish(t)
 	d := c.d
 	dl := &t.dl
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		c.drop(dl)
+	if c.tooLate(dl, time.Now()) {
 		return
 	}
 	if c.paused.Load() && !c.waitResumed(ctx.Done(), c.fetchCtx.Done()) {
@@ -491,7 +520,7 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 		// Its sender has been told it timed out: nobody waits for it. An
 		// expected outcome, counted (Expired, EventExpired), so Debug.
 		d.log.Debug("disker: handler failed after the message's deadline; dropped", append(attrs, "error", err)...)
-		c.drop(&t.dl)
+		c.drop(&t.dl, false)
 		return
 	}
 	if isNoRetry(err) || msg.Attempt >= c.o.maxAttempts {

@@ -112,7 +112,16 @@ const (
 	// when its message was cancelled (Cancel) before its handler replied.
 	// A RemoteError with it matches ErrCancelled.
 	CodeCancelled = "cancelled"
+	// CodeExpired is the code of the error reply sent to a waiting sender
+	// when its message expired (WithExpiry) before any worker started it.
+	// A RemoteError with it matches ErrExpired.
+	CodeExpired = "expired"
 )
+
+// ErrExpired matches the RemoteError (CodeExpired) that the sender of a
+// message gets when the message expired (WithExpiry, WithExpireAt) before
+// any worker started it.
+var ErrExpired = errors.New("disker: message expired before it started")
 
 // ErrCancelled is the cause of a handler's context (context.Cause) when
 // its message was cancelled with Cancel, or by a Request whose context was
@@ -140,9 +149,10 @@ func (e *RemoteError) Error() string {
 }
 
 // Is reports whether target is ErrCancelled and e says that the message
-// was cancelled (CodeCancelled).
+// was cancelled (CodeCancelled), or target is ErrExpired and e says that it
+// expired (CodeExpired).
 func (e *RemoteError) Is(target error) bool {
-	return e != nil && target == ErrCancelled && e.Code == CodeCancelled
+	return e != nil && (target == ErrCancelled && e.Code == CodeCancelled || target == ErrExpired && e.Code == CodeExpired)
 }
 
 type noRetryError struct{ err error }

@@ -84,3 +84,42 @@ func ExampleWithOnSent() {
 	// cancel: in flight
 	// true
 }
+
+// WithExpiry drops a message that nobody started in time: a Request for
+// it gets ErrExpired instead of a reply, and Stats counts it.
+func ExampleWithExpiry() {
+	ctx := context.Background()
+	d := openExample("example-with-expiry", disker.Config{})
+	defer d.Close(ctx)
+	// Nobody serves "quotes" yet: the request waits in the queue.
+	answer := make(chan error, 1)
+	go func() {
+		_, err := d.Request(ctx, disker.Message{Receiver: "quotes", Content: []byte("EUR/USD")},
+			disker.WithExpiry(20*time.Millisecond), disker.WithTimeout(10*time.Second))
+		answer <- err
+	}()
+	for s, _ := d.Stats(ctx, "quotes"); s.Queued == 0; s, _ = d.Stats(ctx, "quotes") {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(30 * time.Millisecond) // the quote is stale now
+	if err := d.Handle("quotes", upper); err != nil {
+		panic(err)
+	}
+	fmt.Println(errors.Is(<-answer, disker.ErrExpired))
+	s, _ := d.Stats(ctx, "quotes")
+	fmt.Println("expired:", s.Expired)
+	// Output:
+	// true
+	// expired: 1
+}
+
+// WithExpireAt drops a message that nobody started by a given time.
+func ExampleWithExpireAt() {
+	ctx := context.Background()
+	d := openExample("example-with-expire-at", disker.Config{})
+	defer d.Close(ctx)
+	closes := time.Now().Add(time.Hour)
+	id, err := d.Send(ctx, disker.Message{Receiver: "orders", Content: []byte("lunch")}, disker.WithExpireAt(closes))
+	fmt.Println(id != "", err)
+	// Output: true <nil>
+}

@@ -39,6 +39,12 @@ func TestFlowValidation(t *testing.T) {
 		{"WithDedupKey", []disker.SendOption{disker.WithDedupKey(strings.Repeat("k", disker.MaxKeyLen+1), time.Minute)}},
 		{"WithIdempotencyKey", []disker.SendOption{disker.WithIdempotencyKey("")}},
 		{"WithIdempotencyTTL", []disker.SendOption{disker.WithIdempotencyKey("k"), disker.WithIdempotencyTTL(0)}},
+		{"WithExpiry", []disker.SendOption{disker.WithExpiry(0)}},
+		{"WithExpiry", []disker.SendOption{disker.WithExpiry(time.Microsecond)}},
+		{"WithExpiry", []disker.SendOption{disker.WithExpiry(time.Second), disker.WithExpireAt(time.Now().Add(time.Hour))}},
+		{"WithExpireAt", []disker.SendOption{disker.WithExpireAt(time.Time{})}},
+		{"WithExpireAt", []disker.SendOption{disker.WithDelay(time.Hour), disker.WithExpireAt(time.Now().Add(time.Minute))}},
+		{"WithExpireAt", []disker.SendOption{disker.WithDeliverAt(time.Now().Add(time.Hour)), disker.WithExpireAt(time.Now().Add(time.Minute))}},
 	} {
 		_, err := d.Send(ctx, msg, tc.opts...)
 		wantValidation(t, err, tc.field)

@@ -34,6 +34,10 @@ type sendOptions struct {
 	delaySet, atSet bool
 
 	onSent func(id string) // WithOnSent
+
+	expiry                 time.Duration // WithExpiry
+	expireAt               time.Time     // WithExpireAt
+	expirySet, expireAtSet bool
 }
 
 // MaxDelay is the longest delay WithDelay accepts (100 years); WithDeliverAt
@@ -107,6 +111,18 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithDeliverAt", "the zero time is not a delivery time")
 	case o.atSet && (o.at.Year() < 1970 || o.at.Year() > 9999):
 		return invalid("WithDeliverAt", "%v is out of range (years 1970 to 9999)", o.at)
+	case o.expirySet && o.expireAtSet:
+		return invalid("WithExpiry", "WithExpiry and WithExpireAt both give the message an expiry: give one")
+	case o.expirySet && o.expiry < time.Millisecond:
+		return invalid("WithExpiry", "must be at least 1ms, got %v", o.expiry)
+	case o.expirySet && o.expiry > MaxDelay:
+		return invalid("WithExpiry", "%v is over the limit of %v (MaxDelay)", o.expiry, MaxDelay)
+	case o.expireAtSet && (o.expireAt.Year() < 1970 || o.expireAt.Year() > 9999):
+		return invalid("WithExpireAt", "%v is out of range (years 1970 to 9999)", o.expireAt)
+	case o.expireAtSet && o.atSet && !o.expireAt.After(o.at):
+		return invalid("WithExpireAt", "%v is not after the due time %v (WithDeliverAt): the message would never start", o.expireAt, o.at)
+	case o.expireAtSet && o.delay > 0 && !o.expireAt.After(time.Now().Add(o.delay)):
+		return invalid("WithExpireAt", "%v is not after the due time, %v from now (WithDelay): the message would never start", o.expireAt, o.delay)
 	}
 	return nil
 }
@@ -261,6 +277,32 @@ func WithIdempotencyKey(key string) SendOption {
 // DefaultIdempotencyTTL.
 func WithIdempotencyTTL(ttl time.Duration) SendOption {
 	return func(o *sendOptions) { o.idemTTL, o.idemTTLSet = ttl, true }
+}
+
+// WithExpiry expires the message d after it is due (sent, or WithDelay's
+// due time): a message that no worker has started by then is never
+// started. It is dropped instead, counted (ReceiverStats.Expired, the
+// messages_expired_total metric, EventExpired), and its sender, if it has
+// one (a Sender, or a Request), gets a RemoteError with CodeExpired, which
+// matches ErrExpired, in place of a reply: exactly one outcome, as for a
+// timeout. The expiry is Redis time, set when the broker accepts the
+// message; a worker compares it with its estimate of Redis's clock before
+// it starts the message (within half a round trip to Redis).
+//
+// It needs no Sender: a fire-and-forget message expires too ("if nobody
+// started this within 30s, drop it"). With WithTimeout, the message is
+// never started after the earlier of its deadline and its expiry. d must
+// be at least 1ms and at most MaxDelay. It goes with every other option
+// (a dedup key stays taken for its window, expired or not).
+func WithExpiry(d time.Duration) SendOption {
+	return func(o *sendOptions) { o.expiry, o.expirySet = d, true }
+}
+
+// WithExpireAt expires the message at t, compared with the broker's clock
+// (Redis time): as WithExpiry otherwise. t must be after the message's due
+// time (WithDelay, WithDeliverAt), or it would never start.
+func WithExpireAt(t time.Time) SendOption {
+	return func(o *sendOptions) { o.expireAt, o.expireAtSet = t, true }
 }
 
 // WithOnSent calls f with the message's id once the broker has accepted

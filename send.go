@@ -182,6 +182,12 @@ func (o *sendOptions) params(p *broker.SendParams, m *Message, route broker.Rout
 	if o.idempotent {
 		p.Env.IdempotencyKey, p.IdemTTL = o.idemKey, o.idemTTLOrDefault()
 	}
+	if o.expirySet {
+		p.Expiry = o.expiry
+	}
+	if o.expireAtSet {
+		p.ExpireAt = o.expireAt
+	}
 }
 
 // checkContent checks m's Receiver and Content, which every send needs.

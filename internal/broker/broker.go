@@ -87,6 +87,10 @@ type Delivery struct {
 	Ref string
 	// Deadline is the message's deadline in broker time; zero means none.
 	Deadline time.Time
+	// Expiry is when the message expires (SendParams.Expiry, ExpireAt),
+	// broker time; zero means never. A consumer does not start a message
+	// whose expiry, or deadline, has passed: it drops it (Queue.Drop).
+	Expiry time.Time
 	// Attempt is 1 on the first delivery and grows with each redelivery
 	// (after a Retry, or after a lease expired).
 	Attempt int
@@ -191,6 +195,9 @@ type ReceiverStats struct {
 	// QueuedHigh and QueuedLow are the entries of Queued at PriorityHigh
 	// and PriorityLow (the rest are at PriorityNormal).
 	QueuedHigh, QueuedLow int64
+	// Expired counts the messages dropped unstarted because their expiry
+	// or deadline had passed (Queue.Drop), by every consumer, ever.
+	Expired int64
 }
 
 // Broker is the storage engine: the composition of one small interface
@@ -263,6 +270,11 @@ type Queue interface {
 
 	// Ack removes delivered messages for good.
 	Ack(ctx context.Context, receiver string, refs ...string) error
+
+	// Drop removes delivered messages for good, as Ack does, that were
+	// not started because their expiry or deadline had passed, and counts
+	// them in the receiver's ReceiverStats.Expired.
+	Drop(ctx context.Context, receiver string, refs ...string) error
 
 	// Retry gives up consumer's lease on ref so that the message is delivered
 	// again after delay. ErrLeaseLost if consumer does not hold it.

@@ -92,6 +92,13 @@ type SendParams struct {
 	// when Env.IdempotencyKey is set.
 	IdemTTL time.Duration
 
+	// Expiry, when > 0, expires the message Expiry after its due time
+	// (broker time): one not started by then is never started (see
+	// Delivery.Expiry and Queue.Drop). ExpireAt, when not zero, expires it
+	// at that broker time instead (at most one of the two is set).
+	Expiry   time.Duration
+	ExpireAt time.Time
+
 	// Result is set by Send.
 	Result SendResult
 }
@@ -196,6 +203,12 @@ func (p *SendParams) Validate() error {
 		return errors.New("broker: SendParams.Delay and SendParams.DeliverAt are both set")
 	case !p.DeliverAt.IsZero() && (p.DeliverAt.UnixMilli() <= 0 || p.DeliverAt.UnixMilli() > maxDeliverAt):
 		return fmt.Errorf("broker: SendParams.DeliverAt %v is out of range", p.DeliverAt)
+	case p.Expiry < 0:
+		return negative("SendParams.Expiry", p.Expiry)
+	case p.Expiry > 0 && !p.ExpireAt.IsZero():
+		return errors.New("broker: SendParams.Expiry and SendParams.ExpireAt are both set")
+	case !p.ExpireAt.IsZero() && (p.ExpireAt.UnixMilli() <= 0 || p.ExpireAt.UnixMilli() > maxDeliverAt):
+		return fmt.Errorf("broker: SendParams.ExpireAt %v is out of range", p.ExpireAt)
 	case len(p.DedupKey) > MaxKeyLen:
 		return fmt.Errorf("broker: SendParams.DedupKey is %d bytes, over %d", len(p.DedupKey), MaxKeyLen)
 	case p.DedupKey != "" && p.DedupTTL <= 0:

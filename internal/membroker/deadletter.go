@@ -14,6 +14,7 @@ type deadEntry struct {
 	ref      string
 	raw      []byte
 	deadline time.Time
+	expiry   time.Time
 	prio     int // the message's priority level
 	reason   string
 	attempts int
@@ -35,7 +36,7 @@ func (c *core) deadLetter(receiver string, e *entry, reason string, now time.Tim
 		d = &deadList{byRef: make(map[string]*deadEntry)}
 		c.dead[receiver] = d
 	}
-	de := &deadEntry{ref: c.nextRef(), raw: e.raw, deadline: e.deadline, prio: e.prio, reason: reason, attempts: e.count, at: now}
+	de := &deadEntry{ref: c.nextRef(), raw: e.raw, deadline: e.deadline, expiry: e.expiry, prio: e.prio, reason: reason, attempts: e.count, at: now}
 	de.elem = d.order.PushBack(de)
 	d.byRef[de.ref] = de
 }
@@ -149,7 +150,7 @@ func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...
 			continue
 		}
 		d.remove(de)
-		b.c.queue(receiver).add(&entry{ref: b.c.nextRef(), raw: de.raw, deadline: de.deadline, prio: de.prio, at: b.c.now()})
+		b.c.queue(receiver).add(&entry{ref: b.c.nextRef(), raw: de.raw, deadline: de.deadline, expiry: de.expiry, prio: de.prio, at: b.c.now()})
 		n++
 	}
 	b.c.tidy(receiver)

@@ -20,6 +20,7 @@ type deferredMsg struct {
 	id       string
 	due      time.Time
 	deadline time.Time
+	expiry   time.Time
 	prio     int
 	raw      []byte
 	index    int // in the heap
@@ -40,11 +41,11 @@ func (s *stream) deferredSet() *dueSet {
 }
 
 // put defers message id until due (replacing an earlier one of the id).
-func (sc *dueSet) put(id string, due, deadline time.Time, prio int, raw []byte) {
+func (sc *dueSet) put(id string, due, deadline, expiry time.Time, prio int, raw []byte) {
 	if old := sc.byID[id]; old != nil {
 		sc.remove(old)
 	}
-	m := &deferredMsg{id: id, due: due, deadline: deadline, prio: prio, raw: raw}
+	m := &deferredMsg{id: id, due: due, deadline: deadline, expiry: expiry, prio: prio, raw: raw}
 	sc.byID[id] = m
 	heap.Push(&sc.heap, m)
 }

@@ -195,6 +195,9 @@ type core struct {
 	// marks holds, by receiver, the Cancels of messages in flight, oldest
 	// first (broker.Cancels.CancelMarks).
 	marks map[string][]mark
+	// expired counts, by receiver, the messages dropped unstarted
+	// (broker.Queue.Drop).
+	expired map[string]int64
 }
 
 func newCore(opts Options) *core {
@@ -214,6 +217,7 @@ func newCore(opts Options) *core {
 		buckets:  make(map[string]*bucket),
 		slots:    make(map[string]map[string]slotHold),
 		marks:    make(map[string][]mark),
+		expired:  make(map[string]int64),
 	}
 	if c.now == nil {
 		c.now = time.Now

@@ -17,7 +17,7 @@ func (c *core) promote(s *stream, now time.Time) {
 	for len(s.deferred.heap) > 0 && !s.deferred.heap[0].due.After(now) {
 		it := s.deferred.heap[0]
 		s.deferred.remove(it)
-		s.add(&entry{ref: c.nextRef(), raw: it.raw, deadline: it.deadline, prio: it.prio, at: now})
+		s.add(&entry{ref: c.nextRef(), raw: it.raw, deadline: it.deadline, expiry: it.expiry, prio: it.prio, at: now})
 	}
 }
 
@@ -112,7 +112,7 @@ func (c *core) lease(receiver string, s *stream, e *entry, g grant) (broker.Deli
 		return broker.Delivery{}, false
 	}
 	env.Priority = e.prio
-	return broker.Delivery{Env: env, Ref: e.ref, Deadline: e.deadline, Attempt: e.count}, true
+	return broker.Delivery{Env: env, Ref: e.ref, Deadline: e.deadline, Expiry: e.expiry, Attempt: e.count}, true
 }
 
 // read runs take on the stream of name (got by get, which creates it) until
@@ -187,20 +187,41 @@ func (b *Broker) Extend(ctx context.Context, p *broker.ExtendParams) ([]string, 
 // Ack removes the entries refs from receiver's queue for good. Unknown refs
 // are ignored.
 func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error {
+	_, err := b.remove(ctx, receiver, refs)
+	return err
+}
+
+// Drop removes refs of receiver's queue as Ack does, and counts those it
+// removed as expired (ReceiverStats.Expired).
+func (b *Broker) Drop(ctx context.Context, receiver string, refs ...string) error {
+	n, err := b.remove(ctx, receiver, refs)
+	if n > 0 {
+		b.c.mu.Lock()
+		b.c.expired[receiver] += int64(n)
+		b.c.mu.Unlock()
+	}
+	return err
+}
+
+// remove deletes refs of receiver's queue and returns how many it found.
+func (b *Broker) remove(ctx context.Context, receiver string, refs []string) (int, error) {
 	if err := broker.CheckName("receiver", receiver); err != nil {
-		return err
+		return 0, err
 	}
 	if err := b.lock(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	defer b.c.mu.Unlock()
+	n := 0
 	if s := b.c.queues[receiver]; s != nil {
 		for _, ref := range refs {
-			s.remove(ref)
+			if s.remove(ref) != nil {
+				n++
+			}
 		}
 		b.c.tidy(receiver)
 	}
-	return nil
+	return n, nil
 }
 
 // Retry makes p.Ref, which p.Consumer holds, reclaimable by a Fetch with

@@ -203,5 +203,6 @@ func (c *core) stats(receiver string) broker.ReceiverStats {
 		st.DeadLetters = int64(d.order.Len())
 	}
 	st.Paused = c.paused[receiver]
+	st.Expired = c.expired[receiver]
 	return st
 }

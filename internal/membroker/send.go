@@ -66,18 +66,25 @@ func (c *core) send(p *broker.SendParams) {
 		c.idems[keyOf(env.Receiver, k)] = e
 		msgDeadline = e.expires
 	}
+	var expiry time.Time
+	switch {
+	case p.Expiry > 0:
+		expiry = due.Add(p.Expiry)
+	case !p.ExpireAt.IsZero():
+		expiry = p.ExpireAt
+	}
 	raw := encode(env)
 	if env.Timeout > 0 && env.Route == broker.RouteSender {
 		c.pendingTimeouts(env.Sender).put(env.ID, deadline, raw)
 	}
 	s := c.queue(env.Receiver)
 	if due.After(now) {
-		s.deferredSet().put(env.ID, due, msgDeadline, env.Priority, raw)
+		s.deferredSet().put(env.ID, due, msgDeadline, expiry, env.Priority, raw)
 		s.wake() // blocked readers re-arm for the new due time
 		r.Outcome = broker.Deferred
 		return
 	}
-	s.add(&entry{ref: c.nextRef(), raw: raw, deadline: msgDeadline, prio: env.Priority, at: now})
+	s.add(&entry{ref: c.nextRef(), raw: raw, deadline: msgDeadline, expiry: expiry, prio: env.Priority, at: now})
 	r.Outcome = broker.Queued
 }
 

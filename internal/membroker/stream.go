@@ -14,6 +14,7 @@ type entry struct {
 	raw []byte // the encoded envelope (or bytes that do not decode)
 
 	deadline time.Time // queue entries: the message's deadline, zero if none
+	expiry   time.Time // queue entries: the message's expiry, zero if none
 	prio     int       // queue entries: the message's priority level
 
 	kind      broker.ReplyKind // reply entries

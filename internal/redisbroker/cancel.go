@@ -117,7 +117,7 @@ local id = ARGV[1]
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', string.format('%.0f', now - tonumber(ARGV[5])))
 local v = redis.call('HGET', KEYS[2], id)
 if v then
-  local _, d, env = deferredValue(v)
+  local _, d, _, env = deferredValue(v)
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
   return {1, env, d}

@@ -175,30 +175,28 @@ var scriptRequeue = rueidis.NewLuaScript(`-- requeue
 -- KEYS[3] -> the high level stream P:{R}:qh
 -- KEYS[4] -> the low level stream P:{R}:ql
 -- ARGV    -> dead-letter ids
--- Each decodable dead letter becomes a new queue entry (m, and d if it had
--- one; deliveries start again from 1) at its level (field p) and leaves
--- the dead-letter stream.
+-- Each decodable dead letter becomes a new queue entry (m, and d and x if
+-- it had them; deliveries start again from 1) at its level (field p) and
+-- leaves the dead-letter stream.
 -- Undecodable ones (bad=1) and unknown ids are left alone.
 -- Returns how many moved.
+` + luaQueueMessage + `
 local n = 0
 for _, id in ipairs(ARGV) do
   local e = redis.call('XRANGE', KEYS[2], id, id)
   if e[1] then
     local f = e[1][2]
-    local m, d, bad, q = nil, nil, nil, KEYS[1]
+    local m, d, x, bad, q = nil, '', '', nil, KEYS[1]
     for j = 1, #f, 2 do
       if f[j] == 'm' then m = f[j + 1]
       elseif f[j] == 'd' then d = f[j + 1]
+      elseif f[j] == 'x' then x = f[j + 1]
       elseif f[j] == 'bad' then bad = f[j + 1]
       elseif f[j] == 'p' and f[j + 1] == 'h' then q = KEYS[3]
       elseif f[j] == 'p' and f[j + 1] == 'l' then q = KEYS[4] end
     end
     if m and bad ~= '1' then
-      if d then
-        redis.call('XADD', q, '*', 'm', m, 'd', d)
-      else
-        redis.call('XADD', q, '*', 'm', m)
-      end
+      queueMessage(q, m, d, x)
       redis.call('XDEL', KEYS[2], id)
       n = n + 1
     end

@@ -32,7 +32,7 @@ type streamKeys struct {
 	// leftovers it moves (migrate.go).
 	deferred, deferredMsgs string
 	legacy                 [3]string
-	promote          bool
+	promote                bool
 }
 
 // makeQueueKeys returns the streamKeys of receiver's queue.
@@ -401,9 +401,10 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	return out, nil
 }
 
-// delivery decodes queue entry e: its message (field m) and its deadline
-// (field d, unix ms, if any). An entry whose deadline does not parse is
-// as undecodable as one whose message does not.
+// delivery decodes queue entry e: its message (field m), its deadline
+// (field d, unix ms, if any) and its expiry (field x, likewise). An entry
+// whose deadline or expiry does not parse is as undecodable as one whose
+// message does not.
 func delivery(e *entry) (broker.Delivery, error) {
 	m, ok := e.field("m")
 	if !ok {
@@ -417,6 +418,11 @@ func delivery(e *entry) (broker.Delivery, error) {
 	if s, ok := e.field("d"); ok {
 		if d.Deadline, ok = unixMS(s); !ok {
 			return broker.Delivery{}, fmt.Errorf("its deadline (field d) %q is not unix milliseconds", s)
+		}
+	}
+	if s, ok := e.field("x"); ok {
+		if d.Expiry, ok = unixMS(s); !ok {
+			return broker.Delivery{}, fmt.Errorf("its expiry (field x) %q is not unix milliseconds", s)
 		}
 	}
 	return d, nil

@@ -50,6 +50,10 @@ func (k keys) deferred(receiver string) string { return k.named(receiver, "defer
 // or empty for the normal level.
 func (k keys) deferredMessages(receiver string) string { return k.named(receiver, "deferred:m") }
 
+// expired is the count of receiver's messages dropped unstarted because
+// their expiry or deadline had passed (Queue.Drop): a counter that stays.
+func (k keys) expired(receiver string) string { return k.named(receiver, "expired") }
+
 // cancelMarks is the zset of receiver's messages cancelled while in
 // flight: member message id, score the time of the mark in unix ms.
 func (k keys) cancelMarks(receiver string) string { return k.named(receiver, "x") }

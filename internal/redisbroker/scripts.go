@@ -28,8 +28,8 @@ local nowStr = string.format('%.0f', now)
 // moves entry id of stream to the dead-letter stream dlq (XADD + XACK +
 // XDEL) and returns 1, or 0 when the entry is no longer in the stream (it
 // is then only removed from the group's pending list). bad forces the
-// entry to be marked undecodable. An entry without an m field is kept
-// whole, as JSON. prio ("h", "l", or "" for the normal level) is kept in
+// entry to be marked undecodable. The entry's deadline and expiry (fields
+// d and x) are kept. An entry without an m field is kept whole, as JSON. prio ("h", "l", or "" for the normal level) is kept in
 // field p, so that a retried dead letter goes back to its level.
 const luaBury = `
 local function bury(stream, dlq, id, reason, attempts, bad, prio)
@@ -39,9 +39,9 @@ local function bury(stream, dlq, id, reason, attempts, bad, prio)
     return 0
   end
   local f = e[1][2]
-  local m, d
+  local m, d, x
   for j = 1, #f, 2 do
-    if f[j] == 'm' then m = f[j + 1] elseif f[j] == 'd' then d = f[j + 1] end
+    if f[j] == 'm' then m = f[j + 1] elseif f[j] == 'd' then d = f[j + 1] elseif f[j] == 'x' then x = f[j + 1] end
   end
   if m == nil then
     m = cjson.encode(f)
@@ -51,6 +51,10 @@ local function bury(stream, dlq, id, reason, attempts, bad, prio)
   if d then
     args[#args + 1] = 'd'
     args[#args + 1] = d
+  end
+  if x then
+    args[#args + 1] = 'x'
+    args[#args + 1] = x
   end
   if prio and prio ~= '' then
     args[#args + 1] = 'p'
@@ -62,9 +66,28 @@ local function bury(stream, dlq, id, reason, attempts, bad, prio)
 end
 `
 
+// luaQueueMessage defines queueMessage(stream, env, d, x): it adds a
+// message to a queue stream, with its deadline (field d) and its expiry
+// (field x) when they are not empty.
+const luaQueueMessage = `
+local function queueMessage(stream, env, d, x)
+  local args = {stream, '*', 'm', env}
+  if d ~= '' then
+    args[#args + 1] = 'd'
+    args[#args + 1] = d
+  end
+  if x ~= '' then
+    args[#args + 1] = 'x'
+    args[#args + 1] = x
+  end
+  redis.call('XADD', unpack(args))
+end
+`
+
 // luaDeferred defines deferredValue(v): the level ("h", "l" or ""), the
-// deadline field ("" for none) and the encoded envelope of v, a value of
-// the deferred hash: "<level><deadline ms or empty>:<envelope>". Values
+// deadline field ("" for none), the expiry field ("" for none) and the
+// encoded envelope of v, a value of the deferred hash:
+// "<level><deadline ms or empty>[,<expiry ms>]:<envelope>". Values
 // without a level are of the normal level.
 const luaDeferred = `
 local function deferredValue(v)
@@ -75,29 +98,29 @@ local function deferredValue(v)
     v = string.sub(v, 2)
   end
   local c = string.find(v, ':', 1, true)
-  return level, string.sub(v, 1, c - 1), string.sub(v, c + 1)
+  local times, x = string.sub(v, 1, c - 1), ''
+  local comma = string.find(times, ',', 1, true)
+  if comma then
+    times, x = string.sub(times, 1, comma - 1), string.sub(times, comma + 1)
+  end
+  return level, times, x, string.sub(v, c + 1)
 end
 `
 
 // luaPromote defines promote(deferred, msgs, normal, high, low): it queues
 // the deferred messages that are due by now (at most 1000), each at its
-// level (the stream normal, high or low) with its deadline if it has one,
+// level (the stream normal, high or low) with its deadline and expiry,
 // and returns the due time (unix ms) of the first one still deferred, or
 // -1. See luaDeferred for the hash's values.
-const luaPromote = luaDeferred + `
+const luaPromote = luaDeferred + luaQueueMessage + `
 local function promote(deferred, msgs, normal, high, low)
   local due = redis.call('ZRANGEBYSCORE', deferred, '-inf', nowStr, 'LIMIT', 0, 1000)
   local streams = {h = high, l = low}
   for _, id in ipairs(due) do
     local v = redis.call('HGET', msgs, id)
     if v then
-      local level, d, env = deferredValue(v)
-      local stream = streams[level] or normal
-      if d == '' then
-        redis.call('XADD', stream, '*', 'm', env)
-      else
-        redis.call('XADD', stream, '*', 'm', env, 'd', d)
-      end
+      local level, d, x, env = deferredValue(v)
+      queueMessage(streams[level] or normal, env, d, x)
     end
   end
   if #due > 0 then

@@ -41,7 +41,8 @@ func (b *Broker) wayOf(p *broker.SendParams) sendWay {
 	switch {
 	case pend && b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
 		return sendSplit
-	case pend || p.Later() || p.DedupKey != "" || env.IdempotencyKey != "" || env.Priority != broker.PriorityNormal:
+	case pend || p.Later() || p.DedupKey != "" || env.IdempotencyKey != "" || env.Priority != broker.PriorityNormal ||
+		p.Expiry > 0 || !p.ExpireAt.IsZero():
 		return sendEnqueue
 	}
 	return sendXadd
@@ -260,6 +261,13 @@ func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) ruei
 	if !p.DeliverAt.IsZero() {
 		at = strconv.FormatInt(ceilMS(p.DeliverAt).UnixMilli(), 10)
 	}
+	expiry, expireAt := "", ""
+	if p.Expiry > 0 {
+		expiry = msString(p.Expiry)
+	}
+	if !p.ExpireAt.IsZero() {
+		expireAt = strconv.FormatInt(p.ExpireAt.UnixMilli(), 10) // rounded down: never started after it
+	}
 	dedupTTL, idemTTL := "", ""
 	if p.DedupKey != "" {
 		dedupTTL = msString(p.DedupTTL)
@@ -276,7 +284,7 @@ func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) ruei
 	}
 	return rueidis.LuaExec{Keys: keys, Args: []string{
 		rueidis.BinaryString(wire.Encode(env)), env.ID, route, msString(max(env.Timeout, 0)), msString(p.Delay), at,
-		given, levelPrefix(env.Priority), dedupTTL, idemTTL, env.Sender, pendArg,
+		given, levelPrefix(env.Priority), dedupTTL, idemTTL, env.Sender, pendArg, expiry, expireAt,
 	}}
 }
 
@@ -473,10 +481,11 @@ return deadline
 var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- KEYS[1] -> the queue stream of the message's level P:{R}:q, :qh or :ql
 -- KEYS[2] -> the queue stream P:{R}:q (a wake entry for a deferred message)
--- KEYS[3] -> the deferred zset P:{R}:s (member message id, score due ms)
--- KEYS[4] -> the deferred hash P:{R}:sm (message id ->
---            "<level><deadline ms or empty>:<encoded envelope>", level "h",
---            "l" or empty for the normal level)
+-- KEYS[3] -> the deferred zset P:{R}:deferred (member message id, score
+--            due ms)
+-- KEYS[4] -> the deferred hash P:{R}:deferred:m (message id ->
+--            "<level><deadline ms or empty>[,<expiry ms>]:<encoded
+--            envelope>", level "h", "l" or empty for the normal level)
 -- KEYS[5] -> the holders hash P:{R}:hold (field wakes counts wake entries)
 -- KEYS[6] -> the dedup key P:{R}:dd:<key> (string: the id that took it);
 --            KEYS[2] when the message has none
@@ -499,6 +508,8 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- ARGV[10] -> idempotency window ms after the due time, or empty for none
 -- ARGV[11] -> the sender (an inbox: the waiter of the idempotency key)
 -- ARGV[12] -> "1" records the pending timeout in KEYS[8..9]
+-- ARGV[13] -> expiry ms after the due time, or empty
+-- ARGV[14] -> expiry, unix ms, or empty (at most one of ARGV[13..14])
 -- The due time is now + delay, counted from Redis time rounded up to the
 -- millisecond, or ARGV[6]; a message is due when its due time is not after
 -- Redis time rounded down, so it is never queued early. One due now is
@@ -507,13 +518,14 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- queued and counted in the holders hash, so that a blocked fetch looks at
 -- the new due time. The queued message's field d is its deadline; an
 -- idempotent one's is the end of its key's window instead, so that a
--- worker starts it as long as its reply can be used.
+-- worker starts it as long as its reply can be used. Its field x is its
+-- expiry, when it has one: the due time + ARGV[13], or ARGV[14].
 -- Returns {outcome, id, deadline or -1, stored reply or "", first}:
 -- outcome 1 queued, 2 deferred (id ARGV[2]); 3 duplicate (id: the dedup
 -- key's); 4 joined (id: the idempotency key's message, with its reply if
 -- stored); first is 1 when the message was queued at the high or low
 -- level and that level's stream held nothing before (see levelsChanged).
-` + luaNow + `
+` + luaNow + luaQueueMessage + `
 local env, id, route = ARGV[1], ARGV[2], ARGV[3]
 local timeout, delay, at, given = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local dedupTTL, idemTTL, sender = ARGV[9], ARGV[10], ARGV[11]
@@ -559,13 +571,20 @@ if idemTTL ~= '' then
   end
   redis.call('PEXPIRE', KEYS[7], fmt(d - now))
 end
-local dField = ''
+local dField, xField = '', ''
 if d >= 0 then dField = fmt(d) end
+if ARGV[13] ~= '' then
+  xField = fmt(due + tonumber(ARGV[13]))
+elseif ARGV[14] ~= '' then
+  xField = ARGV[14]
+end
 local outcome, first = 1, 0
 if due > now then
   outcome = 2
+  local times = dField
+  if xField ~= '' then times = times .. ',' .. xField end
   redis.call('ZADD', KEYS[3], fmt(due), id)
-  redis.call('HSET', KEYS[4], id, ARGV[8] .. dField .. ':' .. env)
+  redis.call('HSET', KEYS[4], id, ARGV[8] .. times .. ':' .. env)
   if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == id then
     redis.call('XADD', KEYS[2], '*', 'w', '1')
     redis.call('HINCRBY', KEYS[5], 'wakes', 1)
@@ -574,11 +593,7 @@ else
   if ARGV[8] ~= '' and redis.call('XLEN', KEYS[1]) == 0 then
     first = 1
   end
-  if dField == '' then
-    redis.call('XADD', KEYS[1], '*', 'm', env)
-  else
-    redis.call('XADD', KEYS[1], '*', 'm', env, 'd', dField)
-  end
+  queueMessage(KEYS[1], env, dField, xField)
 end
 if ARGV[12] == '1' then
   redis.call('ZADD', KEYS[8], fmt(deadline), id)

@@ -144,6 +144,32 @@ func chunks(refs []string) func(func([]string) bool) {
 
 // Ack acknowledges and deletes the entries refs of receiver's queue.
 func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error {
+	return b.settle(ctx, "ack", receiver, refs, b.ack)
+}
+
+// Drop acknowledges and deletes the entries refs of receiver's queue, not
+// started because they expired, and counts them in P:{R}:expired: one
+// script, drop, per level and 1,000 refs.
+func (b *Broker) Drop(ctx context.Context, receiver string, refs ...string) error {
+	expired := b.keys.expired(receiver)
+	return b.settle(ctx, "drop", receiver, refs, func(ctx context.Context, op, stream, retries string, refs []string) error {
+		for chunk := range chunks(validLevelRefs(refs)) {
+			ids := make([]string, len(chunk))
+			for i, ref := range chunk {
+				_, ids[i] = refLevel(ref)
+			}
+			err := scriptDrop.Exec(ctx, b.client, []string{stream, retries, expired}, append(ids, chunk...)).Error()
+			if err != nil && !isNoGroup(err) {
+				return b.fail(ctx, op, err)
+			}
+		}
+		return nil
+	})
+}
+
+// settle runs end (ack, or the drop of expired entries) on receiver's refs,
+// one call per priority level of them.
+func (b *Broker) settle(ctx context.Context, op, receiver string, refs []string, end func(ctx context.Context, op, stream, retries string, refs []string) error) error {
 	if err := b.check(); err != nil {
 		return err
 	}
@@ -159,7 +185,7 @@ func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error
 		}
 	}
 	if plain {
-		return b.ack(ctx, "ack", b.keys.queue(receiver), retries, refs)
+		return end(ctx, op, b.keys.queue(receiver), retries, refs)
 	}
 	// Refs of several levels: one transaction per level.
 	var levels [3][]string
@@ -169,7 +195,7 @@ func (b *Broker) Ack(ctx context.Context, receiver string, refs ...string) error
 	}
 	for i, rs := range levels {
 		if len(rs) > 0 {
-			if err := b.ack(ctx, "ack", b.keys.queueAt(receiver, i-1), retries, rs); err != nil {
+			if err := end(ctx, op, b.keys.queueAt(receiver, i-1), retries, rs); err != nil {
 				return err
 			}
 		}
@@ -376,3 +402,26 @@ func (b *Broker) giveBack(ctx context.Context, stream, consumer string, lease ti
 	return b.client.Do(ctx, b.client.B().Xclaim().Key(stream).Group("g").Consumer(consumer).MinIdleTime("0").
 		Id(ids...).Idle(lease.Milliseconds()).Retrycount(0).Justid().Build()).Error()
 }
+
+// scriptDrop acknowledges, deletes and counts expired entries.
+var scriptDrop = rueidis.NewLuaScript(`-- drop
+-- KEYS[1] -> the queue stream of one level P:{R}:q, :qh or :ql
+-- KEYS[2] -> the retries zset P:{R}:retries
+-- KEYS[3] -> the expired count P:{R}:expired (a counter)
+-- ARGV    -> the entry ids, then as many refs (their members in KEYS[2])
+-- XACK, ZREM and XDEL of the entries, and INCRBY of the count by the
+-- entries XDEL deleted (one dropped twice, by two consumers whose leases
+-- overlapped, counts once). Returns how many it counted.
+local n = #ARGV / 2
+local ids, refs = {}, {}
+for i = 1, n do
+  ids[i], refs[i] = ARGV[i], ARGV[n + i]
+end
+redis.call('XACK', KEYS[1], 'g', unpack(ids))
+redis.call('ZREM', KEYS[2], unpack(refs))
+local gone = redis.call('XDEL', KEYS[1], unpack(ids))
+if gone > 0 then
+  redis.call('INCRBY', KEYS[3], gone)
+end
+return gone
+`)

@@ -22,8 +22,9 @@ const statsSource = `-- stats
 -- KEYS[6] -> the deferred zset P:{R}:deferred
 -- KEYS[7] -> the holders hash P:{R}:hold (field wakes: the wake entries
 --            of the normal level, which are not messages)
+-- KEYS[8] -> the expired count P:{R}:expired
 -- Returns {length, pending, dead letters, oldest queued, high length,
--- high pending, low length, low pending, paused, deferred}: length and
+-- high pending, low length, low pending, paused, deferred, expired}: length and
 -- pending are those of
 -- the normal level, length without the wake entries; oldest queued is the
 -- Unix ms of the first message after
@@ -69,7 +70,8 @@ local l, lp, lo = level(KEYS[4])
 for _, o in ipairs({ho, lo}) do
   if o >= 0 and (oldest < 0 or o < oldest) then oldest = o end
 end
-return {n, np, redis.call('XLEN', KEYS[2]), oldest, h, hp, l, lp, redis.call('EXISTS', KEYS[5]), redis.call('ZCARD', KEYS[6])}
+return {n, np, redis.call('XLEN', KEYS[2]), oldest, h, hp, l, lp, redis.call('EXISTS', KEYS[5]), redis.call('ZCARD', KEYS[6]),
+  tonumber(redis.call('GET', KEYS[8]) or '0')}
 `
 
 var (
@@ -114,7 +116,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds := make(rueidis.Commands, len(receivers))
 	for i, r := range receivers {
-		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(7).Key(b.statsKeys(r)...).Build()
+		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(8).Key(b.statsKeys(r)...).Build()
 	}
 	var again []int
 	for i, res := range b.client.DoMulti(ctx, cmds...) {
@@ -135,7 +137,7 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds = cmds[:0]
 	for _, i := range again {
-		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(7).Key(b.statsKeys(receivers[i])...).Build())
+		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(8).Key(b.statsKeys(receivers[i])...).Build())
 	}
 	for j, res := range b.client.DoMulti(ctx, cmds...) {
 		v, err := res.AsIntSlice()
@@ -153,12 +155,12 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 func (b *Broker) statsKeys(receiver string) []string {
 	return []string{b.keys.queue(receiver), b.keys.deadLetters(receiver),
 		b.keys.queueAt(receiver, broker.PriorityHigh), b.keys.queueAt(receiver, broker.PriorityLow),
-		b.keys.paused(receiver), b.keys.deferred(receiver), b.keys.holders(receiver)}
+		b.keys.paused(receiver), b.keys.deferred(receiver), b.keys.holders(receiver), b.keys.expired(receiver)}
 }
 
 // statsOf reads the stats script's answer v.
 func statsOf(receiver string, v []int64) (broker.ReceiverStats, error) {
-	if len(v) != 10 {
+	if len(v) != 11 {
 		return broker.ReceiverStats{}, fmt.Errorf("redisbroker: stats: script answered %v", v)
 	}
 	st := broker.ReceiverStats{
@@ -170,6 +172,7 @@ func statsOf(receiver string, v []int64) (broker.ReceiverStats, error) {
 		QueuedLow:   max(v[6]-v[7], 0),
 		Paused:      v[8] == 1,
 		Deferred:    v[9],
+		Expired:     v[10],
 	}
 	st.Queued = max(v[0]-v[1], 0) + st.QueuedHigh + st.QueuedLow
 	if v[3] >= 0 {

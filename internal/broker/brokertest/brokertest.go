@@ -103,6 +103,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"DeferredPast", testDeferredPast},
 		{"DeferredValidation", testDeferredValidation},
 		{"DeferredNeverEarly", testDeferredNeverEarly},
+		{"Expiry", testExpiry},
 		{"SendProduct", testSendProduct},
 		{"Cancel", testCancel},
 		{"NothingLeftBehind", testNothingLeftBehind},

@@ -240,3 +240,46 @@ func testCancel(t *testing.T, b broker.Broker) {
 		t.Fatalf("Stats after the cancels: %+v", st)
 	}
 }
+
+// testExpiry shows that a message carries its expiry to its delivery
+// (SendParams.Expiry after its due time, or ExpireAt), through a dead
+// letter and its retry too, and that Drop removes deliveries for good and
+// counts them in ReceiverStats.Expired, each once.
+func testExpiry(t *testing.T, b broker.Broker) {
+	r := name("recv")
+	ctx := ctxT(t)
+	start := brokerNow(t, b)
+	at := start.Add(time.Hour).Truncate(time.Millisecond)
+	rel := sendP(t, b, broker.SendParams{Env: *newEnv(r, "relative"), Expiry: time.Minute})
+	abs := sendP(t, b, broker.SendParams{Env: *newEnv(r, "absolute"), ExpireAt: at})
+	ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 10, Lease: longLease, MaxAttempts: 1})
+	if len(ds) != 2 || ds[0].Env.ID != rel.ID || ds[1].Env.ID != abs.ID {
+		t.Fatalf("deliveries: %+v", ds)
+	}
+	if e := ds[0].Expiry; e.Before(start.Add(time.Minute).Truncate(time.Millisecond)) || e.After(brokerNow(t, b).Add(time.Minute)) {
+		t.Fatalf("relative expiry %v, want about %v", e, start.Add(time.Minute))
+	}
+	if !ds[1].Expiry.Equal(at) {
+		t.Fatalf("absolute expiry %v, want %v", ds[1].Expiry, at)
+	}
+	// Through a dead letter and back.
+	if err := b.DeadLetter(ctx, r, ds[1], "test"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.RetryDeadLetters(ctx, r); err != nil || n != 1 {
+		t.Fatalf("RetryDeadLetters: %d, %v", n, err)
+	}
+	back := fetchOne(t, b, r, "w", longLease)
+	if back.Env.ID != abs.ID || !back.Expiry.Equal(at) {
+		t.Fatalf("retried dead letter: %+v, want expiry %v", back, at)
+	}
+	if err := b.Drop(ctx, r, ds[0].Ref, back.Ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Drop(ctx, r, ds[0].Ref); err != nil {
+		t.Fatal(err)
+	}
+	if st := stats(t, b, r); st.Expired != 2 || st.Length != 0 {
+		t.Fatalf("stats after the drops: %+v, want 2 expired and nothing left", st)
+	}
+}

@@ -28,6 +28,10 @@ const productTimeout = 4 * time.Second
 // productIdemTTL is the window of its idempotency keys.
 const productIdemTTL = time.Minute
 
+// productExpiry is the expiry of its expiring messages, after their due
+// time.
+const productExpiry = time.Hour
+
 // sendCombo is one combination of the send options, sent twice with the
 // same options (a second message with the same keys) to a receiver of its
 // own.
@@ -36,6 +40,7 @@ type sendCombo struct {
 	prio         int
 	dedup, idem  bool
 	timed        bool
+	expire       bool
 	route        broker.Route
 	receiver     string
 	start        time.Time // broker time before the first send
@@ -44,7 +49,7 @@ type sendCombo struct {
 
 // String names the combination.
 func (c *sendCombo) String() string {
-	return fmt.Sprintf("due %s, priority %d, dedup %v, idempotent %v, timed %v, route %v", c.due, c.prio, c.dedup, c.idem, c.timed, c.route)
+	return fmt.Sprintf("due %s, priority %d, dedup %v, idempotent %v, timed %v, expiring %v, route %v", c.due, c.prio, c.dedup, c.idem, c.timed, c.expire, c.route)
 }
 
 // later reports whether its messages are deferred.
@@ -88,12 +93,15 @@ func (c *sendCombo) params(content string) broker.SendParams {
 	if c.idem {
 		p.Env.IdempotencyKey, p.IdemTTL = "ik", productIdemTTL
 	}
+	if c.expire {
+		p.Expiry = productExpiry
+	}
 	return p
 }
 
 // sendCombos returns every combination: each due time, level, dedup key
-// or none, idempotency key or none, timed or not, and reply route (a
-// timed message has one).
+// or none, idempotency key or none, timed or not, expiring or not, and
+// reply route (a timed message has one).
 func sendCombos() []*sendCombo {
 	var cs []*sendCombo
 	for _, due := range []string{dueNow, dueDelay, dueAt, duePast} {
@@ -101,11 +109,13 @@ func sendCombos() []*sendCombo {
 			for _, dedup := range []bool{false, true} {
 				for _, idem := range []bool{false, true} {
 					for _, timed := range []bool{false, true} {
-						for _, route := range []broker.Route{broker.RouteNone, broker.RouteSender, broker.RouteInbox} {
-							if timed && route == broker.RouteNone {
-								continue // refused: see testInvalidParams
+						for _, expire := range []bool{false, true} {
+							for _, route := range []broker.Route{broker.RouteNone, broker.RouteSender, broker.RouteInbox} {
+								if timed && route == broker.RouteNone {
+									continue // refused: see testInvalidParams
+								}
+								cs = append(cs, &sendCombo{due: due, prio: prio, dedup: dedup, idem: idem, timed: timed, expire: expire, route: route, receiver: name("combo")})
 							}
-							cs = append(cs, &sendCombo{due: due, prio: prio, dedup: dedup, idem: idem, timed: timed, route: route, receiver: name("combo")})
 						}
 					}
 				}
@@ -121,7 +131,8 @@ func sendCombos() []*sendCombo {
 // key, which comes first, else Duplicate by its dedup key); a deferred
 // message counts as deferred, is delivered no earlier than its due time,
 // at its level, with its deadline (its due time plus its timeout, or its
-// idempotency key's window); and a timed message has exactly one outcome:
+// idempotency key's window) and its expiry (its due time plus the
+// expiry); and a timed message has exactly one outcome:
 // a reply accepted before the deadline is accepted once, and one that
 // nobody answered gets one timeout notice (a named sender's) or refuses a
 // late reply (an inbox's).
@@ -262,6 +273,7 @@ func fetchCombo(t *testing.T, b broker.Broker, c *sendCombo) []broker.Delivery {
 			t.Fatalf("%v: delivery %d is %s, want the first %s, then the second %s", c, i, d.Env.ID, c.first.Env.ID, c.again.Env.ID)
 		}
 		checkEnv(t, fmt.Sprint(c, ": delivery"), d.Env, &p.Env)
+		checkExpiry(t, c, d)
 		wantDeadline := p.Result.Deadline
 		if c.idem {
 			// The key's window, counted from the due time.
@@ -279,6 +291,26 @@ func fetchCombo(t *testing.T, b broker.Broker, c *sendCombo) []broker.Delivery {
 		}
 	}
 	return got
+}
+
+// checkExpiry checks that delivery d of c carries its expiry: none, or
+// its due time plus productExpiry (the due time is after c.start, and it
+// is delivered after it).
+func checkExpiry(t *testing.T, c *sendCombo, d broker.Delivery) {
+	t.Helper()
+	if !c.expire {
+		if !d.Expiry.IsZero() {
+			t.Fatalf("%v: delivered with expiry %v, want none", c, d.Expiry)
+		}
+		return
+	}
+	low := c.start.Add(productExpiry)
+	if c.later() {
+		low = low.Add(productDelay)
+	}
+	if d.Expiry.Before(low.Truncate(time.Millisecond)) || d.Expiry.After(time.Now().Add(productExpiry+Patience)) {
+		t.Fatalf("%v: delivered expiry %v, want its due time + %v (after %v)", c, d.Expiry, productExpiry, low)
+	}
 }
 
 // settleCombo answers the first message of c before its deadline, and
