@@ -112,14 +112,12 @@ func (r *requester) ensureInbox(ctx context.Context, deadline time.Time) error {
 	if r.open && (deadline.IsZero() || !deadline.Add(r.inboxMargin()).After(r.until)) {
 		return nil
 	}
-	if err := r.renewInbox(ctx); err != nil {
+	// The closed check is above, under d.mu, with the count for Close.
+	err := d.record("request", r.renewInbox(ctx))
+	if err != nil {
 		r.requests.Done()
-		if ctx.Err() == nil {
-			d.health.fail("keep inbox", err)
-		}
-		return wrapBroker("request", err)
 	}
-	return nil
+	return err
 }
 
 // heartbeat renews the inbox's expiry, if it is open.
