@@ -198,12 +198,9 @@ func (d *Disker) LocalStats() LocalStats {
 
 // Workers lists the live instances connected to the broker, by id.
 func (d *Disker) Workers(ctx context.Context) ([]WorkerInfo, error) {
-	if d.closed.Load() {
-		return nil, ErrClosed
-	}
-	ws, err := d.b.Workers(ctx)
+	ws, err := call(d, "workers", func() ([]broker.WorkerInfo, error) { return d.b.Workers(ctx) })
 	if err != nil {
-		return nil, wrapBroker("workers", err)
+		return nil, err
 	}
 	out := make([]WorkerInfo, len(ws))
 	for i, w := range ws {
@@ -216,12 +213,9 @@ func (d *Disker) Workers(ctx context.Context) ([]WorkerInfo, error) {
 // Receivers lists the receivers the broker knows: served by an instance, or
 // holding messages or dead letters. Sorted.
 func (d *Disker) Receivers(ctx context.Context) ([]string, error) {
-	if d.closed.Load() {
-		return nil, ErrClosed
-	}
-	rs, err := d.b.Receivers(ctx)
+	rs, err := call(d, "receivers", func() ([]string, error) { return d.b.Receivers(ctx) })
 	if err != nil {
-		return nil, wrapBroker("receivers", err)
+		return nil, err
 	}
 	out := rs[:0]
 	for _, r := range rs {
@@ -237,12 +231,12 @@ func (d *Disker) Receivers(ctx context.Context) ([]string, error) {
 
 // Stats returns a snapshot of receiver's queue.
 func (d *Disker) Stats(ctx context.Context, receiver string) (ReceiverStats, error) {
-	if err := d.adminCheck(receiver); err != nil {
+	if err := checkName("receiver", receiver); err != nil {
 		return ReceiverStats{}, err
 	}
-	s, err := d.b.Stats(ctx, receiver)
+	s, err := call(d, "stats", func() (broker.ReceiverStats, error) { return d.b.Stats(ctx, receiver) })
 	if err != nil {
-		return ReceiverStats{}, wrapBroker("stats", err)
+		return ReceiverStats{}, err
 	}
 	return receiverStats(s), nil
 }
@@ -257,18 +251,20 @@ func (d *Disker) DeadLetters(ctx context.Context, receiver string, max int) ([]D
 // more): pass the last id of a page to read the next one without reading
 // the pages before. An empty after starts from the oldest.
 func (d *Disker) DeadLettersAfter(ctx context.Context, receiver, after string, max int) ([]DeadLetter, error) {
-	if err := d.adminCheck(receiver); err != nil {
+	if err := checkName("receiver", receiver); err != nil {
 		return nil, err
 	}
 	if max < 1 {
 		return nil, invalid("max", "must be >= 1, got %d", max)
 	}
-	dls, err := d.b.DeadLettersAfter(ctx, &broker.DeadLettersParams{Receiver: receiver, After: after, Max: max})
+	dls, err := call(d, "dead letters", func() ([]broker.DeadLetter, error) {
+		return d.b.DeadLettersAfter(ctx, &broker.DeadLettersParams{Receiver: receiver, After: after, Max: max})
+	})
 	if errors.Is(err, broker.ErrBadRef) {
 		return nil, invalid("after", "%q is not a dead letter's id", after)
 	}
 	if err != nil {
-		return nil, wrapBroker("dead letters", err)
+		return nil, err
 	}
 	out := make([]DeadLetter, len(dls))
 	for i := range dls {
@@ -289,34 +285,19 @@ func (d *Disker) DeadLettersAfter(ctx context.Context, receiver, after string, m
 // when none is given) back to receiver's queue, with their attempts reset.
 // It returns how many moved; undecodable entries stay.
 func (d *Disker) RetryDeadLetters(ctx context.Context, receiver string, ids ...string) (int, error) {
-	if err := d.adminCheck(receiver); err != nil {
+	if err := checkName("receiver", receiver); err != nil {
 		return 0, err
 	}
-	n, err := d.b.RetryDeadLetters(ctx, receiver, ids...)
-	if err != nil {
-		return n, wrapBroker("retry dead letters", err)
-	}
-	return n, nil
+	return call(d, "retry dead letters", func() (int, error) { return d.b.RetryDeadLetters(ctx, receiver, ids...) })
 }
 
 // PurgeDeadLetters deletes the dead letters with the given ids (all of them
 // when none is given) and returns how many it deleted.
 func (d *Disker) PurgeDeadLetters(ctx context.Context, receiver string, ids ...string) (int, error) {
-	if err := d.adminCheck(receiver); err != nil {
+	if err := checkName("receiver", receiver); err != nil {
 		return 0, err
 	}
-	n, err := d.b.PurgeDeadLetters(ctx, receiver, ids...)
-	if err != nil {
-		return n, wrapBroker("purge dead letters", err)
-	}
-	return n, nil
-}
-
-func (d *Disker) adminCheck(receiver string) error {
-	if d.closed.Load() {
-		return ErrClosed
-	}
-	return checkName("receiver", receiver)
+	return call(d, "purge dead letters", func() (int, error) { return d.b.PurgeDeadLetters(ctx, receiver, ids...) })
 }
 
 // StatsOf returns the stats of each receiver, in the order given, read in
@@ -324,17 +305,14 @@ func (d *Disker) adminCheck(receiver string) error {
 // what a dashboard polls, where calling Stats for each receiver would cost
 // a round trip each.
 func (d *Disker) StatsOf(ctx context.Context, receivers ...string) ([]ReceiverStats, error) {
-	if d.closed.Load() {
-		return nil, ErrClosed
-	}
 	for _, r := range receivers {
 		if err := checkName("receiver", r); err != nil {
 			return nil, err
 		}
 	}
-	ss, err := d.b.StatsMany(ctx, receivers)
+	ss, err := call(d, "stats", func() ([]broker.ReceiverStats, error) { return d.b.StatsMany(ctx, receivers) })
 	if err != nil {
-		return nil, wrapBroker("stats", err)
+		return nil, err
 	}
 	out := make([]ReceiverStats, len(ss))
 	for i, s := range ss {
@@ -396,7 +374,7 @@ const fateSkew = time.Minute
 // MessageUnknown. An id that Disker did not make is looked for from the
 // oldest entry.
 func (d *Disker) Fate(ctx context.Context, receiver, id string) (MessageFate, error) {
-	if err := d.adminCheck(receiver); err != nil {
+	if err := checkName("receiver", receiver); err != nil {
 		return MessageFate{}, err
 	}
 	if id == "" {
@@ -406,9 +384,9 @@ func (d *Disker) Fate(ctx context.Context, receiver, id string) (MessageFate, er
 	if at, ok := idTime(id); ok {
 		p.Since = at.Add(-fateSkew)
 	}
-	f, err := d.b.Fate(ctx, &p)
+	f, err := call(d, "fate", func() (broker.Fate, error) { return d.b.Fate(ctx, &p) })
 	if err != nil {
-		return MessageFate{}, wrapBroker("fate", err)
+		return MessageFate{}, err
 	}
 	out := MessageFate{Attempts: f.Attempts, Reason: f.Reason, At: f.At}
 	switch f.State {

@@ -83,9 +83,6 @@ func (d *Disker) Cancel(ctx context.Context, receiver, id string) (CancelResult,
 // notice to the sender of a scheduled or queued message that expects a
 // reply.
 func (d *Disker) cancel(ctx context.Context, receiver, id string, notify bool) (CancelResult, error) {
-	if d.closed.Load() {
-		return CancelNotFound, ErrClosed
-	}
 	if err := checkName("receiver", receiver); err != nil {
 		return CancelNotFound, err
 	}
@@ -94,12 +91,12 @@ func (d *Disker) cancel(ctx context.Context, receiver, id string, notify bool) (
 		return CancelNotFound, invalid("id", "%q is not a message id (26 characters of Crockford base32, as Send returns)", id)
 	}
 	since := at.Add(-cancelSince) // a bound, not a decision: the sender's clock is close enough
-	c, err := d.b.Cancel(ctx, &broker.CancelParams{Receiver: receiver, ID: id, Since: since, MaxScan: cancelScan})
+	c, err := call(d, "cancel", func() (broker.Cancelled, error) {
+		return d.b.Cancel(ctx, &broker.CancelParams{Receiver: receiver, ID: id, Since: since, MaxScan: cancelScan})
+	})
 	if err != nil {
-		d.health.fail("cancel", err)
-		return CancelNotFound, wrapBroker("cancel", err)
+		return CancelNotFound, err
 	}
-	d.health.ok()
 	res := CancelResult(c.State)
 	if notify && (res == CancelDeferred || res == CancelQueued) && c.Env.Sender != "" && c.Env.Route != broker.RouteNone {
 		msg := d.messageOf(&c.Env, c.Deadline, 0)

@@ -51,3 +51,46 @@ func (h *health) ok() {
 		h.d.emit(Event{Kind: EventAvailable})
 	}
 }
+
+// call runs f, the broker I/O of the public operation op, with the steps
+// every such operation takes around it, so that none has to write them by
+// hand:
+//
+//   - after Close, it returns ErrClosed and does not call f;
+//   - it records the broker's health from f's error (see record): an
+//     outage is logged and evented once, and so is its end;
+//   - it returns f's error as op's (see wrapBroker).
+//
+// f is one step of the operation as the broker sees it (one or a few
+// calls); checks of the arguments come before call, and what the
+// operation makes of f's result (its events and counters, which depend on
+// the result) after it. The steps that run on behalf of work already under
+// way, and so after Close too (a reply from a handler that Close drains, a
+// Request settling), use record alone.
+func call[T any](d *Disker, op string, f func() (T, error)) (T, error) {
+	if d.closed.Load() {
+		var zero T
+		return zero, ErrClosed
+	}
+	v, err := f()
+	return v, d.record(op, err)
+}
+
+// record is the bookkeeping of err, the outcome of a broker call of op: a
+// success marks the broker reachable (health.ok), a failure is recorded
+// (health.fail, which logs an outage once and ignores the ends of a
+// context and the broker's closing) and returned as op's error (wrapBroker).
+// An error by which the broker answers, not fails, the call (ErrLate: a
+// reply too late; broker.ErrBadRef: no such dead letter) is returned as
+// op's error too, and leaves the health as it is.
+func (d *Disker) record(op string, err error) error {
+	switch {
+	case err == nil:
+		d.health.ok()
+		return nil
+	case errors.Is(err, broker.ErrLate), errors.Is(err, broker.ErrBadRef):
+	default:
+		d.health.fail(op, err)
+	}
+	return wrapBroker(op, err)
+}

@@ -46,18 +46,16 @@ func (d *Disker) Resume(ctx context.Context, receiver string) error {
 }
 
 func (d *Disker) setPaused(ctx context.Context, receiver string, paused bool) error {
-	if err := d.adminCheck(receiver); err != nil {
+	if err := checkName("receiver", receiver); err != nil {
 		return err
 	}
 	op, set := "resume", d.b.Resume
 	if paused {
 		op, set = "pause", d.b.Pause
 	}
-	if err := set(ctx, receiver); err != nil {
-		d.health.fail(op, err)
-		return wrapBroker(op, err)
+	if _, err := call(d, op, func() (struct{}, error) { return struct{}{}, set(ctx, receiver) }); err != nil {
+		return err
 	}
-	d.health.ok()
 	d.mu.Lock()
 	c := d.consumers[receiver]
 	d.mu.Unlock()

@@ -48,6 +48,8 @@ const answeredFor = time.Minute
 // from elsewhere, or before the handler returns (a handler that replies
 // later returns ErrReplyLater).
 func (d *Disker) Reply(ctx context.Context, msg *Message, response []byte) error {
+	// Not through call: reply runs after Close too, for the handlers that
+	// Close drains; it records the broker's health itself.
 	if d.closed.Load() {
 		return ErrClosed
 	}
@@ -89,11 +91,7 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 		// The delivery is settled by its first reply, unless it was
 		// cancelled first: then the reply is dropped.
 		if !msg.settle.CompareAndSwap(taskRunning, taskSettled) && msg.settle.Load() == taskCancelled {
-			d.late.Add(1)
-			if d.onEvent != nil {
-				d.emit(Event{Kind: EventLate, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: ErrLate})
-			}
-			return ErrLate
+			return d.countLate(msg)
 		}
 	}
 	env := broker.Envelope{
@@ -112,24 +110,29 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 	} else {
 		err = d.replyRoute(ctx, msg, &env)
 	}
-	switch {
+	// No call here: a handler that Close drains still replies.
+	switch err := d.record("reply", err); {
 	case err == nil:
-		d.health.ok()
 		d.replied.Add(1)
 		if d.onEvent != nil {
 			d.emit(Event{Kind: EventReplied, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt})
 		}
 		return nil
-	case errors.Is(err, broker.ErrLate):
-		d.late.Add(1)
-		if d.onEvent != nil {
-			d.emit(Event{Kind: EventLate, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: ErrLate})
-		}
-		return ErrLate
+	case errors.Is(err, ErrLate):
+		return d.countLate(msg)
 	default:
-		d.health.fail("reply", err)
-		return wrapBroker("reply", err)
+		return err
 	}
+}
+
+// countLate counts the reply to msg that came too late, reports it, and
+// returns ErrLate.
+func (d *Disker) countLate(msg *Message) error {
+	d.late.Add(1)
+	if d.onEvent != nil {
+		d.emit(Event{Kind: EventLate, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: ErrLate})
+	}
+	return ErrLate
 }
 
 // replyRoute sends env, the reply to msg, by msg's route: to a Request's

@@ -112,14 +112,12 @@ func (r *requester) ensureInbox(ctx context.Context, deadline time.Time) error {
 	if r.open && (deadline.IsZero() || !deadline.Add(r.inboxMargin()).After(r.until)) {
 		return nil
 	}
-	if err := r.renewInbox(ctx); err != nil {
+	// The closed check is above, under d.mu, with the count for Close.
+	err := d.record("request", r.renewInbox(ctx))
+	if err != nil {
 		r.requests.Done()
-		if ctx.Err() == nil {
-			d.health.fail("keep inbox", err)
-		}
-		return wrapBroker("request", err)
 	}
-	return nil
+	return err
 }
 
 // heartbeat renews the inbox's expiry, if it is open.
@@ -195,6 +193,60 @@ func (r *requester) close(ctx context.Context) {
 // instance crashed. A reply that comes after the inbox has gone is dropped
 // (the replier gets ErrLate) and re-creates nothing.
 func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (*Message, error) {
+	q, err := d.newRequest(msg, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := q.bound(ctx)
+	defer cancel()
+	if err := q.prepare(ctx); err != nil {
+		return nil, err
+	}
+	if err := q.open(); err != nil {
+		return nil, err
+	}
+	defer q.close()
+	if m, done, err := q.send(); done {
+		return m, err
+	}
+	return q.wait()
+}
+
+// request is one Request in progress. Its phases are its methods, in
+// order: newRequest checks the call and makes the message; prepare sets
+// its timeout; open readies the inbox and the waiter; send sends it,
+// which may decide the outcome at once; wait waits for the inbox's entry
+// that decides it (settle). When ctx ends first, end settles the request
+// within RequestGrace: cancelOwn (a cancelled ctx cancels the message, and
+// a worker that holds it decides), giveUp (the request's marker in the
+// inbox; ErrOutcomeUnknown when the broker does not answer in time), then
+// the grace in which an entry before the marker may still decide it.
+type request struct {
+	d           *Disker
+	r           *requester
+	receiver    string
+	onSent      func(string)  // WithOnSent's
+	withTimeout time.Duration // WithTimeout's
+	// lead is how long until the message is due (WithDelay,
+	// WithDeliverAt): WithTimeout counts from then.
+	lead time.Duration
+
+	ps      [1]broker.SendParams // the message's send
+	id      string               // the message's id
+	ctx     context.Context      // Request's, bounded by WithTimeout
+	dl      time.Time            // ctx's deadline; zero without one
+	timeout time.Duration        // the message's timeout, from its delivery; 0 for none
+	w       waiter               // the request's entries in the inbox, once open
+
+	deadline time.Time    // the deadline replies are judged by (the broker's), once sent
+	sendErr  error        // the send failed, and the message may have been queued all the same
+	stop     time.Time    // the end of the grace, once ctx ended
+	marker   broker.Reply // the request's marker in the inbox, once it gave up
+}
+
+// newRequest checks a Request of msg with opts, and returns it with its
+// message, from the inbox, not sent.
+func (d *Disker) newRequest(msg Message, opts []SendOption) (*request, error) {
 	if msg.Sender != "" {
 		return nil, invalid("Message.Sender", "must be empty for Request: the reply goes to the instance's private address")
 	}
@@ -205,180 +257,258 @@ func (d *Disker) Request(ctx context.Context, msg Message, opts ...SendOption) (
 	if err := o.check(true); err != nil { // the inbox is the sender
 		return nil, err
 	}
-	// lead is how long until the message is due (WithDelay,
-	// WithDeliverAt): WithTimeout counts from then.
-	var lead time.Duration
+	q := &request{d: d, r: d.rq, receiver: msg.Receiver, onSent: o.onSent, withTimeout: o.timeout}
 	if o.later() {
-		lead = o.delay
+		q.lead = o.delay
 		if !o.at.IsZero() {
-			lead = max(time.Until(o.at), 0)
+			q.lead = max(time.Until(o.at), 0)
 		}
 	}
-	if o.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, lead+o.timeout)
-		defer cancel()
+	msg.Sender = q.r.name
+	o.params(&q.ps[0], &msg, broker.RouteInbox)
+	q.id = q.ps[0].Env.ID
+	return q, nil
+}
+
+// bound returns ctx bounded by WithTimeout, which counts from the
+// message's due time.
+func (q *request) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if q.withTimeout > 0 {
+		return context.WithTimeout(ctx, q.lead+q.withTimeout)
 	}
-	r := d.rq
-	msg.Sender = r.name
-	ps := make([]broker.SendParams, 1)
-	p := &ps[0]
-	o.params(p, &msg, broker.RouteInbox)
-	id := p.Env.ID
+	return ctx, func() {}
+}
+
+// prepare gives the message ctx's deadline as its timeout, counted from
+// its delivery. A deadline that comes before the delivery is a
+// *ValidationError.
+func (q *request) prepare(ctx context.Context) error {
+	q.ctx = ctx
+	p := &q.ps[0]
 	p.Env.Timeout = 0
 	dl, hasDeadline := ctx.Deadline()
 	if hasDeadline {
 		timeout := max(time.Until(dl), time.Millisecond)
-		if lead > 0 {
-			if timeout <= lead {
-				return nil, invalid("WithDelay", "the Request's deadline (ctx's, or WithTimeout's) comes before its delivery time, %v from now", lead)
+		if q.lead > 0 {
+			if timeout <= q.lead {
+				return invalid("WithDelay", "the Request's deadline (ctx's, or WithTimeout's) comes before its delivery time, %v from now", q.lead)
 			}
-			timeout -= lead // counted from the delivery
+			timeout -= q.lead // counted from the delivery
 		}
 		p.Env.Timeout = timeout
 	}
-	timeout := p.Env.Timeout
-	if err := ctx.Err(); err != nil {
-		return nil, d.requestEnded(id, err)
+	q.dl, q.timeout = dl, p.Env.Timeout
+	return nil
+}
+
+// open readies the inbox for the request (requester.ensureInbox) and
+// registers its waiter, unless ctx ended already. Once it succeeded, close
+// must follow.
+func (q *request) open() error {
+	if err := q.ctx.Err(); err != nil {
+		return q.ended()
 	}
-	if err := r.ensureInbox(ctx, dl); err != nil {
+	if err := q.r.ensureInbox(q.ctx, q.dl); err != nil {
 		switch {
 		case errors.Is(err, ErrClosed):
-		case ctx.Err() != nil:
-			return nil, d.requestEnded(id, ctx.Err())
+		case q.ctx.Err() != nil:
+			return q.ended()
 		case errors.Is(err, context.DeadlineExceeded):
 			// The broker saw the deadline pass a moment before ctx did.
-			return nil, d.requestEnded(id, context.DeadlineExceeded)
+			return q.d.requestEnded(q.id, context.DeadlineExceeded)
 		}
-		return nil, err
+		return err
 	}
-	defer r.requests.Done()
+	q.w.ready = make(chan struct{}, 1)
+	q.r.waitMu.Lock()
+	q.r.waiters[q.id] = &q.w
+	q.r.waitMu.Unlock()
+	return nil
+}
 
-	w := &waiter{ready: make(chan struct{}, 1)}
-	r.waitMu.Lock()
-	r.waiters[id] = w
-	r.waitMu.Unlock()
-	defer func() {
-		r.waitMu.Lock()
-		delete(r.waiters, id)
-		r.waitMu.Unlock()
-	}()
+// close undoes open: the inbox's entries for the request go nowhere, and
+// Close no longer waits for it.
+func (q *request) close() {
+	q.r.waitMu.Lock()
+	delete(q.r.waiters, q.id)
+	q.r.waitMu.Unlock()
+	q.r.requests.Done()
+}
 
-	// The send runs to its end even if ctx is cancelled meanwhile, up to
-	// the deadline and RequestGrace: an interrupted send leaves it unknown
-	// whether the message was queued, and so whether a reply may still be
-	// accepted, and the request is settled below.
+// send sends the message, and returns done true with the Request's result
+// when the send decides it: a failed send, a duplicate (WithDedupKey), or
+// an idempotent Request whose key has its reply already (Joined). A send
+// that failed because the broker could not be reached, when the message
+// has a deadline, decides nothing: the message may have been queued all
+// the same (the write made, its answer lost), so the request is settled
+// as any other, so that a reply is either returned or refused, and sendErr
+// keeps the failure. The replies are then judged against deadline: the
+// broker's, or ctx's when the send did not end.
+//
+// The send runs to its end even if ctx is cancelled meanwhile, up to the
+// deadline and RequestGrace: an interrupted send leaves it unknown whether
+// the message was queued, and so whether a reply may still be accepted.
+func (q *request) send() (*Message, bool, error) {
 	stopSend := time.Time{}
-	if hasDeadline {
-		stopSend = dl.Add(RequestGrace)
+	if !q.dl.IsZero() {
+		stopSend = q.dl.Add(RequestGrace)
 	}
-	ok, err := r.sendUntil(ctx, ps, stopSend, o.onSent)
+	ok, err := q.r.sendUntil(q.ctx, q.ps[:], stopSend, q.onSent)
+	p := &q.ps[0]
 	res := &p.Result
-	deadline := res.Deadline
+	q.deadline = res.Deadline
 	if !ok {
-		deadline, err = dl, fmt.Errorf("%w: the send did not end by %v after the deadline", ErrUnavailable, RequestGrace)
+		q.deadline, err = q.dl, fmt.Errorf("%w: the send did not end by %v after the deadline", ErrUnavailable, RequestGrace)
 	}
 	if err == nil {
 		switch res.Outcome {
 		case broker.Duplicate:
-			return nil, &DuplicateError{ID: res.ID, Receiver: msg.Receiver, Key: p.DedupKey}
+			return nil, true, &DuplicateError{ID: res.ID, Receiver: q.receiver, Key: p.DedupKey}
 		case broker.Joined:
 			if res.Reply != nil {
 				// An idempotent Request whose key has its reply already.
-				res.Reply.InReplyTo = id
-				return d.outcome(id, &broker.Reply{Kind: broker.KindReply, RequestID: id, Env: *res.Reply})
+				res.Reply.InReplyTo = q.id
+				m, err := q.d.outcome(q.id, &broker.Reply{Kind: broker.KindReply, RequestID: q.id, Env: *res.Reply})
+				return m, true, err
 			}
 		}
+		return nil, false, nil
 	}
-	var sendErr error
-	if err != nil {
-		if !errors.Is(err, ErrUnavailable) || deadline.IsZero() {
-			return nil, err
-		}
-		// The broker could not be reached, and the message may have been
-		// queued all the same (the write made, its answer lost): settle the
-		// request as below, so that a reply is either returned or refused.
-		sendErr = err
+	if !errors.Is(err, ErrUnavailable) || q.deadline.IsZero() {
+		return nil, true, err
 	}
-	// The outcome is the first reply appended before the deadline. Once ctx
-	// ends, Request settles the request in the inbox with a marker: one at
-	// or after the deadline leaves no room for a reply after it; one before
-	// the deadline (ctx was cancelled) leaves the replies after it unread.
-	// From then on the outcome is that first reply if it precedes the
-	// marker, else the marker.
-	var marker broker.Reply
-	ended := ctx.Done()
+	q.sendErr = err
+	return nil, false, nil
+}
+
+// wait waits for the request's outcome, and returns it. The outcome is the
+// first reply appended before the deadline. Once ctx ends, end settles the
+// request in the inbox with a marker: one at or after the deadline leaves
+// no room for a reply after it; one before the deadline (ctx was
+// cancelled) leaves the replies after it unread. From then on the outcome
+// is that first reply if it precedes the marker, else the marker; and
+// ctx's error if neither came by the end of the grace. Close ends the wait
+// with ErrClosed.
+func (q *request) wait() (*Message, error) {
+	ended := q.ctx.Done()
 	var grace <-chan time.Time
 	for {
 		select {
-		case <-w.ready:
-			e, ok := w.decide(deadline, marker.Ref)
-			switch {
-			case !ok:
-				continue
-			case e.Kind == broker.KindReply && !(ctx.Err() == context.Canceled && isCancelledNotice(&e)):
-				return d.outcome(id, &e)
+		case <-q.w.ready:
+			if e, ok := q.w.decide(q.deadline, q.marker.Ref); ok {
+				return q.settle(&e)
 			}
-			// A marker, or the worker's cancelled notice to this Request,
-			// whose ctx was cancelled: the notice came after cancelOwn
-			// stopped waiting for it (the worker learns of a cancellation
-			// at its next poll of the marks).
-			if ctx.Err() == context.DeadlineExceeded {
-				d.countTimeout(msg.Receiver, id)
-			}
-			if sendErr != nil {
-				return nil, fmt.Errorf("%w (its send failed, and it may not have been queued: %v)", d.requestEnded(id, ctx.Err()), sendErr)
-			}
-			return nil, d.requestEnded(id, ctx.Err())
-		case <-d.closing:
+		case <-q.d.closing:
 			return nil, ErrClosed
 		case <-ended:
 			ended = nil
-			// By RequestGrace after the deadline (after the cancellation
-			// without one), with a tenth of it at least to try.
-			now := time.Now()
-			stop := now.Add(RequestGrace)
-			if hasDeadline && dl.Add(RequestGrace).Before(stop) {
-				stop = dl.Add(RequestGrace)
+			if m, done, err := q.end(); done {
+				return m, err
 			}
-			if ctx.Err() == context.Canceled {
-				// Nobody waits for the reply any more: cancel the message.
-				// One not delivered yet never will be; the worker that
-				// holds one settles it, with its reply or a cancelled
-				// notice, whichever came first there: wait for that, so
-				// that the Request and the replier agree.
-				if e, ok := r.cancelOwn(w, msg.Receiver, id, deadline, now.Add(RequestGrace*6/10)); ok {
-					if e.Kind == broker.KindReply && !isCancelledNotice(&e) {
-						return d.outcome(id, &e)
-					}
-					return nil, d.requestEnded(id, ctx.Err())
-				}
-			}
-			if timeout == 0 {
-				return nil, d.requestEnded(id, ctx.Err())
-			}
-			now = time.Now()
-			if floor := now.Add(RequestGrace / 10); stop.Before(floor) {
-				stop = floor
-			}
-			timedOut := ctx.Err() == context.DeadlineExceeded
-			marker, ok, err = within(r, stop, func() (broker.Reply, error) { return r.giveUp(id, deadline, timedOut, stop) })
-			if !ok {
-				err = fmt.Errorf("the broker did not answer by %v after the end", RequestGrace)
-			}
-			if err != nil {
-				if timedOut {
-					d.countTimeout(msg.Receiver, id)
-				}
-				return nil, fmt.Errorf("%w (request %s: %w): %w: %v", ErrOutcomeUnknown, id, ctx.Err(), ErrUnavailable, err)
-			}
-			t := time.NewTimer(max(time.Until(stop), 0))
+			t := time.NewTimer(max(time.Until(q.stop), 0))
 			defer t.Stop()
 			grace = t.C
 		case <-grace:
-			return nil, d.requestEnded(id, ctx.Err())
+			return nil, q.ended()
 		}
 	}
+}
+
+// settle returns the Request's result from e, the inbox's entry that
+// decided it (waiter.decide). A reply is the outcome, but for the worker's
+// cancelled notice to a Request whose ctx was cancelled: that notice came
+// after cancelOwn stopped waiting for it (the worker learns of a
+// cancellation at its next poll of the marks). The notice, or the
+// request's marker, ends the Request with ctx's error: a timeout, which
+// it counts, or the cancellation; a send that failed is named in it.
+func (q *request) settle(e *broker.Reply) (*Message, error) {
+	if e.Kind == broker.KindReply && !(q.ctx.Err() == context.Canceled && isCancelledNotice(e)) {
+		return q.d.outcome(q.id, e)
+	}
+	if q.ctx.Err() == context.DeadlineExceeded {
+		q.d.countTimeout(q.receiver, q.id)
+	}
+	if q.sendErr != nil {
+		return nil, fmt.Errorf("%w (its send failed, and it may not have been queued: %v)", q.ended(), q.sendErr)
+	}
+	return nil, q.ended()
+}
+
+// end settles the request when ctx ended before its outcome, by the end of
+// its grace, stop: RequestGrace after the deadline (after the
+// cancellation, without one), with a tenth of it at least to try. A
+// cancelled ctx first cancels the message (cancelOwn), which may decide
+// the outcome. Then a message without a timeout has nothing to settle:
+// ctx's error; one with a timeout gets the request's marker in the inbox
+// (giveUp), and the entry that decides it may come until stop. done is
+// true when end decided the Request's result itself.
+func (q *request) end() (*Message, bool, error) {
+	now := time.Now()
+	q.stop = now.Add(RequestGrace)
+	if !q.dl.IsZero() && q.dl.Add(RequestGrace).Before(q.stop) {
+		q.stop = q.dl.Add(RequestGrace)
+	}
+	if q.ctx.Err() == context.Canceled {
+		if m, done, err := q.cancelOwn(now.Add(RequestGrace * 6 / 10)); done {
+			return m, true, err
+		}
+	}
+	if q.timeout == 0 {
+		return nil, true, q.ended()
+	}
+	if err := q.giveUp(); err != nil {
+		return nil, true, err
+	}
+	return nil, false, nil
+}
+
+// cancelOwn cancels the message, within until, now that nobody waits for
+// its reply (requester.cancelOwn). One not delivered yet never will be;
+// the worker that holds one settles it, with its reply or a cancelled
+// notice, whichever came first there, so that the Request and the replier
+// agree. done is true when that decided the result: the reply, or ctx's
+// error. Otherwise the request is settled in its inbox as any other.
+func (q *request) cancelOwn(until time.Time) (*Message, bool, error) {
+	e, ok := q.r.cancelOwn(&q.w, q.receiver, q.id, q.deadline, until)
+	if !ok {
+		return nil, false, nil
+	}
+	if e.Kind == broker.KindReply && !isCancelledNotice(&e) {
+		m, err := q.d.outcome(q.id, &e)
+		return m, true, err
+	}
+	return nil, true, q.ended()
+}
+
+// giveUp appends the request's marker to the inbox (requester.giveUp),
+// trying until stop, which it moves to a tenth of RequestGrace from now if
+// that is sooner. When the broker did not answer by then, the outcome is
+// unknown (a reply may have been accepted before the deadline all the
+// same): giveUp returns ErrOutcomeUnknown, which matches ErrUnavailable
+// and ctx's error too, and counts the timeout, if it was one.
+func (q *request) giveUp() error {
+	if floor := time.Now().Add(RequestGrace / 10); q.stop.Before(floor) {
+		q.stop = floor
+	}
+	r, id, deadline, stop := q.r, q.id, q.deadline, q.stop
+	timedOut := q.ctx.Err() == context.DeadlineExceeded
+	marker, ok, err := within(r, stop, func() (broker.Reply, error) { return r.giveUp(id, deadline, timedOut, stop) })
+	if !ok {
+		err = fmt.Errorf("the broker did not answer by %v after the end", RequestGrace)
+	}
+	if err != nil {
+		if timedOut {
+			q.d.countTimeout(q.receiver, id)
+		}
+		return fmt.Errorf("%w (request %s: %w): %w: %v", ErrOutcomeUnknown, id, q.ctx.Err(), ErrUnavailable, err)
+	}
+	q.marker = marker
+	return nil
+}
+
+// ended is the Request's error when ctx ended first (requestEnded).
+func (q *request) ended() error {
+	return q.d.requestEnded(q.id, q.ctx.Err())
 }
 
 // cancelOwn cancels message id of receiver, sent by a Request (waiting

@@ -362,16 +362,16 @@ func (d *Disker) Schedule(ctx context.Context, s Schedule) error {
 	if err != nil {
 		return err
 	}
-	if d.closed.Load() {
-		return ErrClosed
-	}
-	now, err := d.b.Now(ctx)
+	_, err = call(d, "schedule", func() (broker.ScheduleRecord, error) {
+		now, err := d.b.Now(ctx)
+		if err != nil {
+			return broker.ScheduleRecord{}, err
+		}
+		rec := broker.ScheduleRecord{Name: s.Name, Receiver: s.Receiver, Def: encodeDef(&s), Next: tm.first(now)}
+		return d.b.PutSchedule(ctx, &rec)
+	})
 	if err != nil {
-		return wrapBroker("schedule", err)
-	}
-	rec := broker.ScheduleRecord{Name: s.Name, Receiver: s.Receiver, Def: encodeDef(&s), Next: tm.first(now)}
-	if _, err := d.b.PutSchedule(ctx, &rec); err != nil {
-		return wrapBroker("schedule", err)
+		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -389,12 +389,9 @@ func (d *Disker) RemoveSchedule(ctx context.Context, name string) (bool, error) 
 	if err := checkName("name", name); err != nil {
 		return false, err
 	}
-	if d.closed.Load() {
-		return false, ErrClosed
-	}
-	ok, err := d.b.RemoveSchedule(ctx, name)
+	ok, err := call(d, "remove schedule", func() (bool, error) { return d.b.RemoveSchedule(ctx, name) })
 	if err != nil {
-		return false, wrapBroker("remove schedule", err)
+		return false, err
 	}
 	d.mu.Lock()
 	tk := d.tk
@@ -407,12 +404,9 @@ func (d *Disker) RemoveSchedule(ctx context.Context, name string) (bool, error) 
 
 // Schedules lists the schedules stored in the broker, by name.
 func (d *Disker) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
-	if d.closed.Load() {
-		return nil, ErrClosed
-	}
-	recs, err := d.b.ListSchedules(ctx)
+	recs, err := call(d, "schedules", func() ([]broker.ScheduleRecord, error) { return d.b.ListSchedules(ctx) })
 	if err != nil {
-		return nil, wrapBroker("schedules", err)
+		return nil, err
 	}
 	out := make([]ScheduleInfo, 0, len(recs))
 	for i := range recs {

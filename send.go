@@ -86,10 +86,10 @@ func (d *Disker) SendEach(ctx context.Context, msgs []Outgoing, opts ...SendOpti
 // sendEach is SendBatch and SendEach; msgField is the format of a message
 // field's prefix in errors.
 func (d *Disker) sendEach(ctx context.Context, msgs []Outgoing, opts []SendOption, msgField string) ([]string, error) {
-	if d.closed.Load() {
-		return nil, ErrClosed
-	}
 	if len(msgs) == 0 {
+		if d.closed.Load() {
+			return nil, ErrClosed
+		}
 		return []string{}, nil
 	}
 	base := sendOptionsOf(nil, opts)
@@ -201,36 +201,38 @@ func (d *Disker) checkContent(m *Message) error {
 	return nil
 }
 
-// send sends ps, prepared, in one call to the broker, with what every send
-// does around it: the closed check, the watch of a timed message's sender
-// by the timeout monitor (before the send: the monitor must know the
-// sender by the time the deadline passes), the broker's health, and for
-// each message stored the count, the event and its hook (hook(i), which may
-// be nil). It returns the error of the call as a whole; each message's
-// outcome is its Result, whose Err is then wrapped as the operation's.
+// send sends ps, prepared, in one call to the broker (through call, for
+// the closed check and the broker's health), with what every send does
+// around it: the watch of a timed message's sender by the timeout monitor
+// (before the send: the monitor must know the sender by the time the
+// deadline passes), and for each message stored the count, the event and
+// its hook (hook(i), which may be nil). It returns the error of the call
+// as a whole; each message's outcome is its Result, whose Err is then
+// wrapped as the operation's.
 func (d *Disker) send(ctx context.Context, ps []broker.SendParams, hook func(i int) func(string)) error {
-	if d.closed.Load() {
-		return ErrClosed
-	}
-	now := time.Now()
-	for i := range ps {
-		if env := &ps[i].Env; env.Timeout > 0 && env.Route == broker.RouteSender {
-			d.monitor.watch(env.Sender, localDeadline(&ps[i], now))
+	called := false // the broker took the call: each message's outcome is its Result
+	_, err := call(d, "send", func() (struct{}, error) {
+		now := time.Now()
+		for i := range ps {
+			if env := &ps[i].Env; env.Timeout > 0 && env.Route == broker.RouteSender {
+				d.monitor.watch(env.Sender, localDeadline(&ps[i], now))
+			}
 		}
+		if err := d.b.Send(ctx, ps); err != nil {
+			return struct{}{}, err
+		}
+		called = true
+		return struct{}{}, noneStored(ps)
+	})
+	if !called {
+		return err
 	}
-	if err := d.b.Send(ctx, ps); err != nil {
-		d.health.fail("send", err)
-		return wrapBroker("send", err)
-	}
-	ok := false
 	for i := range ps {
 		r, env := &ps[i].Result, &ps[i].Env
 		if r.Err != nil {
-			d.health.fail("send", r.Err)
 			r.Err = wrapBroker("send", r.Err)
 			continue
 		}
-		ok = true
 		if r.Outcome == broker.Queued || r.Outcome == broker.Deferred {
 			d.sent.Add(1)
 			if d.onEvent != nil {
@@ -241,10 +243,22 @@ func (d *Disker) send(ctx context.Context, ps []broker.SendParams, hook func(i i
 			f(r.ID)
 		}
 	}
-	if ok {
-		d.health.ok()
-	}
 	return nil
+}
+
+// noneStored is, for the broker's health, the outcome of the call that
+// sent ps: nil when the broker stored (or answered for) at least one of
+// them, else the first message's error.
+func noneStored(ps []broker.SendParams) error {
+	for i := range ps {
+		if ps[i].Result.Err == nil {
+			return nil
+		}
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps[0].Result.Err
 }
 
 // localDeadline is the local estimate of the deadline of p sent at now:
