@@ -23,7 +23,7 @@
 //	messages_failed_total{receiver}          counter   handler calls that failed
 //	messages_retried_total{receiver}         counter   failed deliveries given back for a retry
 //	messages_dead_lettered_total{receiver}   counter   messages moved to the dead-letter stream
-//	messages_expired_total{receiver}         counter   deliveries dropped past their deadline
+//	messages_expired_total{receiver}         counter   deliveries this instance dropped past their deadline or expiry
 //	messages_timed_out_total{sender}         counter   timeouts received by this instance's senders
 //	replies_total{receiver}                  counter   replies the broker accepted from this instance
 //	replies_late_total{receiver}             counter   replies dropped, their request already settled
@@ -35,7 +35,8 @@
 //	queue_pending{receiver}                  gauge     messages delivered, not yet acknowledged
 //	queue_dead_letters{receiver}             gauge     messages in the dead-letter stream
 //	queue_paused{receiver}                   gauge     1 while the receiver is paused (Pause)
-//	queue_scheduled{receiver}                gauge     messages sent for later, not due yet
+//	queue_deferred{receiver}                 gauge     messages sent for later, not due yet
+//	queue_expired_total{receiver}            counter   messages dropped past their deadline or expiry, by every instance
 //	queue_stats_errors_total                 counter   scrapes that could not read a queue's depth
 package diskerprom
 
@@ -214,8 +215,10 @@ var (
 		"Messages in the receiver's dead-letter stream.", []string{"receiver"}, nil)
 	pausedDesc = prometheus.NewDesc(Namespace+"_queue_paused",
 		"1 while the receiver is paused: its messages queue and no instance starts them.", []string{"receiver"}, nil)
-	scheduledDesc = prometheus.NewDesc(Namespace+"_queue_scheduled",
+	deferredDesc = prometheus.NewDesc(Namespace+"_queue_deferred",
 		"Messages of the receiver sent for later (WithDelay, WithDeliverAt) that are not due yet.", []string{"receiver"}, nil)
+	expiredDesc = prometheus.NewDesc(Namespace+"_queue_expired_total",
+		"Messages of the receiver dropped because their deadline or expiry had passed, by every instance.", []string{"receiver"}, nil)
 )
 
 // Describe sends the descriptions of every metric.
@@ -223,7 +226,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, v := range c.vecs {
 		v.Describe(ch)
 	}
-	for _, d := range []*prometheus.Desc{inFlightDesc, concurrencyDesc, queuedDesc, pendingDesc, deadLettersDesc, pausedDesc, scheduledDesc} {
+	for _, d := range []*prometheus.Desc{inFlightDesc, concurrencyDesc, queuedDesc, pendingDesc, deadLettersDesc, pausedDesc, deferredDesc, expiredDesc} {
 		ch <- d
 	}
 }
@@ -280,6 +283,7 @@ func (c *Collector) collectQueues(ch chan<- prometheus.Metric, src Source, local
 			paused = 1
 		}
 		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, paused, name)
-		ch <- prometheus.MustNewConstMetric(scheduledDesc, prometheus.GaugeValue, float64(s.Scheduled), name)
+		ch <- prometheus.MustNewConstMetric(deferredDesc, prometheus.GaugeValue, float64(s.Deferred), name)
+		ch <- prometheus.MustNewConstMetric(expiredDesc, prometheus.CounterValue, float64(s.Expired), name)
 	}
 }

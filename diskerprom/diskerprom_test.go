@@ -146,8 +146,10 @@ func TestValuesEqualStats(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		// Handled, and acknowledged: the acknowledgements are sent in
+		// batches a moment after the handlers return.
 		s := d.LocalStats().Receivers["jobs"]
-		if s.Processed == ok && s.DeadLettered == bad {
+		if st, err := d.Stats(ctx, "jobs"); err == nil && st.Pending == 0 && s.Processed == ok && s.DeadLettered == bad {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -181,12 +183,13 @@ func TestValuesEqualStats(t *testing.T) {
 		want[fmt.Sprintf(`disker_queue_queued{receiver=%q}`, r)] = float64(s.Queued)
 		want[fmt.Sprintf(`disker_queue_pending{receiver=%q}`, r)] = float64(s.Pending)
 		want[fmt.Sprintf(`disker_queue_dead_letters{receiver=%q}`, r)] = float64(s.DeadLetters)
-		want[fmt.Sprintf(`disker_queue_scheduled{receiver=%q}`, r)] = float64(s.Scheduled)
+		want[fmt.Sprintf(`disker_queue_deferred{receiver=%q}`, r)] = float64(s.Deferred)
+		want[fmt.Sprintf(`disker_queue_expired_total{receiver=%q}`, r)] = float64(s.Expired)
 	}
 	want[`disker_queue_paused{receiver="jobs"}`] = 0
 	want[`disker_queue_paused{receiver="backlog"}`] = 1
 	if want[`disker_queue_queued{receiver="backlog"}`] != waiting || want[`disker_queue_dead_letters{receiver="jobs"}`] != bad ||
-		want[`disker_queue_scheduled{receiver="backlog"}`] != 1 {
+		want[`disker_queue_deferred{receiver="backlog"}`] != 1 {
 		t.Fatalf("Stats do not show the workload: %v", want)
 	}
 	for name, r := range map[string]*prometheus.Registry{"Receivers": reg, "AllReceivers": regAll} {
