@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -303,9 +304,16 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	for k, vs := range resp.Header {
 		h[k] = vs
 	}
-	if r.Method != http.MethodHead && resp.Status != http.StatusNotModified {
-		// The body is known in full: the server sets the length itself.
+	switch {
+	case r.Method == http.MethodHead || resp.Status == http.StatusNotModified:
+		// The length, if any, is that of the body a GET would get: kept.
+	case resp.Status == http.StatusNoContent || resp.Status < 200:
 		h.Del("Content-Length")
+	default:
+		// The body is known in full: its length, whatever its size (net/http
+		// sets one itself only for a body that fits its first buffer, and
+		// chunks a larger one).
+		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	}
 	w.WriteHeader(resp.Status)
 	if _, err := w.Write(resp.Body); err != nil {
