@@ -250,7 +250,7 @@ func TestEnvFallback(t *testing.T) {
 	t.Setenv("DISKER_LOG_LEVEL", "loud")
 	var out, errOut bytes.Buffer
 	if code := Run(context.Background(), []string{"version"}, nil, &out, &errOut); code != ExitUsage ||
-		!strings.Contains(errOut.String(), "invalid --log-level \"loud\"") {
+		!strings.Contains(errOut.String(), "invalid --log-level (DISKER_LOG_LEVEL) \"loud\"") {
 		t.Fatalf("bad DISKER_LOG_LEVEL: %d %q", code, errOut.String())
 	}
 	errOut.Reset()

@@ -86,7 +86,7 @@ func (c *connFlags) tlsConfig(u *url.URL) (*tls.Config, error) {
 	if c.tlsCA != "" {
 		pem, err := os.ReadFile(c.tlsCA)
 		if err != nil {
-			return nil, usagef("invalid --tls-ca: %v", err)
+			return nil, usagef("invalid --tls-ca %q: %v", c.tlsCA, fileError(err))
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
