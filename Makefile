@@ -20,10 +20,11 @@ demo-pool: ## Run the in-process pool demo (one worker versus a pool of three).
 	$(GO) run ./cmd/disker demo pool
 
 .PHONY: deps
-deps: ## Install what the tests need when it is missing (redis-server, curl, chromium), with apt-get.
+deps: ## Install what the tests need when it is missing (redis-server, curl, jq, chromium), with apt-get.
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	command -v jq >/dev/null 2>&1 || missing="$$missing jq"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \

@@ -589,6 +589,18 @@ func (a *app) sendAsyncRun(ctx context.Context, d *disker.Disker, o *sendOptions
 // sendMany sends msgs with up to o.concurrency in flight, a progress bar on
 // a terminal, and (with --wait) one JSON line per result on stdout.
 func (a *app) sendMany(ctx context.Context, d *disker.Disker, o *sendOptions, msgs []outgoing) error {
+	if o.wait {
+		var checked []string
+		for _, m := range msgs {
+			if slices.Contains(checked, m.to) {
+				continue
+			}
+			checked = append(checked, m.to)
+			if err := a.checkWorkers(ctx, d, m.to, o.needWorker); err != nil {
+				return err
+			}
+		}
+	}
 	bar := newProgress(a.stderr, len(msgs))
 	defer bar.finish()
 	var (
