@@ -27,6 +27,7 @@ type tourShell struct {
 	stdout syncBuffer
 	stderr syncBuffer
 	n      int
+	quiet  bool // no copy of its output in the log of a failed test
 }
 
 func startTourShell(t *testing.T, dir string, env []string) *tourShell {
@@ -48,7 +49,7 @@ func startTourShell(t *testing.T, dir string, env []string) *tourShell {
 	t.Cleanup(func() {
 		_ = syscall.Kill(-sh.cmd.Process.Pid, syscall.SIGKILL)
 		_ = sh.cmd.Wait()
-		if t.Failed() {
+		if t.Failed() && !sh.quiet {
 			t.Logf("the tour's shell:\nstdout:\n%s\nstderr:\n%s", sh.stdout.String(), sh.stderr.String())
 		}
 	})
