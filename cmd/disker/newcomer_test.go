@@ -43,6 +43,7 @@ func TestNewcomerMistakes(t *testing.T) {
 		{[]string{"schedule", "frob"}, down, 2, `disker: unknown command "frob" for "disker schedule"; the commands are add, list or remove (see 'disker schedule --help')`},
 		{[]string{"dlq", "purgee", "--all"}, down, 2, `disker: unknown command "purgee" for "disker dlq"; did you mean "purge"? (see 'disker dlq --help')`},
 		{[]string{"dlq"}, down, 2, `disker: dlq needs a command: list, purge or retry (see 'disker dlq --help')`},
+		{[]string{"completion", "frob"}, down, 2, `disker: unknown command "frob" for "disker completion"; the commands are bash, fish, powershell or zsh (see 'disker completion --help')`},
 		// No words of Go or of another library.
 		{[]string{"worker", "--receiver", "r", "--exec", "cat", "--admin", "notaport"}, down, 2,
 			`disker: invalid --admin "notaport": want HOST:PORT or :PORT, such as 127.0.0.1:9090 or :9090 (see 'disker worker --help')`},

@@ -258,7 +258,13 @@ failure, 2 usage error.`,
 		a.dashboardCommand(),
 		a.versionCommand(),
 	)
+	// The completion command holds one command per shell: an unknown one
+	// is a usage error, as for dlq and schedule.
+	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Args, c.RunE = cobra.ArbitraryArgs, groupRunE
+		}
 		if c.Flags().Lookup("admin-dashboard") != nil {
 			needs(c, "admin-dashboard", "admin")
 		}
