@@ -210,10 +210,11 @@ failure, 2 usage error.`,
 				return err
 			}
 			level := a.logLevel
-			switch {
-			case a.verbose && a.set("log-level"):
+			if a.verbose && a.set("log-level") && a.given("verbose") == a.given("log-level") {
 				return usagef("give -v or --log-level, not both")
-			case a.verbose:
+			}
+			switch {
+			case a.verbose && !a.given("log-level"): // the command line wins
 				level = "debug"
 			case level == "" && cmd.Annotations[longRunning] != "":
 				level = "info"
