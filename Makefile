@@ -24,10 +24,11 @@ demo-pool: ## Run the in-process pool demo (one worker versus a pool of three).
 # never the machine's), and BullMQ's node modules, pinned by
 # bench/bullmq/package-lock.json, into the user's cache directory.
 .PHONY: deps
-deps: ## Install what the tests and the bench's peers need when it is missing (redis-server, curl, chromium, node, npm, PostgreSQL; BullMQ's node modules).
+deps: ## Install what the tests and the bench's peers need when it is missing (redis-server, curl, jq, chromium, node, npm, PostgreSQL; BullMQ's node modules).
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	command -v jq >/dev/null 2>&1 || missing="$$missing jq"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \

@@ -95,7 +95,7 @@ func TestSendLaterAndCancelErrors(t *testing.T) {
 		{[]string{"send", "--to", "x", "--delay", "1s", "--at", "2030-01-01T00:00:00Z", "hi"}, "--delay and --at"},
 		{[]string{"send", "--to", "x", "--at", "tomorrow", "hi"}, "--at"},
 		{[]string{"send", "--to", "x", "--delay", "1000000h", "hi"}, "--delay"},
-		{[]string{"cancel", "--receiver", "x"}, "give the ids"},
+		{[]string{"cancel", "--receiver", "x"}, "cancel needs at least one ID"},
 		{[]string{"cancel", "--receiver", "x", "not-an-id"}, `invalid message id "not-an-id"`},
 		{[]string{"cancel", "01jf3m4v0c8x2k5q7r9s1t3w5y"}, "--receiver"},
 	} {

@@ -34,7 +34,7 @@ NAME), in which case nothing changed. The exit status is 0 when every id was
 looked up, 2 for a malformed id.`),
 		Example: `  disker cancel --receiver reminders 01jf3m4v0c8x2k5q7r9s1t3w5y
   disker cancel --receiver jobs $(cat ids.txt)`,
-		Args: cobra.ArbitraryArgs,
+		Args: atLeastOne("ID"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			return a.runCancel(cmd.Context(), o, args)
 		}),
@@ -47,9 +47,6 @@ looked up, 2 for a malformed id.`),
 func (a *app) runCancel(ctx context.Context, o *cancelOptions, ids []string) error {
 	if err := checkName("receiver", o.receiver); err != nil {
 		return err
-	}
-	if len(ids) == 0 {
-		return usagef("give the ids of the messages to cancel")
 	}
 	for _, id := range ids {
 		if !validID(id) {

@@ -51,7 +51,7 @@ heartbeats arrive (every 1s by default).
 		Example: `  disker stats
   disker stats --receiver web --watch
   disker stats --json | jq '.receivers[] | select(.dead_letters > 0)'`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			return a.runStats(cmd.Context(), o)
 		}),
@@ -62,6 +62,7 @@ heartbeats arrive (every 1s by default).
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "refresh period of --watch")
 	fs.BoolVar(&o.json, "json", false, "print JSON")
 	o.conn.register(fs)
+	needs(cmd, "interval", "watch")
 	return cmd
 }
 
@@ -123,6 +124,11 @@ func (a *app) runStats(ctx context.Context, o *statsOptions) error {
 		return err
 	}
 	defer closeDisker(d, 5*time.Second)
+	for _, r := range o.receivers {
+		if err := knownReceiver(ctx, d, r, o.conn.keyPrefix); err != nil {
+			return err
+		}
+	}
 	clear := o.watch && !o.json && isTerminal(a.stdout)
 	rates := &rateTracker{seen: map[string]disker.WorkerInfo{}, rate: map[string]float64{}}
 	first := true
