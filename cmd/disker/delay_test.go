@@ -7,13 +7,13 @@ import (
 	"time"
 )
 
-// scheduled returns the scheduled count of receiver from disker stats.
-func (e *env) scheduled(t *testing.T, receiver string) int64 {
+// deferred returns the deferred count of receiver from disker stats.
+func (e *env) deferred(t *testing.T, receiver string) int64 {
 	t.Helper()
 	out, errOut, code := e.run("", "stats", "--json", "--receiver", receiver)
 	var snap struct {
 		Receivers []struct {
-			Scheduled int64 `json:"scheduled"`
+			Deferred int64 `json:"deferred"`
 			Pending   int64 `json:"pending"`
 		} `json:"receivers"`
 	}
@@ -23,7 +23,7 @@ func (e *env) scheduled(t *testing.T, receiver string) int64 {
 	if len(snap.Receivers) == 0 {
 		return 0
 	}
-	return snap.Receivers[0].Scheduled
+	return snap.Receivers[0].Deferred
 }
 
 // TestSendLaterAndCancel: send --delay and --at schedule a message (stats
@@ -38,11 +38,11 @@ func TestSendLaterAndCancel(t *testing.T) {
 	if code != 0 || len(id) != 26 {
 		t.Fatalf("send --delay: exit %d, %q %s", code, out, errOut)
 	}
-	if n := e.scheduled(t, "later"); n != 1 {
-		t.Fatalf("stats: %d scheduled, want 1", n)
+	if n := e.deferred(t, "later"); n != 1 {
+		t.Fatalf("stats: %d deferred, want 1", n)
 	}
-	if out, _, _ := e.run("", "stats", "--receiver", "later"); !strings.Contains(out, "SCHEDULED") {
-		t.Errorf("stats has no SCHEDULED column: %s", out)
+	if out, _, _ := e.run("", "stats", "--receiver", "later"); !strings.Contains(out, "DEFERRED") {
+		t.Errorf("stats has no DEFERRED column: %s", out)
 	}
 	if out, errOut, code := e.run("", "cancel", "--receiver", "later", id); code != 0 || !strings.Contains(out, "cancelled while deferred") {
 		t.Fatalf("cancel: exit %d, %q %s", code, out, errOut)
@@ -50,8 +50,8 @@ func TestSendLaterAndCancel(t *testing.T) {
 	if out, errOut, code := e.run("", "cancel", "--receiver", "later", id); code != 0 || !strings.Contains(out, "not found") {
 		t.Fatalf("cancel again: exit %d, %q %s", code, out, errOut)
 	}
-	if n := e.scheduled(t, "later"); n != 0 {
-		t.Fatalf("stats after cancel: %d scheduled, want 0", n)
+	if n := e.deferred(t, "later"); n != 0 {
+		t.Fatalf("stats after cancel: %d deferred, want 0", n)
 	}
 
 	e.startWorker("--receiver", "upper", "--exec", "tr a-z A-Z")

@@ -20,15 +20,15 @@ func (a *app) cancelCommand() *cobra.Command {
 	o := &cancelOptions{}
 	cmd := &cobra.Command{
 		Use:   "cancel --receiver NAME ID...",
-		Short: "Cancel sent messages: scheduled, queued or being handled",
+		Short: "Cancel sent messages: deferred, queued or being handled",
 		Long: long(`Cancel the messages with the given ids (as "disker send" printed them) sent to
-the receiver NAME. A message that is scheduled (sent with --delay or --at) or
+the receiver NAME. A message that is deferred (sent with --delay or --at) or
 queued is never delivered. One that a worker is handling is not delivered
 again, and its handler's context is cancelled within a second (the command
 worker stops its --exec process or its --http request); its reply, if it
 had not replied yet, is dropped, and its sender gets a "cancelled" error.
 
-For each id it prints what it found: scheduled, queued, in flight, or not
+For each id it prints what it found: deferred, queued, in flight, or not
 found (handled already, dead-lettered, cancelled before, or never sent to
 NAME), in which case nothing changed. The exit status is 0 when every id was
 looked up, 2 for a malformed id.`),

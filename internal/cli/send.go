@@ -63,9 +63,9 @@ What happens to the reply:
                      is given)
 Without --wait, send prints the message id once Redis has accepted it.
 
---delay 10m or --at 2026-12-24T18:00:00Z sends the message for later: it is
+--delay 10m or --at 2026-12-24T18:00:00Z defers the message: it is
 delivered to no worker before that time by Redis's clock, counts as
-scheduled in "disker stats", and can be cancelled with "disker cancel". A
+deferred in "disker stats", and can be cancelled with "disker cancel". A
 time that has passed delivers it now. With --wait, --timeout counts from the
 delivery.
 With --wait, when no live worker serves NAME, send says so on stderr at once

@@ -258,13 +258,13 @@ func printStats(w io.Writer, s *statsSnapshot, recent bool) {
 		if recent {
 			rateHead = "RATE/S"
 		}
-		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\tSCHEDULED\t%s\tWORKERS\tLIMITS\tPAUSED\n", rateHead)
+		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\tDEFERRED\tEXPIRED\t%s\tWORKERS\tLIMITS\tPAUSED\n", rateHead)
 		for _, r := range s.Receivers {
 			paused := "no"
 			if r.Paused {
 				paused = "yes"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", r.Receiver, r.Length, r.queued(), r.Pending, r.InFlight, r.DeadLetters, r.Scheduled, r.Rate, r.Workers, r.limits(), paused)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", r.Receiver, r.Length, r.queued(), r.Pending, r.InFlight, r.DeadLetters, r.Deferred, r.Expired, r.Rate, r.Workers, r.limits(), paused)
 		}
 	}
 	fmt.Fprintln(tw)
