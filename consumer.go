@@ -344,6 +344,22 @@ func (c *consumer) drop(dl *broker.Delivery, expired bool) {
 	if err := d.b.Drop(d.opCtx, c.name, dl.Ref); err != nil {
 		d.health.fail("drop", err)
 		d.log.Warn("disker: cannot drop an expired message; it is dropped when it comes back", append(attrs, "error", err)...)
+		return
+	}
+	d.releaseDedup(c.name, &dl.Env)
+}
+
+// releaseDedup frees the dedup key that env held until it was settled
+// (WithDedupUntilSettled), after its delivery was settled for good. Should
+// that fail, the key frees at the end of its ttl.
+func (d *Disker) releaseDedup(receiver string, env *broker.Envelope) {
+	if env.DedupKey == "" {
+		return
+	}
+	if err := d.b.ReleaseDedup(d.opCtx, receiver, env.DedupKey, env.ID); err != nil {
+		d.health.fail("release dedup key", err)
+		d.log.Warn("disker: cannot free the dedup key of a settled message; it frees at the end of its ttl",
+			append(logAttrs(receiver, env.ID, 0), "key", env.DedupKey, "error", err)...)
 	}
 }
 
@@ -502,7 +518,18 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duratio
 	if d.onEvent != nil {
 		d.emit(Event{Kind: EventHandled, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Duration: took})
 	}
-	c.acks.add(t.dl.Ref)
+	if t.dl.Env.DedupKey == "" {
+		c.acks.add(t.dl.Ref)
+		return
+	}
+	// Its dedup key frees once the acknowledgement is made: acknowledged
+	// here, not in a batch, and then freed.
+	if err := d.b.Ack(d.opCtx, c.name, t.dl.Ref); err != nil {
+		d.health.fail("ack", err)
+		d.log.Warn("disker: cannot acknowledge a handled message; it will be delivered again", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
+		return
+	}
+	d.releaseDedup(c.name, &t.dl.Env)
 }
 
 func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, deadline time.Time) {
@@ -538,6 +565,7 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 		if d.onEvent != nil {
 			d.emit(Event{Kind: EventDeadLettered, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: err})
 		}
+		d.releaseDedup(c.name, &t.dl.Env)
 		if msg.wantsReply() {
 			if rerr := d.reply(d.opCtx, msg, nil, CodeDeadLetter, errorText(err)); rerr != nil && !errors.Is(rerr, ErrLate) {
 				d.log.Warn("disker: cannot send the dead-letter error reply", append(attrs, "error", rerr)...)

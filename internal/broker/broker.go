@@ -63,6 +63,11 @@ type Envelope struct {
 	// the key's waiters (Idempotency.SettleIdempotent). It travels with
 	// the message.
 	IdempotencyKey string
+	// DedupKey is set on a message sent with a dedup key held until it is
+	// settled (SendParams.DedupUntilSettled): the consumer that settles
+	// the message for good frees the key (Queue.Release). It travels with
+	// the message.
+	DedupKey string
 	// Priority is the message's level in its receiver's queue, from
 	// PriorityLow to PriorityHigh; 0 (PriorityNormal) is the default. A
 	// fetch takes every waiting message of a higher level before any of a
@@ -275,6 +280,11 @@ type Queue interface {
 	// not started because their expiry or deadline had passed, and counts
 	// them in the receiver's ReceiverStats.Expired.
 	Drop(ctx context.Context, receiver string, refs ...string) error
+
+	// ReleaseDedup frees receiver's dedup key if message id holds it: the
+	// message, sent with SendParams.DedupUntilSettled, was settled for
+	// good. A key that another message took since (after its ttl) stays.
+	ReleaseDedup(ctx context.Context, receiver, key, id string) error
 
 	// Retry gives up consumer's lease on ref so that the message is delivered
 	// again after delay. ErrLeaseLost if consumer does not hold it.

@@ -179,9 +179,10 @@ type core struct {
 	// paused receivers, idems the idempotency keys by receiver and key.
 	// Expired keys are dropped when looked up, and all of them when the
 	// map has doubled since the last sweep (sweepKeys).
-	dedups map[string]dedupEntry
-	paused map[string]bool
-	idems  map[string]*idemEntry
+	dedups    map[string]dedupEntry
+	paused    map[string]bool
+	idems     map[string]*idemEntry
+	debounces map[string]debounceRun
 	// pauseEpoch counts the calls of Pause and Resume (PauseEpoch).
 	pauseEpoch uint64
 	keysSwept  int
@@ -202,22 +203,23 @@ type core struct {
 
 func newCore(opts Options) *core {
 	c := &core{
-		now:      opts.Now,
-		queues:   make(map[string]*stream),
-		vouched:  make(map[string]time.Time),
-		replies:  make(map[string]*stream),
-		dead:     make(map[string]*deadList),
-		timeouts: make(map[string]*timeoutSet),
-		locks:    make(map[string]lockEntry),
-		workers:  make(map[string]workerEntry),
-		inboxes:  make(map[string]time.Time),
-		dedups:   make(map[string]dedupEntry),
-		paused:   make(map[string]bool),
-		idems:    make(map[string]*idemEntry),
-		buckets:  make(map[string]*bucket),
-		slots:    make(map[string]map[string]slotHold),
-		marks:    make(map[string][]mark),
-		expired:  make(map[string]int64),
+		now:       opts.Now,
+		queues:    make(map[string]*stream),
+		vouched:   make(map[string]time.Time),
+		replies:   make(map[string]*stream),
+		dead:      make(map[string]*deadList),
+		timeouts:  make(map[string]*timeoutSet),
+		locks:     make(map[string]lockEntry),
+		workers:   make(map[string]workerEntry),
+		inboxes:   make(map[string]time.Time),
+		dedups:    make(map[string]dedupEntry),
+		debounces: make(map[string]debounceRun),
+		paused:    make(map[string]bool),
+		idems:     make(map[string]*idemEntry),
+		buckets:   make(map[string]*bucket),
+		slots:     make(map[string]map[string]slotHold),
+		marks:     make(map[string][]mark),
+		expired:   make(map[string]int64),
 	}
 	if c.now == nil {
 		c.now = time.Now

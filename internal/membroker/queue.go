@@ -203,6 +203,25 @@ func (b *Broker) Drop(ctx context.Context, receiver string, refs ...string) erro
 	return err
 }
 
+// ReleaseDedup frees receiver's dedup key if message id holds it. See
+// broker.Queue.
+func (b *Broker) ReleaseDedup(ctx context.Context, receiver, key, id string) error {
+	for _, a := range [][2]string{{"receiver", receiver}, {"key", key}, {"id", id}} {
+		if err := broker.CheckName(a[0], a[1]); err != nil {
+			return err
+		}
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.c.mu.Unlock()
+	k := keyOf(receiver, key)
+	if e, ok := b.c.dedups[k]; ok && e.id == id {
+		delete(b.c.dedups, k)
+	}
+	return nil
+}
+
 // remove deletes refs of receiver's queue and returns how many it found.
 func (b *Broker) remove(ctx context.Context, receiver string, refs []string) (int, error) {
 	if err := broker.CheckName("receiver", receiver); err != nil {

@@ -50,6 +50,10 @@ func (k keys) deferred(receiver string) string { return k.named(receiver, "defer
 // or empty for the normal level.
 func (k keys) deferredMessages(receiver string) string { return k.named(receiver, "deferred:m") }
 
+// debounce is a debounce key of receiver (SendParams.DebounceKey): a hash
+// of the message deferred by the key's run and the run's first send.
+func (k keys) debounce(receiver, key string) string { return k.named(receiver, "db:"+key) }
+
 // expired is the count of receiver's messages dropped unstarted because
 // their expiry or deadline had passed (Queue.Drop): a counter that stays.
 func (k keys) expired(receiver string) string { return k.named(receiver, "expired") }

@@ -41,7 +41,7 @@ func (b *Broker) wayOf(p *broker.SendParams) sendWay {
 	switch {
 	case pend && b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
 		return sendSplit
-	case pend || p.Later() || p.DedupKey != "" || env.IdempotencyKey != "" || env.Priority != broker.PriorityNormal ||
+	case pend || p.Deferred() || p.DedupKey != "" || env.IdempotencyKey != "" || env.Priority != broker.PriorityNormal ||
 		p.Expiry > 0 || !p.ExpireAt.IsZero():
 		return sendEnqueue
 	}
@@ -185,6 +185,35 @@ func estimatedDeadline(p *broker.SendParams, now time.Time) time.Time {
 	return dueOf(p, now).Add(p.Env.Timeout).Truncate(time.Millisecond)
 }
 
+// ReleaseDedup frees receiver's dedup key if message id holds it: one
+// script, release_dedup (compare and delete). See broker.Queue.
+func (b *Broker) ReleaseDedup(ctx context.Context, receiver, key, id string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := broker.CheckName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := broker.CheckName("key", key); err != nil {
+		return err
+	}
+	if err := broker.CheckName("id", id); err != nil {
+		return err
+	}
+	return b.failIf(ctx, "release dedup", scriptReleaseDedup.Exec(ctx, b.client, []string{b.keys.dedup(receiver, key)}, []string{id}).Error())
+}
+
+// scriptReleaseDedup frees a dedup key held until its message is settled.
+var scriptReleaseDedup = rueidis.NewLuaScript(`-- release_dedup
+-- KEYS[1] -> the dedup key P:{R}:dd:<key>
+-- ARGV[1] -> the id of the message settled
+-- Deletes the key if it holds the id. Returns 1 when it did, else 0.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
 // xaddOf returns the XADD that queues p, a message due now with nothing
 // to record but itself, with its deadline (p.Result.Deadline, set by
 // sendRun), if any.
@@ -241,9 +270,17 @@ func (b *Broker) xadd(env *broker.Envelope, data, deadline string) rueidis.Compl
 // records the pending timeout of a timed message from a named sender.
 func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) rueidis.LuaExec {
 	env := &p.Env
+	if p.DedupUntilSettled {
+		env.DedupKey = p.DedupKey // it travels: see broker.SendParams
+	}
 	r := env.Receiver
 	q := b.keys.queue(r)
-	keys := []string{b.keys.queueAt(r, env.Priority), q, b.keys.deferred(r), b.keys.deferredMessages(r), b.keys.holders(r), q, q, q, q}
+	keys := []string{b.keys.queueAt(r, env.Priority), q, b.keys.deferred(r), b.keys.deferredMessages(r), b.keys.holders(r), q, q, q, q, q}
+	debounce := []string{"", ""}
+	if p.DebounceKey != "" {
+		keys[9] = b.keys.debounce(r, p.DebounceKey)
+		debounce = []string{msString(p.DebounceWait), msString(p.DebounceMax)}
+	}
 	if p.DedupKey != "" {
 		keys[5] = b.keys.dedup(r, p.DedupKey)
 	}
@@ -284,7 +321,7 @@ func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) ruei
 	}
 	return rueidis.LuaExec{Keys: keys, Args: []string{
 		rueidis.BinaryString(wire.Encode(env)), env.ID, route, msString(max(env.Timeout, 0)), msString(p.Delay), at,
-		given, levelPrefix(env.Priority), dedupTTL, idemTTL, env.Sender, pendArg, expiry, expireAt,
+		given, levelPrefix(env.Priority), dedupTTL, idemTTL, env.Sender, pendArg, expiry, expireAt, debounce[0], debounce[1],
 	}}
 }
 
@@ -494,6 +531,9 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 --            the message has none
 -- KEYS[8] -> the sender's pending timeouts P:{S}:t; KEYS[2] unless ARGV[12]
 -- KEYS[9] -> the sender's timed messages P:{S}:tm; KEYS[2] unless ARGV[12]
+-- KEYS[10] -> the debounce key P:{R}:db:<key> (hash: id, the message
+--            deferred by the run; first, the run's first send, unix ms);
+--            KEYS[2] when the message has none
 -- ARGV[1] -> the encoded envelope
 -- ARGV[2] -> message id
 -- ARGV[3] -> route: "n" none, "s" a named sender, "i" an inbox
@@ -510,13 +550,19 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- ARGV[12] -> "1" records the pending timeout in KEYS[8..9]
 -- ARGV[13] -> expiry ms after the due time, or empty
 -- ARGV[14] -> expiry, unix ms, or empty (at most one of ARGV[13..14])
+-- ARGV[15] -> debounce wait ms, or empty for no debounce key
+-- ARGV[16] -> debounce max ms (with ARGV[15])
 -- The due time is now + delay, counted from Redis time rounded up to the
 -- millisecond, or ARGV[6]; a message is due when its due time is not after
 -- Redis time rounded down, so it is never queued early. One due now is
 -- added to its level's stream; any other to the deferred zset and hash,
 -- and when it comes first in the zset, a wake entry (field w, no m) is
 -- queued and counted in the holders hash, so that a blocked fetch looks at
--- the new due time. The queued message's field d is its deadline; an
+-- the new due time. A debounced message (ARGV[15]) is due the wait after
+-- now, but no later than the max after the first send of its run: when
+-- the run's message is still deferred, this one replaces it (it leaves
+-- the deferred zset and hash: never delivered); else this send starts a
+-- new run. The queued message's field d is its deadline; an
 -- idempotent one's is the end of its key's window instead, so that a
 -- worker starts it as long as its reply can be used. Its field x is its
 -- expiry, when it has one: the due time + ARGV[13], or ARGV[14].
@@ -561,6 +607,19 @@ if dedupTTL ~= '' then
     return {3, first, -1, '', 0}
   end
   redis.call('SET', KEYS[6], id, 'PX', dedupTTL)
+end
+if ARGV[15] ~= '' then
+  local wait, maxWait = tonumber(ARGV[15]), tonumber(ARGV[16])
+  local run = redis.call('HMGET', KEYS[10], 'id', 'first')
+  local first = now
+  if run[1] and run[2] and redis.call('ZSCORE', KEYS[3], run[1]) then
+    first = tonumber(run[2])
+    redis.call('ZREM', KEYS[3], run[1])
+    redis.call('HDEL', KEYS[4], run[1])
+  end
+  due = math.max(math.min(nowCeil + wait, first + maxWait), now)
+  redis.call('HSET', KEYS[10], 'id', id, 'first', fmt(first))
+  redis.call('PEXPIRE', KEYS[10], fmt(first + maxWait - now + 1000))
 end
 local d = deadline
 if idemTTL ~= '' then

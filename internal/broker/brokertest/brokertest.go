@@ -92,6 +92,8 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Fate", testFate},
 		{"DeadLettersAfter", testDeadLettersAfter},
 		{"Dedup", testDedup},
+		{"DedupUntilSettled", testDedupUntilSettled},
+		{"Debounce", testDebounce},
 		{"Pause", testPause},
 		{"Idempotency", testIdempotency},
 		{"Priorities", testPriorities},
