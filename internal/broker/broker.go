@@ -427,7 +427,8 @@ type Limits interface {
 
 // Registry is the registry of live workers.
 type Registry interface {
-	// Heartbeat records info as live for ttl.
+	// Heartbeat records info as live for ttl, and measures the broker's
+	// clock as Now does (see Offset).
 	Heartbeat(ctx context.Context, info WorkerInfo, ttl time.Duration) error
 	// Deregister removes a worker from the registry.
 	Deregister(ctx context.Context, id string) error

@@ -76,7 +76,9 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 		return err
 	}
 	defer b.c.mu.Unlock()
+	sent := time.Now()
 	now := b.c.now()
+	b.offset.Measure(sent, now, time.Now())
 	b.c.sweep(now)
 	info = copyInfo(info)
 	info.LastSeen = now

@@ -307,8 +307,11 @@ func (b *Broker) reclaim(ctx context.Context, st *streamState, p *broker.FetchPa
 		keys[8], keys[9], keys[10] = s.legacy[0], s.legacy[1], s.legacy[2]
 	}
 	start := time.Now()
-	res, err := scriptFetch.Exec(ctx, b.client, keys,
-		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, boolArg(s.record), boolArg(due), boolArg(s.promote)}).ToArray()
+	args := []string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, boolArg(s.record), boolArg(due), boolArg(s.promote)}
+	if due && s.record {
+		args = append(args, b.departedWorkers()...)
+	}
+	res, err := scriptFetch.Exec(ctx, b.client, keys, args).ToArray()
 	if err != nil {
 		st.forceReclaim()
 		return nil, 0, 0, b.fail(ctx, op, err)

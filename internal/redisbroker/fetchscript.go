@@ -26,8 +26,7 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- KEYS[3] -> the retries zset P:{R}:retries (retries longer than the lease;
 --            members are refs: entry ids, prefixed "h"/"l" for the high
 --            and low levels)
--- KEYS[4] -> the holders hash P:{R}:hold ("l:<consumer>" -> its lease ms,
---            "a:<consumer>" -> until when its heartbeat vouches, unix ms)
+-- KEYS[4] -> the holders hash P:{R}:hold ("l:<consumer>" -> its lease ms)
 -- KEYS[5] -> the high level stream P:{R}:qh (for a reply stream, a key
 --            never written)
 -- KEYS[6] -> the low level stream P:{R}:ql (likewise)
@@ -35,8 +34,8 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- ARGV[2] -> max entries to return (> 0)
 -- ARGV[3] -> lease in ms, recorded as this consumer's: a pending entry is
 --            reclaimed once idle for its holder's lease (this one when the
---            holder recorded none), or at once when its holder's heartbeat
---            lapsed
+--            holder recorded none), or at once when its holder left the
+--            registry of workers (ARGV[9..])
 -- ARGV[4] -> max attempts: an entry already delivered this many times is
 --            dead-lettered instead of reclaimed; 0 means no limit
 -- ARGV[5] -> prune idle ms: when > 0, first delete the group's consumers that
@@ -51,6 +50,10 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- KEYS[9..11] -> the former names of KEYS[7], KEYS[8] and KEYS[3]
 --            (migrate.go), whose leftovers are moved first when ARGV[8]
 --            is "1"
+-- ARGV[9..] -> the workers that left the registry (their heartbeat lapsed,
+--            or they deregistered), as the caller's last heartbeat saw
+--            them: the entries of those that hold some here are
+--            reclaimable at once
 -- ARGV[8] -> "1" first queues the deferred messages that are due, each at
 --            its level (at most 1000 a call, ZRANGEBYSCORE ... LIMIT:
 --            the cost does not grow with the set); "0" (a reply stream)
@@ -110,8 +113,8 @@ local function ensureGroup(stream, err)
   end
   redis.call('XGROUP', 'CREATE', stream, 'g', '0', 'MKSTREAM')
 end
--- The holders' leases, the least of them, and the holders whose heartbeat
--- lapsed (dead, or cut off from Redis): theirs are reclaimable at once.
+-- The holders' leases, the least of them, and the holders that left the
+-- registry (dead, or cut off from Redis): theirs are reclaimable at once.
 local leases, dead, lapsed, minLease = {}, {}, {}, tonumber(lease)
 local heldBy = {}
 local dueBy = {}
@@ -122,7 +125,11 @@ if reclaim then
     if kind == 'l:' then
       leases[who] = v
       if v < minLease then minLease = v end
-    elseif kind == 'a:' and v <= now and who ~= consumer then
+    end
+  end
+  for j = 9, #ARGV do
+    local who = ARGV[j]
+    if leases[who] and who ~= consumer and not lapsed[who] then
       dead[#dead + 1] = who
       lapsed[who] = true
       heldBy[who] = 0
@@ -178,7 +185,7 @@ local function serve(stream, prefix)
         if pending == 0 and idle >= pruneIdle and name ~= consumer then
           redis.call('XGROUP', 'DELCONSUMER', stream, 'g', name)
           if stream == base then
-            redis.call('HDEL', hold, 'a:' .. name, 'l:' .. name)
+            redis.call('HDEL', hold, 'a:' .. name, 'l:' .. name) -- a: of version 0.1
           end
         end
       end
@@ -238,7 +245,7 @@ if scanned == #levels then
   -- Every level was looked at: a lapsed holder that holds nothing is gone.
   for _, who in ipairs(dead) do
     if heldBy[who] == 0 then
-      redis.call('HDEL', hold, 'a:' .. who, 'l:' .. who)
+      redis.call('HDEL', hold, 'a:' .. who, 'l:' .. who) -- a: of version 0.1
     end
   end
 end

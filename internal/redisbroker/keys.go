@@ -132,6 +132,13 @@ func (k keys) worker(id string) string { return k.prefix + ":{workers}:w:" + id 
 // other than normal. Every heartbeat reads it (see Broker.Heartbeat).
 func (k keys) reclaimEpoch() string { return k.prefix + ":{workers}:reclaim" }
 
+// departed is the zset of the workers that left the registry (their
+// heartbeat lapsed, or they deregistered): member worker id, score when it
+// left (unix ms). Every heartbeat reads it and forgets the departures older
+// than departedFor; the fetch script reclaims at once what a departed
+// worker holds.
+func (k keys) departed() string { return k.prefix + ":{workers}:departed" }
+
 // pattern returns a SCAN pattern matching the keys named(*, suffix).
 func (k keys) pattern(suffix string) string {
 	return globEscape(k.prefix) + ":{*}:" + globEscape(suffix)
