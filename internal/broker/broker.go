@@ -92,6 +92,8 @@ type Delivery struct {
 	Ref string
 	// Deadline is the message's deadline in broker time; zero means none.
 	Deadline time.Time
+	// GroupKey is the message's group key (SendParams.GroupKey), or "".
+	GroupKey string
 	// Expiry is when the message expires (SendParams.Expiry, ExpireAt),
 	// broker time; zero means never. A consumer does not start a message
 	// whose expiry, or deadline, has passed: it drops it (Queue.Drop).
@@ -203,6 +205,10 @@ type ReceiverStats struct {
 	// Expired counts the messages dropped unstarted because their expiry
 	// or deadline had passed (Queue.Drop), by every consumer, ever.
 	Expired int64
+	// GroupWaiting counts the keyed messages waiting behind their key (see
+	// Groups), in none of the counts above; GroupKeys counts the keys that
+	// have some (Groups.BusiestGroups lists them).
+	GroupWaiting, GroupKeys int64
 }
 
 // Broker is the storage engine: the composition of one small interface
@@ -228,6 +234,7 @@ type Broker interface {
 	Schedules
 	Limits
 	Cancels
+	Groups
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.

@@ -111,6 +111,11 @@ type SendParams struct {
 	// when Env.IdempotencyKey is set.
 	IdemTTL time.Duration
 
+	// GroupKey, when not empty, puts the message in its receiver's group of
+	// that key: it runs after the messages of the key accepted before it,
+	// as the receiver's GroupConfig says (see Groups).
+	GroupKey string
+
 	// Expiry, when > 0, expires the message Expiry after its due time
 	// (broker time): one not started by then is never started (see
 	// Delivery.Expiry and Queue.Drop). ExpireAt, when not zero, expires it
@@ -222,6 +227,8 @@ func (p *SendParams) Validate() error {
 		return errors.New("broker: SendParams.Delay and SendParams.DeliverAt are both set")
 	case !p.DeliverAt.IsZero() && (p.DeliverAt.UnixMilli() <= 0 || p.DeliverAt.UnixMilli() > maxDeliverAt):
 		return fmt.Errorf("broker: SendParams.DeliverAt %v is out of range", p.DeliverAt)
+	case len(p.GroupKey) > MaxKeyLen:
+		return fmt.Errorf("broker: SendParams.GroupKey is %d bytes, over %d", len(p.GroupKey), MaxKeyLen)
 	case p.Expiry < 0:
 		return negative("SendParams.Expiry", p.Expiry)
 	case p.Expiry > 0 && !p.ExpireAt.IsZero():

@@ -199,6 +199,8 @@ type core struct {
 	// expired counts, by receiver, the messages dropped unstarted
 	// (broker.Queue.Drop).
 	expired map[string]int64
+	// groupSets holds the keyed groups by receiver (groups.go).
+	groupSets map[string]*groupSet
 }
 
 func newCore(opts Options) *core {
@@ -220,6 +222,7 @@ func newCore(opts Options) *core {
 		slots:     make(map[string]map[string]slotHold),
 		marks:     make(map[string][]mark),
 		expired:   make(map[string]int64),
+		groupSets: make(map[string]*groupSet),
 	}
 	if c.now == nil {
 		c.now = time.Now

@@ -166,6 +166,11 @@ func (b *Broker) Receivers(ctx context.Context) ([]string, error) {
 	for r := range c.dead {
 		set[r] = struct{}{}
 	}
+	for r, gs := range c.groupSets {
+		if len(gs.keys) > 0 {
+			set[r] = struct{}{}
+		}
+	}
 	for _, w := range c.workers {
 		for _, r := range w.info.Receivers {
 			set[r] = struct{}{}
@@ -205,6 +210,7 @@ func (c *core) stats(receiver string) broker.ReceiverStats {
 		st.DeadLetters = int64(d.order.Len())
 	}
 	st.Paused = c.paused[receiver]
+	c.groupStats(receiver, &st)
 	st.Expired = c.expired[receiver]
 	return st
 }

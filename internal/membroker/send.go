@@ -85,12 +85,12 @@ func (c *core) send(p *broker.SendParams) {
 	}
 	s := c.queue(env.Receiver)
 	if due.After(now) {
-		s.deferredSet().put(env.ID, due, msgDeadline, expiry, env.Priority, raw)
+		s.deferredSet().put(&deferredMsg{id: env.ID, due: due, deadline: msgDeadline, expiry: expiry, prio: env.Priority, group: p.GroupKey, raw: raw})
 		s.wake() // blocked readers re-arm for the new due time
 		r.Outcome = broker.Deferred
 		return
 	}
-	s.add(&entry{ref: c.nextRef(), raw: raw, deadline: msgDeadline, expiry: expiry, prio: env.Priority, at: now})
+	c.place(s, env.Receiver, p.GroupKey, &entry{ref: c.nextRef(), raw: raw, deadline: msgDeadline, expiry: expiry, prio: env.Priority, at: now}, now)
 	r.Outcome = broker.Queued
 }
 

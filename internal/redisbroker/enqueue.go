@@ -29,7 +29,12 @@ func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) ruei
 	}
 	r := env.Receiver
 	q := b.keys.queue(r)
-	keys := []string{b.keys.queueAt(r, env.Priority), q, b.keys.deferred(r), b.keys.deferredMessages(r), b.keys.holders(r), q, q, q, q, q}
+	keys := []string{b.keys.queueAt(r, env.Priority), q, b.keys.deferred(r), b.keys.deferredMessages(r), b.keys.holders(r), q, q, q, q, q,
+		q, q, q, q, q}
+	if p.GroupKey != "" {
+		keys[10], keys[11], keys[12] = b.keys.groups(r), b.keys.groupWaits(r), b.keys.groupTimes(r)
+		keys[13], keys[14] = b.keys.queueAt(r, broker.PriorityHigh), b.keys.queueAt(r, broker.PriorityLow)
+	}
 	debounce := []string{"", ""}
 	if p.DebounceKey != "" {
 		keys[9] = b.keys.debounce(r, p.DebounceKey)
@@ -76,6 +81,7 @@ func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) ruei
 	return rueidis.LuaExec{Keys: keys, Args: []string{
 		rueidis.BinaryString(wire.Encode(env)), env.ID, route, msString(max(env.Timeout, 0)), msString(p.Delay), at,
 		given, levelPrefix(env.Priority), dedupTTL, idemTTL, env.Sender, pendArg, expiry, expireAt, debounce[0], debounce[1],
+		p.GroupKey,
 	}}
 }
 
@@ -152,6 +158,10 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- KEYS[10] -> the debounce key P:{R}:db:<key> (hash: id, the message
 --            deferred by the run; first, the run's first send, unix ms);
 --            KEYS[2] when the message has none
+-- KEYS[11..13] -> the groups hash and zsets P:{R}:g, gw and gt
+--            (groups.go), for a keyed message; else KEYS[2]
+-- KEYS[14..15] -> the high and low level streams P:{R}:qh and :ql, for a
+--            keyed message; else KEYS[2]
 -- ARGV[1] -> the encoded envelope
 -- ARGV[2] -> message id
 -- ARGV[3] -> route: "n" none, "s" a named sender, "i" an inbox
@@ -170,6 +180,7 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- ARGV[14] -> expiry, unix ms, or empty (at most one of ARGV[13..14])
 -- ARGV[15] -> debounce wait ms, or empty for no debounce key
 -- ARGV[16] -> debounce max ms (with ARGV[15])
+-- ARGV[17] -> the group key, or empty for none
 -- The due time is now + delay, counted from Redis time rounded up to the
 -- millisecond, or ARGV[6]; a message is due when its due time is not after
 -- Redis time rounded down, so it is never queued early. One due now is
@@ -183,14 +194,17 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- new run. The queued message's field d is its deadline; an
 -- idempotent one's is the end of its key's window instead, so that a
 -- worker starts it as long as its reply can be used. Its field x is its
--- expiry, when it has one: the due time + ARGV[13], or ARGV[14].
+-- expiry, when it has one: the due time + ARGV[13], or ARGV[14]. A keyed
+-- message (ARGV[17]) due now goes behind its key (gpush), which queues it
+-- if the key has room; one deferred keeps its key in its deferred value.
 -- Returns {outcome, id, deadline or -1, stored reply or "", first}:
 -- outcome 1 queued, 2 deferred (id ARGV[2]); 3 duplicate (id: the dedup
 -- key's); 4 joined (id: the idempotency key's message, with its reply if
 -- stored); first is 1 when the message was queued at the high or low
 -- level and that level's stream held nothing before (see levelsChanged).
-` + luaNow + luaQueueMessage + `
+` + luaNow + luaDeferred + luaQueueMessage + luaGroups + `
 local env, id, route = ARGV[1], ARGV[2], ARGV[3]
+local group = ARGV[17]
 local timeout, delay, at, given = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local dedupTTL, idemTTL, sender = ARGV[9], ARGV[10], ARGV[11]
 local due = now
@@ -256,16 +270,22 @@ elseif ARGV[14] ~= '' then
   xField = ARGV[14]
 end
 local outcome, first = 1, 0
+local times = dField
+if xField ~= '' then times = times .. ',' .. xField end
 if due > now then
   outcome = 2
-  local times = dField
-  if xField ~= '' then times = times .. ',' .. xField end
+  local keyed = ''
+  if group ~= '' then keyed = 'k' .. #group .. ':' .. group end
   redis.call('ZADD', KEYS[3], fmt(due), id)
-  redis.call('HSET', KEYS[4], id, ARGV[8] .. times .. ':' .. env)
+  redis.call('HSET', KEYS[4], id, keyed .. ARGV[8] .. times .. ':' .. env)
   if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == id then
     redis.call('XADD', KEYS[2], '*', 'w', '1')
     redis.call('HINCRBY', KEYS[5], 'wakes', 1)
   end
+elseif group ~= '' then
+  local G = {q = KEYS[2], h = KEYS[14], l = KEYS[15], hold = KEYS[5], g = KEYS[11], w = KEYS[12], t = KEYS[13], first = 0}
+  gpush(G, group, id, ARGV[8] .. times .. ':' .. env)
+  first = G.first
 else
   if ARGV[8] ~= '' and redis.call('XLEN', KEYS[1]) == 0 then
     first = 1
@@ -306,7 +326,7 @@ func (b *Broker) wayOf(p *broker.SendParams) sendWay {
 	case pend && b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
 		return sendSplit
 	case pend || p.Deferred() || p.DedupKey != "" || env.IdempotencyKey != "" || env.Priority != broker.PriorityNormal ||
-		p.Expiry > 0 || !p.ExpireAt.IsZero():
+		p.Expiry > 0 || !p.ExpireAt.IsZero() || p.GroupKey != "":
 		return sendEnqueue
 	}
 	return sendXadd

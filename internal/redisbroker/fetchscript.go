@@ -50,6 +50,10 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- KEYS[9..11] -> the former names of KEYS[7], KEYS[8] and KEYS[3]
 --            (migrate.go), whose leftovers are moved first when ARGV[8]
 --            is "1"
+-- KEYS[12..14] -> the groups hash and zsets P:{R}:g, gw and gt
+--            (groups.go): promote queues the keyed messages due behind
+--            their keys, and a keyed entry dead-lettered is settled for
+--            its key (for a reply stream, keys never written)
 -- ARGV[9..] -> the workers that left the registry (their heartbeat lapsed,
 --            or they deregistered), as the caller's last heartbeat saw
 --            them: the entries of those that hold some here are
@@ -63,8 +67,10 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- Creates the group "g" of a stream (from its start, MKSTREAM) if missing.
 -- Returns {dead, levels, next, busy, e1, e2, ...}: dead is how many entries
 -- were dead-lettered; levels is 1 when the high level stream holds entries,
--- +2 when the low one does; next is the due time (unix ms) of the first
--- message still deferred (-1 when none); busy is 1 when, after this run,
+-- +2 when the low one does, +4 when a key queued a message at a level
+-- whose stream held nothing (see levelsChanged); next is the due time
+-- (unix ms) of the first message still deferred or key to look at again
+-- (-1 when none); busy is 1 when, after this run,
 -- the stream has pending entries (leased to any consumer, these e
 -- included) or retries wait (levels not 0 counts as busy too),
 -- else 0: a stream that is not busy needs no reclaim until something is
@@ -76,9 +82,10 @@ local consumer, max, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local maxAttempts, pruneIdle = tonumber(ARGV[4]), tonumber(ARGV[5])
 local reclaim = ARGV[7] == '1'
 local out = {0, 0, -1, 0}
+local G = {q = base, h = KEYS[5], l = KEYS[6], hold = hold, g = KEYS[12], w = KEYS[13], t = KEYS[14], first = 0, nowake = true}
 if ARGV[8] == '1' then
   migrate(KEYS[9], KEYS[10], KEYS[11], KEYS[7], KEYS[8], retries)
-  out[3] = promote(KEYS[7], KEYS[8], base, KEYS[5], KEYS[6])
+  out[3] = promote(KEYS[7], KEYS[8], G)
 end
 if ARGV[6] == '1' then
   redis.call('HSET', hold, 'l:' .. consumer, lease)
@@ -208,7 +215,9 @@ local function serve(stream, prefix)
         redis.call('XACK', base, 'g', id)
         redis.call('HINCRBY', hold, 'wakes', -redis.call('XDEL', base, id))
       elseif maxAttempts > 0 and count >= maxAttempts then
-        out[1] = out[1] + bury(stream, dlq, id, 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried', count, '0', prefix)
+        local n, key = bury(stream, dlq, id, 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried', count, '0', prefix)
+        out[1] = out[1] + n
+        if key then gsettle(G, key, ref) end
       else
         local c = redis.call('XCLAIM', stream, 'g', consumer, 0, id)
         if c[1] then
@@ -249,7 +258,9 @@ if scanned == #levels then
     end
   end
 end
-if out[2] ~= 0 or #out > 4 or redis.call('ZCARD', retries) > 0 then
+local levelsNow = out[2]
+if G.first == 1 then out[2] = out[2] + 4 end
+if levelsNow ~= 0 or #out > 4 or redis.call('ZCARD', retries) > 0 then
   out[4] = 1
 else
   local sum = redis.pcall('XPENDING', base, 'g')
