@@ -14,7 +14,7 @@ func (e *env) deferred(t *testing.T, receiver string) int64 {
 	var snap struct {
 		Receivers []struct {
 			Deferred int64 `json:"deferred"`
-			Pending   int64 `json:"pending"`
+			Pending  int64 `json:"pending"`
 		} `json:"receivers"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &snap) != nil {
