@@ -71,6 +71,11 @@ type ReceiverStats struct {
 	// failed after the deadline (not retried: nobody waits for them), by
 	// every instance, since the receiver's first.
 	Expired int64 `json:"expired"`
+	// GroupWaiting counts the keyed messages (WithGroup) waiting behind
+	// their key, in none of the counts above; GroupKeys counts the keys
+	// that have some (BusiestGroups lists them).
+	GroupWaiting int64 `json:"group_waiting,omitempty"`
+	GroupKeys    int64 `json:"group_keys,omitempty"`
 
 	// Scheduled is Deferred, under its former name (in JSON too, for
 	// readers of the former name).
@@ -94,6 +99,8 @@ func receiverStats(s broker.ReceiverStats) ReceiverStats {
 		QueuedHigh:   s.QueuedHigh,
 		QueuedLow:    s.QueuedLow,
 		Expired:      s.Expired,
+		GroupWaiting: s.GroupWaiting,
+		GroupKeys:    s.GroupKeys,
 		Scheduled:    s.Deferred,
 	}
 }

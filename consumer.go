@@ -172,7 +172,19 @@ func (c *consumer) fetchLoop() {
 	var bo pacer
 	// One params value for the loop's life: a Fetch allocates none.
 	fp := broker.FetchParams{Receiver: c.name, Consumer: d.id, Block: d.cfg.ReceiverBlockTimeout, Lease: c.o.lease, MaxAttempts: c.o.maxAttempts}
-	for c.fetchCtx.Err() == nil {
+	for grouped := false; c.fetchCtx.Err() == nil; {
+		if !grouped {
+			// The receiver's group settings, before its first fetch.
+			if err := c.configureGroups(c.fetchCtx); err != nil {
+				if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+					return
+				}
+				d.health.fail("configure groups", err)
+				bo.wait(c.fetchCtx.Done())
+				continue
+			}
+			grouped = true
+		}
 		if c.paused.Load() {
 			c.waitResumed(c.fetchCtx.Done(), nil)
 			continue
@@ -398,6 +410,7 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 	}
 	msg := &t.msg
 	d.setMessage(msg, &dl.Env, dl.Deadline, dl.Attempt)
+	msg.Group = dl.GroupKey
 	msg.settle = &t.settle
 	if t.settle.Load() == taskCancelled {
 		c.cancelled(msg)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/diskerhq/disker/internal/backoff"
+	"github.com/diskerhq/disker/internal/broker"
 )
 
 // Handler handles the messages of a receiver.
@@ -95,7 +96,10 @@ type handleOptions struct {
 	rate              float64
 	burst             int
 	ready             func(inFlight int) int // HandleWithPool: workers ready
-	err               error
+	// groups are the receiver's group settings (groups.go); its Receiver
+	// is set by the consumer.
+	groups broker.GroupConfig
+	err    error
 }
 
 // HandleOption configures how a receiver is served (Handle).

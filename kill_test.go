@@ -104,6 +104,9 @@ func runChild() int {
 	if os.Getenv(childEnv) == "limited" {
 		return runLimitedChild(d)
 	}
+	if os.Getenv(childEnv) == "keyed" {
+		return runKeyedChild(d)
+	}
 	block := make(chan struct{})
 	err = d.Handle(os.Getenv("DISKER_TEST_RECEIVER"), disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
 		fmt.Printf("started %s %d\n", m.ID, m.Attempt)

@@ -40,6 +40,9 @@ type sendOptions struct {
 
 	onSent func(id string) // WithOnSent
 
+	group    string // WithGroup
+	groupSet bool
+
 	expiry                 time.Duration // WithExpiry
 	expireAt               time.Time     // WithExpireAt
 	expirySet, expireAtSet bool
@@ -49,8 +52,8 @@ type sendOptions struct {
 // accepts times up to the year 9999.
 const MaxDelay = broker.MaxDelay
 
-// MaxKeyLen is the longest key, in bytes, of WithDedupKey and
-// WithIdempotencyKey.
+// MaxKeyLen is the longest key, in bytes, of WithDedupKey,
+// WithIdempotencyKey, WithDebounce and WithGroup.
 const MaxKeyLen = broker.MaxKeyLen
 
 // later reports whether the message is sent for later.
@@ -116,6 +119,10 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithIdempotencyTTL", "must be at least 1ms, got %v (leave it out for DefaultIdempotencyTTL)", o.idemTTL)
 	case o.idemTTLSet && !o.idempotent:
 		return invalid("WithIdempotencyTTL", "sets the window of WithIdempotencyKey, which is missing")
+	case o.groupSet && o.group == "":
+		return invalid("WithGroup", "key must not be empty")
+	case o.groupSet && len(o.group) > MaxKeyLen:
+		return invalid("WithGroup", "key is %d bytes, over the limit of %d", len(o.group), MaxKeyLen)
 	case o.priority < PriorityLow || o.priority > PriorityHigh:
 		return invalid("WithPriority", "must be in %d..%d (PriorityLow..PriorityHigh), got %d", PriorityLow, PriorityHigh, o.priority)
 	case o.delaySet && o.atSet:

@@ -188,6 +188,7 @@ func (o *sendOptions) params(p *broker.SendParams, m *Message, route broker.Rout
 	if o.expirySet {
 		p.Expiry = o.expiry
 	}
+	p.GroupKey = o.group
 	if o.expireAtSet {
 		p.ExpireAt = o.expireAt
 	}

@@ -60,6 +60,9 @@ func (b *Broker) ConfigureGroups(ctx context.Context, p *broker.GroupConfig) err
 		return err
 	}
 	defer b.c.mu.Unlock()
+	if b.c.groupSets[p.Receiver] == nil && p.Concurrency == 1 && p.Rate == 0 && !p.SkipRetries {
+		return nil // the defaults: nothing to keep
+	}
 	gs := b.c.groups(p.Receiver)
 	gs.conf = *p
 	for _, g := range gs.keys {

@@ -67,8 +67,10 @@ func unmarkRef(ref string) (string, bool) {
 }
 
 // ConfigureGroups sets how p.Receiver's groups run: one HSET of P:{R}:g's
-// field c. A key with more room than before (a higher concurrency, a rate
-// lifted) takes it at its next settle or token. See broker.Groups.
+// field c, or HDEL of it for the defaults (so a receiver that never uses
+// groups has no key for them). A key with more room than before (a higher
+// concurrency, a rate lifted) takes it at its next settle or token. See
+// broker.Groups.
 func (b *Broker) ConfigureGroups(ctx context.Context, p *broker.GroupConfig) error {
 	if err := b.check(); err != nil {
 		return err
@@ -76,8 +78,12 @@ func (b *Broker) ConfigureGroups(ctx context.Context, p *broker.GroupConfig) err
 	if err := p.Validate(); err != nil {
 		return err
 	}
+	k := b.keys.groups(p.Receiver)
+	if p.Concurrency == 1 && p.Rate == 0 && !p.SkipRetries {
+		return b.failIf(ctx, "configure groups", b.client.Do(ctx, b.client.B().Hdel().Key(k).Field("c").Build()).Error())
+	}
 	conf := fmt.Sprintf("%d %s %d %s", p.Concurrency, strconv.FormatFloat(p.Rate, 'g', -1, 64), max(p.Burst, 0), boolArg(p.SkipRetries))
-	err := b.client.Do(ctx, b.client.B().Hset().Key(b.keys.groups(p.Receiver)).FieldValue().FieldValue("c", conf).Build()).Error()
+	err := b.client.Do(ctx, b.client.B().Hset().Key(k).FieldValue().FieldValue("c", conf).Build()).Error()
 	return b.failIf(ctx, "configure groups", err)
 }
 
