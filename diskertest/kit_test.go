@@ -11,6 +11,7 @@ import (
 
 	"github.com/diskerhq/disker"
 	"github.com/diskerhq/disker/diskertest"
+	"github.com/diskerhq/disker/pool"
 )
 
 // must fails t on err.
@@ -455,4 +456,31 @@ func TestRequestWaitsInRealTime(t *testing.T) {
 	if _, err := kit.Disker().Request(ctx, disker.Message{Receiver: "r"}); !errors.Is(err, disker.ErrOutcomeUnknown) {
 		t.Fatalf("a Request whose deadline passed in real time: got %v, want ErrOutcomeUnknown", err)
 	}
+}
+
+// TestGlobalConcurrencyAndPool: Drain takes a global concurrency slot for
+// each message it runs and gives them back when it returns; a receiver
+// served from a pool runs while the pool has a worker ready.
+func TestGlobalConcurrencyAndPool(t *testing.T) {
+	t.Parallel()
+	kit := diskertest.New(t)
+	d := kit.Disker()
+	must(t, d.Handle("r", failing(0), disker.WithGlobalConcurrency(1)))
+	p, err := pool.New(pool.Config[int]{Name: "ints", Size: 1, New: func(context.Context) (int, error) { return 7, nil }})
+	must(t, err)
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	must(t, disker.HandleWithPool(d, "pooled", p, func(_ context.Context, w int, _ *disker.Message) ([]byte, error) {
+		return nil, nil
+	}))
+	for range 3 {
+		send(t, kit, disker.Message{Receiver: "r"})
+		send(t, kit, disker.Message{Receiver: "pooled"})
+	}
+	if got := outcomes(kit.Drain()); len(got) != 6 {
+		t.Fatalf("ran %v, want 6 handled", got)
+	}
+	if held := d.LocalStats().Receivers["r"].HeldSlots; held != 0 {
+		t.Fatalf("slots held after Drain: %d", held)
+	}
+	kit.RequireDelivered("pooled", diskertest.Ended(diskertest.Handled))
 }

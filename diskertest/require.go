@@ -229,6 +229,3 @@ func shown(s string) string {
 	}
 	return strconv.Quote(s[:maxShort]) + fmt.Sprintf("... (%d more bytes)", len(s)-maxShort)
 }
-
-// quote quotes s as Go does.
-func quote(s string) string { return strconv.Quote(s) }
