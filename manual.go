@@ -99,10 +99,11 @@ func (h byHand) Drain(ctx context.Context, receiver string, max int) (int, error
 	return n, nil
 }
 
-// fetchOne fetches one due delivery, when the receiver is not paused and
-// its flow limits allow one now (broker time), without blocking.
+// fetchOne fetches one due delivery, when the receiver is still served
+// (not Unhandled meanwhile) and not paused, and its flow limits allow one
+// now (broker time), without blocking.
 func (c *consumer) fetchOne(ctx context.Context, fp *broker.FetchParams) (broker.Delivery, bool, error) {
-	if c.paused.Load() {
+	if c.fetchCtx.Err() != nil || c.paused.Load() {
 		return broker.Delivery{}, false, nil
 	}
 	if c.lim != nil {

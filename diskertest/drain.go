@@ -11,8 +11,8 @@ import (
 )
 
 // maxDrain bounds the deliveries and reply-stream entries one Drain hands
-// on: a handler that sends to its own receiver at each run would
-// otherwise never let it end.
+// on: a handler that sends to its own receiver at each run, or that fails
+// for ever with no backoff, would otherwise never let it end.
 const maxDrain = 10_000
 
 // Drain runs, on the test's goroutine, the handlers of what is due at the
@@ -35,7 +35,7 @@ const maxDrain = 10_000
 // fails the test when a name is neither a receiver served nor a sender
 // with handlers, when the broker fails, and when more than 10,000
 // deliveries and replies came due in one Drain (a handler that sends to
-// its own receiver each time).
+// its own receiver each time, or fails for ever with no backoff).
 func (k *Kit) Drain(names ...string) []Delivery {
 	k.t.Helper()
 	receivers, senders := k.in.Names()
@@ -45,7 +45,12 @@ func (k *Kit) Drain(names ...string) []Delivery {
 	ctx := context.Background()
 	first := k.rec.count()
 	for total := 0; ; {
-		receivers, senders = k.still(receivers, senders)
+		// Handlers may add or remove receivers and senders meanwhile.
+		if len(names) == 0 {
+			receivers, senders = k.in.Names()
+		} else {
+			receivers, senders = k.still(receivers, senders)
+		}
 		n := 0
 		for _, r := range receivers {
 			got, err := k.in.Drain(ctx, r, maxDrain+1-total-n)
@@ -62,7 +67,7 @@ func (k *Kit) Drain(names ...string) []Delivery {
 			n += got
 		}
 		if total += n; total > maxDrain {
-			k.t.Fatalf("diskertest: Drain: more than %d deliveries and replies, and more are due: does a handler send to its own receiver each time it runs?", maxDrain)
+			k.t.Fatalf("diskertest: Drain: more than %d deliveries and replies, and more are due: does a handler send to its own receiver each time it runs, or fail for ever with no backoff?", maxDrain)
 		}
 		if n == 0 {
 			return k.rec.deliveredFrom(first, "")
@@ -70,9 +75,8 @@ func (k *Kit) Drain(names ...string) []Delivery {
 	}
 }
 
-// still returns the receivers and senders that are still served and have
-// handlers: a handler may Unhandle a receiver, or remove a sender's
-// handlers, while Drain runs.
+// still returns those of receivers and senders that are still served
+// and have handlers.
 func (k *Kit) still(receivers, senders []string) (rs, ss []string) {
 	served, handled := k.in.Names()
 	for _, r := range receivers {
