@@ -187,7 +187,9 @@ func (k *Kit) Now() time.Time { return k.clk.Now() }
 //
 // Advance runs no handler: the messages that came due (deferred ones,
 // retries, expired leases) wait for the next Drain, which runs them at
-// the new time. It fails the test when d is negative or the broker fails.
+// the new time. Its time grows with the ticks it crosses (some tens of
+// microseconds each). It fails the test when d is negative or the broker
+// fails.
 func (k *Kit) Advance(d time.Duration) {
 	k.t.Helper()
 	if d < 0 {
