@@ -69,10 +69,10 @@ lint: apicheck ## go vet, staticcheck (pinned; installed into ./bin) and apichec
 	cd diskerotel && $(BIN)/staticcheck ./...
 	cd browsertest && $(BIN)/staticcheck ./...
 
-API_PKGS := . ./pool
+API_PKGS := . ./pool ./diskertest
 
 .PHONY: apicheck
-apicheck: ## Fail if the exported API of disker and pool differs from the snapshot in api/.
+apicheck: ## Fail if the exported API of disker, pool and diskertest differs from the snapshot in api/.
 	$(GO) build -o $(BIN)/apicheck ./internal/apicheck
 	$(BIN)/apicheck -dir api -check $(API_PKGS)
 

@@ -29,6 +29,9 @@ type acker struct {
 	refs  chan string
 	abort chan struct{} // closed to give up retrying failed calls
 	done  chan struct{}
+	// direct acknowledges each ref at once, on the caller's goroutine,
+	// with no goroutine of its own (newDirectAcker).
+	direct bool
 }
 
 func newAcker(d *Disker, kind, name string, ack func(ctx context.Context, refs ...string) error) *acker {
@@ -38,7 +41,13 @@ func newAcker(d *Disker, kind, name string, ack func(ctx context.Context, refs .
 }
 
 // add queues ref for acknowledgement. It waits when the queue is full.
-func (a *acker) add(ref string) { a.refs <- ref }
+func (a *acker) add(ref string) {
+	if a.direct {
+		a.ackNow(ref)
+		return
+	}
+	a.refs <- ref
+}
 
 // close acknowledges what is queued and stops. Call it once, after the last
 // add. When ctx ends first, failed calls are no longer retried.

@@ -303,13 +303,7 @@ func (c *consumer) dispatch(ds []broker.Delivery) {
 		if c.tooLate(&dl, now) {
 			continue
 		}
-		ctx, cancel := context.WithCancelCause(c.hardCtx)
-		t := &task{dl: dl, cancel: cancel}
-		c.mu.Lock()
-		c.inflight[dl.Ref] = t
-		c.mu.Unlock()
-		c.n.Add(1)
-		c.tasks.Add(1)
+		ctx, t := c.begin(dl)
 		if err := c.exec.Submit(context.Background(), func() { c.run(ctx, t, deadline) }); err != nil {
 			// The executor is closed only after the loop stopped: this is a
 			// bug, but the message is safe (unacknowledged).
@@ -317,6 +311,19 @@ func (c *consumer) dispatch(ds []broker.Delivery) {
 			c.finish(t)
 		}
 	}
+}
+
+// begin counts dl in flight as a task, and returns it with its handler's
+// context.
+func (c *consumer) begin(dl broker.Delivery) (context.Context, *task) {
+	ctx, cancel := context.WithCancelCause(c.hardCtx)
+	t := &task{dl: dl, cancel: cancel}
+	c.mu.Lock()
+	c.inflight[dl.Ref] = t
+	c.mu.Unlock()
+	c.n.Add(1)
+	c.tasks.Add(1)
+	return ctx, t
 }
 
 // tooLate reports whether dl must not start, at now, and then drops it:

@@ -226,7 +226,11 @@ func (d *Disker) Handle(receiver string, h Handler, opts ...HandleOption) error 
 		return err
 	}
 	d.consumers[receiver] = c
-	c.start()
+	if d.manual {
+		c.startByHand()
+	} else {
+		c.start()
+	}
 	d.startTicker() // an instance that serves a receiver runs the schedules
 	// A heartbeat at once shows the new receiver in the registry, and
 	// vouches for its deliveries from the start. Receivers added together

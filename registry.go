@@ -58,13 +58,18 @@ const minHeartbeatTTL = time.Second
 // it, whatever their lease. It also renews the expiry of its inbox.
 func (d *Disker) heartbeat(ctx context.Context) {
 	d.rq.heartbeat(ctx)
-	if err := d.b.Heartbeat(ctx, d.workerInfo(), max(3*d.cfg.HeartbeatInterval, minHeartbeatTTL)); err != nil {
+	if err := d.b.Heartbeat(ctx, d.workerInfo(), d.heartbeatTTL()); err != nil {
 		if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
 			d.health.fail("heartbeat", err)
 		}
 		return
 	}
 	d.health.ok()
+}
+
+// heartbeatTTL is how long a heartbeat vouches for the instance.
+func (d *Disker) heartbeatTTL() time.Duration {
+	return max(3*d.cfg.HeartbeatInterval, minHeartbeatTTL)
 }
 
 // workerInfo describes this instance for the registry.
