@@ -44,7 +44,8 @@ type byHand struct{ d *Disker }
 
 // startByHand readies c to be run by Drain: it has no fetch loop and no
 // lease keeper, and it acknowledges each delivery as it is settled, so
-// that Drain returns with every outcome in the broker.
+// that Drain returns with every outcome in the broker. It sets the
+// receiver's groups, as a fetch loop does first.
 func (c *consumer) startByHand() {
 	close(c.loopDone)
 	close(c.keeperDone)
@@ -53,6 +54,9 @@ func (c *consumer) startByHand() {
 	c.acks = &acker{d: batched.d, kind: batched.kind, name: batched.name, ack: batched.ack,
 		refs: make(chan string), abort: make(chan struct{}), done: make(chan struct{}), direct: true}
 	close(c.acks.done)
+	// The group settings a fetch loop would set first; the in-memory
+	// broker of a kit does not fail.
+	_ = c.configureGroups(context.Background())
 }
 
 // ackNow acknowledges ref on the caller's goroutine (a direct acker's

@@ -484,3 +484,29 @@ func TestGlobalConcurrencyAndPool(t *testing.T) {
 	}
 	kit.RequireDelivered("pooled", diskertest.Ended(diskertest.Handled))
 }
+
+// TestGroups: a key's messages run in its order, its failed message holds
+// it until its retry succeeds (the default), and the deliveries carry the
+// key.
+func TestGroups(t *testing.T) {
+	t.Parallel()
+	kit := diskertest.New(t)
+	var order []string
+	must(t, kit.Disker().Handle("g", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		order = append(order, string(m.Content)+"/"+strconv.Itoa(m.Attempt))
+		if string(m.Content) == "a0" && m.Attempt == 1 {
+			return nil, errors.New("first attempt fails")
+		}
+		return nil, nil
+	}), disker.WithBackoff(func(int) time.Duration { return time.Second })))
+	for _, c := range []string{"a0", "a1", "b0"} {
+		send(t, kit, disker.Message{Receiver: "g", Content: []byte(c)}, disker.WithGroup(c[:1]))
+	}
+	kit.Drain()
+	kit.Advance(time.Second)
+	kit.Drain()
+	if got, want := fmt.Sprint(order), "[a0/1 b0/1 a0/2 a1/1]"; got != want {
+		t.Fatalf("order: %s, want %s", got, want)
+	}
+	kit.RequireDelivered("g", diskertest.Content("a1"), diskertest.Group("a"))
+}

@@ -128,6 +128,13 @@ func Priority(p disker.Priority) Match {
 	}}
 }
 
+// Group matches a message of group key (sent WithGroup).
+func Group(key string) Match {
+	return Match{field: "Group", want: strconv.Quote(key), got: func(sub *subject) (string, bool) {
+		return strconv.Quote(sub.msg.Group), sub.msg.Group == key
+	}}
+}
+
 // Attempt matches a delivery of attempt n (1 for the first), or a dead
 // letter after n attempts.
 func Attempt(n int) Match {

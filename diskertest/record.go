@@ -190,6 +190,7 @@ func sentOf(p *broker.SendParams, at time.Time) Sent {
 		IdempotencyKey: p.Env.IdempotencyKey,
 		Request:        p.Env.Route == broker.RouteInbox,
 	}
+	s.Message.Group = p.GroupKey
 	if s.Request {
 		s.Message.Sender = ""
 	}
@@ -258,7 +259,7 @@ func (r *recorder) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.D
 	for i := range ds {
 		dl := &ds[i]
 		m := messageOf(&dl.Env)
-		m.Attempt, m.Deadline = dl.Attempt, dl.Deadline
+		m.Attempt, m.Deadline, m.Group = dl.Attempt, dl.Deadline, dl.GroupKey
 		v := &Delivery{Message: m, Expiry: dl.Expiry}
 		r.delivered = append(r.delivered, v)
 		key := refKey(p.Receiver, dl.Ref)
