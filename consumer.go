@@ -539,7 +539,11 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duratio
 		d.emit(Event{Kind: EventHandled, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Duration: took})
 	}
 	if t.dl.Env.DedupKey == "" {
-		c.acks.add(t.dl.Ref)
+		if t.dl.GroupKey != "" {
+			c.acks.addNow(t.dl.Ref) // its key's next waits for it
+		} else {
+			c.acks.add(t.dl.Ref)
+		}
 		return
 	}
 	// Its dedup key frees once the acknowledgement is made: acknowledged

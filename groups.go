@@ -3,6 +3,7 @@ package disker
 import (
 	"context"
 	"math"
+	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
 )
@@ -90,12 +91,31 @@ func WithGroupSkipRetries() HandleOption {
 // configureGroups sets the receiver's groups in the broker, as its
 // options say (the defaults without any).
 func (c *consumer) configureGroups(ctx context.Context) error {
-	g := c.o.groups
-	g.Receiver = c.name
+	return c.d.b.ConfigureGroups(ctx, groupConfig(c.name, c.o.groups))
+}
+
+// configureGroups sets receiver's groups in the broker, as Handle's
+// options g say, within groupsTimeout.
+func (d *Disker) configureGroups(receiver string, g broker.GroupConfig) error {
+	ctx, cancel := context.WithTimeout(d.opCtx, groupsTimeout)
+	defer cancel()
+	_, err := call(d, "configure groups", func() (struct{}, error) {
+		return struct{}{}, d.b.ConfigureGroups(ctx, groupConfig(receiver, g))
+	})
+	return err
+}
+
+// groupsTimeout bounds Handle's setting of the groups in the broker.
+const groupsTimeout = 10 * time.Second
+
+// groupConfig is the broker's configuration of receiver's groups from
+// Handle's options g.
+func groupConfig(receiver string, g broker.GroupConfig) *broker.GroupConfig {
+	g.Receiver = receiver
 	if g.Concurrency == 0 {
 		g.Concurrency = 1
 	}
-	return c.d.b.ConfigureGroups(ctx, &g)
+	return &g
 }
 
 // BusiestGroups returns up to n keys of receiver (WithGroup) with the most

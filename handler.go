@@ -193,7 +193,11 @@ func (o *handleOptions) setErr(err error) {
 //
 // It returns a *ValidationError for a bad name, a nil handler or a bad
 // option, ErrAlreadyRegistered when this instance already serves receiver, and
-// ErrClosed after Close.
+// ErrClosed after Close. With a group option (WithGroupConcurrency,
+// WithGroupRate, WithGroupSkipRetries) it sets the receiver's groups in
+// the broker before it returns, and returns the broker's error if it
+// cannot; without one, the instance sets the defaults before its first
+// fetch.
 func (d *Disker) Handle(receiver string, h Handler, opts ...HandleOption) error {
 	if err := checkName("receiver", receiver); err != nil {
 		return err
@@ -212,6 +216,13 @@ func (d *Disker) Handle(receiver string, h Handler, opts ...HandleOption) error 
 	}
 	if o.err != nil {
 		return o.err
+	}
+	if o.groups != (broker.GroupConfig{}) {
+		// Set before the first message is fetched, and before Handle
+		// returns: a send after it finds them set.
+		if err := d.configureGroups(receiver, o.groups); err != nil {
+			return err
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

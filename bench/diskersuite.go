@@ -31,12 +31,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	// Every one of the many producers sends at least one message.
 	nMany := max(nFF, 2*ffManyProducers)
 
-	nDedup := 50_000
+	nDedup, nGroups := 50_000, 30_000
 	switch {
 	case o.Tiny:
-		nDedup = 400
+		nDedup, nGroups = 400, 400
 	case o.Quick:
-		nDedup = 5_000
+		nDedup, nGroups = 5_000, 3_000
 	}
 	var ff, ff256, rr1, rr32, dd map[string][]sample
 	var err error
@@ -68,6 +68,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	var lim map[string][]sample
 	if o.runsWorkload("limits") {
 		if lim, err = runRedisWorkload(ctx, o, "flow limits", limitsImpls(nLim)); err != nil {
+			return nil, err
+		}
+	}
+	var groups map[string][]sample
+	if o.runsWorkload("groups") {
+		if groups, err = runRedisWorkload(ctx, o, "keyed fire-and-forget", groupsImpls(nGroups)); err != nil {
 			return nil, err
 		}
 	}
@@ -111,6 +117,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	if delayed != nil {
 		tables = append(tables, delayedTable(delayed, nDelayed))
+	}
+	if groups != nil {
+		tables = append(tables, groupsTable(groups, nGroups))
 	}
 	return tables, nil
 }

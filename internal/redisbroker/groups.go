@@ -13,7 +13,7 @@ package redisbroker
 //	          "i:<id>" -> "<pos>:<key>", to find a waiting message by id;
 //	          "r:<key>" -> the key's token bucket "<tokens> <at ms>";
 //	          "u:<ref>" -> a delivery retried with SkipRetries, settled
-//	          already for its key.
+//	          already for its key; "us" -> how many there are.
 //	P:{R}:gw  zset: member key, score how many of its messages wait.
 //	P:{R}:gt  zset: member key, score when the key is looked at again:
 //	          when its next token is due, or when its drained bucket is
@@ -241,13 +241,10 @@ local function gtoken(G, key)
   return false
 end
 -- gforget drops key's bucket once it is full (it is as good as none), or
--- makes G.t look at key then.
+-- makes G.t look at key then. Without a rate there is none to drop (one
+-- left from a rate since lifted goes when G.t looks at its key).
 local function gforget(G, key)
-  if G.rate <= 0 then
-    redis.call('HDEL', G.g, 'r:' .. key)
-    return
-  end
-  if redis.call('HEXISTS', G.g, 'r:' .. key) == 0 then return end
+  if G.rate <= 0 or redis.call('HEXISTS', G.g, 'r:' .. key) == 0 then return end
   local t, at = gbucket(G, key)
   if t >= G.burst then
     redis.call('HDEL', G.g, 'r:' .. key)
@@ -263,6 +260,14 @@ local function gsave(G, key, head, tail, out)
     redis.call('HSET', G.g, 'k:' .. key, gfmt(head) .. ' ' .. gfmt(tail) .. ' ' .. gfmt(out))
   end
 end
+-- gqueue queues a message of key (its id and deferred value) at its level.
+local function gqueue(G, key, id, value)
+  local level, d, x, env = deferredValue(value)
+  local stream = G.q
+  if level == 'h' then stream = G.h elseif level == 'l' then stream = G.l end
+  if level ~= '' and redis.call('XLEN', stream) == 0 then G.first = 1 end
+  queueMessage(stream, env, d, x, key, id)
+end
 -- grelease queues key's waiting messages, in order, while it has fewer
 -- than n out and a token for each.
 local function grelease(G, key, head, tail, out)
@@ -277,11 +282,7 @@ local function grelease(G, key, head, tail, out)
       local n = tonumber(string.sub(v, 1, c - 1))
       local id = string.sub(v, c + 1, c + n)
       redis.call('HDEL', G.g, f, 'i:' .. id)
-      local level, d, x, env = deferredValue(string.sub(v, c + n + 1))
-      local stream = G.q
-      if level == 'h' then stream = G.h elseif level == 'l' then stream = G.l end
-      if level ~= '' and redis.call('XLEN', stream) == 0 then G.first = 1 end
-      queueMessage(stream, env, d, x, key, id)
+      gqueue(G, key, id, string.sub(v, c + n + 1))
       out = out + 1
       moved = moved + 1
     end
@@ -290,19 +291,34 @@ local function grelease(G, key, head, tail, out)
   gwaiting(G, key, -moved)
   gsave(G, key, head, tail, out)
 end
+-- gpush adds a message at the tail of key; one that may go at once (none
+-- waits before it, the key has room and a token) is queued straight away.
 local function gpush(G, key, id, value)
   local head, tail, out = gstate(G, key)
+  gconf(G)
+  if head >= tail and out < G.n and gtoken(G, key) then
+    gqueue(G, key, id, value)
+    gsave(G, key, tail, tail, out + 1)
+    return
+  end
   redis.call('HSET', G.g, 'm:' .. gfmt(tail) .. ':' .. key, #id .. ':' .. id .. value, 'i:' .. id, gfmt(tail) .. ':' .. key)
   gwaiting(G, key, 1)
   grelease(G, key, head, tail + 1, out)
 end
 local function gsettle(G, key, ref)
-  if redis.call('HDEL', G.g, 'u:' .. ref) == 1 then return end
+  if G.skipped == nil then
+    G.skipped = tonumber(redis.call('HGET', G.g, 'us') or '0') > 0
+  end
+  if G.skipped and redis.call('HDEL', G.g, 'u:' .. ref) == 1 then
+    if redis.call('HINCRBY', G.g, 'us', -1) <= 0 then redis.call('HDEL', G.g, 'us') end
+    return
+  end
   local head, tail, out = gstate(G, key)
   grelease(G, key, head, tail, out - 1)
 end
 local function gskip(G, key, ref)
   if redis.call('HSETNX', G.g, 'u:' .. ref, '1') == 0 then return end
+  redis.call('HINCRBY', G.g, 'us', 1)
   local head, tail, out = gstate(G, key)
   grelease(G, key, head, tail, out - 1)
 end
@@ -330,6 +346,8 @@ local function gdue(G)
       local head, tail, out = gstate(G, key)
       if head < tail or out > 0 then
         grelease(G, key, head, tail, out)
+      elseif G.rate <= 0 then
+        redis.call('HDEL', G.g, 'r:' .. key) -- a bucket of a rate since lifted
       else
         gforget(G, key)
       end
@@ -350,26 +368,35 @@ var scriptSettleGroup = rueidis.NewLuaScript(`-- settle_group
 -- ARGV[1] -> "1": the deliveries expired unstarted (Queue.Drop): counted
 --            in KEYS[9]; "0": they were acknowledged
 -- ARGV[2..] -> refs (entry ids, prefixed "h"/"l" at those levels)
--- For each entry: XACK, ZREM from the retries, XDEL; one that XDEL deleted
--- (not settled before) is settled for its key (field g), which may queue
--- the key's next message. Returns 1 when a message was queued at the high
+-- XACK and ZREM from the retries of them all, then for each entry XDEL;
+-- one that XDEL deleted (not settled before) is settled for its key (field
+-- g), which may queue the key's next message. Returns 1 when a message was queued at the high
 -- or low level whose stream held nothing, else 0.
 ` + luaNow + luaDeferred + luaQueueMessage + luaGroups + `
 local G = groupsAt(1)
 local gone = 0
+local byStream = {}
 for i = 2, #ARGV do
   local ref = ARGV[i]
   local stream, id = G.q, ref
   local c = string.sub(ref, 1, 1)
   if c == 'h' then stream, id = G.h, string.sub(ref, 2) elseif c == 'l' then stream, id = G.l, string.sub(ref, 2) end
-  local e = redis.call('XRANGE', stream, id, id)[1]
-  redis.pcall('XACK', stream, 'g', id)
-  redis.call('ZREM', KEYS[8], ref)
-  if e and redis.call('XDEL', stream, id) == 1 then
-    gone = gone + 1
-    local f = e[2]
-    for j = 1, #f, 2 do
-      if f[j] == 'g' then gsettle(G, f[j + 1], ref) end
+  byStream[stream] = byStream[stream] or {}
+  table.insert(byStream[stream], {id, ref})
+end
+redis.call('ZREM', KEYS[8], unpack(ARGV, 2))
+for stream, es in pairs(byStream) do
+  local ids = {}
+  for j, e in ipairs(es) do ids[j] = e[1] end
+  redis.pcall('XACK', stream, 'g', unpack(ids))
+  for _, e in ipairs(es) do
+    local entry = redis.call('XRANGE', stream, e[1], e[1])[1]
+    if entry and redis.call('XDEL', stream, e[1]) == 1 then
+      gone = gone + 1
+      local f = entry[2]
+      for j = 1, #f, 2 do
+        if f[j] == 'g' then gsettle(G, f[j + 1], e[2]) end
+      end
     end
   end
 end
