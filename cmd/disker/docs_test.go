@@ -642,8 +642,13 @@ func checkGoBlock(t *testing.T, root string, b docBlock) {
 	if !strings.HasPrefix(b.marker, "go: ") {
 		decls = ""
 	}
-	src := "package example\n\nimport (\n\t" + strings.Join(imports, "\n\t") + "\n)\n\n" + decls +
-		"\n\nfunc example(ctx context.Context) error {\n" + strings.Join(body, "\n") + "\n\treturn nil\n}\n"
+	code := "\n\nfunc example(ctx context.Context) error {\n" + strings.Join(body, "\n") + "\n\treturn nil\n}\n"
+	if first := strings.TrimSpace(strings.Join(body, "\n")); strings.HasPrefix(first, "func ") {
+		// Declarations (a test of the kit's): as they are, in a test file.
+		code = "\n\n" + strings.Join(body, "\n") + "\n"
+		imports = append(imports, `"testing"`, `"github.com/diskerhq/disker/diskertest"`)
+	}
+	src := "package example\n\nimport (\n\t" + strings.Join(imports, "\n\t") + "\n)\n\n" + decls + code
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, b.String(), src, 0)
 	if err != nil {
