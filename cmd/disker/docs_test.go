@@ -607,10 +607,12 @@ func (s *docSession) matches(want, got string, anyOrder bool) bool {
 }
 
 // checkGoBlock type-checks a Go block of a page against the packages of
-// today: its statements as the body of func(ctx context.Context) error,
-// its imports beside the usual ones, and the declarations of its "go:"
-// comment. What Go accepts but flags (an unused variable or import) is no
-// error in an excerpt.
+// today: its statements as the body of func(ctx context.Context) error
+// (or, for a block that declares functions, such as a test as it stands in
+// a file of its own, its declarations, with testing and diskertest beside
+// the usual imports), its imports beside the usual ones, and the
+// declarations of its "go:" comment. What Go accepts but flags (an unused
+// variable or import) is no error in an excerpt.
 func checkGoBlock(t *testing.T, root string, b docBlock) {
 	t.Helper()
 	var imports, body []string
@@ -632,8 +634,14 @@ func checkGoBlock(t *testing.T, root string, b docBlock) {
 			body = append(body, l)
 		}
 	}
-	for _, std := range []string{`"context"`, `"errors"`, `"fmt"`, `"net/http"`, `"time"`,
-		`"github.com/diskerhq/disker"`, `"github.com/diskerhq/disker/pool"`} {
+	usual := []string{`"context"`, `"errors"`, `"fmt"`, `"net/http"`, `"time"`,
+		`"github.com/diskerhq/disker"`, `"github.com/diskerhq/disker/pool"`}
+	i := slices.IndexFunc(body, func(l string) bool { return strings.TrimSpace(l) != "" })
+	topLevel := i >= 0 && strings.HasPrefix(body[i], "func ")
+	if topLevel {
+		usual = append(usual, `"testing"`, `"github.com/diskerhq/disker/diskertest"`)
+	}
+	for _, std := range usual {
 		if !slices.Contains(imports, std) {
 			imports = append(imports, std)
 		}
@@ -642,8 +650,11 @@ func checkGoBlock(t *testing.T, root string, b docBlock) {
 	if !strings.HasPrefix(b.marker, "go: ") {
 		decls = ""
 	}
-	src := "package example\n\nimport (\n\t" + strings.Join(imports, "\n\t") + "\n)\n\n" + decls +
-		"\n\nfunc example(ctx context.Context) error {\n" + strings.Join(body, "\n") + "\n\treturn nil\n}\n"
+	code := "\n\nfunc example(ctx context.Context) error {\n" + strings.Join(body, "\n") + "\n\treturn nil\n}\n"
+	if topLevel {
+		code = "\n\n" + strings.Join(body, "\n") + "\n"
+	}
+	src := "package example\n\nimport (\n\t" + strings.Join(imports, "\n\t") + "\n)\n\n" + decls + code
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, b.String(), src, 0)
 	if err != nil {
