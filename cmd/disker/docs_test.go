@@ -607,10 +607,12 @@ func (s *docSession) matches(want, got string, anyOrder bool) bool {
 }
 
 // checkGoBlock type-checks a Go block of a page against the packages of
-// today: its statements as the body of func(ctx context.Context) error,
-// its imports beside the usual ones, and the declarations of its "go:"
-// comment. What Go accepts but flags (an unused variable or import) is no
-// error in an excerpt.
+// today: its statements as the body of func(ctx context.Context) error
+// (or, for a block that declares functions, such as a test as it stands in
+// a file of its own, its declarations, with testing and diskertest beside
+// the usual imports), its imports beside the usual ones, and the
+// declarations of its "go:" comment. What Go accepts but flags (an unused
+// variable or import) is no error in an excerpt.
 func checkGoBlock(t *testing.T, root string, b docBlock) {
 	t.Helper()
 	var imports, body []string
@@ -632,8 +634,14 @@ func checkGoBlock(t *testing.T, root string, b docBlock) {
 			body = append(body, l)
 		}
 	}
-	for _, std := range []string{`"context"`, `"errors"`, `"fmt"`, `"net/http"`, `"time"`,
-		`"github.com/diskerhq/disker"`, `"github.com/diskerhq/disker/pool"`} {
+	usual := []string{`"context"`, `"errors"`, `"fmt"`, `"net/http"`, `"time"`,
+		`"github.com/diskerhq/disker"`, `"github.com/diskerhq/disker/pool"`}
+	i := slices.IndexFunc(body, func(l string) bool { return strings.TrimSpace(l) != "" })
+	topLevel := i >= 0 && strings.HasPrefix(body[i], "func ")
+	if topLevel {
+		usual = append(usual, `"testing"`, `"github.com/diskerhq/disker/diskertest"`)
+	}
+	for _, std := range usual {
 		if !slices.Contains(imports, std) {
 			imports = append(imports, std)
 		}
@@ -643,10 +651,8 @@ func checkGoBlock(t *testing.T, root string, b docBlock) {
 		decls = ""
 	}
 	code := "\n\nfunc example(ctx context.Context) error {\n" + strings.Join(body, "\n") + "\n\treturn nil\n}\n"
-	if first := strings.TrimSpace(strings.Join(body, "\n")); strings.HasPrefix(first, "func ") {
-		// Declarations (a test of the kit's): as they are, in a test file.
+	if topLevel {
 		code = "\n\n" + strings.Join(body, "\n") + "\n"
-		imports = append(imports, `"testing"`, `"github.com/diskerhq/disker/diskertest"`)
 	}
 	src := "package example\n\nimport (\n\t" + strings.Join(imports, "\n\t") + "\n)\n\n" + decls + code
 	fset := token.NewFileSet()

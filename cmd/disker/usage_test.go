@@ -65,7 +65,7 @@ var usageCases = map[string]usageCase{
 	"resume":          {args: []string{"resume", "r"}, required: []requiredPart{{[]string{"r"}, "RECEIVER"}}, envUnused: map[string]string{"receiver": "RECEIVER is on the command line"}},
 	"send": {args: []string{"send", "--to", "r", "hi"}, required: []requiredPart{
 		{[]string{"--to", "r"}, "--to"}, {[]string{"hi"}, "DATA"}},
-		envUnused: map[string]string{"receiver": "--to is on the command line", "idempotency-key": "it goes with --wait", "file": "DATA is on the command line"}},
+		envUnused: map[string]string{"receiver": "--to is on the command line", "file": "DATA is on the command line"}},
 	"worker": {args: []string{"worker", "--receiver", "r", "--exec", "cat"}, required: []requiredPart{
 		{[]string{"--receiver", "r"}, "--receiver"}, {[]string{"--exec", "cat"}, "--exec or --http"}}},
 	"gateway": {args: []string{"gateway", "--receiver", "r", "--listen", "127.0.0.1:0"}, required: []requiredPart{{[]string{"--receiver", "r"}, "--receiver"}}},
@@ -79,7 +79,7 @@ var (
 		"tls-ca": "ca.pem", "tls-cert": "c.pem", "tls-key": "k.pem", "tls-server-name": "redis.example",
 		"receiver": "bad name", "to": "bad name", "from": "_inbox", "exec": "'unterminated", "http": "ftp://x",
 		"exec-env": "HOME", "admin": "notaport", "listen": "nope", "priority": "urgent", "at": "tomorrow",
-		"header": "novalue", "file": "missing.jsonl", "dedup-key": "", "idempotency-key": "", "missed": "all",
+		"header": "novalue", "file": "missing.jsonl", "dedup-key": "", "idempotency-key": "", "group": "", "missed": "all",
 		"tz": "Mars/Olympus", "cron": "0 25 * * *", "basic-auth": "nocolon", "basic-auth-file": "missing",
 		"token-file": "missing",
 	}

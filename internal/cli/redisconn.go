@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -280,7 +281,10 @@ func diagnose(ctx context.Context, addr string, tc *tls.Config) string {
 }
 
 // flagError names, in a validation error of a Config field, the flag and
-// variable that set it.
+// variable that set it, and in one of an option (a combination of send
+// options the library refuses, with its reason), the flags that set them:
+// "invalid --delay: --delay and --at both give the message a due time:
+// give one".
 func flagError(err error) error {
 	s := strings.TrimPrefix(err.Error(), "disker: ")
 	for field, flag := range map[string]string{
@@ -291,5 +295,33 @@ func flagError(err error) error {
 	} {
 		s = strings.ReplaceAll(s, field, flag)
 	}
-	return errors.New(s)
+	s = optionName.ReplaceAllStringFunc(s, func(name string) string {
+		if flag, ok := optionFlags[name]; ok {
+			return flag
+		}
+		return name
+	})
+	// A batch names the message by its index in the batch: the command
+	// names its line itself.
+	return errors.New(batchIndex.ReplaceAllString(s, ""))
+}
+
+var (
+	optionName = regexp.MustCompile(`\bWith[A-Z][A-Za-z]*(\.[a-z]+)?`)
+	batchIndex = regexp.MustCompile(`\bmsgs\[[0-9]+\]: `)
+)
+
+// optionFlags are the flags that set the library's options.
+var optionFlags = map[string]string{
+	"WithTimeout":          "--timeout",
+	"WithDelay":            "--delay",
+	"WithDeliverAt":        "--at",
+	"WithPriority":         "--priority",
+	"WithDedupKey":         "--dedup-key",
+	"WithIdempotencyKey":   "--idempotency-key",
+	"WithGroup":            "--group",
+	"WithExpiry":           "--expiry",
+	"WithGroupConcurrency": "--group-concurrency",
+	"WithGroupRate.rate":   "--group-rate",
+	"WithGroupRate.burst":  "--group-burst",
 }

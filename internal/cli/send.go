@@ -37,13 +37,17 @@ type sendOptions struct {
 	dedupKey      string
 	dedupTTL      time.Duration
 	idemKey       string
-	// dedupSet, dedupTTLSet and idemSet say the flags were given (an
-	// empty key given is an error, not no key).
-	dedupSet, dedupTTLSet, idemSet bool
-	priority                       string
-	delay                          time.Duration
-	at                             string
-	later                          []disker.SendOption // from --delay or --at
+	group         string
+	// dedupSet, dedupTTLSet, idemSet and groupSet say the flags were
+	// given (an empty key given is an error, not no key).
+	dedupSet, dedupTTLSet, idemSet, groupSet bool
+	priority                                 string
+	delay                                    time.Duration
+	at                                       string
+	expiry                                   time.Duration
+	// common are the options of every message: --priority, --delay,
+	// --at and --expiry.
+	common []disker.SendOption
 }
 
 func (a *app) sendCommand() *cobra.Command {
@@ -66,8 +70,20 @@ Without --wait, send prints the message id once Redis has accepted it.
 --delay 10m or --at 2026-12-24T18:00:00Z defers the message: it is
 delivered to no worker before that time by Redis's clock, counts as
 deferred in "disker stats", and can be cancelled with "disker cancel". A
-time that has passed delivers it now. With --wait, --timeout counts from the
-delivery.
+time that has passed delivers it now. --timeout counts from the delivery, and
+so does --expiry, after which a message that no worker started is dropped.
+
+--group KEY puts the message in the receiver's group KEY: the messages of
+one key are handled one at a time (or --group-concurrency at a time, as the
+workers say), in the order they were sent, while other keys run in
+parallel. --dedup-key sends the message only if no other with the key went
+to the receiver within --dedup-ttl; --idempotency-key makes sends with the
+key one send (with --wait, one run of the handler and one reply).
+
+The flags combine: a message can be deferred, urgent, keyed, deduplicated,
+timed and expiring at once. A combination that cannot mean anything is a
+usage error that says why.
+
 With --wait, when no live worker serves NAME, send says so on stderr at once
 and waits all the same (a worker may start); --require-worker makes it fail
 at once instead. A reply printed to a terminal ends with a newline.
@@ -78,9 +94,15 @@ object:
   {"content": {"any": "json"}}                content as that JSON, compact
   {"content_base64": "AAEC"}                  binary content
   {"headers": {"k": "v"}, "to": "other", "timeout": "5s"}   optional
+  {"group": "k", "dedup_key": "k", "idempotency_key": "k"}  optional keys
+A line's "group" wins over --group; its "dedup_key" and "idempotency_key"
+are its own (the flags are the key of one message, not of a file). With
+group keys, the lines are sent in the order of the file.
 A progress bar shows on stderr when it is a terminal. With --wait, each
 result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
-({"reply_base64":...} for a reply that is not UTF-8) or {"line":N,"error":"..."}; up to --concurrency messages are in flight at once.`),
+({"reply_base64":...} for a reply that is not UTF-8), {"line":N,"error":"..."},
+or {"line":N,"duplicate_of":"ID"} for a line whose "dedup_key" was taken; up
+to --concurrency messages are in flight at once.`),
 		Example: `  disker send --to upper --wait hello
   disker send --to jobs --fire-and-forget '{"job": 42}'
   disker send --to thumbs --wait --timeout 30s @photo.jpg > thumb.png
@@ -89,11 +111,12 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
   disker send --to greetings --at 2026-12-24T18:00:00Z 'merry christmas'
   disker send --to jobs --file jobs.jsonl
   disker send --to jobs --priority high '{"job": 1}'
+  disker send --to orders --group customer-7 --delay 1m '{"order": 12}'
   disker send --to upper --wait --concurrency 16 --file requests.jsonl > replies.jsonl`,
 		Args: upTo(0, "DATA"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			o.dedupSet, o.dedupTTLSet = cmd.Flags().Changed("dedup-key"), cmd.Flags().Changed("dedup-ttl")
-			o.idemSet = cmd.Flags().Changed("idempotency-key")
+			o.idemSet, o.groupSet = cmd.Flags().Changed("idempotency-key"), cmd.Flags().Changed("group")
 			return a.runSend(cmd.Context(), o, args)
 		}),
 	}
@@ -109,26 +132,33 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
 	fs.IntVar(&o.concurrency, "concurrency", 8, "with --file, how many requests (with --wait) or batches of 100 messages (without) to have in flight at once")
 	fs.StringArrayVar(&o.headers, "header", nil, "message header KEY=VALUE (repeatable)")
 	fs.Var(&o.maxMsgSize, "max-message-size", "largest content accepted")
-	fs.StringVar(&o.dedupKey, "dedup-key", "", "send only if no message with this key went to the receiver within --dedup-ttl (not with --wait or --file)")
-	fs.DurationVar(&o.dedupTTL, "dedup-ttl", time.Hour, "with --dedup-key, how long after the first send another with the key is a duplicate")
-	fs.StringVar(&o.idemKey, "idempotency-key", "", "with --wait, requests with this key share one run of the handler and its reply")
+	fs.StringVar(&o.dedupKey, "dedup-key", "", `send only if no message with this key went to the receiver within --dedup-ttl (not with --file: give each line its "dedup_key")`)
+	fs.DurationVar(&o.dedupTTL, "dedup-ttl", time.Hour, "with --dedup-key (or the lines' keys of --file), how long after the first send another with the key is a duplicate")
+	fs.StringVar(&o.idemKey, "idempotency-key", "", `sends with this key within 24h are one send: one message, and with --wait one run of the handler and its reply (not with --file: give each line its "idempotency_key")`)
+	fs.StringVar(&o.group, "group", "", `the messages' group key: the messages of one key are handled one at a time, in the order sent (a line's "group" wins)`)
 	fs.StringVar(&o.priority, "priority", "normal", "the messages' priority: high, normal or low (a worker takes every waiting message of a higher level first)")
 	fs.DurationVar(&o.delay, "delay", 0, "send for later: deliver after this delay (Redis time)")
 	fs.StringVar(&o.at, "at", "", "send for later: deliver at this time, RFC 3339 (Redis time)")
+	fs.DurationVar(&o.expiry, "expiry", 0, "drop the message if no worker started it within this long of its delivery (0: never)")
 	o.conn.register(fs)
 	needs(cmd, "concurrency", "file")
 	needs(cmd, "require-worker", "wait")
 	needs(cmd, "timeout", "wait", "from") // a fire-and-forget message has no timeout
-	needs(cmd, "dedup-ttl", "dedup-key")
-	needs(cmd, "idempotency-key", "wait")
+	needs(cmd, "dedup-ttl", "dedup-key", "file")
 	return cmd
 }
 
-// laterOptions checks --delay and --at and sets o.later.
-func (o *sendOptions) laterOptions() error {
+// commonOptions checks the flags that set an option of every message
+// (--priority, --delay, --at, --expiry) and sets o.common. Each flag's value
+// is checked here, before Redis is reached; whether the options go
+// together is the library's to say when the message is sent.
+func (o *sendOptions) commonOptions() error {
+	prio, err := parsePriority(o.priority)
+	if err != nil {
+		return err
+	}
+	o.common = []disker.SendOption{disker.WithPriority(prio)}
 	switch {
-	case o.delay != 0 && o.at != "":
-		return usagef("--delay and --at exclude each other")
 	case o.delay < 0:
 		return usagef("invalid --delay %v: must be >= 0", o.delay)
 	case o.delay > 0 && o.delay < time.Millisecond:
@@ -136,16 +166,25 @@ func (o *sendOptions) laterOptions() error {
 	case o.delay > disker.MaxDelay:
 		return usagef("invalid --delay %v: over the limit of %v", o.delay, disker.MaxDelay)
 	case o.delay > 0:
-		o.later = []disker.SendOption{disker.WithDelay(o.delay)}
-	case o.at != "":
+		o.common = append(o.common, disker.WithDelay(o.delay))
+	}
+	if o.at != "" {
 		t, err := time.Parse(time.RFC3339Nano, o.at)
 		if err != nil {
 			return usagef("invalid --at %q: want an RFC 3339 time such as 2026-12-24T18:00:00Z", o.at)
 		}
 		if t.Year() > 9999 || t.Year() < 1970 {
-			return usagef("invalid --at %q: out of range", o.at)
+			return usagef("invalid --at %q: out of range (years 1970 to 9999)", o.at)
 		}
-		o.later = []disker.SendOption{disker.WithDeliverAt(t)}
+		o.common = append(o.common, disker.WithDeliverAt(t))
+	}
+	switch {
+	case o.expiry < 0 || o.expiry > 0 && o.expiry < time.Millisecond:
+		return usagef("invalid --expiry %v: must be at least 1ms (0: none)", o.expiry)
+	case o.expiry > disker.MaxDelay:
+		return usagef("invalid --expiry %v: over the limit of %v", o.expiry, disker.MaxDelay)
+	case o.expiry > 0:
+		o.common = append(o.common, disker.WithExpiry(o.expiry))
 	}
 	return nil
 }
@@ -157,8 +196,24 @@ type outgoing struct {
 	content []byte
 	headers map[string]string
 	timeout time.Duration
-	prio    disker.Priority
-	later   []disker.SendOption // --delay or --at
+	// The message's keys: "" for none.
+	group, dedupKey, idemKey string
+}
+
+// options returns the send options of m: those of every message, then
+// its own.
+func (o *sendOptions) options(m *outgoing) []disker.SendOption {
+	opts := append(slices.Clip(o.common), disker.WithTimeout(m.timeout))
+	if m.group != "" {
+		opts = append(opts, disker.WithGroup(m.group))
+	}
+	if m.dedupKey != "" {
+		opts = append(opts, disker.WithDedupKey(m.dedupKey, o.dedupTTL))
+	}
+	if m.idemKey != "" {
+		opts = append(opts, disker.WithIdempotencyKey(m.idemKey))
+	}
+	return opts
 }
 
 // parsePriority reads a --priority value: high, normal, low, or 1, 0, -1.
@@ -192,28 +247,24 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 	if err := checkName("to", o.to); err != nil {
 		return err
 	}
-	prio, err := parsePriority(o.priority)
-	if err != nil {
-		return err
-	}
-	if prio != disker.PriorityNormal && (o.delay != 0 || o.at != "") {
-		return usagef("--priority does not go with --delay or --at: a message sent for later is delivered at the normal level")
-	}
 	modes := 0
 	for _, on := range []bool{o.wait, o.fireAndForget, o.from != ""} {
 		if on {
 			modes++
 		}
 	}
-	switch {
-	case modes > 1:
+	if modes > 1 {
+		// One reply goes to one place.
 		return usagef("--wait, --from and --fire-and-forget exclude each other")
-	case o.from != "":
+	}
+	if o.from != "" {
 		if err := checkName("from", o.from); err != nil {
 			return err
 		}
-	case o.timeout < 0:
-		return usagef("invalid --timeout %v: must be >= 0", o.timeout)
+	}
+	switch {
+	case o.timeout < 0 || o.timeout > 0 && o.timeout < time.Millisecond:
+		return usagef("invalid --timeout %v: must be at least 1ms", o.timeout)
 	case o.concurrency < 1:
 		return usagef("invalid --concurrency %d: must be >= 1", o.concurrency)
 	case o.file != "" && len(args) > 0:
@@ -221,10 +272,10 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 	case o.file == "" && len(args) == 0:
 		return usagef("nothing to send: give DATA, @FILE, - or --file")
 	}
-	if err := checkFlowFlags(o); err != nil {
+	if err := o.checkKeys(); err != nil {
 		return err
 	}
-	if err := o.laterOptions(); err != nil {
+	if err := o.commonOptions(); err != nil {
 		return err
 	}
 	if o.wait && o.timeout == 0 {
@@ -252,7 +303,7 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 		if err != nil {
 			return err
 		}
-		msgs = []outgoing{{to: o.to, content: content, timeout: o.timeout}}
+		msgs = []outgoing{{to: o.to, content: content, timeout: o.timeout, group: o.group, dedupKey: o.dedupKey, idemKey: o.idemKey}}
 	}
 	for i, m := range msgs {
 		// Checked here rather than refused by Send once connected.
@@ -262,8 +313,6 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 			}
 			return usagef("the content is %d bytes, over --max-message-size %v", n, &o.maxMsgSize)
 		}
-		msgs[i].prio = prio
-		msgs[i].later = o.later
 		for k, v := range headers {
 			if msgs[i].headers == nil {
 				msgs[i].headers = map[string]string{}
@@ -284,34 +333,38 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 	return a.sendMany(ctx, d, o, msgs)
 }
 
-// checkFlowFlags checks --dedup-key, --dedup-ttl and --idempotency-key.
-func checkFlowFlags(o *sendOptions) error {
-	dedup := o.dedupSet || o.dedupTTLSet
+// checkKeys checks the keys of --dedup-key, --idempotency-key and --group,
+// and --dedup-ttl.
+func (o *sendOptions) checkKeys() error {
 	switch {
-	case dedup && o.dedupKey == "":
-		return usagef("invalid --dedup-key: must not be empty")
-	case dedup && len(o.dedupKey) > disker.MaxKeyLen:
-		return usagef("invalid --dedup-key: %d bytes, over the limit of %d", len(o.dedupKey), disker.MaxKeyLen)
-	case dedup && o.dedupTTL < time.Millisecond:
-		return usagef("invalid --dedup-ttl %v: must be >= 1ms", o.dedupTTL)
-	case dedup && o.wait:
-		return usagef("--dedup-key does not go with --wait: use --idempotency-key")
-	case dedup && o.file != "":
-		return usagef("--dedup-key does not go with --file: it is the key of one message")
-	case dedup && o.timeout > 0:
-		return usagef("--dedup-key does not go with --timeout")
-	case dedup && (o.delay != 0 || o.at != ""):
-		return usagef("--dedup-key does not go with --delay or --at")
-	case o.idemSet && (o.delay != 0 || o.at != ""):
-		return usagef("--idempotency-key does not go with --delay or --at")
-	case o.idemSet && o.idemKey == "":
-		return usagef("invalid --idempotency-key: must not be empty")
-	case o.idemKey != "" && o.file != "":
-		return usagef("--idempotency-key does not go with --file: it is the key of one request")
-	case len(o.idemKey) > disker.MaxKeyLen:
-		return usagef("invalid --idempotency-key: %d bytes, over the limit of %d", len(o.idemKey), disker.MaxKeyLen)
+	case o.dedupSet && o.file != "":
+		return usagef(`--dedup-key does not go with --file: it is the key of one message; give each line its own "dedup_key"`)
+	case o.idemSet && o.file != "":
+		return usagef(`--idempotency-key does not go with --file: it is the key of one message; give each line its own "idempotency_key"`)
+	case (o.dedupSet || o.dedupTTLSet) && o.dedupTTL < time.Millisecond:
+		return usagef("invalid --dedup-ttl %v: must be at least 1ms", o.dedupTTL)
+	}
+	for _, k := range []struct {
+		flag, key string
+		set       bool
+	}{{"dedup-key", o.dedupKey, o.dedupSet}, {"idempotency-key", o.idemKey, o.idemSet}, {"group", o.group, o.groupSet}} {
+		if why := keyProblem(k.key); k.set && why != "" {
+			return usagef("invalid --%s: %s", k.flag, why)
+		}
 	}
 	return nil
+}
+
+// keyProblem says what is wrong with a key of a message (a dedup,
+// idempotency or group key): "" when nothing is.
+func keyProblem(key string) string {
+	switch {
+	case key == "":
+		return "must not be empty"
+	case len(key) > disker.MaxKeyLen:
+		return fmt.Sprintf("%d bytes, over the limit of %d", len(key), disker.MaxKeyLen)
+	}
+	return ""
 }
 
 // readData returns the content named by arg: DATA, @FILE or - (stdin).
@@ -359,13 +412,16 @@ func (a *app) readJSONL(path string, o *sendOptions) ([]outgoing, error) {
 			Headers       map[string]string `json:"headers"`
 			To            string            `json:"to"`
 			Timeout       string            `json:"timeout"`
+			Group         *string           `json:"group"`
+			DedupKey      *string           `json:"dedup_key"`
+			IdemKey       *string           `json:"idempotency_key"`
 		}
 		dec := json.NewDecoder(strings.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rec); err != nil {
 			return nil, usagef("%s:%d: not a message object: %s", path, n, jsonReason(err))
 		}
-		m := outgoing{line: n, to: o.to, headers: rec.Headers, timeout: o.timeout}
+		m := outgoing{line: n, to: o.to, headers: rec.Headers, timeout: o.timeout, group: o.group}
 		switch {
 		case rec.ContentBase64 != nil && rec.Content != nil:
 			return nil, usagef("%s:%d: give content or content_base64, not both", path, n)
@@ -393,13 +449,26 @@ func (a *app) readJSONL(path string, o *sendOptions) ([]outgoing, error) {
 		}
 		if rec.Timeout != "" {
 			t, err := time.ParseDuration(rec.Timeout)
-			if err != nil || t < 0 {
-				return nil, usagef("%s:%d: invalid timeout %q", path, n, rec.Timeout)
+			if err != nil || t < 0 || t > 0 && t < time.Millisecond {
+				return nil, usagef("%s:%d: invalid timeout %q: want a duration of at least 1ms, such as \"5s\"", path, n, rec.Timeout)
 			}
 			m.timeout = t
 			if t > 0 && !o.wait && o.from == "" {
 				return nil, usagef("%s:%d: a timeout needs --wait or --from: a fire-and-forget message has no timeout", path, n)
 			}
+		}
+		for _, k := range []struct {
+			field string
+			key   *string
+			set   *string
+		}{{"group", rec.Group, &m.group}, {"dedup_key", rec.DedupKey, &m.dedupKey}, {"idempotency_key", rec.IdemKey, &m.idemKey}} {
+			if k.key == nil {
+				continue
+			}
+			if why := keyProblem(*k.key); why != "" {
+				return nil, usagef("%s:%d: invalid %s: %s", path, n, k.field, why)
+			}
+			*k.set = *k.key
 		}
 		if o.wait && m.timeout == 0 {
 			m.timeout = 30 * time.Second
@@ -442,15 +511,16 @@ func compactJSON(raw json.RawMessage) []byte {
 
 // sendOne sends one message as o says and prints the id or the reply.
 func (a *app) sendOne(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing) error {
+	var dup *disker.DuplicateError
 	if o.wait {
 		if err := a.checkWorkers(ctx, d, m.to, o.needWorker); err != nil {
 			return err
 		}
-		var opts []disker.SendOption
-		if o.idemKey != "" {
-			opts = append(opts, disker.WithIdempotencyKey(o.idemKey))
+		reply, err := a.request(ctx, d, o, m)
+		if errors.As(err, &dup) {
+			a.notSent(dup, "; there is no reply to wait for")
+			return nil
 		}
-		reply, err := a.request(ctx, d, m, opts...)
 		if err != nil {
 			return err
 		}
@@ -461,11 +531,10 @@ func (a *app) sendOne(ctx context.Context, d *disker.Disker, o *sendOptions, m o
 		_, err = a.stdout.Write(reply)
 		return err
 	}
-	id, err := a.sendAsync(ctx, d, o, m)
-	var dup *disker.DuplicateError
+	id, err := d.Send(ctx, asyncMessage(o, m), o.options(&m)...)
 	if errors.As(err, &dup) {
 		// Not a failure: the message the key stands for is queued.
-		fmt.Fprintf(a.stderr, "disker: not sent: a duplicate of message %s (--dedup-key %q, within --dedup-ttl)\n", dup.ID, dup.Key)
+		a.notSent(dup, "")
 		fmt.Fprintln(a.stdout, id)
 		return nil
 	}
@@ -474,6 +543,11 @@ func (a *app) sendOne(ctx context.Context, d *disker.Disker, o *sendOptions, m o
 	}
 	fmt.Fprintln(a.stdout, id)
 	return nil
+}
+
+// notSent says on stderr that a send was a duplicate, and more.
+func (a *app) notSent(dup *disker.DuplicateError, more string) {
+	fmt.Fprintf(a.stderr, "disker: not sent: a duplicate of message %s (--dedup-key %q, within --dedup-ttl)%s\n", dup.ID, dup.Key, more)
 }
 
 // checkWorkers says on stderr, at once, when no live worker serves
@@ -491,12 +565,13 @@ func (a *app) checkWorkers(ctx context.Context, d *disker.Disker, receiver strin
 	return nil
 }
 
-func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing, opts ...disker.SendOption) ([]byte, error) {
+// request sends m as a request, with extra options after m's, and
+// returns the content of its reply.
+func (a *app) request(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing, extra ...disker.SendOption) ([]byte, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The timeout counts from the delivery (--delay, --at).
-	opts = append(append([]disker.SendOption{disker.WithTimeout(m.timeout), disker.WithPriority(m.prio)}, m.later...), opts...)
-	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers}, opts...)
+	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers}, append(o.options(&m), extra...)...)
 	var re *disker.RemoteError
 	switch {
 	case err == nil:
@@ -506,20 +581,14 @@ func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing, opts ..
 		return nil, fmt.Errorf("the message failed on every attempt and went to the dead letters of %q: %s (see 'disker dlq list --receiver %s')", m.to, re.Text, m.to)
 	case errors.As(err, &re) && re.Code == disker.CodeCancelled:
 		return nil, fmt.Errorf("the message was cancelled (disker cancel) before a worker of %q answered", m.to)
+	case errors.As(err, &re) && re.Code == disker.CodeExpired:
+		return nil, fmt.Errorf("the message expired: no worker of %q started it within --expiry %v of its delivery", m.to, o.expiry)
 	case errors.As(err, &re):
 		return nil, fmt.Errorf("a worker of %q answered with an error (%s): %s", m.to, re.Code, re.Text)
 	default:
 		return nil, err
 	}
 	return reply.Content, nil
-}
-
-func (a *app) sendAsync(ctx context.Context, d *disker.Disker, o *sendOptions, m outgoing) (string, error) {
-	opts := append([]disker.SendOption{disker.WithPriority(m.prio)}, m.later...)
-	if o.dedupKey != "" {
-		return d.Send(ctx, asyncMessage(o, m), append(opts, disker.WithDedupKey(o.dedupKey, o.dedupTTL))...)
-	}
-	return d.Send(ctx, asyncMessage(o, m), append(opts, disker.WithTimeout(m.timeout))...)
 }
 
 // asyncMessage is the message of m sent without waiting for a reply: from
@@ -534,60 +603,51 @@ func asyncMessage(o *sendOptions, m outgoing) disker.Message {
 }
 
 // sendBatchSize is how many lines of a --file without --wait go in one
-// SendBatch.
+// SendEach.
 const sendBatchSize = 100
 
-// sendAsyncBatch sends ms, in order, with one SendBatch per run of
-// messages with the same timeout, and returns the id or the error of each.
-func (a *app) sendAsyncBatch(ctx context.Context, d *disker.Disker, o *sendOptions, ms []outgoing) ([]string, []error) {
-	ids := make([]string, 0, len(ms))
-	errs := make([]error, 0, len(ms))
-	for len(ms) > 0 {
-		n := 1
-		for n < len(ms) && ms[n].timeout == ms[0].timeout && ms[n].prio == ms[0].prio {
-			n++
-		}
-		i, e := a.sendAsyncRun(ctx, d, o, ms[:n])
-		ids, errs = append(ids, i...), append(errs, e...)
-		ms = ms[n:]
-	}
-	return ids, errs
-}
-
-// sendAsyncRun sends ms, which share a timeout, with one SendBatch and
-// returns the id or the error of each. If the batch is refused as a whole
-// (a message fails validation), it sends them one by one, so that each
-// line gets its own answer.
-func (a *app) sendAsyncRun(ctx context.Context, d *disker.Disker, o *sendOptions, ms []outgoing) ([]string, []error) {
-	timeout := append([]disker.SendOption{disker.WithTimeout(ms[0].timeout), disker.WithPriority(ms[0].prio)}, ms[0].later...)
-	msgs := make([]disker.Message, len(ms))
-	for i, m := range ms {
-		msgs[i] = asyncMessage(o, m)
+// sendAsyncBatch sends ms, in order, with one SendEach, and returns the
+// error of each: nil for a message sent, a *disker.DuplicateError for a
+// duplicate.
+func (a *app) sendAsyncBatch(ctx context.Context, d *disker.Disker, o *sendOptions, ms []outgoing) []error {
+	out := make([]disker.Outgoing, len(ms))
+	for i := range ms {
+		out[i] = disker.Outgoing{Message: asyncMessage(o, ms[i]), Options: o.options(&ms[i])}
 	}
 	errs := make([]error, len(ms))
-	ids, err := d.SendBatch(ctx, msgs, timeout...)
+	_, err := d.SendEach(ctx, out)
 	var be *disker.BatchError
-	var ve *disker.ValidationError
 	switch {
 	case err == nil:
 	case errors.As(err, &be):
 		copy(errs, be.Errs)
-	case errors.As(err, &ve):
-		ids = make([]string, len(ms))
-		for i := range msgs {
-			ids[i], errs[i] = d.Send(ctx, msgs[i], timeout...)
-		}
 	default:
-		ids = make([]string, len(ms))
 		for i := range errs {
 			errs[i] = err
 		}
 	}
-	return ids, errs
+	return errs
+}
+
+// closedChan is a channel closed from the start.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// sendJob is one batch of sendMany (one message with --wait).
+type sendJob struct {
+	batch []outgoing
+	// turn is closed once the job before it is sent, when the order of
+	// the sends counts; sent is closed once this one is.
+	turn <-chan struct{}
+	sent chan struct{}
 }
 
 // sendMany sends msgs with up to o.concurrency in flight, a progress bar on
-// a terminal, and (with --wait) one JSON line per result on stdout.
+// a terminal, and (with --wait) one JSON line per result on stdout. When a
+// message has a group key, they are sent in the order of the file, so that
+// a key's messages are handled in that order: each batch (each request,
+// with --wait) is sent once the one before it was, while the replies of
+// the requests before it are still awaited. A combination of flags that
+// the library refuses stops the sends: it is the same for every line.
 func (a *app) sendMany(ctx context.Context, d *disker.Disker, o *sendOptions, msgs []outgoing) error {
 	if o.wait {
 		var checked []string
@@ -601,20 +661,25 @@ func (a *app) sendMany(ctx context.Context, d *disker.Disker, o *sendOptions, ms
 			}
 		}
 	}
+	ordered := slices.ContainsFunc(msgs, func(m outgoing) bool { return m.group != "" })
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
 	bar := newProgress(a.stderr, len(msgs))
 	defer bar.finish()
 	var (
-		mu     sync.Mutex
-		failed int
-		first  error
-		enc    = json.NewEncoder(a.stdout)
+		mu          sync.Mutex
+		failed, dup int
+		first       error
+		refused     error // a *disker.ValidationError: the flags do not go together
+		enc         = json.NewEncoder(a.stdout)
 	)
 	type result struct {
 		Line  int     `json:"line"`
-		ID    string  `json:"id,omitempty"`
 		Reply *string `json:"reply,omitempty"`
 		// ReplyBase64 holds a reply that is not valid UTF-8.
 		ReplyBase64 string `json:"reply_base64,omitempty"`
+		// DuplicateOf is the message a line with a "dedup_key" duplicates.
+		DuplicateOf string `json:"duplicate_of,omitempty"`
 		Error       string `json:"error,omitempty"`
 	}
 	// Without --wait, each worker sends sendBatchSize lines at a time.
@@ -622,38 +687,56 @@ func (a *app) sendMany(ctx context.Context, d *disker.Disker, o *sendOptions, ms
 	if !o.wait {
 		size = sendBatchSize
 	}
-	work := make(chan []outgoing)
+	work := make(chan sendJob)
 	var wg sync.WaitGroup
 	for range min(o.concurrency, (len(msgs)+size-1)/size) {
 		wg.Go(func() {
-			for batch := range work {
-				var ids []string
+			for job := range work {
+				select {
+				case <-job.turn:
+				case <-sctx.Done():
+				}
+				batch := job.batch
 				var errs []error
 				var replies [][]byte
 				if o.wait {
-					ids, errs, replies = make([]string, len(batch)), make([]error, len(batch)), make([][]byte, len(batch))
+					errs, replies = make([]error, len(batch)), make([][]byte, len(batch))
+					var once sync.Once
+					sent := func(string) { once.Do(func() { close(job.sent) }) }
 					for i, m := range batch {
-						replies[i], errs[i] = a.request(ctx, d, m)
+						replies[i], errs[i] = a.request(sctx, d, o, m, disker.WithOnSent(sent))
 					}
+					sent("") // not sent at all
 				} else {
-					ids, errs = a.sendAsyncBatch(ctx, d, o, batch)
+					errs = a.sendAsyncBatch(sctx, d, o, batch)
+					close(job.sent)
 				}
 				mu.Lock()
 				for i, m := range batch {
-					res := result{Line: m.line, ID: ids[i]}
-					if err := errs[i]; err != nil {
+					res := result{Line: m.line}
+					var de *disker.DuplicateError
+					var ve *disker.ValidationError
+					switch err := errs[i]; {
+					case errors.As(err, &ve):
+						if refused == nil {
+							refused = err
+							stop()
+						}
+						continue
+					case errors.As(err, &de):
+						res.DuplicateOf = de.ID
+						dup++
+					case err != nil:
 						res.Error = oneLine(err.Error())
 						failed++
 						if first == nil {
 							first = fmt.Errorf("line %d: %w", m.line, err)
 						}
-					} else if o.wait {
-						if utf8.Valid(replies[i]) {
-							s := string(replies[i])
-							res.Reply = &s
-						} else {
-							res.ReplyBase64 = base64.StdEncoding.EncodeToString(replies[i])
-						}
+					case o.wait && utf8.Valid(replies[i]):
+						s := string(replies[i])
+						res.Reply = &s
+					case o.wait:
+						res.ReplyBase64 = base64.StdEncoding.EncodeToString(replies[i])
 					}
 					if o.wait {
 						_ = enc.Encode(res)
@@ -664,23 +747,34 @@ func (a *app) sendMany(ctx context.Context, d *disker.Disker, o *sendOptions, ms
 			}
 		})
 	}
+	turn := (<-chan struct{})(closedChan)
 loop:
 	for batch := range slices.Chunk(msgs, size) {
+		job := sendJob{batch: batch, turn: closedChan, sent: make(chan struct{})}
+		if ordered {
+			job.turn, turn = turn, job.sent
+		}
 		select {
-		case work <- batch:
-		case <-ctx.Done():
+		case work <- job:
+		case <-sctx.Done():
 			break loop
 		}
 	}
 	close(work)
 	wg.Wait()
 	bar.finish()
-	sent := len(msgs) - failed
-	if ctx.Err() != nil {
+	switch {
+	case refused != nil:
+		return refused
+	case ctx.Err() != nil:
 		return fmt.Errorf("interrupted: %d of %d messages done", bar.done(), len(msgs))
 	}
 	if !o.wait {
-		fmt.Fprintf(a.stderr, "sent %d of %d messages to %s\n", sent, len(msgs), o.to)
+		line := fmt.Sprintf("sent %d of %d messages to %s", len(msgs)-failed-dup, len(msgs), o.to)
+		if dup > 0 {
+			line += fmt.Sprintf("; not sent, as duplicates (their \"dedup_key\" was taken within --dedup-ttl): %d", dup)
+		}
+		fmt.Fprintln(a.stderr, line)
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d messages failed; first: %w", failed, len(msgs), first)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -37,19 +39,29 @@ func (a *app) statsCommand() *cobra.Command {
              waiting for a retry or for redelivery after a crash
   IN-FLIGHT  messages the live workers are handling (at their last heartbeat)
   DEAD       messages in the dead-letter stream (see "disker dlq")
+  DEFERRED   messages sent for later (send --delay, --at), not due yet
+  GROUPS     keyed messages (send --group) waiting behind their key, and
+             in how many keys: "120 (7 keys)"; - when none
+  EXPIRED    messages dropped because their deadline or expiry had passed
   RATE/S     messages handled per second by the receiver's workers: with
              --watch, between their last two heartbeats seen (a refresh
              faster than the heartbeat shows the latest known rate), else
              on average since they started
   WORKERS    live workers serving it
+  LIMITS     the limits its workers serve it with (worker --rate, ...)
+  PAUSED     yes while it is paused (see "disker pause")
 
 and the live workers: id, host, pid, receivers, concurrency, in flight,
 processed, failed, and how long they have been up. A worker is live while its
 heartbeats arrive (every 1s by default).
 
+With --receiver, the busiest group keys of each receiver named (up to 10,
+most waiting first) follow the receivers.
+
 --json prints the same as one JSON object (one per refresh with --watch).`),
 		Example: `  disker stats
   disker stats --receiver web --watch
+  disker stats --receiver orders   # and its busiest group keys
   disker stats --json | jq '.receivers[] | select(.dead_letters > 0)'`,
 		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
@@ -77,6 +89,29 @@ type receiverRow struct {
 	GlobalConcurrency int     `json:"global_concurrency,omitempty"`
 	RateLimit         float64 `json:"rate_limit,omitempty"`
 	RateBurst         int     `json:"rate_burst,omitempty"`
+	// BusiestGroups are its group keys with the most messages waiting,
+	// when the command names the receiver (--receiver).
+	BusiestGroups []groupLoad `json:"busiest_groups,omitempty"`
+}
+
+// groupLoad is a group key and the messages waiting behind it.
+type groupLoad struct {
+	Key     string `json:"key"`
+	Waiting int64  `json:"waiting"`
+}
+
+// busiestGroups is how many keys stats lists for a receiver named.
+const busiestGroups = 10
+
+// groups returns the GROUPS column of r: "-" when no keyed message waits.
+func (r *receiverRow) groups() string {
+	switch {
+	case r.GroupWaiting == 0:
+		return "-"
+	case r.GroupKeys == 1:
+		return fmt.Sprintf("%d (1 key)", r.GroupWaiting)
+	}
+	return fmt.Sprintf("%d (%d keys)", r.GroupWaiting, r.GroupKeys)
 }
 
 // limits returns the LIMITS column of r: "-" when none.
@@ -244,6 +279,15 @@ func takeSnapshot(ctx context.Context, d *disker.Disker, only []string, rates *r
 				row.RateLimit, row.RateBurst = r, w.RateBurst[name]
 			}
 		}
+		if len(only) > 0 && st.GroupKeys > 0 {
+			loads, err := d.BusiestGroups(ctx, name, busiestGroups)
+			if err != nil {
+				return nil, err
+			}
+			for _, l := range loads {
+				row.BusiestGroups = append(row.BusiestGroups, groupLoad{Key: l.Key, Waiting: l.Waiting})
+			}
+		}
 		snap.Receivers = append(snap.Receivers, row)
 	}
 	return snap, nil
@@ -258,15 +302,16 @@ func printStats(w io.Writer, s *statsSnapshot, recent bool) {
 		if recent {
 			rateHead = "RATE/S"
 		}
-		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\tDEFERRED\tEXPIRED\t%s\tWORKERS\tLIMITS\tPAUSED\n", rateHead)
+		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\tDEFERRED\tGROUPS\tEXPIRED\t%s\tWORKERS\tLIMITS\tPAUSED\n", rateHead)
 		for _, r := range s.Receivers {
 			paused := "no"
 			if r.Paused {
 				paused = "yes"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", r.Receiver, r.Length, r.queued(), r.Pending, r.InFlight, r.DeadLetters, r.Deferred, r.Expired, r.Rate, r.Workers, r.limits(), paused)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%.1f\t%d\t%s\t%s\n", r.Receiver, r.Length, r.queued(), r.Pending, r.InFlight, r.DeadLetters, r.Deferred, r.groups(), r.Expired, r.Rate, r.Workers, r.limits(), paused)
 		}
 	}
+	printBusiest(tw, s.Receivers)
 	fmt.Fprintln(tw)
 	if len(s.Workers) == 0 {
 		fmt.Fprintln(tw, "No live workers.")
@@ -286,4 +331,29 @@ func printStats(w io.Writer, s *statsSnapshot, recent bool) {
 		}
 	}
 	tw.Flush()
+}
+
+// printBusiest prints the busiest group keys of the receivers that have
+// them listed, one key a line: nothing when none has.
+func printBusiest(w io.Writer, rows []receiverRow) {
+	head := false
+	for _, r := range rows {
+		for _, g := range r.BusiestGroups {
+			if !head {
+				fmt.Fprintln(w)
+				fmt.Fprintln(w, "RECEIVER\tGROUP KEY\tWAITING")
+				head = true
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\n", r.Receiver, printable(g.Key), g.Waiting)
+		}
+	}
+}
+
+// printable returns key as it is when it prints as one word of a table,
+// else quoted (a key is any bytes).
+func printable(key string) string {
+	if utf8.ValidString(key) && !strings.ContainsFunc(key, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) || r == '"' }) {
+		return key
+	}
+	return strconv.Quote(key)
 }

@@ -39,6 +39,11 @@ type workerOptions struct {
 	global      int
 	rate        float64
 	burst       int
+	// The receiver's groups (disker send --group).
+	groupConc        int
+	groupRate        float64
+	groupBurst       int
+	groupSkipRetries bool
 }
 
 func (a *app) workerCommand() *cobra.Command {
@@ -75,6 +80,14 @@ after a quiet spell. A message over a limit waits in the queue: it is not
 fetched and uses no attempt. Both are kept in Redis, on Redis's clock; the
 slots of a worker that dies come back after its --lease.
 
+The messages sent with a group key (disker send --group KEY) are handled
+one at a time per key, in the order sent, across every worker;
+--group-concurrency N lets N of a key run at once, --group-rate R (with
+bursts of --group-burst) limits how many of a key start per second, and
+--group-skip-retries lets a key go on while one of its messages waits for a
+retry. These are the receiver's settings, in Redis, set by each worker as
+it starts: give every worker of the receiver the same ones.
+
 An error is retried with backoff; after --max-attempts deliveries the message
 moves to the dead-letter stream (see "disker dlq"). If a worker dies, its
 messages go to another worker once their --lease runs out.
@@ -92,6 +105,9 @@ exits 0. A second signal exits at once.`),
   # At most 5 at once and 200 per second across every worker of "mail"
   disker worker --receiver mail --global-concurrency 5 --rate 200 --burst 20 \
     --exec ./send-mail
+
+  # Each customer's orders one at a time, in order, at most 2 per second
+  disker worker --receiver orders --group-rate 2 --exec ./process-order
 
   # Serve HTTP requests from "disker gateway" with a local service
   disker worker --receiver web --http http://127.0.0.1:8000 --admin :9090`,
@@ -117,11 +133,16 @@ exits 0. A second signal exits at once.`),
 	fs.IntVar(&o.global, "global-concurrency", 0, "handle at most this many messages of the receiver at once across all its workers (0: no such limit)")
 	fs.Float64Var(&o.rate, "rate", 0, "start at most this many messages of the receiver per second across all its workers (0: no limit)")
 	fs.IntVar(&o.burst, "burst", 1, "with --rate, how many may start at once after a quiet spell")
+	fs.IntVar(&o.groupConc, "group-concurrency", 1, fmt.Sprintf("how many messages of one group key (send --group) may be out at once across all the receiver's workers, 1 to %d (1: in order)", disker.MaxGroupConcurrency))
+	fs.Float64Var(&o.groupRate, "group-rate", 0, "start at most this many messages of one group key per second across all the receiver's workers (0: no limit)")
+	fs.IntVar(&o.groupBurst, "group-burst", 1, "with --group-rate, how many of a key may start at once after a quiet spell")
+	fs.BoolVar(&o.groupSkipRetries, "group-skip-retries", false, "let a group key go on while one of its messages waits for a retry (default: the key waits for it)")
 	needs(cmd, "shell", "exec")
 	needs(cmd, "exec-timeout", "exec")
 	needs(cmd, "exec-env", "exec")
 	needs(cmd, "max-body", "http")
 	needs(cmd, "burst", "rate")
+	needs(cmd, "group-burst", "group-rate")
 	o.conn.register(fs)
 	o.adm.register(fs)
 	return cmd
@@ -159,6 +180,12 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 		return usagef("invalid --rate %v: must be > 0", o.rate)
 	case o.burst < 1:
 		return usagef("invalid --burst %d: must be >= 1", o.burst)
+	case o.groupConc < 1 || o.groupConc > disker.MaxGroupConcurrency:
+		return usagef("invalid --group-concurrency %d: must be in 1..%d", o.groupConc, disker.MaxGroupConcurrency)
+	case !(o.groupRate >= 0) || math.IsInf(o.groupRate, 1) || o.groupRate == 0 && a.set("group-rate"):
+		return usagef("invalid --group-rate %v: must be > 0", o.groupRate)
+	case o.groupBurst < 1:
+		return usagef("invalid --group-burst %d: must be >= 1", o.groupBurst)
 	}
 	maxMsg := int(o.maxMsgSize)
 	stopTracing, err := a.startTracing(ctx, "worker")
@@ -238,6 +265,13 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 	}
 	if o.rate > 0 {
 		opts = append(opts, disker.WithRateLimit(o.rate, o.burst))
+	}
+	opts = append(opts, disker.WithGroupConcurrency(o.groupConc))
+	if o.groupRate > 0 {
+		opts = append(opts, disker.WithGroupRate(o.groupRate, o.groupBurst))
+	}
+	if o.groupSkipRetries {
+		opts = append(opts, disker.WithGroupSkipRetries())
 	}
 	if err := d.Handle(o.receiver, a.traceHandler(h), opts...); err != nil {
 		_ = closeDisker(d, o.adm.shutdownTimeout)
