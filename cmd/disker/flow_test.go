@@ -167,6 +167,71 @@ func TestGatewayIdempotencyKey(t *testing.T) {
 	}
 }
 
+// TestGatewayGroup sends HTTP requests through a gateway, many at once
+// with one Disker-Group header and others without: the service sees the
+// keyed ones one at a time (the worker has 8 handlers), each client gets
+// its response, and a bad header is 400 before anything is sent.
+func TestGatewayGroup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var running, most, calls atomic.Int64
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Disker-Group") != "" {
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(10 * time.Millisecond)
+			running.Add(-1)
+		}
+		fmt.Fprintf(w, "call %d", calls.Add(1))
+	}))
+	t.Cleanup(svc.Close)
+	e.startWorker("--receiver", "acct", "--http", svc.URL, "--concurrency", "8")
+	_, g := e.startGateway("--receiver", "acct")
+	post := func(group string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, g+"/entry", strings.NewReader("1"))
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		if group != "-" {
+			req.Header.Set("Disker-Group", group)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			group := "account-7"
+			if i%4 == 0 {
+				group = "-"
+			}
+			if code, body := post(group); code != http.StatusOK {
+				t.Errorf("request %d: %d %s", i, code, body)
+			}
+		})
+	}
+	wg.Wait()
+	if m := most.Load(); m != 1 {
+		t.Fatalf("the service ran %d keyed requests at once, want 1", m)
+	}
+	for _, bad := range []string{"", strings.Repeat("k", 1025)} {
+		if code, body := post(bad); code != http.StatusBadRequest || !strings.Contains(body, "Disker-Group") {
+			t.Errorf("Disker-Group %.10q: %d %s, want 400 naming the header", bad, code, body)
+		}
+	}
+	if n := calls.Load(); n != 16 {
+		t.Fatalf("the service was called %d times, want 16", n)
+	}
+}
+
 // TestFlowUsage: bad values of the flow-control flags and commands are
 // usage errors (exit 2) that name the flag.
 func TestFlowUsage(t *testing.T) {

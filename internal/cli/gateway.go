@@ -262,6 +262,17 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 		}
 		opts = append(opts, disker.WithIdempotencyKey(key))
 	}
+	if key, ok := r.Header[groupHeader]; ok {
+		// Requests with the key run one at a time, in order (see
+		// disker.WithGroup).
+		switch {
+		case len(key) != 1 || key[0] == "":
+			return g.fail(w, r, http.StatusBadRequest, "the "+groupHeader+" header must be given once, not empty", nil)
+		case len(key[0]) > disker.MaxKeyLen:
+			return g.fail(w, r, http.StatusBadRequest, fmt.Sprintf("the %s header is over %d bytes", groupHeader, disker.MaxKeyLen), nil)
+		}
+		opts = append(opts, disker.WithGroup(key[0]))
+	}
 	reply, err := g.request(ctx, disker.Message{Receiver: g.receiver, Content: content, Headers: map[string]string{"request-id": reqID}}, opts...)
 	if err != nil {
 		var (
@@ -325,6 +336,11 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	}
 	return resp.Status
 }
+
+// groupHeader is the header whose value is the request's group key
+// (disker.WithGroup): the requests of one key run one at a time, in the
+// order the gateway sent them.
+const groupHeader = "Disker-Group"
 
 // fail answers with a plain-text error and logs it.
 func (g *gateway) fail(w http.ResponseWriter, r *http.Request, code int, text string, err error) int {
