@@ -3,6 +3,7 @@ package disker
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -17,10 +18,20 @@ const ackBatch = 256
 // (a delayed acknowledgement only delays the deletion of a settled entry).
 const ackDelay = 2 * time.Millisecond
 
-// acker acknowledges entries in batches on its own goroutine, so that the
-// loops that settle entries never wait for the round trip: what queued up
-// within ackDelay of the first ref, or while one call was on the wire, goes
-// in one call.
+// ackQueue is how many refs wait for the acker before add waits: a batch
+// gathers while a call is on the wire, so a short queue keeps the batches
+// full and an idle receiver's acker small.
+const ackQueue = 64
+
+// ackIdle is how long the acker's goroutine waits for a ref before it
+// ends: an idle receiver keeps none (the next add starts one).
+const ackIdle = time.Second
+
+// acker acknowledges entries in batches on a goroutine of its own, started
+// by the first ref and ended after ackIdle without one, so that the loops
+// that settle entries never wait for the round trip: what queued up within
+// ackDelay of the first ref, or while one call was on the wire, goes in one
+// call.
 type acker struct {
 	d     *Disker
 	kind  string // "receiver" or "sender", for logs
@@ -28,16 +39,20 @@ type acker struct {
 	ack   func(ctx context.Context, refs ...string) error
 	refs  chan ackRef
 	abort chan struct{} // closed to give up retrying failed calls
-	done  chan struct{}
+	// mu guards running and pending: pending counts the refs added and
+	// not yet taken by the goroutine, so that it ends only when none is
+	// on its way (see queue and idle).
+	mu      sync.Mutex
+	running bool
+	pending int
+	runs    sync.WaitGroup
 	// direct acknowledges each ref at once, on the caller's goroutine,
 	// with no goroutine of its own (newDirectAcker).
 	direct bool
 }
 
 func newAcker(d *Disker, kind, name string, ack func(ctx context.Context, refs ...string) error) *acker {
-	a := &acker{d: d, kind: kind, name: name, ack: ack, refs: make(chan ackRef, 4*ackBatch), abort: make(chan struct{}), done: make(chan struct{})}
-	go a.run()
-	return a
+	return &acker{d: d, kind: kind, name: name, ack: ack, refs: make(chan ackRef, ackQueue), abort: make(chan struct{})}
 }
 
 // ackRef is a ref to acknowledge; now sends it without gathering more
@@ -60,28 +75,80 @@ func (a *acker) queue(r ackRef) {
 		a.ackNow(r.ref)
 		return
 	}
+	a.mu.Lock()
+	a.pending++
+	if !a.running {
+		a.running = true
+		a.runs.Add(1)
+		go a.run()
+	}
+	a.mu.Unlock()
 	a.refs <- r
+}
+
+// took counts a ref taken off the queue.
+func (a *acker) took() {
+	a.mu.Lock()
+	a.pending--
+	a.mu.Unlock()
+}
+
+// idle ends the goroutine unless a ref is on its way.
+func (a *acker) idle() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pending > 0 {
+		return false
+	}
+	a.running = false
+	return true
 }
 
 // close acknowledges what is queued and stops. Call it once, after the last
 // add. When ctx ends first, failed calls are no longer retried.
 func (a *acker) close(ctx context.Context) {
 	close(a.refs)
+	a.mu.Lock()
+	if !a.running && a.pending > 0 {
+		a.running = true
+		a.runs.Add(1)
+		go a.run()
+	}
+	a.mu.Unlock()
+	done := make(chan struct{})
+	go func() { a.runs.Wait(); close(done) }()
 	select {
-	case <-a.done:
+	case <-done:
 	case <-ctx.Done():
 		close(a.abort)
-		<-a.done
+		<-done
 	}
 }
 
 func (a *acker) run() {
-	defer close(a.done)
+	defer a.runs.Done()
 	d := a.d
 	batch := make([]string, 0, ackBatch)
 	gather := time.NewTimer(ackDelay)
 	gather.Stop()
-	for first := range a.refs {
+	wait := time.NewTimer(ackIdle)
+	defer wait.Stop()
+	for {
+		var first ackRef
+		select {
+		case r, ok := <-a.refs:
+			if !ok {
+				return // closed, and all taken
+			}
+			first = r
+		case <-wait.C:
+			if a.idle() {
+				return
+			}
+			wait.Reset(ackIdle)
+			continue
+		}
+		a.took()
 		batch = append(batch[:0], first.ref)
 		now := first.now
 		gather.Reset(ackDelay)
@@ -94,6 +161,7 @@ func (a *acker) run() {
 					if !ok {
 						break more
 					}
+					a.took()
 					batch = append(batch, r.ref)
 					continue
 				default:
@@ -105,6 +173,7 @@ func (a *acker) run() {
 				if !ok {
 					break more // closing: send what is here at once
 				}
+				a.took()
 				batch, now = append(batch, r.ref), r.now
 			case <-gather.C:
 				break more
@@ -129,5 +198,6 @@ func (a *acker) run() {
 				break
 			}
 		}
+		wait.Reset(ackIdle)
 	}
 }

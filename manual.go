@@ -50,10 +50,8 @@ func (c *consumer) startByHand() {
 	close(c.loopDone)
 	close(c.keeperDone)
 	batched := c.acks
-	batched.close(context.Background()) // nothing was added: it stops at once
 	c.acks = &acker{d: batched.d, kind: batched.kind, name: batched.name, ack: batched.ack,
-		refs: make(chan ackRef), abort: make(chan struct{}), done: make(chan struct{}), direct: true}
-	close(c.acks.done)
+		refs: make(chan ackRef), abort: make(chan struct{}), direct: true}
 	// The group settings a fetch loop would set first; the in-memory
 	// broker of a kit does not fail.
 	_ = c.configureGroups(context.Background())
