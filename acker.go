@@ -37,7 +37,7 @@ type acker struct {
 	kind  string // "receiver" or "sender", for logs
 	name  string
 	ack   func(ctx context.Context, refs ...string) error
-	refs  chan ackRef
+	refs  chan ackRef   // made at the first ref; guarded by mu until then
 	abort chan struct{} // closed to give up retrying failed calls
 	// mu guards running and pending: pending counts the refs added and
 	// not yet taken by the goroutine, so that it ends only when none is
@@ -52,7 +52,7 @@ type acker struct {
 }
 
 func newAcker(d *Disker, kind, name string, ack func(ctx context.Context, refs ...string) error) *acker {
-	return &acker{d: d, kind: kind, name: name, ack: ack, refs: make(chan ackRef, ackQueue), abort: make(chan struct{})}
+	return &acker{d: d, kind: kind, name: name, ack: ack, abort: make(chan struct{})}
 }
 
 // ackRef is a ref to acknowledge; now sends it without gathering more
@@ -78,12 +78,16 @@ func (a *acker) queue(r ackRef) {
 	a.mu.Lock()
 	a.pending++
 	if !a.running {
+		if a.refs == nil {
+			a.refs = make(chan ackRef, ackQueue) // kept: made at the first ref
+		}
 		a.running = true
 		a.runs.Add(1)
-		go a.run()
+		go a.run(a.refs)
 	}
+	refs := a.refs
 	a.mu.Unlock()
-	a.refs <- r
+	refs <- r
 }
 
 // took counts a ref taken off the queue.
@@ -107,12 +111,9 @@ func (a *acker) idle() bool {
 // close acknowledges what is queued and stops. Call it once, after the last
 // add. When ctx ends first, failed calls are no longer retried.
 func (a *acker) close(ctx context.Context) {
-	close(a.refs)
 	a.mu.Lock()
-	if !a.running && a.pending > 0 {
-		a.running = true
-		a.runs.Add(1)
-		go a.run()
+	if a.refs != nil {
+		close(a.refs)
 	}
 	a.mu.Unlock()
 	done := make(chan struct{})
@@ -125,7 +126,9 @@ func (a *acker) close(ctx context.Context) {
 	}
 }
 
-func (a *acker) run() {
+// run acknowledges the refs of refs (a.refs) until it is closed, or ends
+// after ackIdle without one.
+func (a *acker) run(refs <-chan ackRef) {
 	defer a.runs.Done()
 	d := a.d
 	batch := make([]string, 0, ackBatch)
@@ -136,7 +139,7 @@ func (a *acker) run() {
 	for {
 		var first ackRef
 		select {
-		case r, ok := <-a.refs:
+		case r, ok := <-refs:
 			if !ok {
 				return // closed, and all taken
 			}
@@ -157,7 +160,7 @@ func (a *acker) run() {
 			if now {
 				// Send at once, with what is queued already.
 				select {
-				case r, ok := <-a.refs:
+				case r, ok := <-refs:
 					if !ok {
 						break more
 					}
@@ -169,7 +172,7 @@ func (a *acker) run() {
 				}
 			}
 			select {
-			case r, ok := <-a.refs:
+			case r, ok := <-refs:
 				if !ok {
 					break more // closing: send what is here at once
 				}
