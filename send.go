@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -30,7 +31,12 @@ import (
 // (see "Which calls block" in the package documentation).
 func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (string, error) {
 	o := sendOptionsOf(nil, opts)
-	ps := make([]broker.SendParams, 1)
+	one := oneSend.Get().(*[1]broker.SendParams)
+	defer func() {
+		*one = [1]broker.SendParams{} // keeps nothing of the message
+		oneSend.Put(one)
+	}()
+	ps := one[:]
 	if err := d.prepare(&ps[0], &msg, &o); err != nil {
 		return "", err
 	}
@@ -39,6 +45,10 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 	}
 	return sendResult(&ps[0])
 }
+
+// oneSend holds the params of Send's one message, reused: the broker is
+// done with them when its Send returns (a call in flight is waited for).
+var oneSend = sync.Pool{New: func() any { return new([1]broker.SendParams) }}
 
 // Outgoing is one message of SendEach, with options of its own.
 type Outgoing struct {
