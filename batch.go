@@ -245,7 +245,7 @@ func (b *batcher) add(ds []broker.Delivery) {
 
 // startDue starts the open batch when its wait is over and a handler
 // slot is free (or the consumer stopped), and otherwise sets the timer
-// for the end of its wait. A slot that frees calls it again (finished).
+// for the end of its wait. A slot that frees calls it again (finishBatch).
 func (b *batcher) startDue(now time.Time) {
 	switch {
 	case b.open == nil:
@@ -279,28 +279,6 @@ func (b *batcher) waited() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.startDue(time.Now())
-}
-
-// finishBatch ends the bookkeeping of a batch that ended, its handler
-// slot and its deliveries at once, so that the fetch loop, which it wakes,
-// fetches what it freed in one go: for a batch, when there is a backlog.
-func (c *consumer) finishBatch(bt *batch) {
-	c.mu.Lock()
-	for _, t := range bt.tasks {
-		delete(c.inflight, t.dl.Ref)
-	}
-	c.mu.Unlock()
-	b := c.batches
-	b.mu.Lock()
-	b.busy--
-	b.startDue(time.Now())
-	b.mu.Unlock()
-	c.n.Add(-int64(len(bt.tasks)))
-	select {
-	case c.freed <- struct{}{}:
-	default:
-	}
-	c.tasks.Add(-len(bt.tasks))
 }
 
 // close starts the open batch, if any, when the consumer stops fetching:
@@ -377,6 +355,29 @@ func (c *consumer) runBatch(bt *batch) {
 		err = fmt.Errorf("disker: the batch handler returned %d outcomes for %d messages", len(outs), len(msgs))
 	}
 	c.settleBatch(bt, handed, outs, err, took)
+}
+
+// finishBatch ends the bookkeeping of a batch that ended, its handler
+// slot and its deliveries at once, so that the fetch loop, which it wakes,
+// fetches all that the batch freed in one go: a full batch, under a
+// backlog.
+func (c *consumer) finishBatch(bt *batch) {
+	c.mu.Lock()
+	for _, t := range bt.tasks {
+		delete(c.inflight, t.dl.Ref)
+	}
+	c.mu.Unlock()
+	b := c.batches
+	b.mu.Lock()
+	b.busy--
+	b.startDue(time.Now())
+	b.mu.Unlock()
+	c.n.Add(-int64(len(bt.tasks)))
+	select {
+	case c.freed <- struct{}{}:
+	default:
+	}
+	c.tasks.Add(-len(bt.tasks))
 }
 
 // startBatch picks the deliveries of bt to hand to its handler, those
