@@ -24,10 +24,11 @@ demo-pool: ## Run the in-process pool demo (one worker versus a pool of three).
 # never the machine's), and BullMQ's node modules, pinned by
 # bench/bullmq/package-lock.json, into the user's cache directory.
 .PHONY: deps
-deps: ## Install what the tests and the bench's peers need when it is missing (redis-server, curl, chromium, node, npm, PostgreSQL; BullMQ's node modules).
+deps: ## Install what the tests and the bench's peers need when it is missing (redis-server, curl, jq, chromium, node, npm, PostgreSQL; BullMQ's node modules).
 	@missing=""; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v curl >/dev/null 2>&1 || missing="$$missing curl"; \
+	command -v jq >/dev/null 2>&1 || missing="$$missing jq"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
@@ -68,10 +69,10 @@ lint: apicheck ## go vet, staticcheck (pinned; installed into ./bin) and apichec
 	cd diskerotel && $(BIN)/staticcheck ./...
 	cd browsertest && $(BIN)/staticcheck ./...
 
-API_PKGS := . ./pool
+API_PKGS := . ./pool ./diskertest
 
 .PHONY: apicheck
-apicheck: ## Fail if the exported API of disker and pool differs from the snapshot in api/.
+apicheck: ## Fail if the exported API of disker, pool and diskertest differs from the snapshot in api/.
 	$(GO) build -o $(BIN)/apicheck ./internal/apicheck
 	$(BIN)/apicheck -dir api -check $(API_PKGS)
 

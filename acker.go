@@ -26,19 +26,42 @@ type acker struct {
 	kind  string // "receiver" or "sender", for logs
 	name  string
 	ack   func(ctx context.Context, refs ...string) error
-	refs  chan string
+	refs  chan ackRef
 	abort chan struct{} // closed to give up retrying failed calls
 	done  chan struct{}
+	// direct acknowledges each ref at once, on the caller's goroutine,
+	// with no goroutine of its own (newDirectAcker).
+	direct bool
 }
 
 func newAcker(d *Disker, kind, name string, ack func(ctx context.Context, refs ...string) error) *acker {
-	a := &acker{d: d, kind: kind, name: name, ack: ack, refs: make(chan string, 4*ackBatch), abort: make(chan struct{}), done: make(chan struct{})}
+	a := &acker{d: d, kind: kind, name: name, ack: ack, refs: make(chan ackRef, 4*ackBatch), abort: make(chan struct{}), done: make(chan struct{})}
 	go a.run()
 	return a
 }
 
+// ackRef is a ref to acknowledge; now sends it without gathering more
+// (what is queued already goes with it).
+type ackRef struct {
+	ref string
+	now bool
+}
+
 // add queues ref for acknowledgement. It waits when the queue is full.
-func (a *acker) add(ref string) { a.refs <- ref }
+func (a *acker) add(ref string) { a.queue(ackRef{ref: ref}) }
+
+// addNow queues ref for an acknowledgement sent at once, with what is
+// queued: the acknowledgement of a keyed message (WithGroup) is what lets
+// its key's next message go, so it waits for no batch to fill.
+func (a *acker) addNow(ref string) { a.queue(ackRef{ref: ref, now: true}) }
+
+func (a *acker) queue(r ackRef) {
+	if a.direct {
+		a.ackNow(r.ref)
+		return
+	}
+	a.refs <- r
+}
 
 // close acknowledges what is queued and stops. Call it once, after the last
 // add. When ctx ends first, failed calls are no longer retried.
@@ -58,17 +81,31 @@ func (a *acker) run() {
 	batch := make([]string, 0, ackBatch)
 	gather := time.NewTimer(ackDelay)
 	gather.Stop()
-	for ref := range a.refs {
-		batch = append(batch[:0], ref)
+	for first := range a.refs {
+		batch = append(batch[:0], first.ref)
+		now := first.now
 		gather.Reset(ackDelay)
 	more:
 		for len(batch) < ackBatch {
+			if now {
+				// Send at once, with what is queued already.
+				select {
+				case r, ok := <-a.refs:
+					if !ok {
+						break more
+					}
+					batch = append(batch, r.ref)
+					continue
+				default:
+					break more
+				}
+			}
 			select {
 			case r, ok := <-a.refs:
 				if !ok {
 					break more // closing: send what is here at once
 				}
-				batch = append(batch, r)
+				batch, now = append(batch, r.ref), r.now
 			case <-gather.C:
 				break more
 			}

@@ -71,6 +71,11 @@ type ReceiverStats struct {
 	// failed after the deadline (not retried: nobody waits for them), by
 	// every instance, since the receiver's first.
 	Expired int64 `json:"expired"`
+	// GroupWaiting counts the keyed messages (WithGroup) waiting behind
+	// their key, in none of the counts above; GroupKeys counts the keys
+	// that have some (BusiestGroups lists them).
+	GroupWaiting int64 `json:"group_waiting,omitempty"`
+	GroupKeys    int64 `json:"group_keys,omitempty"`
 
 	// Scheduled is Deferred, under its former name (in JSON too, for
 	// readers of the former name).
@@ -94,6 +99,8 @@ func receiverStats(s broker.ReceiverStats) ReceiverStats {
 		QueuedHigh:   s.QueuedHigh,
 		QueuedLow:    s.QueuedLow,
 		Expired:      s.Expired,
+		GroupWaiting: s.GroupWaiting,
+		GroupKeys:    s.GroupKeys,
 		Scheduled:    s.Deferred,
 	}
 }
@@ -375,19 +382,17 @@ const fateSkew = time.Minute
 // id, so Fate reads the entries added since the id was made (a minute
 // earlier, for clocks that differ), up to FateScan of the queue and as many
 // of the dead letters, in one read-only step; past that bound it answers
-// MessageUnknown. An id that Disker did not make is looked for from the
-// oldest entry.
+// MessageUnknown. A malformed id (not one that Send returns) is a
+// *ValidationError, as for Cancel.
 func (d *Disker) Fate(ctx context.Context, receiver, id string) (MessageFate, error) {
 	if err := checkName("receiver", receiver); err != nil {
 		return MessageFate{}, err
 	}
-	if id == "" {
-		return MessageFate{}, invalid("id", "must not be empty")
+	at, ok := idTime(id)
+	if !ok {
+		return MessageFate{}, invalid("id", "%q is not a message id (26 characters of Crockford base32, as Send returns)", id)
 	}
-	p := broker.FateParams{Receiver: receiver, ID: id, MaxScan: FateScan}
-	if at, ok := idTime(id); ok {
-		p.Since = at.Add(-fateSkew)
-	}
+	p := broker.FateParams{Receiver: receiver, ID: id, MaxScan: FateScan, Since: at.Add(-fateSkew)}
 	f, err := call(d, "fate", func() (broker.Fate, error) { return d.b.Fate(ctx, &p) })
 	if err != nil {
 		return MessageFate{}, err

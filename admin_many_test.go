@@ -108,11 +108,14 @@ func TestFate(t *testing.T) {
 		}
 		done := send("fate", "ok")
 		waitFor(t, 10*time.Second, "the handled message gone", func() bool { return fate("fate", done).State == disker.MessageGone })
-		if f := fate("fate", "not-an-id-disker-made"); f.State != disker.MessageGone {
+		if f := fate("fate", "01m90mn0vjmssp1xq3hqf9yp02"); f.State != disker.MessageGone {
 			t.Errorf("Fate of an id never sent: %+v, want gone", f)
 		}
-		if _, err := d.Fate(ctx, "fate", ""); err == nil {
-			t.Errorf("Fate of an empty id: got no error")
+		for _, id := range []string{"", "not-an-id-disker-made"} {
+			var ve *disker.ValidationError
+			if _, err := d.Fate(ctx, "fate", id); !errors.As(err, &ve) {
+				t.Errorf("Fate of the malformed id %q: %v, want a *ValidationError", id, err)
+			}
 		}
 	})
 }

@@ -98,6 +98,9 @@ func (d *Disker) cancel(ctx context.Context, receiver, id string, notify bool) (
 		return CancelNotFound, err
 	}
 	res := CancelResult(c.State)
+	if res != CancelNotFound {
+		d.releaseDedup(receiver, &c.Env)
+	}
 	if notify && (res == CancelDeferred || res == CancelQueued) && c.Env.Sender != "" && c.Env.Route != broker.RouteNone {
 		msg := d.messageOf(&c.Env, c.Deadline, 0)
 		if err := d.reply(context.WithoutCancel(ctx), msg, nil, CodeCancelled, ErrCancelled.Error()); err != nil && !errors.Is(err, ErrLate) {

@@ -371,3 +371,117 @@ func TestExpiry(t *testing.T) {
 		}
 	})
 }
+
+// TestDedupUntilSettled: a key held until its message is settled blocks
+// a second send while the message waits and while it runs, and frees once
+// it was handled; a dead-lettered, an expired and a cancelled message free
+// their keys too.
+func TestDedupUntilSettled(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		ctx := ctxTimeout(t, 30*time.Second)
+		send := func(receiver string, opts ...disker.SendOption) (string, error) {
+			return d.Send(ctx, disker.Message{Receiver: receiver}, append(opts, disker.WithDedupUntilSettled("k", time.Hour))...)
+		}
+		release := make(chan struct{})
+		started := make(chan string, 1)
+		if err := d.Handle("once", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+			started <- m.ID
+			<-release
+			return nil, nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		first, err := send("once")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := recv(t, started, 10*time.Second, "the first message"); got != first {
+			t.Fatalf("started %s, want %s", got, first)
+		}
+		if id, err := send("once"); !errors.Is(err, disker.ErrDuplicate) || id != first {
+			t.Fatalf("a send while the first runs: %q, %v; want a duplicate of %s", id, err, first)
+		}
+		close(release)
+		waitFor(t, 10*time.Second, "the key to free after the first was handled", func() bool {
+			id, err := send("once")
+			if err == nil {
+				recv(t, started, 10*time.Second, "the second message")
+				return id != first
+			}
+			return false
+		})
+		// Dead-lettered, expired, cancelled: each frees its key.
+		if err := d.Handle("fails", disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
+			return nil, disker.NoRetry(errors.New("broken"))
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := send("fails"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the dead-lettered message's key to free", func() bool { _, err := send("fails"); return err == nil })
+		expiring, err := send("idle", disker.WithExpiry(time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		deferred, err := send("later", disker.WithDelay(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := d.Cancel(ctx, "later", deferred); err != nil || res != disker.CancelDeferred {
+			t.Fatalf("Cancel: %v, %v", res, err)
+		}
+		if _, err := send("later"); err != nil {
+			t.Fatalf("a send after the holder was cancelled: %v", err)
+		}
+		if err := d.Handle("idle", disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) { return nil, nil })); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the expired message's key to free", func() bool {
+			id, err := send("idle")
+			return err == nil && id != expiring
+		})
+	})
+}
+
+// TestDebounce: sends with one debounce key in a burst run one handler
+// call, of the latest send's content, within the max after the first;
+// WithDebounce refuses a Request and a timeout, saying why.
+func TestDebounce(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		ctx := ctxTimeout(t, 30*time.Second)
+		got := make(chan string, 10)
+		if err := d.Handle("search", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+			got <- string(m.Content)
+			return nil, nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		first := time.Now()
+		for _, q := range []string{"d", "di", "dis", "disk", "diske", "disker"} {
+			if _, err := d.Send(ctx, disker.Message{Receiver: "search", Content: []byte(q)}, disker.WithDebounce("user-7", 200*time.Millisecond, time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond) // a user typing
+		}
+		if q := recv(t, got, 10*time.Second, "the debounced search"); q != "disker" {
+			t.Fatalf("searched %q, want the latest, %q", q, "disker")
+		}
+		if took := time.Since(first); took < 200*time.Millisecond {
+			t.Fatalf("ran %v after the first send, before the wait", took)
+		}
+		select {
+		case q := <-got:
+			t.Fatalf("a second search ran: %q", q)
+		case <-time.After(400 * time.Millisecond):
+		}
+		_, err := d.Request(ctx, disker.Message{Receiver: "search"}, disker.WithDebounce("k", time.Second, time.Second))
+		wantValidation(t, err, "WithDebounce")
+		_, err = d.Send(ctx, disker.Message{Sender: "s", Receiver: "search"}, disker.WithDebounce("k", time.Second, time.Second), disker.WithTimeout(time.Second))
+		wantValidation(t, err, "WithDebounce")
+	})
+}

@@ -181,7 +181,19 @@ func (c *consumer) fetchLoop() {
 	var bo pacer
 	// One params value for the loop's life: a Fetch allocates none.
 	fp := broker.FetchParams{Receiver: c.name, Consumer: d.id, Block: d.cfg.ReceiverBlockTimeout, Lease: c.o.lease, MaxAttempts: c.o.maxAttempts}
-	for c.fetchCtx.Err() == nil {
+	for grouped := false; c.fetchCtx.Err() == nil; {
+		if !grouped {
+			// The receiver's group settings, before its first fetch.
+			if err := c.configureGroups(c.fetchCtx); err != nil {
+				if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+					return
+				}
+				d.health.fail("configure groups", err)
+				bo.wait(c.fetchCtx.Done())
+				continue
+			}
+			grouped = true
+		}
 		if c.paused.Load() {
 			c.waitResumed(c.fetchCtx.Done(), nil)
 			continue
@@ -305,9 +317,7 @@ func (c *consumer) dispatch(ds []broker.Delivery) {
 		if c.tooLate(&dl, now) {
 			continue
 		}
-		ctx, cancel := context.WithCancelCause(c.hardCtx)
-		t := &task{dl: dl, cancel: cancel}
-		c.track(t)
+		ctx, t := c.begin(dl)
 		if err := c.exec.Submit(context.Background(), func() { c.run(ctx, t, deadline) }); err != nil {
 			// The executor is closed only after the loop stopped: this is a
 			// bug, but the message is safe (unacknowledged).
@@ -315,6 +325,15 @@ func (c *consumer) dispatch(ds []broker.Delivery) {
 			c.finish(t)
 		}
 	}
+}
+
+// begin counts dl in flight as a task, and returns it with its handler's
+// context.
+func (c *consumer) begin(dl broker.Delivery) (context.Context, *task) {
+	ctx, cancel := context.WithCancelCause(c.hardCtx)
+	t := &task{dl: dl, cancel: cancel}
+	c.track(t)
+	return ctx, t
 }
 
 // track counts t in flight, where the lease keeper and the cancellations
@@ -364,6 +383,22 @@ func (c *consumer) drop(dl *broker.Delivery, expired bool) {
 	if err := d.b.Drop(d.opCtx, c.name, dl.Ref); err != nil {
 		d.health.fail("drop", err)
 		d.log.Warn("disker: cannot drop an expired message; it is dropped when it comes back", append(attrs, "error", err)...)
+		return
+	}
+	d.releaseDedup(c.name, &dl.Env)
+}
+
+// releaseDedup frees the dedup key that env held until it was settled
+// (WithDedupUntilSettled), after its delivery was settled for good. Should
+// that fail, the key frees at the end of its ttl.
+func (d *Disker) releaseDedup(receiver string, env *broker.Envelope) {
+	if env.DedupKey == "" {
+		return
+	}
+	if err := d.b.ReleaseDedup(d.opCtx, receiver, env.DedupKey, env.ID); err != nil {
+		d.health.fail("release dedup key", err)
+		d.log.Warn("disker: cannot free the dedup key of a settled message; it frees at the end of its ttl",
+			append(logAttrs(receiver, env.ID, 0), "key", env.DedupKey, "error", err)...)
 	}
 }
 
@@ -402,6 +437,7 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 	}
 	msg := &t.msg
 	d.setMessage(msg, &dl.Env, dl.Deadline, dl.Attempt)
+	msg.Group = dl.GroupKey
 	msg.settle = &t.settle
 	if t.settle.Load() == taskCancelled {
 		c.cancelled(msg)
@@ -532,7 +568,22 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, rerr *RemoteError
 	if d.onEvent != nil {
 		d.emit(Event{Kind: EventHandled, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Duration: took})
 	}
-	c.acks.add(t.dl.Ref)
+	if t.dl.Env.DedupKey == "" {
+		if t.dl.GroupKey != "" {
+			c.acks.addNow(t.dl.Ref) // its key's next waits for it
+		} else {
+			c.acks.add(t.dl.Ref)
+		}
+		return
+	}
+	// Its dedup key frees once the acknowledgement is made: acknowledged
+	// here, not in a batch, and then freed.
+	if err := d.b.Ack(d.opCtx, c.name, t.dl.Ref); err != nil {
+		d.health.fail("ack", err)
+		d.log.Warn("disker: cannot acknowledge a handled message; it will be delivered again", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
+		return
+	}
+	d.releaseDedup(c.name, &t.dl.Env)
 }
 
 // settling marks t settled, and reports whether it may be settled: false
@@ -577,6 +628,7 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 		if d.onEvent != nil {
 			d.emit(Event{Kind: EventDeadLettered, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Err: err})
 		}
+		d.releaseDedup(c.name, &t.dl.Env)
 		if msg.wantsReply() {
 			if rerr := d.reply(d.opCtx, msg, nil, CodeDeadLetter, errorText(err)); rerr != nil && !errors.Is(rerr, ErrLate) {
 				d.log.Warn("disker: cannot send the dead-letter error reply", append(attrs, "error", rerr)...)

@@ -225,6 +225,10 @@ type Disker struct {
 
 	health  health
 	monitor *monitor
+	// manual is set on an instance that the test kit drives by hand
+	// (manual.go): its loops of receivers, reply streams, schedules and
+	// timeouts run when the kit says, not in goroutines of their own.
+	manual bool
 	// beatNow asks the heartbeat loop for a heartbeat at once (a receiver
 	// was added); the requests made while one runs make one more.
 	beatNow chan struct{}
@@ -264,18 +268,26 @@ type Disker struct {
 // context.Canceled). ctx bounds only the connecting: the instance lives
 // until Close. The in-memory broker does not block.
 func New(ctx context.Context, cfg Config) (*Disker, error) {
+	return open(ctx, cfg, nil)
+}
+
+// open is New. Given a broker b, it makes an instance on b that the test
+// kit drives by hand (manual.go) instead of the broker cfg selects.
+func open(ctx context.Context, cfg Config, b broker.Broker) (*Disker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.RedisURL == "" {
+	manual := b != nil
+	if cfg.RedisURL == "" && !manual {
 		cfg.Logger.Info("disker: Config.RedisURL is empty: using the in-memory broker; messages stay in this process")
 	}
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	b, err := openBroker(ctx, cfg)
-	if err != nil {
-		return nil, wrapBroker("connect", err)
+	if !manual {
+		if b, err = openBroker(ctx, cfg); err != nil {
+			return nil, wrapBroker("connect", err)
+		}
 	}
 	host, _ := os.Hostname()
 	d := &Disker{
@@ -292,6 +304,7 @@ func New(ctx context.Context, cfg Config) (*Disker, error) {
 		consumers: make(map[string]*consumer),
 		senders:   make(map[string]*senderHandlers),
 		beatNow:   make(chan struct{}, 1),
+		manual:    manual,
 	}
 	d.rq = newRequester(d)
 	d.health.d = d
@@ -305,7 +318,9 @@ func New(ctx context.Context, cfg Config) (*Disker, error) {
 		return nil, fmt.Errorf("disker: cannot reach the broker: %w", errors.Join(err, context.Cause(ctx)))
 	}
 	d.heartbeat(ctx)
-	d.wg.Go(func() { d.runMonitor(d.bgCtx) })
+	if !manual {
+		d.wg.Go(func() { d.runMonitor(d.bgCtx) })
+	}
 	d.wg.Go(func() { d.runHeartbeat(d.bgCtx) })
 	d.wg.Go(func() { d.runPauseWatch(d.bgCtx) })
 	return d, nil

@@ -123,3 +123,42 @@ func ExampleWithExpireAt() {
 	fmt.Println(id != "", err)
 	// Output: true <nil>
 }
+
+// WithDedupUntilSettled queues a message once per key until it has run:
+// a send while the first waits or runs is a duplicate.
+func ExampleWithDedupUntilSettled() {
+	ctx := context.Background()
+	d := openExample("example-dedup-until-settled", disker.Config{})
+	defer d.Close(ctx)
+	report := disker.Message{Receiver: "reports", Content: []byte("monthly")}
+	first, err := d.Send(ctx, report, disker.WithDedupUntilSettled("monthly", time.Hour))
+	fmt.Println(err)
+	again, err := d.Send(ctx, report, disker.WithDedupUntilSettled("monthly", time.Hour))
+	fmt.Println(errors.Is(err, disker.ErrDuplicate), again == first)
+	// Output:
+	// <nil>
+	// true true
+}
+
+// WithDebounce runs the latest of a burst of sends once: here a search
+// as its user types.
+func ExampleWithDebounce() {
+	ctx := context.Background()
+	d := openExample("example-debounce", disker.Config{})
+	defer d.Close(ctx)
+	searched := make(chan string)
+	if err := d.Handle("search", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+		searched <- string(m.Content)
+		return nil, nil
+	})); err != nil {
+		panic(err)
+	}
+	for _, typed := range []string{"w", "wo", "wor", "work"} {
+		if _, err := d.Send(ctx, disker.Message{Receiver: "search", Content: []byte(typed)},
+			disker.WithDebounce("user-7", 50*time.Millisecond, time.Second)); err != nil {
+			panic(err)
+		}
+	}
+	fmt.Println(<-searched)
+	// Output: work
+}

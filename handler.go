@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/diskerhq/disker/internal/backoff"
+	"github.com/diskerhq/disker/internal/broker"
 )
 
 // Handler handles the messages of a receiver.
@@ -95,6 +96,9 @@ type handleOptions struct {
 	rate              float64
 	burst             int
 	ready             func(inFlight int) int // HandleWithPool: workers ready
+	// groups are the receiver's group settings (groups.go); its Receiver
+	// is set by the consumer.
+	groups broker.GroupConfig
 	// Batches (batch.go): the handler, set by HandleBatch; the first
 	// batch option given, by name, for Handle to refuse it.
 	batch       BatchHandler
@@ -206,7 +210,11 @@ func (o *handleOptions) setErr(err error) {
 // It returns a *ValidationError for a bad name, a nil handler or a bad
 // option (WithBatchSize and WithBatchWait go with HandleBatch alone),
 // ErrAlreadyRegistered when this instance already serves receiver, and
-// ErrClosed after Close.
+// ErrClosed after Close. With a group option (WithGroupConcurrency,
+// WithGroupRate, WithGroupSkipRetries) it sets the receiver's groups in
+// the broker before it returns, and returns the broker's error if it
+// cannot; without one, the instance sets the defaults before its first
+// fetch.
 func (d *Disker) Handle(receiver string, h Handler, opts ...HandleOption) error {
 	if err := checkName("receiver", receiver); err != nil {
 		return err
@@ -241,6 +249,13 @@ func handleOptionsOf(concurrency int, opts []HandleOption) (handleOptions, error
 // serve registers the consumer of receiver, which runs h, or o.batch when
 // h is nil, and starts it.
 func (d *Disker) serve(receiver string, h Handler, o handleOptions) error {
+	if o.groups != (broker.GroupConfig{}) {
+		// Set before the first message is fetched, and before Handle
+		// returns: a send after it finds them set.
+		if err := d.configureGroups(receiver, o.groups); err != nil {
+			return err
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed.Load() {
@@ -254,7 +269,11 @@ func (d *Disker) serve(receiver string, h Handler, o handleOptions) error {
 		return err
 	}
 	d.consumers[receiver] = c
-	c.start()
+	if d.manual {
+		c.startByHand()
+	} else {
+		c.start()
+	}
 	d.startTicker() // an instance that serves a receiver runs the schedules
 	// A heartbeat at once shows the new receiver in the registry, and
 	// vouches for its deliveries from the start. Receivers added together

@@ -105,6 +105,9 @@ func runChild() int {
 	if os.Getenv(childEnv) == "limited" {
 		return runLimitedChild(d)
 	}
+	if os.Getenv(childEnv) == "keyed" {
+		return runKeyedChild(d)
+	}
 	block := make(chan struct{})
 	if os.Getenv(childEnv) == "batch-worker" {
 		err = serveBatchChild(d, os.Getenv("DISKER_TEST_RECEIVER"), lease)

@@ -43,6 +43,9 @@ type Message struct {
 	// Priority is set on delivered messages: the level it was sent with
 	// (WithPriority).
 	Priority Priority
+	// Group is set on delivered messages: the group key it was sent with
+	// (WithGroup), or empty.
+	Group string
 
 	// timeout is the timeout the message was sent with (WithTimeout), set
 	// on delivered messages; 0 if none.

@@ -19,9 +19,14 @@ type SendOption func(*sendOptions)
 type sendOptions struct {
 	timeout time.Duration // WithTimeout
 
-	dedup    bool // WithDedupKey
-	dedupKey string
-	dedupTTL time.Duration
+	dedup        bool // WithDedupKey, WithDedupUntilSettled
+	dedupKey     string
+	dedupTTL     time.Duration
+	dedupSettled bool // WithDedupUntilSettled
+
+	debounce                  bool // WithDebounce
+	debounceKey               string
+	debounceWait, debounceMax time.Duration
 
 	idempotent bool // WithIdempotencyKey
 	idemKey    string
@@ -35,6 +40,9 @@ type sendOptions struct {
 
 	onSent func(id string) // WithOnSent
 
+	group    string // WithGroup
+	groupSet bool
+
 	expiry                 time.Duration // WithExpiry
 	expireAt               time.Time     // WithExpireAt
 	expirySet, expireAtSet bool
@@ -44,8 +52,8 @@ type sendOptions struct {
 // accepts times up to the year 9999.
 const MaxDelay = broker.MaxDelay
 
-// MaxKeyLen is the longest key, in bytes, of WithDedupKey and
-// WithIdempotencyKey.
+// MaxKeyLen is the longest key, in bytes, of WithDedupKey,
+// WithIdempotencyKey, WithDebounce and WithGroup.
 const MaxKeyLen = broker.MaxKeyLen
 
 // later reports whether the message is sent for later.
@@ -84,11 +92,25 @@ func (o *sendOptions) check(hasSender bool) error {
 	case o.timeout > 0 && !hasSender:
 		return invalid("WithTimeout", "a message without a Sender is fire-and-forget: nobody would receive its timeout notice")
 	case o.dedup && o.dedupKey == "":
-		return invalid("WithDedupKey", "key must not be empty")
+		return invalid(o.dedupOption(), "key must not be empty")
 	case o.dedup && len(o.dedupKey) > MaxKeyLen:
-		return invalid("WithDedupKey", "key is %d bytes, over the limit of %d", len(o.dedupKey), MaxKeyLen)
+		return invalid(o.dedupOption(), "key is %d bytes, over the limit of %d", len(o.dedupKey), MaxKeyLen)
 	case o.dedup && o.dedupTTL < time.Millisecond:
-		return invalid("WithDedupKey", "ttl must be at least 1ms, got %v", o.dedupTTL)
+		return invalid(o.dedupOption(), "ttl must be at least 1ms, got %v", o.dedupTTL)
+	case o.debounce && o.debounceKey == "":
+		return invalid("WithDebounce", "key must not be empty")
+	case o.debounce && len(o.debounceKey) > MaxKeyLen:
+		return invalid("WithDebounce", "key is %d bytes, over the limit of %d", len(o.debounceKey), MaxKeyLen)
+	case o.debounce && o.debounceWait < time.Millisecond:
+		return invalid("WithDebounce", "wait must be at least 1ms, got %v", o.debounceWait)
+	case o.debounce && (o.debounceMax < o.debounceWait || o.debounceMax > MaxDelay):
+		return invalid("WithDebounce", "maxWait must be from wait (%v) to MaxDelay, got %v", o.debounceWait, o.debounceMax)
+	case o.debounce && (o.delaySet || o.atSet):
+		return invalid("WithDebounce", "it gives the message its due time, as WithDelay and WithDeliverAt do: give one")
+	case o.debounce && o.timeout > 0:
+		return invalid("WithDebounce", "a later send may replace the message, which then has no reply or timeout of its own: it goes with Send of a message without WithTimeout")
+	case o.debounce && (o.idempotent || o.dedupSettled):
+		return invalid("WithDebounce", "a message that a later send replaces is never settled: it cannot hold a key of WithIdempotencyKey or WithDedupUntilSettled")
 	case o.idempotent && o.idemKey == "":
 		return invalid("WithIdempotencyKey", "key must not be empty")
 	case o.idempotent && len(o.idemKey) > MaxKeyLen:
@@ -97,6 +119,10 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithIdempotencyTTL", "must be at least 1ms, got %v (leave it out for DefaultIdempotencyTTL)", o.idemTTL)
 	case o.idemTTLSet && !o.idempotent:
 		return invalid("WithIdempotencyTTL", "sets the window of WithIdempotencyKey, which is missing")
+	case o.groupSet && o.group == "":
+		return invalid("WithGroup", "key must not be empty")
+	case o.groupSet && len(o.group) > MaxKeyLen:
+		return invalid("WithGroup", "key is %d bytes, over the limit of %d", len(o.group), MaxKeyLen)
 	case o.priority < PriorityLow || o.priority > PriorityHigh:
 		return invalid("WithPriority", "must be in %d..%d (PriorityLow..PriorityHigh), got %d", PriorityLow, PriorityHigh, o.priority)
 	case o.delaySet && o.atSet:
@@ -125,6 +151,14 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithExpireAt", "%v is not after the due time, %v from now (WithDelay): the message would never start", o.expireAt, o.delay)
 	}
 	return nil
+}
+
+// dedupOption names the option that set the dedup key.
+func (o *sendOptions) dedupOption() string {
+	if o.dedupSettled {
+		return "WithDedupUntilSettled"
+	}
+	return "WithDedupKey"
 }
 
 // idemTTLOrDefault is the window of the idempotency key.
@@ -156,7 +190,49 @@ func (o *sendOptions) idemTTLOrDefault() time.Duration {
 // with no reply; SendBatch and SendEach report one in the message's place
 // of a *BatchError.
 func WithDedupKey(key string, ttl time.Duration) SendOption {
-	return func(o *sendOptions) { o.dedup, o.dedupKey, o.dedupTTL = true, key, ttl }
+	return func(o *sendOptions) { o.dedup, o.dedupKey, o.dedupTTL, o.dedupSettled = true, key, ttl, false }
+}
+
+// WithDedupUntilSettled makes the send queue the message only if no
+// message sent with the same key to the same receiver is still unsettled:
+// the key is held from the send until the message's final outcome is
+// settled (handled and acknowledged, dead-lettered, dropped as expired, or
+// cancelled), "one per key until it has run", and ttl at most: a bound for
+// a message that never settles where this instance can see it (deleted by
+// hand, or dead-lettered by a fetch after its workers died). A send while
+// the key is held queues nothing and returns the holder's id with a
+// *DuplicateError, as WithDedupKey.
+//
+// The key frees a round trip after the message's acknowledgement (the
+// worker then acknowledges it alone, not in a batch): a send in between
+// is still a duplicate. It goes with every other option but WithDebounce;
+// it replaces WithDedupKey (the last of the two given counts). key must not
+// be empty (at most MaxKeyLen bytes), ttl at least 1ms.
+func WithDedupUntilSettled(key string, ttl time.Duration) SendOption {
+	return func(o *sendOptions) { o.dedup, o.dedupKey, o.dedupTTL, o.dedupSettled = true, key, ttl, true }
+}
+
+// WithDebounce debounces the message by key: "the latest send wins". It is
+// deferred by wait; a later send with the same key to the same receiver,
+// while this message is still deferred, replaces it (this one is dropped,
+// never delivered, and its id no longer found) and is deferred by wait
+// again, but never past maxWait after the first send of the run, so a
+// steady stream of sends still runs at least every maxWait. Once the run's
+// message comes due (it is queued, or running), the next send with the key
+// starts a new run. Decided in one Redis step on Redis time.
+//
+// A message that a later send may replace has no reply or timeout of its
+// own: WithDebounce goes with a fire-and-forget Send or one from a Sender
+// without WithTimeout, not with Request, WithTimeout, WithDelay or
+// WithDeliverAt (it sets the due time), WithIdempotencyKey or
+// WithDedupUntilSettled (a replaced message never settles). It goes with
+// WithPriority, WithDedupKey (checked first: a duplicate replaces nothing)
+// and WithExpiry (counted from the due time). key must not be empty (at
+// most MaxKeyLen bytes); wait at least 1ms; maxWait from wait to MaxDelay.
+func WithDebounce(key string, wait, maxWait time.Duration) SendOption {
+	return func(o *sendOptions) {
+		o.debounce, o.debounceKey, o.debounceWait, o.debounceMax = true, key, wait, maxWait
+	}
 }
 
 // Priority is a message's level in its receiver's queue: a worker takes

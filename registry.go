@@ -10,8 +10,8 @@ import (
 	"github.com/diskerhq/disker/internal/broker"
 )
 
-// runHeartbeat renews the instance's registry entry and re-measures the
-// broker's clock offset every HeartbeatInterval until ctx ends, and makes
+// runHeartbeat renews the instance's registry entry, which re-measures the
+// broker's clock offset, every HeartbeatInterval until ctx ends, and makes
 // a heartbeat when a receiver is added (d.beatNow): at once, unless one
 // was so made less than HeartbeatInterval/beatNowPerInterval ago, then
 // when that has passed; the receivers added meanwhile share it.
@@ -37,13 +37,7 @@ func (d *Disker) runHeartbeat(ctx context.Context) {
 			last = time.Now()
 			d.heartbeat(ctx)
 		case <-t.C:
-			if _, err := d.b.Now(ctx); err != nil { // measures the broker's clock again
-				if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
-					d.health.fail("now", err)
-				}
-				continue
-			}
-			d.heartbeat(ctx)
+			d.heartbeat(ctx) // measures the broker's clock again too
 		}
 	}
 }
@@ -64,13 +58,18 @@ const minHeartbeatTTL = time.Second
 // it, whatever their lease. It also renews the expiry of its inbox.
 func (d *Disker) heartbeat(ctx context.Context) {
 	d.rq.heartbeat(ctx)
-	if err := d.b.Heartbeat(ctx, d.workerInfo(), max(3*d.cfg.HeartbeatInterval, minHeartbeatTTL)); err != nil {
+	if err := d.b.Heartbeat(ctx, d.workerInfo(), d.heartbeatTTL()); err != nil {
 		if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
 			d.health.fail("heartbeat", err)
 		}
 		return
 	}
 	d.health.ok()
+}
+
+// heartbeatTTL is how long a heartbeat vouches for the instance.
+func (d *Disker) heartbeatTTL() time.Duration {
+	return max(3*d.cfg.HeartbeatInterval, minHeartbeatTTL)
 }
 
 // workerInfo describes this instance for the registry.

@@ -177,7 +177,10 @@ func (o *sendOptions) params(p *broker.SendParams, m *Message, route broker.Rout
 		DeliverAt: o.at,
 	}
 	if o.dedup {
-		p.DedupKey, p.DedupTTL = o.dedupKey, o.dedupTTL
+		p.DedupKey, p.DedupTTL, p.DedupUntilSettled = o.dedupKey, o.dedupTTL, o.dedupSettled
+	}
+	if o.debounce {
+		p.DebounceKey, p.DebounceWait, p.DebounceMax = o.debounceKey, o.debounceWait, o.debounceMax
 	}
 	if o.idempotent {
 		p.Env.IdempotencyKey, p.IdemTTL = o.idemKey, o.idemTTLOrDefault()
@@ -185,6 +188,7 @@ func (o *sendOptions) params(p *broker.SendParams, m *Message, route broker.Rout
 	if o.expirySet {
 		p.Expiry = o.expiry
 	}
+	p.GroupKey = o.group
 	if o.expireAtSet {
 		p.ExpireAt = o.expireAt
 	}

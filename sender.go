@@ -27,6 +27,8 @@ type senderHandlers struct {
 	reader  *replyReader
 	// defaultReply says reply is OnTimeout's default (defaultReplyHandler).
 	defaultReply bool
+	// pinned says the monitor watches the sender for these handlers.
+	pinned bool
 }
 
 // replyReader is the goroutine that reads one reply stream (a sender's,
@@ -50,8 +52,11 @@ func (d *Disker) addSenderHandler(sender string, set func(*senderHandlers) bool)
 	if !set(s) {
 		return ErrAlreadyRegistered
 	}
-	if s.reader == nil {
-		s.reader = d.startReader(func(ctx context.Context) { d.readReplies(ctx, sender) })
+	if s.reader == nil && !s.pinned {
+		if !d.manual { // by hand, the kit hands the entries on (manual.go)
+			s.reader = d.startReader(func(ctx context.Context) { d.readReplies(ctx, sender) })
+		}
+		s.pinned = true
 		d.monitor.pin(sender)
 	}
 	return nil
@@ -69,7 +74,9 @@ func (d *Disker) removeSenderHandler(sender string, clear func(*senderHandlers) 
 	}
 	if s.timeout == nil && s.reply == nil {
 		// The reader goroutine stops by itself; d.wg awaits it on Close.
-		s.reader.cancel()
+		if s.reader != nil {
+			s.reader.cancel()
+		}
 		d.monitor.unpin(sender)
 		delete(d.senders, sender)
 	}

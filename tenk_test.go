@@ -8,10 +8,12 @@ package disker_test
 // `make test` runs them in a `go test` without -race of their own.
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/redistest"
 )
 
 // tenKConfig is the configuration of the 10,000-receiver tests: the
@@ -48,4 +50,38 @@ func TestTenThousandSendersTimedReplies(t *testing.T) {
 	}
 	// Not parallel: its load would slow the tests beside it.
 	crowd{n: 10_000, senders: true, timeout: 10 * time.Second, silentEvery: 10, sendConcurrency: 32, within: 2 * time.Minute}.run(t, tenKConfig)
+}
+
+// TestTenThousandIdleReceiversCommandRate: an instance that serves
+// 10,000 idle receivers makes at most 20 Redis commands a second, counted
+// by a proxy between it and Redis (Redis's own counts, logged too, add
+// the commands its scripts run): its heartbeat is one script for the
+// instance, not a write per receiver, and an idle stream costs no poll of
+// its own.
+func TestTenThousandIdleReceiversCommandRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
+	srv := redistest.Start(t)
+	proxy := redistest.StartCountProxy(t, srv.Addr())
+	e := newEnv(t, true, proxy.URL())
+	rc := rawRedis(t, newEnv(t, true, srv.URL()))
+	d := e.open(tenKConfig)
+	const n = 10_000
+	for i := range n {
+		if err := d.Handle("idle-"+strconv.Itoa(i), disker.HandlerFunc(echo)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Settle: every receiver's first fetches, and a few heartbeats.
+	time.Sleep(5 * disker.DefaultHeartbeatInterval)
+	const window = 10 * time.Second
+	before := proxy.Commands()
+	calls, usec, per := commandsOver(t, rc, window, nil)
+	made := float64(proxy.Commands()-before) / window.Seconds()
+	t.Logf("%d idle receivers: %.1f commands/s made by the instance; Redis ran %.1f/s with its scripts' (%s), %.0f µs of its CPU/s",
+		n, made, float64(calls)/window.Seconds(), per, float64(usec)/window.Seconds())
+	if made > 20 {
+		t.Fatalf("%d idle receivers: the instance made %.1f Redis commands/s, want at most 20", n, made)
+	}
 }

@@ -52,7 +52,9 @@ func (d *Disker) startTicker() {
 		return
 	}
 	d.tk = &ticker{d: d, wake: make(chan struct{}, 1), scheds: map[string]*tickState{}, warned: map[string]int64{}}
-	d.wg.Go(func() { d.tk.run(d.bgCtx) })
+	if !d.manual { // by hand, the kit ticks the schedules (manual.go)
+		d.wg.Go(func() { d.tk.run(d.bgCtx) })
+	}
 }
 
 // poke makes the ticker list the schedules now.

@@ -14,8 +14,8 @@ import (
 // same with 256 producers, request/reply with a 5 s timeout from 1 and
 // from 32 requesters, sends with and without a dedup key, the flow limits
 // (a rate-limited receiver, global against local concurrency), delayed
-// fire-and-forget, and a backlog handled a message or a batch per call
-// (fewer messages with Quick or Tiny). Fire-and-forget and
+// fire-and-forget, keyed fire-and-forget, and a backlog handled a message
+// or a batch per call (fewer messages with Quick or Tiny). Fire-and-forget and
 // request/reply run the peers beside Disker (peers.go); a peer missing
 // something on the machine leaves its row out, and its table says why.
 // The work table counts the work per message and per round trip.
@@ -32,12 +32,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	// Every one of the many producers sends at least one message.
 	nMany := max(nFF, 2*ffManyProducers)
 
-	nDedup := 50_000
+	nDedup, nGroups := 50_000, 30_000
 	switch {
 	case o.Tiny:
-		nDedup = 400
+		nDedup, nGroups = 400, 400
 	case o.Quick:
-		nDedup = 5_000
+		nDedup, nGroups = 5_000, 3_000
 	}
 	var ff, ff256, rr1, rr32, dd map[string][]sample
 	var err error
@@ -69,6 +69,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	var lim map[string][]sample
 	if o.runsWorkload("limits") {
 		if lim, err = runRedisWorkload(ctx, o, "flow limits", limitsImpls(nLim)); err != nil {
+			return nil, err
+		}
+	}
+	var groups map[string][]sample
+	if o.runsWorkload("groups") {
+		if groups, err = runRedisWorkload(ctx, o, "keyed fire-and-forget", groupsImpls(nGroups)); err != nil {
 			return nil, err
 		}
 	}
@@ -118,6 +124,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	if delayed != nil {
 		tables = append(tables, delayedTable(delayed, nDelayed))
+	}
+	if groups != nil {
+		tables = append(tables, groupsTable(groups, nGroups))
 	}
 	if batch != nil {
 		tables = append(tables, batchTable(batch, nFF))

@@ -49,9 +49,9 @@ type Options struct {
 	// workloads: "ff" (fire-and-forget), "ff256" (fire-and-forget from
 	// 256 producers), "rr1" and "rr32" (request/reply from 1 and 32
 	// requesters), "dedup", "limits" (flow limits), "delayed"
-	// (fire-and-forget, each message due within a second), "batch" (a
-	// backlog handled one message or a batch per call), to iterate on
-	// one. The targets table needs ff, rr1 and rr32.
+	// (fire-and-forget, each message due within a second), "groups"
+	// (keyed fire-and-forget), "batch" (a backlog handled one message or
+	// a batch per call), to iterate on one. The targets table needs ff, rr1 and rr32.
 	Workloads []string
 }
 

@@ -308,7 +308,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{[]string{"stats", "--redis-url", "redis://127.0.0.1:6379/0", "--tls-ca", "ca.pem"}, 2, "--tls-ca needs a rediss://"},
 		{[]string{"stats", "--redis-url", "redis://127.0.0.1:1/0"}, 1, "nothing answers at 127.0.0.1:1 (connection refused): start redis-server there, or set --redis-url (DISKER_REDIS_URL)"},
 		{[]string{"stats", "--redis-url", notRedisURL}, 1, "answers, but not as Redis"},
-		{[]string{"send", "--to", "x", "--max-message-size", "4", "too long"}, 2, "--max-message-size (DISKER_MAX_MESSAGE_SIZE)"},
+		{[]string{"send", "--to", "x", "--max-message-size", "4", "too long"}, 2, "the content is 8 bytes, over --max-message-size 4"},
 	} {
 		_, errOut, code := e.run("", c.args...)
 		said := withoutLogs(errOut)
@@ -323,8 +323,9 @@ func TestCommandLineErrors(t *testing.T) {
 	}
 }
 
-// TestCommandsLogTheirRedis: every command says at start which Redis it
-// uses, the password masked.
+// TestCommandsLogTheirRedis: the long-running commands say at start which
+// Redis they use, the password masked; those that run once say it with -v,
+// and print nothing on stderr without it.
 func TestCommandsLogTheirRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -349,12 +350,16 @@ func TestCommandsLogTheirRedis(t *testing.T) {
 	check("worker", w.stderr.String())
 	gw, _ := e.startGateway("--receiver", "r")
 	check("gateway", gw.stderr.String())
-	for _, args := range [][]string{{"send", "--to", "r", "--wait", "x"}, {"stats"}, {"dlq", "list", "--receiver", "r"}, {"schedules"}} {
-		_, errOut, code := e.run("", args...)
-		if code != 0 {
-			t.Errorf("disker %v: exit %d %s", args, code, errOut)
+	for _, args := range [][]string{{"send", "--to", "r", "--wait", "x"}, {"stats"}, {"dlq", "list", "--receiver", "r"},
+		{"schedules"}, {"pause", "r"}, {"resume", "r"}, {"cancel", "--receiver", "r", "01m90mn0vjmssp1xq3hqf9yp02"}} {
+		if _, errOut, code := e.run("", args...); code != 0 || errOut != "" {
+			t.Errorf("disker %v: exit %d, stderr %q; want 0 and nothing", args, code, errOut)
 		}
-		check(args[0], errOut)
+		_, errOut, code := e.run("", append(args, "-v")...)
+		if code != 0 {
+			t.Errorf("disker %v -v: exit %d %s", args, code, errOut)
+		}
+		check(args[0]+" -v", errOut)
 	}
 }
 

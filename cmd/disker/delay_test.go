@@ -7,14 +7,14 @@ import (
 	"time"
 )
 
-// scheduled returns the scheduled count of receiver from disker stats.
-func (e *env) scheduled(t *testing.T, receiver string) int64 {
+// deferred returns the deferred count of receiver from disker stats.
+func (e *env) deferred(t *testing.T, receiver string) int64 {
 	t.Helper()
 	out, errOut, code := e.run("", "stats", "--json", "--receiver", receiver)
 	var snap struct {
 		Receivers []struct {
-			Scheduled int64 `json:"scheduled"`
-			Pending   int64 `json:"pending"`
+			Deferred int64 `json:"deferred"`
+			Pending  int64 `json:"pending"`
 		} `json:"receivers"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &snap) != nil {
@@ -23,7 +23,7 @@ func (e *env) scheduled(t *testing.T, receiver string) int64 {
 	if len(snap.Receivers) == 0 {
 		return 0
 	}
-	return snap.Receivers[0].Scheduled
+	return snap.Receivers[0].Deferred
 }
 
 // TestSendLaterAndCancel: send --delay and --at schedule a message (stats
@@ -38,11 +38,11 @@ func TestSendLaterAndCancel(t *testing.T) {
 	if code != 0 || len(id) != 26 {
 		t.Fatalf("send --delay: exit %d, %q %s", code, out, errOut)
 	}
-	if n := e.scheduled(t, "later"); n != 1 {
-		t.Fatalf("stats: %d scheduled, want 1", n)
+	if n := e.deferred(t, "later"); n != 1 {
+		t.Fatalf("stats: %d deferred, want 1", n)
 	}
-	if out, _, _ := e.run("", "stats", "--receiver", "later"); !strings.Contains(out, "SCHEDULED") {
-		t.Errorf("stats has no SCHEDULED column: %s", out)
+	if out, _, _ := e.run("", "stats", "--receiver", "later"); !strings.Contains(out, "DEFERRED") {
+		t.Errorf("stats has no DEFERRED column: %s", out)
 	}
 	if out, errOut, code := e.run("", "cancel", "--receiver", "later", id); code != 0 || !strings.Contains(out, "cancelled while deferred") {
 		t.Fatalf("cancel: exit %d, %q %s", code, out, errOut)
@@ -50,8 +50,8 @@ func TestSendLaterAndCancel(t *testing.T) {
 	if out, errOut, code := e.run("", "cancel", "--receiver", "later", id); code != 0 || !strings.Contains(out, "not found") {
 		t.Fatalf("cancel again: exit %d, %q %s", code, out, errOut)
 	}
-	if n := e.scheduled(t, "later"); n != 0 {
-		t.Fatalf("stats after cancel: %d scheduled, want 0", n)
+	if n := e.deferred(t, "later"); n != 0 {
+		t.Fatalf("stats after cancel: %d deferred, want 0", n)
 	}
 
 	e.startWorker("--receiver", "upper", "--exec", "tr a-z A-Z")
@@ -95,7 +95,7 @@ func TestSendLaterAndCancelErrors(t *testing.T) {
 		{[]string{"send", "--to", "x", "--delay", "1s", "--at", "2030-01-01T00:00:00Z", "hi"}, "--delay and --at"},
 		{[]string{"send", "--to", "x", "--at", "tomorrow", "hi"}, "--at"},
 		{[]string{"send", "--to", "x", "--delay", "1000000h", "hi"}, "--delay"},
-		{[]string{"cancel", "--receiver", "x"}, "give the ids"},
+		{[]string{"cancel", "--receiver", "x"}, "cancel needs at least one ID"},
 		{[]string{"cancel", "--receiver", "x", "not-an-id"}, `invalid message id "not-an-id"`},
 		{[]string{"cancel", "01jf3m4v0c8x2k5q7r9s1t3w5y"}, "--receiver"},
 	} {

@@ -190,10 +190,10 @@ func TestFlowUsage(t *testing.T) {
 		{[]string{"send", "--to", "x", "--dedup-key", strings.Repeat("k", 1025), "hi"}, "--dedup-key"},
 		{[]string{"send", "--to", "x", "--idempotency-key", "k", "hi"}, "--idempotency-key needs --wait"},
 		{[]string{"send", "--to", "x", "--wait", "--idempotency-key", "", "hi"}, "--idempotency-key"},
-		{[]string{"pause"}, "--receiver is required"},
+		{[]string{"pause"}, "pause needs RECEIVER (or --receiver NAME)"},
 		{[]string{"pause", "bad name"}, `invalid --receiver "bad name"`},
 		{[]string{"resume", "--receiver", "_inbox.x"}, `invalid --receiver "_inbox.x"`},
-		{[]string{"pause", "a", "b"}, "accepts at most 1 arg"},
+		{[]string{"pause", "a", "b"}, `pause takes one RECEIVER, got 2: "a" "b"`},
 		{[]string{"pause", "a", "--receiver", "b"}, "disagree"},
 	} {
 		_, errOut, code := e.run("", c.args...)

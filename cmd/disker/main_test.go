@@ -100,27 +100,35 @@ type proc struct {
 // start starts disker with args; the process is killed when the test ends.
 func (e *env) start(args ...string) *proc {
 	e.t.Helper()
-	p := &proc{t: e.t, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = e.environ()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = e.environ()
+	return startProc(e.t, cmd, fmt.Sprintf("disker %v", args), true)
+}
+
+// startProc starts cmd, keeping its output; it is killed when the test
+// ends, and its output logged then if the test failed and logOnFail says
+// so.
+func startProc(t *testing.T, cmd *exec.Cmd, what string, logOnFail bool) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: cmd, done: make(chan struct{})}
 	p.cmd.Stdout = &p.stdout
 	p.cmd.Stderr = &p.stderr
 	if err := p.cmd.Start(); err != nil {
-		e.t.Fatalf("start disker %v: %v", args, err)
+		t.Fatalf("start %s: %v", what, err)
 	}
 	go func() {
 		p.err = p.cmd.Wait()
 		close(p.done)
 	}()
-	e.t.Cleanup(func() {
+	t.Cleanup(func() {
 		select {
 		case <-p.done:
 		default:
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
-		if e.t.Failed() {
-			e.t.Logf("disker %v\nstdout:\n%s\nstderr:\n%s", args, p.stdout.String(), p.stderr.String())
+		if t.Failed() && logOnFail {
+			t.Logf("%s\nstdout:\n%s\nstderr:\n%s", what, p.stdout.String(), p.stderr.String())
 		}
 	})
 	return p

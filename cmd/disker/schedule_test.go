@@ -108,7 +108,7 @@ func TestScheduleCommandErrors(t *testing.T) {
 		{[]string{"schedule", "add", "s", "--receiver", "_r", "--every", "1s"}, `invalid --receiver "_r"`},
 		{[]string{"schedule", "add", "s", "--receiver", "r", "--every", "1s", "--header", "novalue"}, `invalid --header "novalue"`},
 		{[]string{"schedule", "remove", "a b"}, `invalid NAME "a b"`},
-		{[]string{"schedule", "remove"}, "requires at least 1 arg"},
+		{[]string{"schedule", "remove"}, "schedule remove needs at least one NAME"},
 	} {
 		_, errOut, code := e.run("", c.args...)
 		said := withoutLogs(errOut)

@@ -27,6 +27,7 @@ type tourShell struct {
 	stdout syncBuffer
 	stderr syncBuffer
 	n      int
+	quiet  bool // no copy of its output in the log of a failed test
 }
 
 func startTourShell(t *testing.T, dir string, env []string) *tourShell {
@@ -48,7 +49,7 @@ func startTourShell(t *testing.T, dir string, env []string) *tourShell {
 	t.Cleanup(func() {
 		_ = syscall.Kill(-sh.cmd.Process.Pid, syscall.SIGKILL)
 		_ = sh.cmd.Wait()
-		if t.Failed() {
+		if t.Failed() && !sh.quiet {
 			t.Logf("the tour's shell:\nstdout:\n%s\nstderr:\n%s", sh.stdout.String(), sh.stderr.String())
 		}
 	})
@@ -75,102 +76,170 @@ func (sh *tourShell) run(script string, timeout time.Duration) (string, int) {
 	return out[:i], code
 }
 
-// tourLines returns the lines of the README's tour that are in ```sh
-// blocks.
-func tourLines(t *testing.T) map[string]bool {
+// tourBlocks returns the ```sh blocks of the README's tour, each a list of
+// lines, and checks that docs/tour.md has the same.
+func tourBlocks(t *testing.T) [][]string {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(readme)
-	start, end := strings.Index(s, "## Five-minute tour"), strings.Index(s, "## More")
-	if start < 0 || end < start {
-		t.Fatal("README.md has no \"## Five-minute tour\" section before \"## More\"")
-	}
-	lines := map[string]bool{}
-	in := false
-	for line := range strings.Lines(s[start:end]) {
-		line = strings.TrimRight(line, "\n")
-		switch {
-		case line == "```sh":
-			in = true
-		case line == "```":
-			in = false
-		case in:
-			lines[line] = true
+	section := func(path, from, to string) [][]string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
 		}
+		s := string(b)
+		start := strings.Index(s, from)
+		end := len(s)
+		if to != "" {
+			end = strings.Index(s, to)
+		}
+		if start < 0 || end < start {
+			t.Fatalf("%s has no %q section", path, from)
+		}
+		var blocks [][]string
+		var cur []string
+		in := false
+		for line := range strings.Lines(s[start:end]) {
+			line = strings.TrimRight(line, "\n")
+			switch {
+			case line == "```sh":
+				in, cur = true, nil
+			case line == "```" && in:
+				in = false
+				blocks = append(blocks, cur)
+			case in:
+				cur = append(cur, line)
+			}
+		}
+		return blocks
 	}
-	return lines
+	readme := section("../../README.md", "## Five-minute tour", "## More")
+	if page := section("../../docs/tour.md", "## Five-minute tour", ""); !slices.EqualFunc(readme, page, slices.Equal) {
+		t.Fatalf("the commands of docs/tour.md differ from those of the README's tour:\n%q\n%q", page, readme)
+	}
+	return readme
 }
 
-func freeTCPPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-// TestTour runs the README's five-minute tour: its commands as written
-// (each must be a line of the README's tour), in one shell, with the
-// disker binary of this test on PATH, against this test's redis-server
-// instead of one on 6379 (step 1 is not run), and free ports in place of
-// 8000, 8080 and 9090. It needs bash, python3 and curl, as the tour does.
+// TestTour runs the README's five-minute tour, every line of it as
+// written but "make build" (this test built the command), in one bash
+// shell, from a directory laid out as a checkout: bin/disker is this
+// test's binary and docs/tour the repository's. The tour picks its ports
+// and starts its own redis-server; the shell's environment has no DISKER_
+// variable, as a new user's would not. Where the tour says what happens,
+// the test checks it; where a reader would wait a moment, it waits for
+// what the reader would see. It needs bash, python3, curl and
+// redis-server, as the tour does.
 func TestTour(t *testing.T) {
 	t.Parallel()
-	for _, tool := range []string{"bash", "python3", "curl", "xargs"} {
+	for _, tool := range []string{"bash", "python3", "curl", "xargs", "redis-server"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("the tour needs %s: %v", tool, err)
 		}
 	}
-	written := tourLines(t)
-	e := newEnv(t)
-	appPort, gwPort, adminPort := freeTCPPort(t), freeTCPPort(t), freeTCPPort(t)
-	ports := strings.NewReplacer("8000", appPort, "8080", gwPort, "9090", adminPort)
-	env := append(e.environ(), "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	blocks := tourBlocks(t)
+	if len(blocks) != 7 {
+		t.Fatalf("the tour has %d blocks of commands; this test knows 7", len(blocks))
+	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := startTourShell(t, root, env)
-	// step runs lines of the tour, which must be in the README as given.
+	dir := t.TempDir()
+	for _, link := range []struct{ from, to string }{
+		{filepath.Join(dir, "bin", "disker"), bin},
+		{filepath.Join(dir, "docs", "tour"), filepath.Join(root, "docs", "tour")},
+	} {
+		if err := os.MkdirAll(filepath.Dir(link.from), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(link.to, link.from); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DISKER_") {
+			env = append(env, kv)
+		}
+	}
+	sh := startTourShell(t, dir, env)
+	ran := 0
 	step := func(timeout time.Duration, lines ...string) (string, int) {
 		t.Helper()
-		for _, l := range lines {
-			if !written[l] {
-				t.Fatalf("the tour's test runs %q, which is not a line of the README's tour", l)
-			}
-		}
-		return sh.run(ports.Replace(strings.Join(lines, "\n")), timeout)
+		ran += len(lines)
+		return sh.run(strings.Join(lines, "\n"), timeout)
 	}
-	gateway := "http://127.0.0.1:" + gwPort
+	// A line that runs until Ctrl-C runs in the background until it has
+	// shown what it shows, then gets Ctrl-C's SIGINT.
+	untilCtrlC := func(line, shows string) {
+		t.Helper()
+		ran++
+		from := len(sh.stdout.String())
+		sh.run(strings.TrimSpace(line[:strings.Index(line, "#")])+" & UNTIL_CTRL_C=$!", 10*time.Second)
+		waitFor(t, 30*time.Second, line+" to show "+shows, func() bool {
+			return strings.Contains(sh.stdout.String()[from:], shows)
+		})
+		if _, code := sh.run("kill -INT $UNTIL_CTRL_C; wait $UNTIL_CTRL_C", 30*time.Second); code != 0 {
+			t.Errorf("%s ended with %d on Ctrl-C, want 0", line, code)
+		}
+	}
+	var ports map[string]string
+	port := func(name string) string {
+		if ports == nil {
+			out, _ := sh.run("echo PORTS $REDIS_PORT $APP_PORT $ADMIN_PORT $GATEWAY_PORT $DASHBOARD_PORT", 10*time.Second)
+			f := strings.Fields(out[max(0, strings.LastIndex(out, "PORTS ")):])[1:]
+			if len(f) != 5 {
+				t.Fatalf("the tour's ports: %q", out)
+			}
+			ports = map[string]string{"REDIS": f[0], "APP": f[1], "ADMIN": f[2], "GATEWAY": f[3], "DASHBOARD": f[4]}
+		}
+		return ports[name]
+	}
+
+	// 1. Build (done), pick ports, start Redis.
+	b := blocks[0]
+	if !strings.HasPrefix(b[0], "make build") {
+		t.Fatalf("the tour's first line is %q, want make build", b[0])
+	}
+	ran++
+	if _, code := step(30*time.Second, b[1:]...); code != 0 {
+		t.Fatalf("step 1: exit %d", code)
+	}
+	for _, name := range []string{"REDIS", "APP", "ADMIN", "GATEWAY", "DASHBOARD"} {
+		if n, err := strconv.Atoi(port(name)); err != nil || n < 1024 {
+			t.Fatalf("step 1: %s_PORT=%q", name, port(name))
+		}
+	}
+	if out, _ := sh.run("command -v disker", 10*time.Second); strings.TrimSpace(out) != filepath.Join(dir, "bin", "disker") {
+		t.Fatalf("step 1: disker on PATH is %q, want the checkout's bin/disker", out)
+	}
+	waitFor(t, 30*time.Second, "the tour's redis-server", func() bool {
+		c, err := net.Dial("tcp", "127.0.0.1:"+port("REDIS"))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 
 	// 2. A worker.
-	step(10*time.Second, `disker worker --receiver upper --exec 'tr a-z A-Z' &`)
-	if out, code := step(60*time.Second, `disker send --to upper --wait 'hello, disker'`); code != 0 || out != "HELLO, DISKER" {
-		t.Fatalf("step 2: send: exit %d, %q", code, out)
+	b = blocks[1]
+	if out, code := step(60*time.Second, b[:2]...); code != 0 || out != strings.TrimPrefix(b[2], "# ") {
+		t.Fatalf("step 2: exit %d, %q; want %s", code, out, b[2])
 	}
+	ran++ // the reply, as a comment
 
 	// 3. The service, two workers, a gateway.
-	step(10*time.Second,
-		`python3 docs/tour/app.py 8000 & APP=$!`,
-		`disker worker  --receiver web --http http://127.0.0.1:8000 --admin 127.0.0.1:9090 &`,
-		`disker worker  --receiver web --http http://127.0.0.1:8000 & W2=$!`,
-		`disker gateway --receiver web --listen :8080 --timeout 10s &`)
+	step(10*time.Second, blocks[2]...)
+	gateway, app := "http://127.0.0.1:"+port("GATEWAY"), "http://127.0.0.1:"+port("APP")
 	// A reader would wait a moment; the test waits for the service and
 	// for both workers to be listed.
 	waitFor(t, 60*time.Second, "the service, the gateway and both workers", func() bool {
-		for _, url := range []string{"http://127.0.0.1:" + appPort + "/", gateway + "/nothing-yet"} {
+		for _, url := range []string{app + "/", gateway + "/nothing-yet"} {
 			resp, err := http.Get(url)
 			if err != nil {
 				return false
 			}
 			resp.Body.Close()
 		}
-		out, _, _ := e.run("", "stats", "--json", "--receiver", "web")
+		out, _ := sh.run("disker stats --json --receiver web", 30*time.Second)
 		var snap struct {
 			Receivers []struct {
 				Workers int `json:"workers"`
@@ -179,49 +248,59 @@ func TestTour(t *testing.T) {
 		return json.Unmarshal([]byte(out), &snap) == nil && len(snap.Receivers) == 1 && snap.Receivers[0].Workers == 2
 	})
 
-	// 4. curl it: 200s, and a 504.
-	if out, _ := step(60*time.Second, `curl -i http://localhost:8080/`); !strings.HasPrefix(out, "HTTP/1.1 200") {
-		t.Errorf("step 4: curl -i /: %q", out)
+	// 4. curl it: 200s with the service's headers, and a 504.
+	b = blocks[3]
+	if out, _ := step(60*time.Second, b[0]); !strings.HasPrefix(out, "HTTP/1.1 200") || !strings.Contains(out, "ports.py") {
+		t.Errorf("step 4: %s: %q", b[0], out)
 	}
-	if out, _ := step(5*time.Minute, `for i in $(seq 200); do curl -s -o /dev/null -w '%{http_code}\n' http://localhost:8080/; done | sort | uniq -c`); !slices.Equal(strings.Fields(out), []string{"200", "200"}) {
+	out, _ := step(60*time.Second, b[1])
+	direct, err := http.Get(app + "/ports.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct.Body.Close()
+	for _, h := range []string{"Content-Length", "Content-Type", "Last-Modified"} {
+		if want := h + ": " + direct.Header.Get(h) + "\r\n"; direct.Header.Get(h) == "" || !strings.Contains(out, want) {
+			t.Errorf("step 4: %s: the service sent %q; through the gateway:\n%s", b[1], want, out)
+		}
+	}
+	if out, _ := step(5*time.Minute, b[2]); !slices.Equal(strings.Fields(out), []string{"200", "200"}) {
 		t.Errorf("step 4: 200 requests: %q, want all 200", out)
 	}
-	if out, _ := step(60*time.Second, `curl -i 'http://localhost:8080/slow?s=15'   # 504 Gateway Timeout, after 10s`); !strings.HasPrefix(out, "HTTP/1.1 504") {
+	if out, _ := step(60*time.Second, b[3]); !strings.HasPrefix(out, "HTTP/1.1 504") {
 		t.Errorf("step 4: a request that outlasts --timeout 10s: %q, want 504", out)
 	}
 
 	// 5. kill -9 a worker while 20 slow requests run: all 20 get 200.
-	out, _ := step(2*time.Minute,
-		`seq 20 | xargs -P 20 -I{} curl -s -o /dev/null -w '%{http_code}\n' 'http://localhost:8080/slow?s=2' | sort | uniq -c &`,
-		`sleep 1; kill -9 $W2; wait $!`)
-	if !slices.Equal(strings.Fields(out), []string{"20", "200"}) {
-		t.Errorf("step 5: 20 requests to /slow?s=2 with a worker killed with SIGKILL after 1s: %q, want all 20 with 200", out)
+	b = blocks[4]
+	out, _ = step(2*time.Minute, b[:2]...)
+	if want := strings.Fields(strings.TrimPrefix(b[2], "#")); !slices.Equal(strings.Fields(out), want) || !slices.Equal(want, []string{"20", "200"}) {
+		t.Errorf("step 5: 20 requests to /slow?s=2 with a worker killed with SIGKILL after 1s: %q, want %q", out, b[2])
 	}
+	ran++ // the outcome, as a comment
 
 	// 6. The service stopped: 502 with a request id, and a dead letter.
-	step(10*time.Second, `kill $APP`)
-	if out, _ := step(60*time.Second, `curl -i http://localhost:8080/              # 502 Bad Gateway ... (request id 5f0c...)`); !strings.HasPrefix(out, "HTTP/1.1 502") || !strings.Contains(out, "request id ") {
+	b = blocks[5]
+	step(10*time.Second, b[0])
+	if out, _ := step(60*time.Second, b[1]); !strings.HasPrefix(out, "HTTP/1.1 502") || !strings.Contains(out, "request id ") {
 		t.Errorf("step 6: with the service stopped: %q, want 502 with a request id", out)
 	}
-	if out, code := step(60*time.Second, `disker dlq list --receiver web`); code != 0 || !strings.Contains(out, "forward to") {
+	if out, code := step(60*time.Second, b[2]); code != 0 || !strings.Contains(out, "forward to") {
 		t.Errorf("step 6: dlq list: exit %d, %q", code, out)
 	}
 
-	// 7. Watch it. stats --watch runs until stopped: here in the background
-	// until it has drawn a table, then interrupted as Ctrl-C would.
-	watch := `disker stats --watch             # queues, in flight, dead letters, rate, live workers; Ctrl-C ends it`
-	if !written[watch] {
-		t.Fatalf("%q is not a line of the README's tour", watch)
-	}
-	from := len(sh.stdout.String())
-	sh.run(strings.TrimSpace(watch[:strings.Index(watch, "#")])+" & STATS=$!", 10*time.Second)
-	waitFor(t, 30*time.Second, "stats --watch to draw its table", func() bool {
-		return strings.Contains(sh.stdout.String()[from:], "RECEIVER")
-	})
-	if _, code := sh.run("kill -INT $STATS; wait $STATS", 30*time.Second); code != 0 {
-		t.Errorf("step 7: stats --watch ended with %d on SIGINT, want 0", code)
-	}
-	if out, _ := step(30*time.Second, `curl -s localhost:9090/metrics | grep '^disker_'`); !strings.Contains(out, "disker_") {
+	// 7. Watch it.
+	b = blocks[6]
+	untilCtrlC(b[0], "RECEIVER")
+	if out, _ := step(30*time.Second, b[1]); !strings.Contains(out, "disker_messages_handled_total") {
 		t.Errorf("step 7: metrics: %q", out)
+	}
+
+	total := 0
+	for _, b := range blocks {
+		total += len(b)
+	}
+	if ran != total {
+		t.Errorf("the test ran %d of the tour's %d lines", ran, total)
 	}
 }

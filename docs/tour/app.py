@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """The five-minute tour's stand-in for your application.
 
-Python's file server (it serves the current directory) with one more path:
-/slow?s=SECONDS answers "slept SECONDS s" after that many seconds.
+Python's file server, serving the files of this directory (docs/tour) and
+nothing else, with one more path: /slow?s=SECONDS answers "slept SECONDS s"
+after that many seconds. It listens on 127.0.0.1 and logs nothing.
 
-Usage: python3 docs/tour/app.py [PORT]   (default 8000, on 127.0.0.1)
+Usage: python3 docs/tour/app.py PORT
 """
+import functools
+import os
 import sys
 import time
 import urllib.parse
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class Handler(SimpleHTTPRequestHandler):
@@ -26,7 +31,12 @@ class Handler(SimpleHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def log_message(self, format, *args):
+        pass  # the tour's terminal stays readable
+
 
 if __name__ == "__main__":
-    port = int(sys.argv[1]) if len(sys.argv) > 1 else 8000
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 docs/tour/app.py PORT")
+    handler = functools.partial(Handler, directory=HERE)
+    ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler).serve_forever()

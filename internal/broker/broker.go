@@ -63,6 +63,11 @@ type Envelope struct {
 	// the key's waiters (Idempotency.SettleIdempotent). It travels with
 	// the message.
 	IdempotencyKey string
+	// DedupKey is set on a message sent with a dedup key held until it is
+	// settled (SendParams.DedupUntilSettled): the consumer that settles
+	// the message for good frees the key (Queue.Release). It travels with
+	// the message.
+	DedupKey string
 	// Priority is the message's level in its receiver's queue, from
 	// PriorityLow to PriorityHigh; 0 (PriorityNormal) is the default. A
 	// fetch takes every waiting message of a higher level before any of a
@@ -87,6 +92,8 @@ type Delivery struct {
 	Ref string
 	// Deadline is the message's deadline in broker time; zero means none.
 	Deadline time.Time
+	// GroupKey is the message's group key (SendParams.GroupKey), or "".
+	GroupKey string
 	// Expiry is when the message expires (SendParams.Expiry, ExpireAt),
 	// broker time; zero means never. A consumer does not start a message
 	// whose expiry, or deadline, has passed: it drops it (Queue.Drop).
@@ -198,6 +205,10 @@ type ReceiverStats struct {
 	// Expired counts the messages dropped unstarted because their expiry
 	// or deadline had passed (Queue.Drop), by every consumer, ever.
 	Expired int64
+	// GroupWaiting counts the keyed messages waiting behind their key (see
+	// Groups), in none of the counts above; GroupKeys counts the keys that
+	// have some (Groups.BusiestGroups lists them).
+	GroupWaiting, GroupKeys int64
 }
 
 // Broker is the storage engine: the composition of one small interface
@@ -223,6 +234,7 @@ type Broker interface {
 	Schedules
 	Limits
 	Cancels
+	Groups
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.
@@ -275,6 +287,11 @@ type Queue interface {
 	// not started because their expiry or deadline had passed, and counts
 	// them in the receiver's ReceiverStats.Expired.
 	Drop(ctx context.Context, receiver string, refs ...string) error
+
+	// ReleaseDedup frees receiver's dedup key if message id holds it: the
+	// message, sent with SendParams.DedupUntilSettled, was settled for
+	// good. A key that another message took since (after its ttl) stays.
+	ReleaseDedup(ctx context.Context, receiver, key, id string) error
 
 	// Retry gives up consumer's lease on ref so that the message is delivered
 	// again after delay. ErrLeaseLost if consumer does not hold it.
@@ -417,7 +434,8 @@ type Limits interface {
 
 // Registry is the registry of live workers.
 type Registry interface {
-	// Heartbeat records info as live for ttl.
+	// Heartbeat records info as live for ttl, and measures the broker's
+	// clock as Now does (see Offset).
 	Heartbeat(ctx context.Context, info WorkerInfo, ttl time.Duration) error
 	// Deregister removes a worker from the registry.
 	Deregister(ctx context.Context, id string) error

@@ -77,6 +77,25 @@ type SendParams struct {
 	// DedupTTL is the window of DedupKey, from the send that took it; > 0
 	// when DedupKey is set.
 	DedupTTL time.Duration
+	// DedupUntilSettled holds DedupKey from the send until the message is
+	// settled for good (acknowledged, dead-lettered, dropped, cancelled:
+	// the consumer calls Queue.ReleaseDedup), DedupTTL at most. The broker sets
+	// Env.DedupKey, so that the key travels with the message.
+	DedupUntilSettled bool
+
+	// DebounceKey, when not empty, debounces the message: it is deferred
+	// by DebounceWait, and a later send with the same key to Env.Receiver,
+	// while this message is still deferred, replaces it (this message is
+	// dropped, never delivered) and is deferred by DebounceWait again, but
+	// never past DebounceMax after the first send of the run. The run ends
+	// when its message comes due; the next send starts another. It sets the
+	// message's due time, so it goes without Delay and DeliverAt; and a
+	// message it may replace has no outcome for a sender to wait for, and
+	// never settles, so it goes without a Timeout, RouteInbox, an
+	// idempotency key and DedupUntilSettled.
+	DebounceKey  string
+	DebounceWait time.Duration
+	DebounceMax  time.Duration
 
 	// Env.IdempotencyKey, when not empty, makes sends with the same key to
 	// Env.Receiver one send for IdemTTL after the message's due time: the
@@ -91,6 +110,11 @@ type SendParams struct {
 	// IdemTTL is how long the key lives after the message's due time; > 0
 	// when Env.IdempotencyKey is set.
 	IdemTTL time.Duration
+
+	// GroupKey, when not empty, puts the message in its receiver's group of
+	// that key: it runs after the messages of the key accepted before it,
+	// as the receiver's GroupConfig says (see Groups).
+	GroupKey string
 
 	// Expiry, when > 0, expires the message Expiry after its due time
 	// (broker time): one not started by then is never started (see
@@ -203,12 +227,28 @@ func (p *SendParams) Validate() error {
 		return errors.New("broker: SendParams.Delay and SendParams.DeliverAt are both set")
 	case !p.DeliverAt.IsZero() && (p.DeliverAt.UnixMilli() <= 0 || p.DeliverAt.UnixMilli() > maxDeliverAt):
 		return fmt.Errorf("broker: SendParams.DeliverAt %v is out of range", p.DeliverAt)
+	case len(p.GroupKey) > MaxKeyLen:
+		return fmt.Errorf("broker: SendParams.GroupKey is %d bytes, over %d", len(p.GroupKey), MaxKeyLen)
 	case p.Expiry < 0:
 		return negative("SendParams.Expiry", p.Expiry)
 	case p.Expiry > 0 && !p.ExpireAt.IsZero():
 		return errors.New("broker: SendParams.Expiry and SendParams.ExpireAt are both set")
 	case !p.ExpireAt.IsZero() && (p.ExpireAt.UnixMilli() <= 0 || p.ExpireAt.UnixMilli() > maxDeliverAt):
 		return fmt.Errorf("broker: SendParams.ExpireAt %v is out of range", p.ExpireAt)
+	case p.DedupUntilSettled && p.DedupKey == "":
+		return empty("SendParams.DedupKey (DedupUntilSettled)")
+	case len(p.DebounceKey) > MaxKeyLen:
+		return fmt.Errorf("broker: SendParams.DebounceKey is %d bytes, over %d", len(p.DebounceKey), MaxKeyLen)
+	case p.DebounceKey != "" && p.DebounceWait <= 0:
+		return notPositive("SendParams.DebounceWait", p.DebounceWait)
+	case p.DebounceKey != "" && p.DebounceMax < p.DebounceWait:
+		return fmt.Errorf("broker: SendParams.DebounceMax %v is less than DebounceWait %v", p.DebounceMax, p.DebounceWait)
+	case p.DebounceKey != "" && p.Later():
+		return errors.New("broker: SendParams.DebounceKey sets the due time: Delay and DeliverAt must not be set")
+	case p.DebounceKey != "" && (env.Timeout > 0 || env.Route == RouteInbox):
+		return errors.New("broker: SendParams.DebounceKey: a message that a later send may replace has no outcome to wait for: no Timeout, no RouteInbox")
+	case p.DebounceKey != "" && (env.IdempotencyKey != "" || p.DedupUntilSettled):
+		return errors.New("broker: SendParams.DebounceKey: a message that a later send may replace never settles, so it cannot hold an idempotency key or a dedup key until settled")
 	case len(p.DedupKey) > MaxKeyLen:
 		return fmt.Errorf("broker: SendParams.DedupKey is %d bytes, over %d", len(p.DedupKey), MaxKeyLen)
 	case p.DedupKey != "" && p.DedupTTL <= 0:
@@ -220,6 +260,9 @@ func (p *SendParams) Validate() error {
 // Later reports whether p sends its message for later (Delay or DeliverAt):
 // the broker then decides, by its clock, whether it is due already.
 func (p *SendParams) Later() bool { return p.Delay > 0 || !p.DeliverAt.IsZero() }
+
+// Deferred reports whether p defers its message: Later, or debounced.
+func (p *SendParams) Deferred() bool { return p.Later() || p.DebounceKey != "" }
 
 // ValidateAll checks every message of a Send: the first that is not valid
 // fails the call with an error naming its index (for a call of one

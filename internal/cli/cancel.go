@@ -20,21 +20,21 @@ func (a *app) cancelCommand() *cobra.Command {
 	o := &cancelOptions{}
 	cmd := &cobra.Command{
 		Use:   "cancel --receiver NAME ID...",
-		Short: "Cancel sent messages: scheduled, queued or being handled",
+		Short: "Cancel sent messages: deferred, queued or being handled",
 		Long: long(`Cancel the messages with the given ids (as "disker send" printed them) sent to
-the receiver NAME. A message that is scheduled (sent with --delay or --at) or
+the receiver NAME. A message that is deferred (sent with --delay or --at) or
 queued is never delivered. One that a worker is handling is not delivered
 again, and its handler's context is cancelled within a second (the command
 worker stops its --exec process or its --http request); its reply, if it
 had not replied yet, is dropped, and its sender gets a "cancelled" error.
 
-For each id it prints what it found: scheduled, queued, in flight, or not
+For each id it prints what it found: deferred, queued, in flight, or not
 found (handled already, dead-lettered, cancelled before, or never sent to
 NAME), in which case nothing changed. The exit status is 0 when every id was
 looked up, 2 for a malformed id.`),
 		Example: `  disker cancel --receiver reminders 01jf3m4v0c8x2k5q7r9s1t3w5y
   disker cancel --receiver jobs $(cat ids.txt)`,
-		Args: cobra.ArbitraryArgs,
+		Args: atLeastOne("ID"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			return a.runCancel(cmd.Context(), o, args)
 		}),
@@ -47,9 +47,6 @@ looked up, 2 for a malformed id.`),
 func (a *app) runCancel(ctx context.Context, o *cancelOptions, ids []string) error {
 	if err := checkName("receiver", o.receiver); err != nil {
 		return err
-	}
-	if len(ids) == 0 {
-		return usagef("give the ids of the messages to cancel")
 	}
 	for _, id := range ids {
 		if !validID(id) {

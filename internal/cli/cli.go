@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/diskerhq/disker"
 )
@@ -94,7 +93,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 // RunWith is Run with t tracing the worker and gateway commands (nil: none).
 func RunWith(ctx context.Context, t Tracing, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	app := &app{stdin: stdin, stdout: stdout, stderr: stderr, tracing: t}
+	app := &app{stdin: stdin, stdout: stdout, stderr: stderr, tracing: t, fromEnv: map[string]bool{}}
 	root := app.rootCommand()
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -116,8 +115,14 @@ func RunWith(ctx context.Context, t Tracing, args []string, stdin io.Reader, std
 		err = flagError(err)
 	}
 	msg := oneLine(strings.TrimPrefix(err.Error(), "disker: "))
-	if code == ExitUsage && cmd != nil {
-		msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
+	if code == ExitUsage {
+		msg = app.namingVariables(msg)
+		if cmd != nil && cmd.Name() == "help" && cmd.HasParent() {
+			cmd = cmd.Parent() // "disker help frob": the commands are there
+		}
+		if cmd != nil {
+			msg += fmt.Sprintf(" (see '%s --help')", cmd.CommandPath())
+		}
 	}
 	fmt.Fprintf(stderr, "disker: %s\n", msg)
 	return code
@@ -168,9 +173,12 @@ type app struct {
 	stdout, stderr io.Writer
 	logFormat      string
 	logLevel       string
+	verbose        bool
 	log            *slog.Logger
-	tracing        Tracing // nil: no tracing
-	tracer         Tracer  // set by startTracing
+	cmd            *cobra.Command  // the command that runs
+	fromEnv        map[string]bool // the flags set from their variables
+	tracing        Tracing         // nil: no tracing
+	tracer         Tracer          // set by startTracing
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -197,21 +205,45 @@ failure, 2 usage error.`,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnv(cmd); err != nil {
+			a.cmd = cmd
+			if err := a.applyEnv(cmd); err != nil {
 				return err
 			}
-			log, err := newLogger(a.stderr, a.logFormat, a.logLevel)
+			level := a.logLevel
+			if a.verbose && a.set("log-level") && a.given("verbose") == a.given("log-level") {
+				return usagef("give -v or --log-level, not both")
+			}
+			switch {
+			case a.verbose && !a.given("log-level"): // the command line wins
+				level = "debug"
+			case level == "" && cmd.Annotations[longRunning] != "":
+				level = "info"
+			case level == "":
+				// A command that runs once says what it must and prints
+				// its result: no log of what went well unless asked.
+				level = "warn"
+			}
+			log, err := newLogger(a.stderr, a.logFormat, level)
 			if err != nil {
 				return err
 			}
 			a.log = log
-			return nil
+			return a.checkNeeds()
+		},
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return unknownCommand(cmd, args[0])
+			}
+			return cmd.Help()
 		},
 	}
 	root.PersistentFlags().StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json")
-	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: debug, info, warn or error (default info for worker, gateway, dashboard and demo, warn for the commands that run once)")
+	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log everything the command does (--log-level debug)")
 	root.SetVersionTemplate(versionLine() + "\n")
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(flagParseError)
+	root.SetHelpCommand(helpCommand(root))
 	root.AddCommand(
 		a.demoCommand(),
 		a.workerCommand(),
@@ -227,6 +259,17 @@ failure, 2 usage error.`,
 		a.dashboardCommand(),
 		a.versionCommand(),
 	)
+	// The completion command holds one command per shell: an unknown one
+	// is a usage error, as for dlq and schedule.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Args, c.RunE = cobra.ArbitraryArgs, groupRunE
+		}
+		if c.Flags().Lookup("admin-dashboard") != nil {
+			needs(c, "admin-dashboard", "admin")
+		}
+	}
 	if a.tracing != nil {
 		for _, c := range root.Commands() {
 			if tracingCommands[c.Name()] {
@@ -237,28 +280,13 @@ failure, 2 usage error.`,
 	return root
 }
 
+// longRunning is the annotation of the commands that run until stopped (or,
+// for the demo, show a run): they log at info level by default.
+const longRunning = "long-running"
+
 // envName returns the environment variable that flag name falls back to.
 func envName(flag string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
-
-// applyEnv sets every flag of cmd that was not given on the command line
-// from its environment variable, if that is set.
-func applyEnv(cmd *cobra.Command) error {
-	var err error
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed || f.Name == "help" {
-			return
-		}
-		v, ok := os.LookupEnv(envName(f.Name))
-		if !ok {
-			return
-		}
-		if serr := cmd.Flags().Set(f.Name, v); serr != nil {
-			err = usagef("invalid value %q in %s (for --%s): %v", v, envName(f.Name), f.Name, serr)
-		}
-	})
-	return err
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {

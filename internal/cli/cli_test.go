@@ -250,7 +250,7 @@ func TestEnvFallback(t *testing.T) {
 	t.Setenv("DISKER_LOG_LEVEL", "loud")
 	var out, errOut bytes.Buffer
 	if code := Run(context.Background(), []string{"version"}, nil, &out, &errOut); code != ExitUsage ||
-		!strings.Contains(errOut.String(), "invalid --log-level \"loud\"") {
+		!strings.Contains(errOut.String(), "invalid --log-level (DISKER_LOG_LEVEL) \"loud\"") {
 		t.Fatalf("bad DISKER_LOG_LEVEL: %d %q", code, errOut.String())
 	}
 	errOut.Reset()
@@ -357,5 +357,29 @@ func TestGatewayClientGoneCancelsService(t *testing.T) {
 	cancel()
 	for range 2 {
 		<-codes
+	}
+}
+
+// TestVerboseAndLogLevel cannot run in parallel: it sets environment
+// variables. -v and --log-level both on the command line are a usage
+// error; one from its variable gives way to the other on the command line.
+func TestVerboseAndLogLevel(t *testing.T) {
+	run := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := Run(context.Background(), args, nil, &out, &errOut)
+		return code, errOut.String()
+	}
+	if code, errOut := run("version", "-v", "--log-level", "info"); code != ExitUsage || !strings.Contains(errOut, "give -v or --log-level, not both") {
+		t.Errorf("-v --log-level info: %d %q, want a usage error", code, errOut)
+	}
+	t.Setenv("DISKER_LOG_LEVEL", "warn")
+	if code, errOut := run("version", "-v"); code != ExitOK {
+		t.Errorf("DISKER_LOG_LEVEL=warn with -v: %d %q, want 0", code, errOut)
+	}
+	t.Setenv("DISKER_LOG_LEVEL", "")
+	os.Unsetenv("DISKER_LOG_LEVEL")
+	t.Setenv("DISKER_VERBOSE", "true")
+	if code, errOut := run("version", "--log-level", "warn"); code != ExitOK {
+		t.Errorf("DISKER_VERBOSE=true with --log-level warn: %d %q, want 0", code, errOut)
 	}
 }

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -185,6 +188,17 @@ func (s *byteSize) Set(v string) error {
 
 func (s *byteSize) Type() string { return "size" }
 
+// fileError is the reason of a failed file operation without the
+// operation and the path, which the message gives already: "no such file
+// or directory".
+func fileError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
 // isTerminal reports whether w is a terminal that understands cursor moves.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
@@ -212,10 +226,47 @@ func (f *adminFlags) check() error {
 	if f.shutdownTimeout <= 0 {
 		return usagef("invalid --shutdown-timeout %v: must be > 0", f.shutdownTimeout)
 	}
-	if f.dashboard && f.admin == "" {
-		return usagef("--admin-dashboard needs --admin")
+	if f.admin != "" {
+		return checkAddr("admin", f.admin)
 	}
 	return nil
+}
+
+// checkAddr refuses, as a usage error, a --flag address to listen on that
+// cannot be one: no port, or a port that is not a number.
+func checkAddr(flag, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("invalid --%s %q: want HOST:PORT or :PORT, such as 127.0.0.1:9090 or :9090", flag, addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return usagef("invalid --%s %q: the port %q is not a number in 0..65535", flag, addr, port)
+	}
+	return nil
+}
+
+// listenError says why listening on the address of --flag failed, in
+// words rather than the socket layer's ("listen tcp 127.0.0.1:80: bind:
+// permission denied").
+func listenError(flag, addr string, err error) error {
+	var dnsErr *net.DNSError
+	reason := err.Error()
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		reason = "the address is in use: another process listens there"
+	case errors.Is(err, syscall.EACCES):
+		reason = "permission denied: a port below 1024 needs privileges"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		reason = "no network interface of this machine has that address"
+	case errors.As(err, &dnsErr):
+		reason = fmt.Sprintf("the host %q is unknown", dnsErr.Name)
+	default:
+		var oe *net.OpError
+		if errors.As(err, &oe) {
+			reason = oe.Err.Error()
+		}
+	}
+	return fmt.Errorf("cannot listen on --%s %s: %s", flag, addr, reason)
 }
 
 // long appends the rule for environment variables to a command's

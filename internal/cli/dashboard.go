@@ -32,8 +32,9 @@ type dashboardOptions struct {
 func (a *app) dashboardCommand() *cobra.Command {
 	o := &dashboardOptions{}
 	cmd := &cobra.Command{
-		Use:   "dashboard",
-		Short: "Serve a web page of receivers, workers and dead letters",
+		Use:         "dashboard",
+		Annotations: map[string]string{longRunning: "true"},
+		Short:       "Serve a web page of receivers, workers and dead letters",
 		Long: long(`Serve the dashboard: the receivers (queued, pending, in flight, dead letters,
 handled per second, workers) with a live chart of rates and queue depth, the
 live workers, and each receiver's dead letters with their reason, headers,
@@ -52,7 +53,7 @@ only while a page is open.`),
 		Example: `  disker dashboard
   disker dashboard --listen 127.0.0.1:8090 --allow-actions
   DISKER_BASIC_AUTH=ops:s3cret disker dashboard --listen :8090 --allow-actions`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			return a.runDashboard(cmd.Context(), o)
 		}),
@@ -98,7 +99,7 @@ func flagOrFile(name, value, file string) (string, error) {
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return "", usagef("invalid --%s-file: %v", name, err)
+		return "", usagef("invalid --%s-file %q: %v", name, file, fileError(err))
 	}
 	s := strings.TrimSpace(string(b))
 	if s == "" {
@@ -108,6 +109,15 @@ func flagOrFile(name, value, file string) (string, error) {
 }
 
 func (a *app) runDashboard(ctx context.Context, o *dashboardOptions) error {
+	if err := checkAddr("listen", o.listen); err != nil {
+		return err
+	}
+	switch {
+	case o.interval < 100*time.Millisecond:
+		return usagef("invalid --interval %v: must be >= 100ms", o.interval)
+	case o.window < o.interval:
+		return usagef("invalid --window %v: must be >= --interval (%v)", o.window, o.interval)
+	}
 	auth, err := o.auth()
 	if err != nil {
 		return err
@@ -130,7 +140,7 @@ func (a *app) runDashboard(ctx context.Context, o *dashboardOptions) error {
 	defer dash.Close()
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		return fmt.Errorf("dashboard: %w", err)
+		return listenError("listen", o.listen, err)
 	}
 	srv := &http.Server{Handler: dash, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)

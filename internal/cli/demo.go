@@ -38,8 +38,9 @@ type demoOptions struct {
 func (a *app) demoCommand() *cobra.Command {
 	o := &demoOptions{}
 	cmd := &cobra.Command{
-		Use:   "demo",
-		Short: "See Disker work: a dispatcher and a pool of workers, no setup",
+		Use:         "demo",
+		Annotations: map[string]string{longRunning: "true"},
+		Short:       "See Disker work: a dispatcher and a pool of workers, no setup",
 		Long: long(`Run a dispatcher and a pool of workers in this process and watch them work.
 
 With no flags it runs on the embedded in-memory broker: nothing to install.
@@ -64,7 +65,7 @@ receiver "demo" from Redis.
   disker demo --messages 1000 --workers 5 --concurrency 8 --rate 500
   disker demo --redis-url redis://127.0.0.1:6379/0
   disker demo pool`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			return a.runDemo(cmd.Context(), o)
 		}),
@@ -85,6 +86,7 @@ receiver "demo" from Redis.
 	fs.DurationVar(&o.duration, "duration", 15*time.Second, "stop sending after this long even if not all messages are sent")
 	fs.DurationVar(&o.work, "work", 20*time.Millisecond, "average time a worker spends on a message")
 	fs.DurationVar(&o.timeout, "timeout", 300*time.Millisecond, "timeout of the slow messages (the others get 5s)")
+	needs(cmd, "key-prefix", "redis-url")
 	cmd.AddCommand(a.demoPoolCommand())
 	return cmd
 }

@@ -38,7 +38,7 @@ The callers use pool.Pool.Do, which checks a worker out, runs the job with it,
 and always gives it back (or retires it if the job panicked or broke it).`),
 		Example: `  disker demo pool
   disker demo pool --callers 5 --size 5 --job 200ms`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			return a.runDemoPool(cmd.Context(), o)
 		}),

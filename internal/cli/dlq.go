@@ -45,7 +45,8 @@ seen is an error (exit 1), not an empty list: check the name and the
   disker dlq retry --receiver web 1733000000000-0 1733000000001-0
   disker dlq retry --receiver web --all
   disker dlq purge --receiver web --all`,
-		Args: cobra.NoArgs,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupRunE,
 	}
 	cmd.PersistentFlags().StringVar(&o.receiver, "receiver", "", "name of the receiver (required)")
 	o.conn.register(cmd.PersistentFlags())
@@ -59,7 +60,7 @@ start of the content. --json prints every field, with the full content
 ("content", or "content_base64" when it is not UTF-8).`),
 		Example: `  disker dlq list --receiver web
   disker dlq list --receiver web --json --max 1000 > dead.json`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			return a.runDLQList(cmd.Context(), o)
 		}),
@@ -122,7 +123,7 @@ func (a *app) runDLQList(ctx context.Context, o *dlqOptions) error {
 		return err
 	}
 	defer closeDisker(d, 5*time.Second)
-	if err := knownReceiver(ctx, d, o); err != nil {
+	if err := knownReceiver(ctx, d, o.receiver, o.conn.keyPrefix); err != nil {
 		return err
 	}
 	dls, err := d.DeadLetters(ctx, o.receiver, o.max)
@@ -185,7 +186,7 @@ func (a *app) runDLQChange(ctx context.Context, o *dlqOptions, ids []string, ver
 		return err
 	}
 	defer closeDisker(d, 5*time.Second)
-	if err := knownReceiver(ctx, d, o); err != nil {
+	if err := knownReceiver(ctx, d, o.receiver, o.conn.keyPrefix); err != nil {
 		return err
 	}
 	var unknown []string
@@ -207,15 +208,20 @@ func (a *app) runDLQChange(ctx context.Context, o *dlqOptions, ids []string, ver
 	return nil
 }
 
-// knownReceiver fails when Redis has never seen o's receiver: a typo in the
-// name or the key prefix would otherwise look like an empty list.
-func knownReceiver(ctx context.Context, d *disker.Disker, o *dlqOptions) error {
+// knownReceiver fails when Redis knows nothing of receiver under prefix (no
+// live worker serves it, it holds no message or dead letter, it is not
+// paused): a typo in the name or the key prefix would otherwise look like
+// an empty list or a row of zeros.
+func knownReceiver(ctx context.Context, d *disker.Disker, receiver, prefix string) error {
 	names, err := d.Receivers(ctx)
 	if err != nil {
 		return err
 	}
-	if slices.Contains(names, o.receiver) {
+	if slices.Contains(names, receiver) {
 		return nil
+	}
+	if st, err := d.Stats(ctx, receiver); err != nil || st.Paused {
+		return err
 	}
 	known := "none"
 	if len(names) > 0 {
@@ -224,7 +230,7 @@ func knownReceiver(ctx context.Context, d *disker.Disker, o *dlqOptions) error {
 			known += ", ..."
 		}
 	}
-	return fmt.Errorf("no receiver %q under --key-prefix %q (receivers known: %s)", o.receiver, o.conn.keyPrefix, known)
+	return fmt.Errorf("no receiver %q under --key-prefix %q (receivers known: %s)", receiver, prefix, known)
 }
 
 // splitDeadLetters splits ids into those of receiver's dead letters and

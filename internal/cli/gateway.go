@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,8 +35,9 @@ type gatewayOptions struct {
 func (a *app) gatewayCommand() *cobra.Command {
 	o := &gatewayOptions{maxBody: 1 << 20}
 	cmd := &cobra.Command{
-		Use:   "gateway --listen ADDR --receiver NAME",
-		Short: "Serve HTTP: each request becomes a message, the reply its response",
+		Use:         "gateway --listen ADDR --receiver NAME",
+		Annotations: map[string]string{longRunning: "true"},
+		Short:       "Serve HTTP: each request becomes a message, the reply its response",
 		Long: long(`Run an HTTP server in front of the workers of a receiver. Each HTTP request
 (method, path, query, headers, body) becomes a message to NAME; the reply of
 the worker that handled it ("disker worker --http") becomes the response:
@@ -70,7 +72,7 @@ exits at once.`),
 		Example: `  disker gateway --listen :8080 --receiver web --timeout 10s
   disker worker --receiver web --http http://127.0.0.1:8000
   curl -i http://localhost:8080/hello?name=you`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			return a.runGateway(cmd.Context(), o)
 		}),
@@ -93,6 +95,9 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 	if err := o.adm.check(); err != nil {
 		return err
 	}
+	if err := checkAddr("listen", o.listen); err != nil {
+		return err
+	}
 	switch {
 	case o.timeout <= 0:
 		return usagef("invalid --timeout %v: must be > 0", o.timeout)
@@ -110,7 +115,7 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 	var admin *metrics.Server
 	if o.adm.admin != "" {
 		if admin, err = metrics.Listen(o.adm.admin, m, a.log); err != nil {
-			return err
+			return listenError("admin", o.adm.admin, err)
 		}
 		defer admin.Close(context.Background())
 	}
@@ -133,7 +138,7 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		_ = closeDisker(d, o.adm.shutdownTimeout)
-		return fmt.Errorf("gateway: %w", err)
+		return listenError("listen", o.listen, err)
 	}
 	g := &gateway{d: d, receiver: o.receiver, timeout: o.timeout, maxBody: int64(o.maxBody), log: a.log, m: m, tracer: a.tracer}
 	srv := &http.Server{
@@ -303,9 +308,16 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	for k, vs := range resp.Header {
 		h[k] = vs
 	}
-	if r.Method != http.MethodHead && resp.Status != http.StatusNotModified {
-		// The body is known in full: the server sets the length itself.
+	switch {
+	case r.Method == http.MethodHead || resp.Status == http.StatusNotModified:
+		// The length, if any, is that of the body a GET would get: kept.
+	case resp.Status == http.StatusNoContent || resp.Status < 200:
 		h.Del("Content-Length")
+	default:
+		// The body is known in full: its length, whatever its size (net/http
+		// sets one itself only for a body that fits its first buffer, and
+		// chunks a larger one).
+		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	}
 	w.WriteHeader(resp.Status)
 	if _, err := w.Write(resp.Body); err != nil {

@@ -29,7 +29,7 @@ later, until it is resumed. "disker stats" shows it (PAUSED).`),
 		Example: `  disker pause emails
   disker stats --receiver emails
   disker resume emails`,
-		Args: cobra.MaximumNArgs(1),
+		Args: upTo(0, "RECEIVER"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			return a.runPause(cmd.Context(), o, args, resume)
 		}),
@@ -49,10 +49,19 @@ receiver that is not paused does nothing.`)
 
 func (a *app) runPause(ctx context.Context, o *pauseOptions, args []string, resume bool) error {
 	switch {
+	case len(args) == 1 && a.fromEnv["receiver"]:
+		o.receiver = args[0] // the command line wins over DISKER_RECEIVER
 	case len(args) == 1 && o.receiver != "" && args[0] != o.receiver:
 		return usagef("RECEIVER %q and --receiver %q disagree: give one of them", args[0], o.receiver)
 	case len(args) == 1:
 		o.receiver = args[0]
+	}
+	if o.receiver == "" {
+		verb := "pause"
+		if resume {
+			verb = "resume"
+		}
+		return usagef("%s needs RECEIVER (or --receiver NAME)", verb)
 	}
 	if err := checkName("receiver", o.receiver); err != nil {
 		return err

@@ -86,7 +86,7 @@ func (c *connFlags) tlsConfig(u *url.URL) (*tls.Config, error) {
 	if c.tlsCA != "" {
 		pem, err := os.ReadFile(c.tlsCA)
 		if err != nil {
-			return nil, usagef("invalid --tls-ca: %v", err)
+			return nil, usagef("invalid --tls-ca %q: %v", c.tlsCA, fileError(err))
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
@@ -203,10 +203,16 @@ func explainConnect(ctx context.Context, u *url.URL, tc *tls.Config, err error) 
 	return fmt.Errorf("%s: %s", where, authHint(detail))
 }
 
-// authHint adds a hint to Redis's answer to bad credentials.
+// authHint says what Redis's answer to bad credentials means: Redis's own
+// text of NOAUTH is about its HELLO command.
 func authHint(detail string) string {
-	if isAuthError(detail) {
-		return detail + " (check the user and password in " + redisURLFlag + ")"
+	switch {
+	case strings.Contains(detail, "NOAUTH"):
+		return "Redis wants a password (NOAUTH) and " + redisURLFlag + " gives none: redis://:PASSWORD@HOST:PORT/DB, or redis://USER:PASSWORD@HOST:PORT/DB for an ACL user"
+	case strings.Contains(detail, "WRONGPASS"):
+		return "Redis refused the user and password (WRONGPASS): check them in " + redisURLFlag
+	case strings.Contains(detail, "NOPERM"):
+		return detail + " (the user of " + redisURLFlag + " lacks a permission Disker needs)"
 	}
 	return detail
 }

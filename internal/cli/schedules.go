@@ -60,7 +60,8 @@ func (a *app) scheduleCommand() *cobra.Command {
   disker schedule add ping --receiver health --every 30s
   disker schedule list
   disker schedule remove ping`,
-		Args: cobra.NoArgs,
+		Args: cobra.ArbitraryArgs,
+		RunE: groupRunE,
 	}
 	o.conn.register(cmd.PersistentFlags())
 
@@ -77,7 +78,7 @@ day-of-week), six with a leading seconds field, or @hourly, @daily, @weekly,
 @monthly, @yearly.`),
 		Example: `  disker schedule add report --receiver reports --cron '0 9 * * 1-5' --tz Europe/Paris '{"kind":"daily"}'
   disker schedule add ping --receiver health --every 30s --missed one`,
-		Args: cobra.RangeArgs(1, 2),
+		Args: upTo(1, "NAME", "DATA"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			return a.runScheduleAdd(cmd.Context(), o, args)
 		}),
@@ -88,6 +89,7 @@ day-of-week), six with a leading seconds field, or @hourly, @daily, @weekly,
 	add.Flags().StringVar(&o.tz, "tz", "UTC", "the time zone of --cron (an IANA name such as Europe/Paris)")
 	add.Flags().StringVar(&o.missed, "missed", "skip", "ticks missed while no instance ran: skip, or one (send one message for them)")
 	add.Flags().StringArrayVar(&o.headers, "header", nil, "message header KEY=VALUE (repeatable)")
+	needs(add, "tz", "cron")
 
 	list := a.scheduleListCommand(o, "list", "List the schedules")
 
@@ -98,7 +100,7 @@ day-of-week), six with a leading seconds field, or @hourly, @daily, @weekly,
 theirs. A name that is not a schedule is named on stderr, the others are
 removed, and the exit status is 1.`),
 		Example: `  disker schedule remove ping report`,
-		Args:    cobra.MinimumNArgs(1),
+		Args:    atLeastOne("NAME"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			return a.runScheduleRemove(cmd.Context(), o, args)
 		}),
@@ -126,7 +128,7 @@ prints every field, with the content ("content", or "content_base64" when
 it is not UTF-8) and times in RFC 3339.`),
 		Example: `  disker schedules
   disker schedule list --json`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			return a.runScheduleList(cmd.Context(), o)
 		}),
@@ -152,9 +154,6 @@ func (a *app) scheduleOf(o *scheduleOptions, args []string) (disker.Schedule, er
 		return s, usagef("give --every or --cron, not both")
 	}
 	if o.tz != "UTC" {
-		if o.cron == "" {
-			return s, usagef("--tz needs --cron")
-		}
 		loc, err := time.LoadLocation(o.tz)
 		if err != nil {
 			return s, usagef("invalid --tz %q: %v", o.tz, err)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -62,9 +63,9 @@ What happens to the reply:
                      is given)
 Without --wait, send prints the message id once Redis has accepted it.
 
---delay 10m or --at 2026-12-24T18:00:00Z sends the message for later: it is
+--delay 10m or --at 2026-12-24T18:00:00Z defers the message: it is
 delivered to no worker before that time by Redis's clock, counts as
-scheduled in "disker stats", and can be cancelled with "disker cancel". A
+deferred in "disker stats", and can be cancelled with "disker cancel". A
 time that has passed delivers it now. With --wait, --timeout counts from the
 delivery.
 With --wait, when no live worker serves NAME, send says so on stderr at once
@@ -89,7 +90,7 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
   disker send --to jobs --file jobs.jsonl
   disker send --to jobs --priority high '{"job": 1}'
   disker send --to upper --wait --concurrency 16 --file requests.jsonl > replies.jsonl`,
-		Args: cobra.MaximumNArgs(1),
+		Args: upTo(0, "DATA"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			o.dedupSet, o.dedupTTLSet = cmd.Flags().Changed("dedup-key"), cmd.Flags().Changed("dedup-ttl")
 			o.idemSet = cmd.Flags().Changed("idempotency-key")
@@ -115,6 +116,11 @@ result is printed on stdout as one JSON line: {"line":N,"reply":"..."}
 	fs.DurationVar(&o.delay, "delay", 0, "send for later: deliver after this delay (Redis time)")
 	fs.StringVar(&o.at, "at", "", "send for later: deliver at this time, RFC 3339 (Redis time)")
 	o.conn.register(fs)
+	needs(cmd, "concurrency", "file")
+	needs(cmd, "require-worker", "wait")
+	needs(cmd, "timeout", "wait", "from") // a fire-and-forget message has no timeout
+	needs(cmd, "dedup-ttl", "dedup-key")
+	needs(cmd, "idempotency-key", "wait")
 	return cmd
 }
 
@@ -169,6 +175,14 @@ func parsePriority(v string) (disker.Priority, error) {
 }
 
 func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error {
+	// A name on the command line wins over DISKER_RECEIVER or DISKER_TO,
+	// which may be there for another command.
+	switch {
+	case a.fromEnv["receiver"] && a.given("to"):
+		o.receiver = ""
+	case a.fromEnv["to"] && a.given("receiver"):
+		o.to = ""
+	}
 	switch {
 	case o.receiver != "" && o.to != "" && o.receiver != o.to:
 		return usagef("--to %q and --receiver %q disagree: give one of them", o.to, o.receiver)
@@ -198,8 +212,6 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 		if err := checkName("from", o.from); err != nil {
 			return err
 		}
-	case o.needWorker && !o.wait:
-		return usagef("--require-worker needs --wait")
 	case o.timeout < 0:
 		return usagef("invalid --timeout %v: must be >= 0", o.timeout)
 	case o.concurrency < 1:
@@ -212,14 +224,14 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 	if err := checkFlowFlags(o); err != nil {
 		return err
 	}
-	if o.timeout > 0 && !o.wait && o.from == "" {
-		return usagef("--timeout needs --wait or --from: a fire-and-forget message has no timeout")
-	}
 	if err := o.laterOptions(); err != nil {
 		return err
 	}
 	if o.wait && o.timeout == 0 {
 		o.timeout = 30 * time.Second
+	}
+	if o.maxMsgSize < 1 || o.maxMsgSize > disker.MaxMessageSizeLimit {
+		return usagef("invalid --max-message-size %v: must be in 1..%d bytes", &o.maxMsgSize, disker.MaxMessageSizeLimit)
 	}
 	headers := map[string]string{}
 	for _, h := range o.headers {
@@ -242,7 +254,14 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 		}
 		msgs = []outgoing{{to: o.to, content: content, timeout: o.timeout}}
 	}
-	for i := range msgs {
+	for i, m := range msgs {
+		// Checked here rather than refused by Send once connected.
+		if n := len(m.content); n > int(o.maxMsgSize) {
+			if o.file != "" {
+				return usagef("%s:%d: the content is %d bytes, over --max-message-size %v", o.file, m.line, n, &o.maxMsgSize)
+			}
+			return usagef("the content is %d bytes, over --max-message-size %v", n, &o.maxMsgSize)
+		}
 		msgs[i].prio = prio
 		msgs[i].later = o.later
 		for k, v := range headers {
@@ -269,8 +288,6 @@ func (a *app) runSend(ctx context.Context, o *sendOptions, args []string) error 
 func checkFlowFlags(o *sendOptions) error {
 	dedup := o.dedupSet || o.dedupTTLSet
 	switch {
-	case o.dedupTTLSet && !o.dedupSet:
-		return usagef("--dedup-ttl needs --dedup-key")
 	case dedup && o.dedupKey == "":
 		return usagef("invalid --dedup-key: must not be empty")
 	case dedup && len(o.dedupKey) > disker.MaxKeyLen:
@@ -289,8 +306,6 @@ func checkFlowFlags(o *sendOptions) error {
 		return usagef("--idempotency-key does not go with --delay or --at")
 	case o.idemSet && o.idemKey == "":
 		return usagef("invalid --idempotency-key: must not be empty")
-	case o.idemSet && !o.wait:
-		return usagef("--idempotency-key needs --wait")
 	case o.idemKey != "" && o.file != "":
 		return usagef("--idempotency-key does not go with --file: it is the key of one request")
 	case len(o.idemKey) > disker.MaxKeyLen:
@@ -311,7 +326,7 @@ func (a *app) readData(arg string) ([]byte, error) {
 	case strings.HasPrefix(arg, "@"):
 		b, err := os.ReadFile(arg[1:])
 		if err != nil {
-			return nil, usageError{err}
+			return nil, usagef("invalid DATA %q: %v", arg, fileError(err))
 		}
 		return b, nil
 	default:
@@ -325,7 +340,7 @@ func (a *app) readJSONL(path string, o *sendOptions) ([]outgoing, error) {
 	if path != "-" {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, usageError{err}
+			return nil, usagef("invalid --file %q: %v", path, fileError(err))
 		}
 		defer f.Close()
 		r = f
@@ -348,7 +363,7 @@ func (a *app) readJSONL(path string, o *sendOptions) ([]outgoing, error) {
 		dec := json.NewDecoder(strings.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rec); err != nil {
-			return nil, usagef("%s:%d: not a message object: %v", path, n, err)
+			return nil, usagef("%s:%d: not a message object: %s", path, n, jsonReason(err))
 		}
 		m := outgoing{line: n, to: o.to, headers: rec.Headers, timeout: o.timeout}
 		switch {
@@ -398,6 +413,21 @@ func (a *app) readJSONL(path string, o *sendOptions) ([]outgoing, error) {
 		return nil, usagef("%s: no messages", path)
 	}
 	return out, nil
+}
+
+// jsonReason says what is wrong with a line of JSON in the words of the
+// format, not of the decoder ("cannot unmarshal string into Go struct
+// field").
+func jsonReason(err error) string {
+	var ute *json.UnmarshalTypeError
+	if errors.As(err, &ute) {
+		want := "a string"
+		if ute.Type.Kind() == reflect.Map {
+			want = "an object of strings"
+		}
+		return fmt.Sprintf("%q: a JSON %s where %s belongs", ute.Field, ute.Value, want)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
 func compactJSON(raw json.RawMessage) []byte {
@@ -467,10 +497,18 @@ func (a *app) request(ctx context.Context, d *disker.Disker, m outgoing, opts ..
 	// The timeout counts from the delivery (--delay, --at).
 	opts = append(append([]disker.SendOption{disker.WithTimeout(m.timeout), disker.WithPriority(m.prio)}, m.later...), opts...)
 	reply, err := d.Request(rctx, disker.Message{Receiver: m.to, Content: m.content, Headers: m.headers}, opts...)
-	if err != nil {
-		if errors.Is(err, disker.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return nil, fmt.Errorf("no reply from %q within %v", m.to, m.timeout)
-		}
+	var re *disker.RemoteError
+	switch {
+	case err == nil:
+	case errors.Is(err, disker.ErrTimeout), errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return nil, fmt.Errorf("no reply from %q within %v", m.to, m.timeout)
+	case errors.As(err, &re) && re.Code == disker.CodeDeadLetter:
+		return nil, fmt.Errorf("the message failed on every attempt and went to the dead letters of %q: %s (see 'disker dlq list --receiver %s')", m.to, re.Text, m.to)
+	case errors.As(err, &re) && re.Code == disker.CodeCancelled:
+		return nil, fmt.Errorf("the message was cancelled (disker cancel) before a worker of %q answered", m.to)
+	case errors.As(err, &re):
+		return nil, fmt.Errorf("a worker of %q answered with an error (%s): %s", m.to, re.Code, re.Text)
+	default:
 		return nil, err
 	}
 	return reply.Content, nil
@@ -551,6 +589,18 @@ func (a *app) sendAsyncRun(ctx context.Context, d *disker.Disker, o *sendOptions
 // sendMany sends msgs with up to o.concurrency in flight, a progress bar on
 // a terminal, and (with --wait) one JSON line per result on stdout.
 func (a *app) sendMany(ctx context.Context, d *disker.Disker, o *sendOptions, msgs []outgoing) error {
+	if o.wait {
+		var checked []string
+		for _, m := range msgs {
+			if slices.Contains(checked, m.to) {
+				continue
+			}
+			checked = append(checked, m.to)
+			if err := a.checkWorkers(ctx, d, m.to, o.needWorker); err != nil {
+				return err
+			}
+		}
+	}
 	bar := newProgress(a.stderr, len(msgs))
 	defer bar.finish()
 	var (

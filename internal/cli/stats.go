@@ -51,7 +51,7 @@ heartbeats arrive (every 1s by default).
 		Example: `  disker stats
   disker stats --receiver web --watch
   disker stats --json | jq '.receivers[] | select(.dead_letters > 0)'`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			return a.runStats(cmd.Context(), o)
 		}),
@@ -62,6 +62,7 @@ heartbeats arrive (every 1s by default).
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "refresh period of --watch")
 	fs.BoolVar(&o.json, "json", false, "print JSON")
 	o.conn.register(fs)
+	needs(cmd, "interval", "watch")
 	return cmd
 }
 
@@ -123,6 +124,11 @@ func (a *app) runStats(ctx context.Context, o *statsOptions) error {
 		return err
 	}
 	defer closeDisker(d, 5*time.Second)
+	for _, r := range o.receivers {
+		if err := knownReceiver(ctx, d, r, o.conn.keyPrefix); err != nil {
+			return err
+		}
+	}
 	clear := o.watch && !o.json && isTerminal(a.stdout)
 	rates := &rateTracker{seen: map[string]disker.WorkerInfo{}, rate: map[string]float64{}}
 	first := true
@@ -252,13 +258,13 @@ func printStats(w io.Writer, s *statsSnapshot, recent bool) {
 		if recent {
 			rateHead = "RATE/S"
 		}
-		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\tSCHEDULED\t%s\tWORKERS\tLIMITS\tPAUSED\n", rateHead)
+		fmt.Fprintf(tw, "RECEIVER\tLENGTH\tQUEUED\tPENDING\tIN-FLIGHT\tDEAD\tDEFERRED\tEXPIRED\t%s\tWORKERS\tLIMITS\tPAUSED\n", rateHead)
 		for _, r := range s.Receivers {
 			paused := "no"
 			if r.Paused {
 				paused = "yes"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", r.Receiver, r.Length, r.queued(), r.Pending, r.InFlight, r.DeadLetters, r.Scheduled, r.Rate, r.Workers, r.limits(), paused)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%d\t%s\t%s\n", r.Receiver, r.Length, r.queued(), r.Pending, r.InFlight, r.DeadLetters, r.Deferred, r.Expired, r.Rate, r.Workers, r.limits(), paused)
 		}
 	}
 	fmt.Fprintln(tw)

@@ -29,7 +29,7 @@ func (a *app) versionCommand() *cobra.Command {
 		Short:   "Print the version of disker",
 		Long:    "Print the version of disker, and the Go version and platform it was built for.",
 		Example: "  disker version",
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: runE(func(*cobra.Command, []string) error {
 			_, err := fmt.Fprintln(a.stdout, versionLine())
 			return err

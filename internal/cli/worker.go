@@ -39,14 +39,14 @@ type workerOptions struct {
 	global      int
 	rate        float64
 	burst       int
-	set         func(name string) bool // whether a flag was given
 }
 
 func (a *app) workerCommand() *cobra.Command {
 	o := &workerOptions{maxBody: 1 << 20, maxMsgSize: disker.DefaultMaxMessageSize}
 	cmd := &cobra.Command{
-		Use:   "worker --receiver NAME (--exec CMD | --http URL)",
-		Short: "Serve a receiver with a command or a local HTTP service",
+		Use:         "worker --receiver NAME (--exec CMD | --http URL)",
+		Annotations: map[string]string{longRunning: "true"},
+		Short:       "Serve a receiver with a command or a local HTTP service",
 		Long: long(`Serve the receiver NAME: fetch its messages, handle up to --concurrency at a
 time, and reply. Run as many workers as you like, on any machines: each
 message goes to one of them at a time.
@@ -95,7 +95,7 @@ exits 0. A second signal exits at once.`),
 
   # Serve HTTP requests from "disker gateway" with a local service
   disker worker --receiver web --http http://127.0.0.1:8000 --admin :9090`,
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			return a.runWorker(cmd.Context(), o)
 		}),
@@ -117,7 +117,11 @@ exits 0. A second signal exits at once.`),
 	fs.IntVar(&o.global, "global-concurrency", 0, "handle at most this many messages of the receiver at once across all its workers (0: no such limit)")
 	fs.Float64Var(&o.rate, "rate", 0, "start at most this many messages of the receiver per second across all its workers (0: no limit)")
 	fs.IntVar(&o.burst, "burst", 1, "with --rate, how many may start at once after a quiet spell")
-	o.set = func(name string) bool { return fs.Changed(name) }
+	needs(cmd, "shell", "exec")
+	needs(cmd, "exec-timeout", "exec")
+	needs(cmd, "exec-env", "exec")
+	needs(cmd, "max-body", "http")
+	needs(cmd, "burst", "rate")
 	o.conn.register(fs)
 	o.adm.register(fs)
 	return cmd
@@ -149,14 +153,12 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 		return usagef("invalid --max-body %v: must be > 0", &o.maxBody)
 	case o.maxMsgSize < 1 || o.maxMsgSize > disker.MaxMessageSizeLimit:
 		return usagef("invalid --max-message-size %v: must be in 1..%d", &o.maxMsgSize, disker.MaxMessageSizeLimit)
-	case o.global < 0 || o.global == 0 && o.set != nil && o.set("global-concurrency"):
+	case o.global < 0 || o.global == 0 && a.set("global-concurrency"):
 		return usagef("invalid --global-concurrency %d: must be >= 1", o.global)
-	case !(o.rate >= 0) || math.IsInf(o.rate, 1) || o.rate == 0 && o.set != nil && o.set("rate"):
+	case !(o.rate >= 0) || math.IsInf(o.rate, 1) || o.rate == 0 && a.set("rate"):
 		return usagef("invalid --rate %v: must be > 0", o.rate)
 	case o.burst < 1:
 		return usagef("invalid --burst %d: must be >= 1", o.burst)
-	case o.rate == 0 && o.set != nil && o.set("burst"):
-		return usagef("--burst needs --rate")
 	}
 	maxMsg := int(o.maxMsgSize)
 	stopTracing, err := a.startTracing(ctx, "worker")
@@ -202,7 +204,7 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 	var admin *metrics.Server
 	if o.adm.admin != "" {
 		if admin, err = metrics.Listen(o.adm.admin, m, a.log); err != nil {
-			return err
+			return listenError("admin", o.adm.admin, err)
 		}
 		defer admin.Close(context.Background())
 	}

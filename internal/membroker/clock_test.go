@@ -188,3 +188,23 @@ func TestLockAndWorkerExpiry(t *testing.T) {
 		t.Fatalf("left behind: %d workers, %d locks", len(b.c.workers), len(b.c.locks))
 	}
 }
+
+// TestLocalOnItsOwnClock: on a clock of its own, Local puts a broker time
+// as far from the local now as it is from the broker's, however the clock
+// moves and however long it stands still.
+func TestLocalOnItsOwnClock(t *testing.T) {
+	b, clk := newClocked(t)
+	if got := b.Local(time.Time{}); !got.IsZero() {
+		t.Fatalf("Local of the zero time: got %v", got)
+	}
+	for _, move := range []time.Duration{0, time.Hour, 24 * time.Hour} {
+		clk.Add(move)
+		due := clk.Now().Add(5 * time.Second)
+		before := time.Now()
+		got := b.Local(due)
+		after := time.Now()
+		if got.Before(before.Add(5*time.Second)) || got.After(after.Add(5*time.Second)) {
+			t.Fatalf("after moving %v: Local(now+5s) is %v, want 5s after the local now (%v..%v)", move, got, before, after)
+		}
+	}
+}

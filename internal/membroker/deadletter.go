@@ -15,7 +15,8 @@ type deadEntry struct {
 	raw      []byte
 	deadline time.Time
 	expiry   time.Time
-	prio     int // the message's priority level
+	prio     int    // the message's priority level
+	group    string // the message's group key, "" if none
 	reason   string
 	attempts int
 	at       time.Time
@@ -36,7 +37,7 @@ func (c *core) deadLetter(receiver string, e *entry, reason string, now time.Tim
 		d = &deadList{byRef: make(map[string]*deadEntry)}
 		c.dead[receiver] = d
 	}
-	de := &deadEntry{ref: c.nextRef(), raw: e.raw, deadline: e.deadline, expiry: e.expiry, prio: e.prio, reason: reason, attempts: e.count, at: now}
+	de := &deadEntry{ref: c.nextRef(), raw: e.raw, deadline: e.deadline, expiry: e.expiry, prio: e.prio, group: e.group, reason: reason, attempts: e.count, at: now}
 	de.elem = d.order.PushBack(de)
 	d.byRef[de.ref] = de
 }
@@ -150,7 +151,8 @@ func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...
 			continue
 		}
 		d.remove(de)
-		b.c.queue(receiver).add(&entry{ref: b.c.nextRef(), raw: de.raw, deadline: de.deadline, expiry: de.expiry, prio: de.prio, at: b.c.now()})
+		now := b.c.now()
+		b.c.place(b.c.queue(receiver), receiver, de.group, &entry{ref: b.c.nextRef(), raw: de.raw, deadline: de.deadline, expiry: de.expiry, prio: de.prio, at: now}, now)
 		n++
 	}
 	b.c.tidy(receiver)

@@ -22,6 +22,7 @@ type deferredMsg struct {
 	deadline time.Time
 	expiry   time.Time
 	prio     int
+	group    string
 	raw      []byte
 	index    int // in the heap
 }
@@ -40,13 +41,13 @@ func (s *stream) deferredSet() *dueSet {
 	return s.deferred
 }
 
-// put defers message id until due (replacing an earlier one of the id).
-func (sc *dueSet) put(id string, due, deadline, expiry time.Time, prio int, raw []byte) {
-	if old := sc.byID[id]; old != nil {
+// put defers message m.id until m.due (replacing an earlier one of the
+// id).
+func (sc *dueSet) put(m *deferredMsg) {
+	if old := sc.byID[m.id]; old != nil {
 		sc.remove(old)
 	}
-	m := &deferredMsg{id: id, due: due, deadline: deadline, expiry: expiry, prio: prio, raw: raw}
-	sc.byID[id] = m
+	sc.byID[m.id] = m
 	heap.Push(&sc.heap, m)
 }
 
@@ -111,10 +112,14 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 				state = broker.CancelInFlight
 				c.marks[p.Receiver] = append(c.marks[p.Receiver], mark{id: p.ID, at: now})
 			}
-			s.remove(e.ref)
+			c.removeSettled(p.Receiver, s, e.ref, now)
 			env, _ := decode(e.raw)
 			return broker.Cancelled{State: state, Env: env, Deadline: e.deadline}, nil
 		}
+	}
+	if e := c.cancelWaiting(p.Receiver, prefix, now); e != nil {
+		env, _ := decode(e.raw)
+		return broker.Cancelled{State: broker.CancelQueued, Env: env, Deadline: e.deadline}, nil
 	}
 	return broker.Cancelled{State: broker.CancelNotFound}, nil
 }

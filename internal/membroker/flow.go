@@ -31,6 +31,14 @@ type idemEntry struct {
 	expires time.Time
 }
 
+// debounceRun is a debounce key's run: the message it defers, the run's
+// first send, and when the key expires (broker time).
+type debounceRun struct {
+	id      string
+	first   time.Time
+	expires time.Time
+}
+
 // keyOf is the map key of key of receiver.
 func keyOf(receiver, key string) string { return receiver + "\x00" + key }
 
@@ -38,9 +46,14 @@ func keyOf(receiver, key string) string { return receiver + "\x00" + key }
 // have doubled since the last sweep, so that keys nobody looks up again do
 // not pile up. Callers hold mu.
 func (c *core) sweepKeys(now time.Time) {
-	n := len(c.dedups) + len(c.idems)
+	n := len(c.dedups) + len(c.idems) + len(c.debounces)
 	if n < 2*c.keysSwept+64 {
 		return
+	}
+	for k, e := range c.debounces {
+		if !now.Before(e.expires) {
+			delete(c.debounces, k)
+		}
 	}
 	for k, e := range c.dedups {
 		if !now.Before(e.expires) {
@@ -52,7 +65,7 @@ func (c *core) sweepKeys(now time.Time) {
 			delete(c.idems, k)
 		}
 	}
-	c.keysSwept = len(c.dedups) + len(c.idems)
+	c.keysSwept = len(c.dedups) + len(c.idems) + len(c.debounces)
 }
 
 // Pause marks receiver paused.

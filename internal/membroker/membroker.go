@@ -36,8 +36,10 @@ type Options struct {
 	MaxMessageSize int
 	// Now is the broker's clock: every deadline, lease and expiry is decided
 	// by it. nil means time.Now. Blocked calls wait in real time for
-	// durations computed from it. A shared broker always runs on time.Now:
-	// Shared panics when Now is set.
+	// durations computed from it, and Local converts by it at each call
+	// (a clock that moves only when told, as the test kit's, stays
+	// exact). A shared broker always runs on time.Now: Shared panics when
+	// Now is set.
 	Now func() time.Time
 }
 
@@ -123,8 +125,15 @@ func (b *Broker) Now(ctx context.Context) (time.Time, error) {
 	return now, nil
 }
 
-// Local turns the broker's time t into local time (see broker.Clock).
-func (b *Broker) Local(t time.Time) time.Time { return b.offset.Local(t) }
+// Local turns the broker's time t into local time (see broker.Clock). On
+// a clock of its own (Options.Now), t is as far from the local now as it
+// is from the broker's, read at the call: exact however that clock moves.
+func (b *Broker) Local(t time.Time) time.Time {
+	if b.c.ownClock && !t.IsZero() {
+		return time.Now().Add(t.Sub(b.c.now()))
+	}
+	return b.offset.Local(t)
+}
 
 // check returns the error a call must fail with before it starts, if any.
 func (b *Broker) check(ctx context.Context) error {
@@ -153,7 +162,8 @@ func (b *Broker) lock(ctx context.Context) error {
 
 // core is the state of one broker, shared by its handles.
 type core struct {
-	now func() time.Time
+	now      func() time.Time
+	ownClock bool // now is Options.Now, not time.Now
 
 	mu  sync.Mutex
 	seq uint64
@@ -179,9 +189,10 @@ type core struct {
 	// paused receivers, idems the idempotency keys by receiver and key.
 	// Expired keys are dropped when looked up, and all of them when the
 	// map has doubled since the last sweep (sweepKeys).
-	dedups map[string]dedupEntry
-	paused map[string]bool
-	idems  map[string]*idemEntry
+	dedups    map[string]dedupEntry
+	paused    map[string]bool
+	idems     map[string]*idemEntry
+	debounces map[string]debounceRun
 	// pauseEpoch counts the calls of Pause and Resume (PauseEpoch).
 	pauseEpoch uint64
 	keysSwept  int
@@ -198,27 +209,32 @@ type core struct {
 	// expired counts, by receiver, the messages dropped unstarted
 	// (broker.Queue.Drop).
 	expired map[string]int64
+	// groupSets holds the keyed groups by receiver (groups.go).
+	groupSets map[string]*groupSet
 }
 
 func newCore(opts Options) *core {
 	c := &core{
-		now:      opts.Now,
-		queues:   make(map[string]*stream),
-		vouched:  make(map[string]time.Time),
-		replies:  make(map[string]*stream),
-		dead:     make(map[string]*deadList),
-		timeouts: make(map[string]*timeoutSet),
-		locks:    make(map[string]lockEntry),
-		workers:  make(map[string]workerEntry),
-		inboxes:  make(map[string]time.Time),
-		dedups:   make(map[string]dedupEntry),
-		paused:   make(map[string]bool),
-		idems:    make(map[string]*idemEntry),
-		buckets:  make(map[string]*bucket),
-		slots:    make(map[string]map[string]slotHold),
-		marks:    make(map[string][]mark),
-		expired:  make(map[string]int64),
+		now:       opts.Now,
+		queues:    make(map[string]*stream),
+		vouched:   make(map[string]time.Time),
+		replies:   make(map[string]*stream),
+		dead:      make(map[string]*deadList),
+		timeouts:  make(map[string]*timeoutSet),
+		locks:     make(map[string]lockEntry),
+		workers:   make(map[string]workerEntry),
+		inboxes:   make(map[string]time.Time),
+		dedups:    make(map[string]dedupEntry),
+		debounces: make(map[string]debounceRun),
+		paused:    make(map[string]bool),
+		idems:     make(map[string]*idemEntry),
+		buckets:   make(map[string]*bucket),
+		slots:     make(map[string]map[string]slotHold),
+		marks:     make(map[string][]mark),
+		expired:   make(map[string]int64),
+		groupSets: make(map[string]*groupSet),
 	}
+	c.ownClock = c.now != nil
 	if c.now == nil {
 		c.now = time.Now
 	}

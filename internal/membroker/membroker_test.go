@@ -29,7 +29,8 @@ func TestConformanceShared(t *testing.T) {
 	})
 }
 
-// checkEmpty fails t if b holds queues, replies, timeouts or open inboxes, which a drained
+// checkEmpty fails t if b holds queues, replies, timeouts, open inboxes or
+// group keys, which a drained
 // subtest must not leave behind. Dead letters, locks and workers are
 // checked by the suite itself.
 func checkEmpty(t *testing.T, b *Broker) {
@@ -40,6 +41,11 @@ func checkEmpty(t *testing.T, b *Broker) {
 	if len(c.queues) != 0 || len(c.replies) != 0 || len(c.timeouts) != 0 || len(c.dead) != 0 || len(c.inboxes) != 0 {
 		t.Errorf("left behind: %d queues, %d reply streams, %d timeout sets, %d dead-letter lists, %d open inboxes",
 			len(c.queues), len(c.replies), len(c.timeouts), len(c.dead), len(c.inboxes))
+	}
+	for r, gs := range c.groupSets {
+		if len(gs.keys) != 0 || len(gs.rated) != 0 {
+			t.Errorf("left behind: %d group keys (%d waiting for a token) of %s", len(gs.keys), len(gs.rated), r)
+		}
 	}
 }
 

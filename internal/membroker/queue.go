@@ -10,14 +10,14 @@ import (
 
 // promote queues the deferred messages of s that are due at now, each at
 // its priority level. Callers hold mu.
-func (c *core) promote(s *stream, now time.Time) {
+func (c *core) promote(receiver string, s *stream, now time.Time) {
 	if s.deferred == nil {
 		return
 	}
 	for len(s.deferred.heap) > 0 && !s.deferred.heap[0].due.After(now) {
 		it := s.deferred.heap[0]
 		s.deferred.remove(it)
-		s.add(&entry{ref: c.nextRef(), raw: it.raw, deadline: it.deadline, expiry: it.expiry, prio: it.prio, at: now})
+		c.place(s, receiver, it.group, &entry{ref: c.nextRef(), raw: it.raw, deadline: it.deadline, expiry: it.expiry, prio: it.prio, at: now}, now)
 	}
 }
 
@@ -59,7 +59,8 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	// Priority levels, highest first: in each, reclaimed entries, then
 	// new ones.
 	take := func(s *stream, now time.Time) int {
-		c.promote(s, now)
+		c.promote(receiver, s, now)
+		c.releaseRated(receiver, now)
 		lapsed := func(owner string) bool { return c.lapsed(receiver, consumer, owner, now) }
 		for _, prio := range [...]int{broker.PriorityHigh, broker.PriorityNormal, broker.PriorityLow} {
 			for e := range s.expired(now, lapsed) {
@@ -70,7 +71,7 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 					continue
 				}
 				if maxAttempts > 0 && e.count >= maxAttempts {
-					s.remove(e.ref)
+					c.removeSettled(receiver, s, e.ref, now)
 					c.deadLetter(receiver, e, fmt.Sprintf("gave up after %d deliveries (max attempts %d): lease expired or retried", e.count, maxAttempts), now)
 					continue
 				}
@@ -107,12 +108,12 @@ func (c *core) lease(receiver string, s *stream, e *entry, g grant) (broker.Deli
 	s.deliver(e, g.consumer, g.now, g.lease)
 	env, err := decode(e.raw)
 	if err != nil {
-		s.remove(e.ref)
+		c.removeSettled(receiver, s, e.ref, g.now)
 		c.deadLetter(receiver, e, "undecodable message: "+err.Error(), g.now)
 		return broker.Delivery{}, false
 	}
 	env.Priority = e.prio
-	return broker.Delivery{Env: env, Ref: e.ref, Deadline: e.deadline, Expiry: e.expiry, Attempt: e.count}, true
+	return broker.Delivery{Env: env, Ref: e.ref, Deadline: e.deadline, Expiry: e.expiry, GroupKey: e.group, Attempt: e.count}, true
 }
 
 // read runs take on the stream of name (got by get, which creates it) until
@@ -142,6 +143,9 @@ func (b *Broker) read(ctx context.Context, name string, get func(string) *stream
 		// again under the lock before it waits once more.
 		ch := s.watch()
 		due, hasDue := s.nextDue(now)
+		if at, ok := c.nextRated(name); ok && (!hasDue || at.Sub(now) < due) {
+			due, hasDue = at.Sub(now), true // a key's token: see releaseRated
+		}
 		c.mu.Unlock()
 
 		again, err := b.wait(ctx, ch, due, hasDue, blockTimer)
@@ -203,6 +207,25 @@ func (b *Broker) Drop(ctx context.Context, receiver string, refs ...string) erro
 	return err
 }
 
+// ReleaseDedup frees receiver's dedup key if message id holds it. See
+// broker.Queue.
+func (b *Broker) ReleaseDedup(ctx context.Context, receiver, key, id string) error {
+	for _, a := range [][2]string{{"receiver", receiver}, {"key", key}, {"id", id}} {
+		if err := broker.CheckName(a[0], a[1]); err != nil {
+			return err
+		}
+	}
+	if err := b.lock(ctx); err != nil {
+		return err
+	}
+	defer b.c.mu.Unlock()
+	k := keyOf(receiver, key)
+	if e, ok := b.c.dedups[k]; ok && e.id == id {
+		delete(b.c.dedups, k)
+	}
+	return nil
+}
+
 // remove deletes refs of receiver's queue and returns how many it found.
 func (b *Broker) remove(ctx context.Context, receiver string, refs []string) (int, error) {
 	if err := broker.CheckName("receiver", receiver); err != nil {
@@ -214,14 +237,36 @@ func (b *Broker) remove(ctx context.Context, receiver string, refs []string) (in
 	defer b.c.mu.Unlock()
 	n := 0
 	if s := b.c.queues[receiver]; s != nil {
+		now := b.c.now()
 		for _, ref := range refs {
-			if s.remove(ref) != nil {
+			if b.c.removeSettled(receiver, s, ref, now) != nil {
 				n++
 			}
 		}
 		b.c.tidy(receiver)
 	}
 	return n, nil
+}
+
+// removeSettled deletes the entry ref of s, the queue of receiver, settled
+// for good, and returns it (nil if absent): its group, if any, may queue
+// its next. Callers hold mu.
+func (c *core) removeSettled(receiver string, s *stream, ref string, now time.Time) *entry {
+	e := s.remove(ref)
+	if e != nil {
+		c.settleGroup(receiver, e, now)
+	}
+	return e
+}
+
+// place queues e in s, the queue of receiver, or, when it has a group
+// key, in its group (see admit). Callers hold mu.
+func (c *core) place(s *stream, receiver, group string, e *entry, now time.Time) {
+	if group != "" {
+		c.admit(receiver, group, e, now)
+		return
+	}
+	s.add(e)
 }
 
 // Retry makes p.Ref, which p.Consumer holds, reclaimable by a Fetch with
@@ -244,6 +289,9 @@ func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
 	e.delivered, e.lease = b.c.now().Add(delay-lease), lease
 	if p.Uncounted && e.count > 0 {
 		e.count--
+	}
+	if gs := b.c.groupSets[receiver]; gs != nil && gs.conf.SkipRetries && !p.Uncounted {
+		b.c.settleGroup(receiver, e, b.c.now()) // its key goes on: see broker.GroupConfig
 	}
 	s.wake() // blocked readers must re-arm for the new due time
 	return nil
@@ -268,7 +316,7 @@ func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Deliv
 	if s == nil {
 		return broker.ErrLeaseLost
 	}
-	e := s.remove(d.Ref)
+	e := b.c.removeSettled(receiver, s, d.Ref, b.c.now())
 	if e == nil {
 		return broker.ErrLeaseLost
 	}

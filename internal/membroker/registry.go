@@ -76,7 +76,9 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 		return err
 	}
 	defer b.c.mu.Unlock()
+	sent := time.Now()
 	now := b.c.now()
+	b.offset.Measure(sent, now, time.Now())
 	b.c.sweep(now)
 	info = copyInfo(info)
 	info.LastSeen = now
@@ -164,6 +166,11 @@ func (b *Broker) Receivers(ctx context.Context) ([]string, error) {
 	for r := range c.dead {
 		set[r] = struct{}{}
 	}
+	for r, gs := range c.groupSets {
+		if len(gs.keys) > 0 {
+			set[r] = struct{}{}
+		}
+	}
 	for _, w := range c.workers {
 		for _, r := range w.info.Receivers {
 			set[r] = struct{}{}
@@ -203,6 +210,7 @@ func (c *core) stats(receiver string) broker.ReceiverStats {
 		st.DeadLetters = int64(d.order.Len())
 	}
 	st.Paused = c.paused[receiver]
+	c.groupStats(receiver, &st)
 	st.Expired = c.expired[receiver]
 	return st
 }

@@ -54,6 +54,12 @@ func (c *core) send(p *broker.SendParams) {
 	c.sweepKeys(now)
 	if p.DedupKey != "" {
 		c.dedups[keyOf(env.Receiver, p.DedupKey)] = dedupEntry{id: env.ID, expires: now.Add(p.DedupTTL)}
+		if p.DedupUntilSettled {
+			env.DedupKey = p.DedupKey // it travels: see broker.SendParams
+		}
+	}
+	if p.DebounceKey != "" {
+		due = c.debounce(p, now)
 	}
 	// An idempotent message lives as long as its key: a worker starts it
 	// while its reply can still be used.
@@ -79,13 +85,39 @@ func (c *core) send(p *broker.SendParams) {
 	}
 	s := c.queue(env.Receiver)
 	if due.After(now) {
-		s.deferredSet().put(env.ID, due, msgDeadline, expiry, env.Priority, raw)
+		s.deferredSet().put(&deferredMsg{id: env.ID, due: due, deadline: msgDeadline, expiry: expiry, prio: env.Priority, group: p.GroupKey, raw: raw})
 		s.wake() // blocked readers re-arm for the new due time
 		r.Outcome = broker.Deferred
 		return
 	}
-	s.add(&entry{ref: c.nextRef(), raw: raw, deadline: msgDeadline, expiry: expiry, prio: env.Priority, at: now})
+	c.place(s, env.Receiver, p.GroupKey, &entry{ref: c.nextRef(), raw: raw, deadline: msgDeadline, expiry: expiry, prio: env.Priority, at: now}, now)
 	r.Outcome = broker.Queued
+}
+
+// debounce returns the due time of p, a debounced message sent at now:
+// the wait after now, but no later than the max after the first send of
+// its run. When the run's message is still deferred, p replaces it (it is
+// dropped, never delivered); else p starts a new run. Callers hold mu.
+func (c *core) debounce(p *broker.SendParams, now time.Time) time.Time {
+	k := keyOf(p.Env.Receiver, p.DebounceKey)
+	first := now
+	if run, ok := c.debounces[k]; ok {
+		if ds := c.queue(p.Env.Receiver).deferred; ds != nil {
+			if m := ds.byID[run.id]; m != nil {
+				ds.remove(m)
+				first = run.first
+			}
+		}
+	}
+	c.debounces[k] = debounceRun{id: p.Env.ID, first: first, expires: first.Add(p.DebounceMax)}
+	due := now.Add(p.DebounceWait)
+	if limit := first.Add(p.DebounceMax); limit.Before(due) {
+		due = limit
+	}
+	if due.Before(now) {
+		due = now
+	}
+	return due
 }
 
 // joined reports whether p's idempotency key is in use, and if so sets

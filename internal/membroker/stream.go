@@ -15,6 +15,8 @@ type entry struct {
 
 	deadline time.Time // queue entries: the message's deadline, zero if none
 	expiry   time.Time // queue entries: the message's expiry, zero if none
+	group    string    // queue entries: the message's group key, "" if none
+	counted  bool      // queue entries of a group: counted out for their key
 	prio     int       // queue entries: the message's priority level
 
 	kind      broker.ReplyKind // reply entries

@@ -3,6 +3,7 @@ package redisbroker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -66,37 +67,60 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 	if err != nil {
 		return fmt.Errorf("redisbroker: heartbeat: %w", err)
 	}
-	res, err := scriptHeartbeat.Exec(ctx, b.client, []string{b.keys.workers(), b.keys.worker(info.ID), b.keys.reclaimEpoch()},
-		[]string{info.ID, string(data), msString(ttl)}).AsIntSlice()
-	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("the heartbeat script answered %v", res)
+	// The epoch and the departed workers as this broker last read them:
+	// the script sends the departed ones again only when the epoch moved.
+	known := b.reclaimEpoch.Load() - 1
+	self := "0"
+	if slices.Contains(b.departedWorkers(), info.ID) {
+		self = "1"
+	}
+	sent := time.Now()
+	res, err := scriptHeartbeat.Exec(ctx, b.client, []string{b.keys.workers(), b.keys.worker(info.ID), b.keys.reclaimEpoch(), b.keys.departed()},
+		[]string{info.ID, string(data), msString(ttl), msString(departedFor), strconv.FormatInt(known, 10), self}).ToArray()
+	got := time.Now()
+	if err == nil && len(res) < 3 {
+		err = fmt.Errorf("the heartbeat script answered %d values", len(res))
 	}
 	if err != nil {
 		return b.fail(ctx, "heartbeat", err)
 	}
-	seen := res[0]
-	// A worker left (its deliveries, in any stream, may be reclaimable:
-	// its heartbeat lapsed), or a message was queued at another priority
-	// level: quiet streams run the fetch script at their next fetch rather
-	// than at their slow period (idleReclaimMax).
-	if old := b.reclaimEpoch.Swap(res[1] + 1); old != 0 && old != res[1]+1 {
+	us, err1 := res[0].AsInt64()
+	epoch, err2 := res[1].AsInt64()
+	fresh, err3 := res[2].AsInt64()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return fmt.Errorf("redisbroker: heartbeat: %w", err)
+	}
+	b.offset.Measure(sent, time.UnixMicro(us), got)
+	if fresh == 1 {
+		departed := make([]string, 0, len(res)-3)
+		for _, m := range res[3:] {
+			if id, err := m.ToString(); err == nil {
+				departed = append(departed, id)
+			}
+		}
+		b.departed.Store(&departed)
+	}
+	// A worker left (its deliveries, in any stream, are reclaimable at
+	// once: see the fetch script), or a message was queued at another
+	// priority level: quiet streams run the fetch script at their next
+	// fetch rather than at their slow period (idleReclaimMax).
+	if old := b.reclaimEpoch.Swap(epoch + 1); old != 0 && old != epoch+1 {
 		b.forceReclaimAll()
 	}
-	if len(info.Receivers) == 0 {
-		return nil
-	}
-	// The heartbeat vouches for the worker's deliveries of each receiver
-	// until seen + ttl (Redis time): past it, a Fetch of another worker
-	// reclaims them at once (see the fetch script).
-	until := strconv.FormatInt(seen+ttl.Milliseconds(), 10)
-	cmds := make(rueidis.Commands, len(info.Receivers))
-	for i, r := range info.Receivers {
-		cmds[i] = b.client.B().Hset().Key(b.keys.holders(r)).FieldValue().FieldValue("a:"+info.ID, until).Build()
-	}
-	for _, r := range b.client.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			return b.fail(ctx, "heartbeat", err)
-		}
+	return nil
+}
+
+// departedFor is how long the registry remembers a worker that left: the
+// fetches of the streams it held reclaim its deliveries at once meanwhile
+// (their next fetch script, which a departure makes due), and after their
+// lease later.
+const departedFor = 10 * time.Minute
+
+// departedWorkers returns the workers that left the registry, as this
+// broker's last heartbeat saw them.
+func (b *Broker) departedWorkers() []string {
+	if p := b.departed.Load(); p != nil {
+		return *p
 	}
 	return nil
 }
@@ -130,7 +154,8 @@ func (b *Broker) Deregister(ctx context.Context, id string) error {
 	for _, r := range b.client.DoMulti(ctx,
 		b.client.B().Del().Key(b.keys.worker(id)).Build(),
 		b.client.B().Zrem().Key(b.keys.workers()).Member(id).Build(),
-		b.client.B().Incr().Key(b.keys.reclaimEpoch()).Build()) {
+		b.client.B().Incr().Key(b.keys.reclaimEpoch()).Build(),
+		b.client.B().Zadd().Key(b.keys.departed()).ScoreMember().ScoreMember(float64(time.Now().UnixMilli()), id).Build()) {
 		if err := r.Error(); err != nil {
 			return b.fail(ctx, "deregister", err)
 		}
@@ -292,23 +317,50 @@ return 0
 var scriptHeartbeat = rueidis.NewLuaScript(`-- heartbeat
 -- KEYS[1] -> the registry P:{workers}:ids (zset: id -> expiry ms)
 -- KEYS[2] -> the worker P:{workers}:w:<id> (hash: info, seen)
+-- KEYS[3] -> the reclaim epoch P:{workers}:reclaim (a counter: see keys.go)
+-- KEYS[4] -> the departed workers P:{workers}:departed (zset: id -> when
+--            it left, ms)
 -- ARGV[1] -> worker id
 -- ARGV[2] -> worker info, JSON
--- KEYS[3] -> the reclaim epoch P:{workers}:reclaim (a counter: see keys.go)
 -- ARGV[3] -> ttl in ms
--- Stores the info with seen = Redis time, expiring after ttl, and drops
--- expired ids from the registry, adding how many to KEYS[3]. Returns
--- {seen (unix ms), the reclaim epoch}.
+-- ARGV[4] -> how long a departed worker is remembered, ms
+-- ARGV[5] -> the reclaim epoch the caller knows (-1: none)
+-- ARGV[6] -> "1" when the caller's id was among the departed it knows
+-- Stores the info with seen = Redis time, expiring after ttl; moves the
+-- expired ids of the registry to the departed set, adding how many to
+-- KEYS[3]; takes this worker out of the departed set when it was there (it
+-- is back). When the epoch is not the caller's (a worker left since), it
+-- forgets the departures older than ARGV[4] and answers the departed ids.
+-- One script per worker, whatever the number of its receivers, and five
+-- commands while nobody leaves. Returns {Redis time (unix µs), the
+-- reclaim epoch, 1 when the departed ids follow (else 0), the departed
+-- ids...}.
 ` + luaNow + `
 redis.call('HSET', KEYS[2], 'info', ARGV[2], 'seen', nowStr)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
-local n = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. nowStr)
-local gone
-if n > 0 then
-  gone = redis.call('INCRBY', KEYS[3], n)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. nowStr)
+local epoch
+if #expired > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. nowStr)
+  for _, id in ipairs(expired) do
+    redis.call('ZADD', KEYS[4], nowStr, id)
+  end
+  epoch = redis.call('INCRBY', KEYS[3], #expired)
 else
-  gone = tonumber(redis.call('GET', KEYS[3]) or '0')
+  epoch = tonumber(redis.call('GET', KEYS[3]) or '0')
 end
-return {nowStr, gone}
+if ARGV[6] == '1' then
+  redis.call('ZREM', KEYS[4], ARGV[1])
+end
+local us = tm[1] .. string.rep('0', 6 - #tm[2]) .. tm[2]
+if tostring(epoch) == ARGV[5] then
+  return {us, epoch, 0}
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%.0f', now - tonumber(ARGV[4])))
+local out = {us, epoch, 1}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+  out[#out + 1] = id
+end
+return out
 `)

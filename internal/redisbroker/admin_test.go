@@ -97,17 +97,20 @@ func TestWorkersRegistry(t *testing.T) {
 	if err := b.Deregister(ctx, "d"); err != nil {
 		t.Fatal(err)
 	}
-	// What stays: the vouch of c, which expired without leaving, in the
-	// holders hash of its receiver, until a fetch there finds it lapsed;
-	// and the reclaim epoch, which counted a, c and d leaving.
-	if ks := keysOf(t, rawClient(t, srv), b.keys.prefix); len(ks) != 2 || ks[0] != ":{orders}:hold hash" || ks[1] != ":{workers}:reclaim string" {
-		t.Fatalf("keys left by the registry: %v, want only orders' holders hash and the reclaim epoch", ks)
+	// What stays: the departed workers, which forget a departure after
+	// departedFor, and the reclaim epoch, which counted a, c and d
+	// leaving. A heartbeat writes nothing per receiver.
+	if ks := keysOf(t, rawClient(t, srv), b.keys.prefix); len(ks) != 2 || ks[0] != ":{workers}:departed zset" || ks[1] != ":{workers}:reclaim string" {
+		t.Fatalf("keys left by the registry: %v, want only the departed workers and the reclaim epoch", ks)
 	}
 	if n, _ := do(t, rawClient(t, srv), "GET", b.keys.reclaimEpoch()).AsInt64(); n != 3 {
 		t.Fatalf("reclaim epoch = %d, want 3 (a and d left, c lapsed)", n)
 	}
-	if fs, _ := do(t, rawClient(t, srv), "HKEYS", b.keys.holders("orders")).AsStrSlice(); len(fs) != 1 || fs[0] != "a:c" {
-		t.Fatalf("orders' holders: %v, want only c's vouch", fs)
+	if ids, _ := do(t, rawClient(t, srv), "ZRANGE", b.keys.departed(), "0", "-1").AsStrSlice(); strings.Join(ids, ",") != "a,c,d" {
+		t.Fatalf("departed workers: %v, want a, c and d", ids)
+	}
+	if b.departedWorkers() == nil {
+		t.Fatal("the broker's heartbeat did not read the departed workers")
 	}
 }
 

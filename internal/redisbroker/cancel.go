@@ -32,13 +32,18 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 	v, err := scriptCancelMessage.Exec(ctx, b.client,
 		[]string{b.keys.deferred(r), b.keys.deferredMessages(r), b.keys.queue(r), b.keys.retries(r), b.keys.cancelMarks(r),
 			b.keys.queueAt(r, broker.PriorityHigh), b.keys.queueAt(r, broker.PriorityLow),
-			b.keys.legacyDeferred(r), b.keys.legacyDeferredMessages(r), b.keys.legacyRetries(r)},
+			b.keys.legacyDeferred(r), b.keys.legacyDeferredMessages(r), b.keys.legacyRetries(r),
+			b.keys.queue(r), b.keys.queueAt(r, broker.PriorityHigh), b.keys.queueAt(r, broker.PriorityLow), b.keys.holders(r),
+			b.keys.groups(r), b.keys.groupWaits(r), b.keys.groupTimes(r)},
 		[]string{p.ID, string(wire.IDPrefix(p.ID)), start, strconv.Itoa(p.MaxScan), msString(broker.MarkRetention)}).ToArray()
 	if err != nil {
 		return broker.Cancelled{}, b.fail(ctx, "cancel", err)
 	}
-	if len(v) != 3 {
+	if len(v) != 4 {
 		return broker.Cancelled{}, fmt.Errorf("redisbroker: cancel: script answered %d values", len(v))
+	}
+	if first, _ := v[3].AsInt64(); first == 1 {
+		b.levelsChanged(ctx, r)
 	}
 	state, _ := v[0].AsInt64()
 	if state == 0 {
@@ -100,18 +105,22 @@ var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
 -- KEYS[7] -> the low level stream P:{R}:ql
 -- KEYS[8..10] -> the former names of KEYS[1], KEYS[2] and KEYS[4]
 --            (migrate.go), whose leftovers are moved first
+-- KEYS[11..17] -> the group keys (Broker.groupKeys)
 -- ARGV[1] -> message id
 -- ARGV[2] -> the start of the message's encoding (wire.IDPrefix)
 -- ARGV[3] -> the first queue entry id to read
 -- ARGV[4] -> the most entries read in each level stream
 -- ARGV[5] -> how long marks are kept, ms
--- A deferred message is dropped (1); else the level streams are read
+-- A deferred message is dropped (1), as is one waiting behind its key
+-- (gcancel: 2); else the level streams are read
 -- (normal, high, low), in chunks, for an entry whose m starts with the
 -- prefix: one not delivered is deleted (2), one delivered and not
 -- acknowledged is acknowledged and deleted, and marked (3); the marks
--- expire ARGV[5] after the last one. Returns {state, envelope, deadline or
--- ""}, state 0 when not found.
-` + luaNow + luaDeferred + luaMigrate + `
+-- expire ARGV[5] after the last one. A keyed message's entry is settled
+-- for its key, which may queue the key's next. Returns {state, envelope,
+-- deadline or "", first}, state 0 when not found; first is 1 when a
+-- message was queued at the high or low level whose stream held nothing.
+` + luaNow + luaDeferred + luaQueueMessage + luaGroups + luaMigrate + `
 migrate(KEYS[8], KEYS[9], KEYS[10], KEYS[1], KEYS[2], KEYS[4])
 local id = ARGV[1]
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', string.format('%.0f', now - tonumber(ARGV[5])))
@@ -120,7 +129,13 @@ if v then
   local _, d, _, env = deferredValue(v)
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
-  return {1, env, d}
+  return {1, env, d, 0}
+end
+local G = groupsAt(11)
+local waiting = gcancel(G, id)
+if waiting then
+  local _, d, _, env = deferredValue(waiting)
+  return {2, env, d, G.first}
 end
 local prefix, n = ARGV[2], #ARGV[2]
 for _, level in ipairs({{KEYS[3], ''}, {KEYS[6], 'h'}, {KEYS[7], 'l'}}) do
@@ -129,9 +144,9 @@ for _, level in ipairs({{KEYS[3], ''}, {KEYS[6], 'h'}, {KEYS[7], 'l'}}) do
   while left > 0 do
     local entries = redis.call('XRANGE', stream, start, '+', 'COUNT', math.min(left, 500))
     for _, e in ipairs(entries) do
-      local f, m, d = e[2], nil, ''
+      local f, m, d, key = e[2], nil, '', nil
       for i = 1, #f, 2 do
-        if f[i] == 'm' then m = f[i + 1] elseif f[i] == 'd' then d = f[i + 1] end
+        if f[i] == 'm' then m = f[i + 1] elseif f[i] == 'd' then d = f[i + 1] elseif f[i] == 'g' then key = f[i + 1] end
       end
       if m and string.sub(m, 1, n) == prefix then
         local state = 2
@@ -143,8 +158,10 @@ for _, level in ipairs({{KEYS[3], ''}, {KEYS[6], 'h'}, {KEYS[7], 'l'}}) do
           redis.call('ZADD', KEYS[5], nowStr, id)
           redis.call('PEXPIRE', KEYS[5], ARGV[5])
         end
-        redis.call('XDEL', stream, e[1])
-        return {state, m, d}
+        if redis.call('XDEL', stream, e[1]) == 1 and key then
+          gsettle(G, key, ref .. e[1])
+        end
+        return {state, m, d, G.first}
       end
     end
     if #entries < math.min(left, 500) then
@@ -154,5 +171,5 @@ for _, level in ipairs({{KEYS[3], ''}, {KEYS[6], 'h'}, {KEYS[7], 'l'}}) do
     start = '(' .. entries[#entries][1]
   end
 end
-return {0, '', ''}
+return {0, '', '', 0}
 `)

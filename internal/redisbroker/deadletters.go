@@ -65,7 +65,8 @@ func (b *Broker) RetryDeadLetters(ctx context.Context, receiver string, refs ...
 		return 0, err
 	}
 	keys := []string{b.keys.queue(receiver), b.keys.deadLetters(receiver),
-		b.keys.queueAt(receiver, broker.PriorityHigh), b.keys.queueAt(receiver, broker.PriorityLow)}
+		b.keys.queueAt(receiver, broker.PriorityHigh), b.keys.queueAt(receiver, broker.PriorityLow),
+		b.keys.holders(receiver), b.keys.groups(receiver), b.keys.groupWaits(receiver), b.keys.groupTimes(receiver)}
 	moved := false
 	defer func() {
 		if moved { // perhaps to a priority level (see levelsChanged)
@@ -174,28 +175,40 @@ var scriptRequeue = rueidis.NewLuaScript(`-- requeue
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
 -- KEYS[3] -> the high level stream P:{R}:qh
 -- KEYS[4] -> the low level stream P:{R}:ql
+-- KEYS[5..8] -> the holders hash P:{R}:hold and the groups hash and zsets
+--            P:{R}:g, gw and gt (groups.go)
 -- ARGV    -> dead-letter ids
 -- Each decodable dead letter becomes a new queue entry (m, and d and x if
 -- it had them; deliveries start again from 1) at its level (field p) and
--- leaves the dead-letter stream.
+-- leaves the dead-letter stream; one of a keyed message (fields g and i)
+-- goes behind its key, at its tail (gpush).
 -- Undecodable ones (bad=1) and unknown ids are left alone.
 -- Returns how many moved.
-` + luaQueueMessage + `
+` + luaNow + luaDeferred + luaQueueMessage + luaGroups + `
+local G = {q = KEYS[1], h = KEYS[3], l = KEYS[4], hold = KEYS[5], g = KEYS[6], w = KEYS[7], t = KEYS[8], first = 0}
 local n = 0
 for _, id in ipairs(ARGV) do
   local e = redis.call('XRANGE', KEYS[2], id, id)
   if e[1] then
     local f = e[1][2]
-    local m, d, x, bad, q = nil, '', '', nil, KEYS[1]
+    local m, d, x, bad, q, level, key, mid = nil, '', '', nil, KEYS[1], '', nil, nil
     for j = 1, #f, 2 do
       if f[j] == 'm' then m = f[j + 1]
+      elseif f[j] == 'g' then key = f[j + 1]
+      elseif f[j] == 'i' then mid = f[j + 1]
       elseif f[j] == 'd' then d = f[j + 1]
       elseif f[j] == 'x' then x = f[j + 1]
       elseif f[j] == 'bad' then bad = f[j + 1]
-      elseif f[j] == 'p' and f[j + 1] == 'h' then q = KEYS[3]
-      elseif f[j] == 'p' and f[j + 1] == 'l' then q = KEYS[4] end
+      elseif f[j] == 'p' and f[j + 1] == 'h' then q, level = KEYS[3], 'h'
+      elseif f[j] == 'p' and f[j + 1] == 'l' then q, level = KEYS[4], 'l' end
     end
-    if m and bad ~= '1' then
+    if m and bad ~= '1' and key and mid then
+      local times = d
+      if x ~= '' then times = times .. ',' .. x end
+      gpush(G, key, mid, level .. times .. ':' .. m)
+      redis.call('XDEL', KEYS[2], id)
+      n = n + 1
+    elseif m and bad ~= '1' then
       queueMessage(q, m, d, x)
       redis.call('XDEL', KEYS[2], id)
       n = n + 1

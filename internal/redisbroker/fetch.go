@@ -15,11 +15,12 @@ import (
 // streamKeys are the keys a fetch of one stream touches, and the name of
 // the operation for errors.
 type streamKeys struct {
-	op      string
-	stream  string // the queue or reply stream
-	dlq     string // its dead-letter stream
-	retries string // its retries zset
-	holders string // its holders hash
+	op       string
+	receiver string // of a queue; "" for a reply stream
+	stream   string // the queue or reply stream
+	dlq      string // its dead-letter stream
+	retries  string // its retries zset
+	holders  string // its holders hash
 	// high and low are the streams of the high and low priority levels
 	// (for a reply stream, keys of its slot that are never written).
 	high, low string
@@ -33,14 +34,18 @@ type streamKeys struct {
 	deferred, deferredMsgs string
 	legacy                 [3]string
 	promote                bool
+	// groups are the keys of the groups hash and zsets P:{R}:g, gw and gt
+	// (groups.go); of a reply stream, keys of its slot never written.
+	groups [3]string
 }
 
 // makeQueueKeys returns the streamKeys of receiver's queue.
 func (b *Broker) makeQueueKeys(receiver string) streamKeys {
-	return streamKeys{op: "fetch", stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), retries: b.keys.retries(receiver), holders: b.keys.holders(receiver),
+	return streamKeys{op: "fetch", receiver: receiver, stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), retries: b.keys.retries(receiver), holders: b.keys.holders(receiver),
 		high: b.keys.queueAt(receiver, broker.PriorityHigh), low: b.keys.queueAt(receiver, broker.PriorityLow), record: true,
 		deferred: b.keys.deferred(receiver), deferredMsgs: b.keys.deferredMessages(receiver), promote: true,
-		legacy: [3]string{b.keys.legacyDeferred(receiver), b.keys.legacyDeferredMessages(receiver), b.keys.legacyRetries(receiver)}}
+		legacy: [3]string{b.keys.legacyDeferred(receiver), b.keys.legacyDeferredMessages(receiver), b.keys.legacyRetries(receiver)},
+		groups: [3]string{b.keys.groups(receiver), b.keys.groupWaits(receiver), b.keys.groupTimes(receiver)}}
 }
 
 // fetch returns up to p.Max entries of st's stream for p.Consumer, as
@@ -244,8 +249,10 @@ func (b *Broker) splitRef(s *streamKeys, ref string) (stream, id string, prio in
 	return s.stream, ref, broker.PriorityNormal
 }
 
-// refLevel returns the priority level of ref and its entry id.
+// refLevel returns the priority level of ref (a delivery's, marked or
+// not: see groupRefMark) and its entry id.
 func refLevel(ref string) (prio int, id string) {
+	ref, _ = unmarkRef(ref)
 	if ref != "" {
 		switch ref[0] {
 		case 'h':
@@ -301,14 +308,18 @@ func (b *Broker) reclaim(ctx context.Context, st *streamState, p *broker.FetchPa
 	if due && st.dueForPrune(time.Now(), b.pruneEvery) {
 		prune = msString(b.pruneIdle)
 	}
-	keys := []string{stream, s.dlq, s.retries, s.holders, s.high, s.low, s.retries, s.retries, s.retries, s.retries, s.retries}
+	keys := []string{stream, s.dlq, s.retries, s.holders, s.high, s.low, s.retries, s.retries, s.retries, s.retries, s.retries,
+		s.groups[0], s.groups[1], s.groups[2]}
 	if s.promote {
 		keys[6], keys[7] = s.deferred, s.deferredMsgs
 		keys[8], keys[9], keys[10] = s.legacy[0], s.legacy[1], s.legacy[2]
 	}
 	start := time.Now()
-	res, err := scriptFetch.Exec(ctx, b.client, keys,
-		[]string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, boolArg(s.record), boolArg(due), boolArg(s.promote)}).ToArray()
+	args := []string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, boolArg(s.record), boolArg(due), boolArg(s.promote)}
+	if due && s.record {
+		args = append(args, b.departedWorkers()...)
+	}
+	res, err := scriptFetch.Exec(ctx, b.client, keys, args).ToArray()
 	if err != nil {
 		st.forceReclaim()
 		return nil, 0, 0, b.fail(ctx, op, err)
@@ -319,6 +330,11 @@ func (b *Broker) reclaim(ctx context.Context, st *streamState, p *broker.FetchPa
 	busy, _ := res[3].AsInt64()
 	st.setQuiet(busy == 0, start, p.Lease, b.reclaimEvery)
 	levels, _ := res[1].AsInt64()
+	if levels&4 != 0 {
+		// A key queued a message at a level whose stream held nothing.
+		b.levelsChanged(ctx, s.receiver)
+		levels &^= 4
+	}
 	if s.record {
 		st.setLevels(int(levels))
 	}
@@ -402,7 +418,8 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 }
 
 // delivery decodes queue entry e: its message (field m), its deadline
-// (field d, unix ms, if any) and its expiry (field x, likewise). An entry
+// (field d, unix ms, if any), its expiry (field x, likewise) and its group
+// key (field g, if any: then its ref is marked, groupRefMark). An entry
 // whose deadline or expiry does not parse is as undecodable as one whose
 // message does not.
 func delivery(e *entry) (broker.Delivery, error) {
@@ -424,6 +441,10 @@ func delivery(e *entry) (broker.Delivery, error) {
 		if d.Expiry, ok = unixMS(s); !ok {
 			return broker.Delivery{}, fmt.Errorf("its expiry (field x) %q is not unix milliseconds", s)
 		}
+	}
+	if g, ok := e.field("g"); ok {
+		// A keyed message: its settle settles its key (see groups.go).
+		d.GroupKey, d.Ref = g, string(groupRefMark)+e.id
 	}
 	return d, nil
 }

@@ -26,8 +26,7 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- KEYS[3] -> the retries zset P:{R}:retries (retries longer than the lease;
 --            members are refs: entry ids, prefixed "h"/"l" for the high
 --            and low levels)
--- KEYS[4] -> the holders hash P:{R}:hold ("l:<consumer>" -> its lease ms,
---            "a:<consumer>" -> until when its heartbeat vouches, unix ms)
+-- KEYS[4] -> the holders hash P:{R}:hold ("l:<consumer>" -> its lease ms)
 -- KEYS[5] -> the high level stream P:{R}:qh (for a reply stream, a key
 --            never written)
 -- KEYS[6] -> the low level stream P:{R}:ql (likewise)
@@ -35,8 +34,8 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- ARGV[2] -> max entries to return (> 0)
 -- ARGV[3] -> lease in ms, recorded as this consumer's: a pending entry is
 --            reclaimed once idle for its holder's lease (this one when the
---            holder recorded none), or at once when its holder's heartbeat
---            lapsed
+--            holder recorded none), or at once when its holder left the
+--            registry of workers (ARGV[9..])
 -- ARGV[4] -> max attempts: an entry already delivered this many times is
 --            dead-lettered instead of reclaimed; 0 means no limit
 -- ARGV[5] -> prune idle ms: when > 0, first delete the group's consumers that
@@ -51,6 +50,14 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- KEYS[9..11] -> the former names of KEYS[7], KEYS[8] and KEYS[3]
 --            (migrate.go), whose leftovers are moved first when ARGV[8]
 --            is "1"
+-- KEYS[12..14] -> the groups hash and zsets P:{R}:g, gw and gt
+--            (groups.go): promote queues the keyed messages due behind
+--            their keys, and a keyed entry dead-lettered is settled for
+--            its key (for a reply stream, keys never written)
+-- ARGV[9..] -> the workers that left the registry (their heartbeat lapsed,
+--            or they deregistered), as the caller's last heartbeat saw
+--            them: the entries of those that hold some here are
+--            reclaimable at once
 -- ARGV[8] -> "1" first queues the deferred messages that are due, each at
 --            its level (at most 1000 a call, ZRANGEBYSCORE ... LIMIT:
 --            the cost does not grow with the set); "0" (a reply stream)
@@ -60,8 +67,10 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- Creates the group "g" of a stream (from its start, MKSTREAM) if missing.
 -- Returns {dead, levels, next, busy, e1, e2, ...}: dead is how many entries
 -- were dead-lettered; levels is 1 when the high level stream holds entries,
--- +2 when the low one does; next is the due time (unix ms) of the first
--- message still deferred (-1 when none); busy is 1 when, after this run,
+-- +2 when the low one does, +4 when a key queued a message at a level
+-- whose stream held nothing (see levelsChanged); next is the due time
+-- (unix ms) of the first message still deferred or key to look at again
+-- (-1 when none); busy is 1 when, after this run,
 -- the stream has pending entries (leased to any consumer, these e
 -- included) or retries wait (levels not 0 counts as busy too),
 -- else 0: a stream that is not busy needs no reclaim until something is
@@ -73,9 +82,10 @@ local consumer, max, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local maxAttempts, pruneIdle = tonumber(ARGV[4]), tonumber(ARGV[5])
 local reclaim = ARGV[7] == '1'
 local out = {0, 0, -1, 0}
+local G = {q = base, h = KEYS[5], l = KEYS[6], hold = hold, g = KEYS[12], w = KEYS[13], t = KEYS[14], first = 0, nowake = true}
 if ARGV[8] == '1' then
   migrate(KEYS[9], KEYS[10], KEYS[11], KEYS[7], KEYS[8], retries)
-  out[3] = promote(KEYS[7], KEYS[8], base, KEYS[5], KEYS[6])
+  out[3] = promote(KEYS[7], KEYS[8], G)
 end
 if ARGV[6] == '1' then
   redis.call('HSET', hold, 'l:' .. consumer, lease)
@@ -110,8 +120,8 @@ local function ensureGroup(stream, err)
   end
   redis.call('XGROUP', 'CREATE', stream, 'g', '0', 'MKSTREAM')
 end
--- The holders' leases, the least of them, and the holders whose heartbeat
--- lapsed (dead, or cut off from Redis): theirs are reclaimable at once.
+-- The holders' leases, the least of them, and the holders that left the
+-- registry (dead, or cut off from Redis): theirs are reclaimable at once.
 local leases, dead, lapsed, minLease = {}, {}, {}, tonumber(lease)
 local heldBy = {}
 local dueBy = {}
@@ -122,7 +132,11 @@ if reclaim then
     if kind == 'l:' then
       leases[who] = v
       if v < minLease then minLease = v end
-    elseif kind == 'a:' and v <= now and who ~= consumer then
+    end
+  end
+  for j = 9, #ARGV do
+    local who = ARGV[j]
+    if leases[who] and who ~= consumer and not lapsed[who] then
       dead[#dead + 1] = who
       lapsed[who] = true
       heldBy[who] = 0
@@ -178,7 +192,7 @@ local function serve(stream, prefix)
         if pending == 0 and idle >= pruneIdle and name ~= consumer then
           redis.call('XGROUP', 'DELCONSUMER', stream, 'g', name)
           if stream == base then
-            redis.call('HDEL', hold, 'a:' .. name, 'l:' .. name)
+            redis.call('HDEL', hold, 'a:' .. name, 'l:' .. name) -- a: of version 0.1
           end
         end
       end
@@ -201,7 +215,9 @@ local function serve(stream, prefix)
         redis.call('XACK', base, 'g', id)
         redis.call('HINCRBY', hold, 'wakes', -redis.call('XDEL', base, id))
       elseif maxAttempts > 0 and count >= maxAttempts then
-        out[1] = out[1] + bury(stream, dlq, id, 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried', count, '0', prefix)
+        local n, key = bury(stream, dlq, id, 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried', count, '0', prefix)
+        out[1] = out[1] + n
+        if key then gsettle(G, key, ref) end
       else
         local c = redis.call('XCLAIM', stream, 'g', consumer, 0, id)
         if c[1] then
@@ -238,11 +254,13 @@ if scanned == #levels then
   -- Every level was looked at: a lapsed holder that holds nothing is gone.
   for _, who in ipairs(dead) do
     if heldBy[who] == 0 then
-      redis.call('HDEL', hold, 'a:' .. who, 'l:' .. who)
+      redis.call('HDEL', hold, 'a:' .. who, 'l:' .. who) -- a: of version 0.1
     end
   end
 end
-if out[2] ~= 0 or #out > 4 or redis.call('ZCARD', retries) > 0 then
+local levelsNow = out[2]
+if G.first == 1 then out[2] = out[2] + 4 end
+if levelsNow ~= 0 or #out > 4 or redis.call('ZCARD', retries) > 0 then
   out[4] = 1
 else
   local sum = redis.pcall('XPENDING', base, 'g')

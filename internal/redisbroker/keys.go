@@ -50,6 +50,10 @@ func (k keys) deferred(receiver string) string { return k.named(receiver, "defer
 // or empty for the normal level.
 func (k keys) deferredMessages(receiver string) string { return k.named(receiver, "deferred:m") }
 
+// debounce is a debounce key of receiver (SendParams.DebounceKey): a hash
+// of the message deferred by the key's run and the run's first send.
+func (k keys) debounce(receiver, key string) string { return k.named(receiver, "db:"+key) }
+
 // expired is the count of receiver's messages dropped unstarted because
 // their expiry or deadline had passed (Queue.Drop): a counter that stays.
 func (k keys) expired(receiver string) string { return k.named(receiver, "expired") }
@@ -127,6 +131,13 @@ func (k keys) worker(id string) string { return k.prefix + ":{workers}:w:" + id 
 // it; or it deregistered), or a message was queued at a priority level
 // other than normal. Every heartbeat reads it (see Broker.Heartbeat).
 func (k keys) reclaimEpoch() string { return k.prefix + ":{workers}:reclaim" }
+
+// departed is the zset of the workers that left the registry (their
+// heartbeat lapsed, or they deregistered): member worker id, score when it
+// left (unix ms). Every heartbeat reads it and forgets the departures older
+// than departedFor; the fetch script reclaims at once what a departed
+// worker holds.
+func (k keys) departed() string { return k.prefix + ":{workers}:departed" }
 
 // pattern returns a SCAN pattern matching the keys named(*, suffix).
 func (k keys) pattern(suffix string) string {

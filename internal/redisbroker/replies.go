@@ -200,7 +200,8 @@ func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) (
 // makeReplyKeys returns the streamKeys of sender's reply stream.
 func (b *Broker) makeReplyKeys(sender string) streamKeys {
 	return streamKeys{op: "read replies", stream: b.keys.replies(sender), dlq: b.keys.deadLetters(sender), retries: b.keys.replyRetries(sender), holders: b.keys.replyHolders(sender),
-		high: b.keys.named(sender, "rqh"), low: b.keys.named(sender, "rql")}
+		high: b.keys.named(sender, "rqh"), low: b.keys.named(sender, "rql"),
+		groups: [3]string{b.keys.replyRetries(sender), b.keys.replyRetries(sender), b.keys.replyRetries(sender)}}
 }
 
 // replyEntries turns reply-stream entries into Replies, burying malformed

@@ -330,9 +330,9 @@ func TestNoKeysLeftBehind(t *testing.T) {
 	}
 	got := keysOf(t, raw, b.keys.prefix)
 	// The holders hashes keep the leases of the consumers that fetched
-	// (c and A; Deregister removed A's entries, not c's); the reclaim
-	// epoch counts A leaving.
-	want := []string{":{orders}:hold hash", ":{orders}:q stream", ":{web}:r stream", ":{workers}:reclaim string"}
+	// (c and A; Deregister removed A's entries, not c's); the departed
+	// workers keep A for departedFor; the reclaim epoch counts A leaving.
+	want := []string{":{orders}:hold hash", ":{orders}:q stream", ":{web}:r stream", ":{workers}:departed zset", ":{workers}:reclaim string"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("keys left = %q; want only %q", got, want)
 	}

@@ -26,11 +26,13 @@ local nowStr = string.format('%.0f', now)
 
 // luaBury defines bury(stream, dlq, id, reason, attempts, bad, prio): it
 // moves entry id of stream to the dead-letter stream dlq (XADD + XACK +
-// XDEL) and returns 1, or 0 when the entry is no longer in the stream (it
-// is then only removed from the group's pending list). bad forces the
-// entry to be marked undecodable. The entry's deadline and expiry (fields
-// d and x) are kept. An entry without an m field is kept whole, as JSON. prio ("h", "l", or "" for the normal level) is kept in
-// field p, so that a retried dead letter goes back to its level.
+// XDEL) and returns 1 and the entry's group key (field g, or nil), or 0
+// when the entry is no longer in the stream (it is then only removed from
+// the group's pending list). bad forces the entry to be marked
+// undecodable. The entry's deadline, expiry, group key and id (fields d,
+// x, g and i) are kept. An entry without an m field is kept whole, as
+// JSON. prio ("h", "l", or "" for the normal level) is kept in field p,
+// so that a retried dead letter goes back to its level.
 const luaBury = `
 local function bury(stream, dlq, id, reason, attempts, bad, prio)
   local e = redis.call('XRANGE', stream, id, id)
@@ -39,22 +41,25 @@ local function bury(stream, dlq, id, reason, attempts, bad, prio)
     return 0
   end
   local f = e[1][2]
-  local m, d, x
+  local m, kept = nil, {}
   for j = 1, #f, 2 do
-    if f[j] == 'm' then m = f[j + 1] elseif f[j] == 'd' then d = f[j + 1] elseif f[j] == 'x' then x = f[j + 1] end
+    local k = f[j]
+    if k == 'm' then
+      m = f[j + 1]
+    elseif k == 'd' or k == 'x' or k == 'g' or k == 'i' then
+      kept[k] = f[j + 1]
+    end
   end
   if m == nil then
     m = cjson.encode(f)
     bad = '1'
   end
   local args = {dlq, '*', 'm', m, 'reason', reason, 'attempts', attempts, 'at', nowStr, 'bad', bad}
-  if d then
-    args[#args + 1] = 'd'
-    args[#args + 1] = d
-  end
-  if x then
-    args[#args + 1] = 'x'
-    args[#args + 1] = x
+  for _, k in ipairs({'d', 'x', 'g', 'i'}) do
+    if kept[k] then
+      args[#args + 1] = k
+      args[#args + 1] = kept[k]
+    end
   end
   if prio and prio ~= '' then
     args[#args + 1] = 'p'
@@ -62,15 +67,16 @@ local function bury(stream, dlq, id, reason, attempts, bad, prio)
   end
   redis.call('XADD', unpack(args))
   redis.call('XDEL', stream, id)
-  return 1
+  return 1, kept.g
 end
 `
 
-// luaQueueMessage defines queueMessage(stream, env, d, x): it adds a
-// message to a queue stream, with its deadline (field d) and its expiry
-// (field x) when they are not empty.
+// luaQueueMessage defines queueMessage(stream, env, d, x, g, i): it adds a
+// message to a queue stream, with its deadline (field d), its expiry
+// (field x), and its group key and id (fields g and i: a keyed message,
+// see groups.go) when they are not empty (or nil).
 const luaQueueMessage = `
-local function queueMessage(stream, env, d, x)
+local function queueMessage(stream, env, d, x, g, i)
   local args = {stream, '*', 'm', env}
   if d ~= '' then
     args[#args + 1] = 'd'
@@ -80,17 +86,32 @@ local function queueMessage(stream, env, d, x)
     args[#args + 1] = 'x'
     args[#args + 1] = x
   end
+  if g and g ~= '' then
+    args[#args + 1] = 'g'
+    args[#args + 1] = g
+    args[#args + 1] = 'i'
+    args[#args + 1] = i
+  end
   redis.call('XADD', unpack(args))
 end
 `
 
 // luaDeferred defines deferredValue(v): the level ("h", "l" or ""), the
-// deadline field ("" for none), the expiry field ("" for none) and the
-// encoded envelope of v, a value of the deferred hash:
-// "<level><deadline ms or empty>[,<expiry ms>]:<envelope>". Values
-// without a level are of the normal level.
+// deadline field ("" for none), the expiry field ("" for none), the
+// encoded envelope and the group key ("" for none) of v, a value of the
+// deferred hash: "[k<len>:<group key>]<level><deadline ms or
+// empty>[,<expiry ms>]:<envelope>". Values without a level are of the
+// normal level. keyedValue(v) splits v into its group key and the rest.
 const luaDeferred = `
+local function keyedValue(v)
+  if string.sub(v, 1, 1) ~= 'k' then return '', v end
+  local c = string.find(v, ':', 1, true)
+  local n = tonumber(string.sub(v, 2, c - 1))
+  return string.sub(v, c + 1, c + n), string.sub(v, c + n + 1)
+end
 local function deferredValue(v)
+  local key
+  key, v = keyedValue(v)
   local level = ''
   local c1 = string.sub(v, 1, 1)
   if c1 == 'h' or c1 == 'l' then
@@ -103,34 +124,41 @@ local function deferredValue(v)
   if comma then
     times, x = string.sub(times, 1, comma - 1), string.sub(times, comma + 1)
   end
-  return level, times, x, string.sub(v, c + 1)
+  return level, times, x, string.sub(v, c + 1), key
 end
 `
 
-// luaPromote defines promote(deferred, msgs, normal, high, low): it queues
-// the deferred messages that are due by now (at most 1000), each at its
-// level (the stream normal, high or low) with its deadline and expiry,
-// and returns the due time (unix ms) of the first one still deferred, or
-// -1. See luaDeferred for the hash's values.
-const luaPromote = luaDeferred + luaQueueMessage + `
-local function promote(deferred, msgs, normal, high, low)
+// luaPromote defines promote(deferred, msgs, G): it queues the deferred
+// messages that are due by now (at most 1000), each at its level (the
+// streams of G, see luaGroups) with its deadline and expiry, or, a keyed
+// one, behind its key (gpush); it looks at the keys whose time came
+// (gdue); and it returns the first time still to come of either (unix ms),
+// or -1. See luaDeferred for the hash's values.
+const luaPromote = luaDeferred + luaQueueMessage + luaGroups + `
+local function promote(deferred, msgs, G)
   local due = redis.call('ZRANGEBYSCORE', deferred, '-inf', nowStr, 'LIMIT', 0, 1000)
-  local streams = {h = high, l = low}
+  local streams = {h = G.h, l = G.l}
   for _, id in ipairs(due) do
     local v = redis.call('HGET', msgs, id)
     if v then
-      local level, d, x, env = deferredValue(v)
-      queueMessage(streams[level] or normal, env, d, x)
+      local key, rest = keyedValue(v)
+      if key ~= '' then
+        gpush(G, key, id, rest)
+      else
+        local level, d, x, env = deferredValue(rest)
+        queueMessage(streams[level] or G.q, env, d, x)
+      end
     end
   end
   if #due > 0 then
     redis.call('ZREM', deferred, unpack(due))
     redis.call('HDEL', msgs, unpack(due))
   end
+  local next = gdue(G)
   local head = redis.call('ZRANGE', deferred, 0, 0, 'WITHSCORES')
-  if head[2] then
-    return tonumber(head[2])
+  if head[2] and (next < 0 or tonumber(head[2]) < next) then
+    next = tonumber(head[2])
   end
-  return -1
+  return next
 end
 `

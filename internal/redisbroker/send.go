@@ -11,42 +11,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/diskerhq/disker/internal/broker"
-	"github.com/diskerhq/disker/internal/keyslot"
 	"github.com/diskerhq/disker/internal/wire"
 )
-
-// How a message is sent: chosen by the fields of its broker.SendParams,
-// never by a name.
-type sendWay uint8
-
-const (
-	// sendXadd: a message due now at the normal level, with no key to
-	// take and no pending timeout: one XADD (a timed one from an inbox
-	// carries its deadline, estimated here: see broker.Inbox).
-	sendXadd sendWay = iota
-	// sendEnqueue: any other message, one enqueue script in the
-	// receiver's slot (which also records the pending timeout of a timed
-	// message from a named sender, in the same slot).
-	sendEnqueue
-	// sendSplit: a timed message from a named sender whose pending
-	// timeout lives in another slot than the receiver's queue, on a
-	// Cluster: see sendSplit.
-	sendSplit
-)
-
-// wayOf returns how p is sent.
-func (b *Broker) wayOf(p *broker.SendParams) sendWay {
-	env := &p.Env
-	pend := env.Timeout > 0 && env.Route == broker.RouteSender
-	switch {
-	case pend && b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
-		return sendSplit
-	case pend || p.Later() || p.DedupKey != "" || env.IdempotencyKey != "" || env.Priority != broker.PriorityNormal ||
-		p.Expiry > 0 || !p.ExpireAt.IsZero():
-		return sendEnqueue
-	}
-	return sendXadd
-}
 
 // Send sends ps in runs of messages sent the same way, in order: a run of
 // XADDs is one pipeline, a run of enqueue scripts one pipeline of them (at
@@ -185,6 +151,35 @@ func estimatedDeadline(p *broker.SendParams, now time.Time) time.Time {
 	return dueOf(p, now).Add(p.Env.Timeout).Truncate(time.Millisecond)
 }
 
+// ReleaseDedup frees receiver's dedup key if message id holds it: one
+// script, release_dedup (compare and delete). See broker.Queue.
+func (b *Broker) ReleaseDedup(ctx context.Context, receiver, key, id string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := broker.CheckName("receiver", receiver); err != nil {
+		return err
+	}
+	if err := broker.CheckName("key", key); err != nil {
+		return err
+	}
+	if err := broker.CheckName("id", id); err != nil {
+		return err
+	}
+	return b.failIf(ctx, "release dedup", scriptReleaseDedup.Exec(ctx, b.client, []string{b.keys.dedup(receiver, key)}, []string{id}).Error())
+}
+
+// scriptReleaseDedup frees a dedup key held until its message is settled.
+var scriptReleaseDedup = rueidis.NewLuaScript(`-- release_dedup
+-- KEYS[1] -> the dedup key P:{R}:dd:<key>
+-- ARGV[1] -> the id of the message settled
+-- Deletes the key if it holds the id. Returns 1 when it did, else 0.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
 // xaddOf returns the XADD that queues p, a message due now with nothing
 // to record but itself, with its deadline (p.Result.Deadline, set by
 // sendRun), if any.
@@ -232,107 +227,6 @@ func (b *Broker) xadd(env *broker.Envelope, data, deadline string) rueidis.Compl
 		c = c.FieldValue("d", deadline)
 	}
 	return c.Build()
-}
-
-// enqueueExec returns the keys and arguments of the enqueue script for p.
-// given, when not empty, is p's deadline in unix ms (decided in another
-// slot: sendSplit); a message from an inbox has its deadline as estimated
-// (p.Result.Deadline, set by sendRun). pend says whether the script
-// records the pending timeout of a timed message from a named sender.
-func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) rueidis.LuaExec {
-	env := &p.Env
-	r := env.Receiver
-	q := b.keys.queue(r)
-	keys := []string{b.keys.queueAt(r, env.Priority), q, b.keys.deferred(r), b.keys.deferredMessages(r), b.keys.holders(r), q, q, q, q}
-	if p.DedupKey != "" {
-		keys[5] = b.keys.dedup(r, p.DedupKey)
-	}
-	if env.IdempotencyKey != "" {
-		keys[6] = b.keys.idempotency(r, env.IdempotencyKey)
-	}
-	pendArg := "0"
-	if pend && env.Timeout > 0 && env.Route == broker.RouteSender {
-		keys[7], keys[8], pendArg = b.keys.timeouts(env.Sender), b.keys.timedMessages(env.Sender), "1"
-	}
-	if d := msOf(p.Result.Deadline); d != "" {
-		given = d
-	}
-	at := ""
-	if !p.DeliverAt.IsZero() {
-		at = strconv.FormatInt(ceilMS(p.DeliverAt).UnixMilli(), 10)
-	}
-	expiry, expireAt := "", ""
-	if p.Expiry > 0 {
-		expiry = msString(p.Expiry)
-	}
-	if !p.ExpireAt.IsZero() {
-		expireAt = strconv.FormatInt(p.ExpireAt.UnixMilli(), 10) // rounded down: never started after it
-	}
-	dedupTTL, idemTTL := "", ""
-	if p.DedupKey != "" {
-		dedupTTL = msString(p.DedupTTL)
-	}
-	if env.IdempotencyKey != "" {
-		idemTTL = msString(p.IdemTTL)
-	}
-	route := "n"
-	switch env.Route {
-	case broker.RouteSender:
-		route = "s"
-	case broker.RouteInbox:
-		route = "i"
-	}
-	return rueidis.LuaExec{Keys: keys, Args: []string{
-		rueidis.BinaryString(wire.Encode(env)), env.ID, route, msString(max(env.Timeout, 0)), msString(p.Delay), at,
-		given, levelPrefix(env.Priority), dedupTTL, idemTTL, env.Sender, pendArg, expiry, expireAt,
-	}}
-}
-
-// enqueued sets p's result from r, the enqueue script's answer.
-func (b *Broker) enqueued(ctx context.Context, p *broker.SendParams, r rueidis.RedisResult) {
-	v, err := r.ToArray()
-	if err != nil {
-		b.sendFailed(ctx, p, err)
-		return
-	}
-	res, err := enqueueResult(v)
-	if err != nil {
-		res = broker.SendResult{Err: fmt.Errorf("redisbroker: send: %w", err)}
-	}
-	p.Result = res
-	if first, _ := v[len(v)-1].AsInt64(); first == 1 {
-		b.levelsChanged(ctx, p.Env.Receiver)
-	}
-}
-
-// enqueueResult parses the enqueue script's answer {outcome, id, deadline
-// or -1, stored reply or "", first at its level}.
-func enqueueResult(v []rueidis.RedisMessage) (broker.SendResult, error) {
-	if len(v) != 5 {
-		return broker.SendResult{}, fmt.Errorf("the enqueue script answered %d values", len(v))
-	}
-	outcome, err1 := v[0].AsInt64()
-	id, err2 := v[1].ToString()
-	deadline, err3 := v[2].AsInt64()
-	rep, err4 := v[3].ToString()
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return broker.SendResult{}, err
-	}
-	res := broker.SendResult{Outcome: broker.SendOutcome(outcome), ID: id}
-	if deadline >= 0 {
-		res.Deadline = time.UnixMilli(deadline)
-	}
-	if res.Outcome < broker.Queued || res.Outcome > broker.Joined {
-		return broker.SendResult{}, fmt.Errorf("the enqueue script answered the outcome %d", outcome)
-	}
-	if rep != "" {
-		stored, err := wire.DecodeString(rep)
-		if err != nil {
-			return broker.SendResult{}, fmt.Errorf("the stored reply of the idempotency key: %w", err)
-		}
-		res.Reply = &stored
-	}
-	return res, nil
 }
 
 // sendSplit sends p, a timed message from a named sender, on a Cluster
@@ -469,135 +363,4 @@ local deadline = string.format('%.0f', now + tonumber(ARGV[3]))
 redis.call('ZADD', KEYS[1], deadline, ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
 return deadline
-`)
-
-// scriptEnqueue sends one message: the one script every send but a plain
-// XADD runs, whatever its options. Each option is a step of it, in an
-// order that makes them compose: a repeated idempotency key stores
-// nothing (its first send is the one send of them all), a taken dedup key
-// stores nothing, and otherwise the message is stored, deferred or queued
-// at its level, with its deadline, its pending timeout and the keys it
-// takes, all in this one step.
-var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
--- KEYS[1] -> the queue stream of the message's level P:{R}:q, :qh or :ql
--- KEYS[2] -> the queue stream P:{R}:q (a wake entry for a deferred message)
--- KEYS[3] -> the deferred zset P:{R}:deferred (member message id, score
---            due ms)
--- KEYS[4] -> the deferred hash P:{R}:deferred:m (message id ->
---            "<level><deadline ms or empty>[,<expiry ms>]:<encoded
---            envelope>", level "h", "l" or empty for the normal level)
--- KEYS[5] -> the holders hash P:{R}:hold (field wakes counts wake entries)
--- KEYS[6] -> the dedup key P:{R}:dd:<key> (string: the id that took it);
---            KEYS[2] when the message has none
--- KEYS[7] -> the idempotency key P:{R}:idem:<key> (hash: id, rep,
---            w:<request id> -> "<deadline ms or 0>:<inbox>"); KEYS[2] when
---            the message has none
--- KEYS[8] -> the sender's pending timeouts P:{S}:t; KEYS[2] unless ARGV[12]
--- KEYS[9] -> the sender's timed messages P:{S}:tm; KEYS[2] unless ARGV[12]
--- ARGV[1] -> the encoded envelope
--- ARGV[2] -> message id
--- ARGV[3] -> route: "n" none, "s" a named sender, "i" an inbox
--- ARGV[4] -> timeout ms, 0 for none
--- ARGV[5] -> delay ms, 0 for none
--- ARGV[6] -> due time, unix ms (rounded up), or empty
--- ARGV[7] -> the deadline, unix ms, decided by the caller (a message from
---            an inbox, or whose pending timeout is in another slot), or
---            empty: then due + timeout when the timeout is > 0
--- ARGV[8] -> the level's prefix in the deferred hash: "h", "l" or empty
--- ARGV[9] -> dedup window ms, or empty for no dedup key
--- ARGV[10] -> idempotency window ms after the due time, or empty for none
--- ARGV[11] -> the sender (an inbox: the waiter of the idempotency key)
--- ARGV[12] -> "1" records the pending timeout in KEYS[8..9]
--- ARGV[13] -> expiry ms after the due time, or empty
--- ARGV[14] -> expiry, unix ms, or empty (at most one of ARGV[13..14])
--- The due time is now + delay, counted from Redis time rounded up to the
--- millisecond, or ARGV[6]; a message is due when its due time is not after
--- Redis time rounded down, so it is never queued early. One due now is
--- added to its level's stream; any other to the deferred zset and hash,
--- and when it comes first in the zset, a wake entry (field w, no m) is
--- queued and counted in the holders hash, so that a blocked fetch looks at
--- the new due time. The queued message's field d is its deadline; an
--- idempotent one's is the end of its key's window instead, so that a
--- worker starts it as long as its reply can be used. Its field x is its
--- expiry, when it has one: the due time + ARGV[13], or ARGV[14].
--- Returns {outcome, id, deadline or -1, stored reply or "", first}:
--- outcome 1 queued, 2 deferred (id ARGV[2]); 3 duplicate (id: the dedup
--- key's); 4 joined (id: the idempotency key's message, with its reply if
--- stored); first is 1 when the message was queued at the high or low
--- level and that level's stream held nothing before (see levelsChanged).
-` + luaNow + luaQueueMessage + `
-local env, id, route = ARGV[1], ARGV[2], ARGV[3]
-local timeout, delay, at, given = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
-local dedupTTL, idemTTL, sender = ARGV[9], ARGV[10], ARGV[11]
-local due = now
-if delay > 0 then
-  due = nowCeil + delay
-elseif at ~= '' then
-  due = math.max(tonumber(at), now)
-end
-local deadline = -1
-if given ~= '' then
-  deadline = tonumber(given)
-elseif timeout > 0 then
-  deadline = due + timeout
-end
-local function fmt(n) return string.format('%.0f', n) end
-local waiter = fmt(math.max(deadline, 0)) .. ':' .. sender
-if idemTTL ~= '' then
-  local k = redis.call('HMGET', KEYS[7], 'id', 'rep')
-  if k[2] then
-    return {4, k[1] or '', deadline, k[2], 0}
-  end
-  if k[1] then
-    if route == 'i' then
-      redis.call('HSET', KEYS[7], 'w:' .. id, waiter)
-    end
-    return {4, k[1], deadline, '', 0}
-  end
-end
-if dedupTTL ~= '' then
-  local first = redis.call('GET', KEYS[6])
-  if first then
-    return {3, first, -1, '', 0}
-  end
-  redis.call('SET', KEYS[6], id, 'PX', dedupTTL)
-end
-local d = deadline
-if idemTTL ~= '' then
-  d = due + tonumber(idemTTL)
-  redis.call('HSET', KEYS[7], 'id', id)
-  if route == 'i' then
-    redis.call('HSET', KEYS[7], 'w:' .. id, waiter)
-  end
-  redis.call('PEXPIRE', KEYS[7], fmt(d - now))
-end
-local dField, xField = '', ''
-if d >= 0 then dField = fmt(d) end
-if ARGV[13] ~= '' then
-  xField = fmt(due + tonumber(ARGV[13]))
-elseif ARGV[14] ~= '' then
-  xField = ARGV[14]
-end
-local outcome, first = 1, 0
-if due > now then
-  outcome = 2
-  local times = dField
-  if xField ~= '' then times = times .. ',' .. xField end
-  redis.call('ZADD', KEYS[3], fmt(due), id)
-  redis.call('HSET', KEYS[4], id, ARGV[8] .. times .. ':' .. env)
-  if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == id then
-    redis.call('XADD', KEYS[2], '*', 'w', '1')
-    redis.call('HINCRBY', KEYS[5], 'wakes', 1)
-  end
-else
-  if ARGV[8] ~= '' and redis.call('XLEN', KEYS[1]) == 0 then
-    first = 1
-  end
-  queueMessage(KEYS[1], env, dField, xField)
-end
-if ARGV[12] == '1' then
-  redis.call('ZADD', KEYS[8], fmt(deadline), id)
-  redis.call('HSET', KEYS[9], id, env)
-end
-return {outcome, id, deadline, '', first}
 `)

@@ -2,6 +2,7 @@ package redisbroker
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -33,9 +34,26 @@ func (b *Broker) execOK(res []rueidis.RedisResult) error {
 // bury moves the entry ref of s to its dead-letter stream.
 func (b *Broker) bury(ctx context.Context, s *streamKeys, ref, reason string, attempts int, bad bool) error {
 	stream, id, _ := b.splitRef(s, ref)
-	err := scriptBury.Exec(ctx, b.client, []string{stream, s.dlq, s.retries},
-		[]string{id, reason, strconv.Itoa(attempts), boolArg(bad), ref[:len(ref)-len(id)]}).Error()
+	keys := []string{stream, s.dlq, s.retries, s.stream, s.high, s.low, s.holders, s.groups[0], s.groups[1], s.groups[2]}
+	_, err := b.buried(ctx, s.receiver, scriptBury.Exec(ctx, b.client, keys,
+		[]string{id, reason, strconv.Itoa(attempts), boolArg(bad), ref[:len(ref)-len(id)]}))
 	return b.failIf(ctx, s.op, err)
+}
+
+// buried reads the answer of the bury script, r, for receiver ("" for a
+// reply stream): whether it moved the entry.
+func (b *Broker) buried(ctx context.Context, receiver string, r rueidis.RedisResult) (bool, error) {
+	v, err := r.AsIntSlice()
+	if err != nil {
+		return false, err
+	}
+	if len(v) != 2 {
+		return false, fmt.Errorf("the bury script answered %v", v)
+	}
+	if v[1] == 1 && receiver != "" {
+		b.levelsChanged(ctx, receiver)
+	}
+	return v[0] == 1, nil
 }
 
 // Extend renews p.Consumer's leases of p.Refs and returns those it lost.
@@ -49,7 +67,14 @@ func (b *Broker) Extend(ctx context.Context, p *broker.ExtendParams) ([]string, 
 	receiver, consumer, refs := p.Receiver, p.Consumer, p.Refs
 	var lost []string
 	var levels [3][]string // entry ids by level, low, normal, high
+	var marked map[string]bool
 	for _, ref := range refs {
+		if r, ok := unmarkRef(ref); ok {
+			if marked == nil {
+				marked = make(map[string]bool)
+			}
+			marked[r] = true
+		}
 		prio, id := refLevel(ref)
 		if !validRef(id) {
 			lost = append(lost, ref)
@@ -72,7 +97,11 @@ func (b *Broker) Extend(ctx context.Context, p *broker.ExtendParams) ([]string, 
 				}
 			}
 			for _, id := range res {
-				lost = append(lost, prefix+id)
+				ref := prefix + id
+				if marked[ref] {
+					ref = string(groupRefMark) + ref
+				}
+				lost = append(lost, ref)
 			}
 		}
 	}
@@ -168,13 +197,23 @@ func (b *Broker) Drop(ctx context.Context, receiver string, refs ...string) erro
 }
 
 // settle runs end (ack, or the drop of expired entries) on receiver's refs,
-// one call per priority level of them.
+// one call per priority level of them; refs of keyed messages are settled
+// by settleGroup.
 func (b *Broker) settle(ctx context.Context, op, receiver string, refs []string, end func(ctx context.Context, op, stream, retries string, refs []string) error) error {
 	if err := b.check(); err != nil {
 		return err
 	}
 	if err := broker.CheckName("receiver", receiver); err != nil {
 		return err
+	}
+	refs, keyed := splitKeyed(refs)
+	if len(keyed) > 0 {
+		if err := b.settleGroup(ctx, op, receiver, validLevelRefs(keyed), op == "drop"); err != nil {
+			return err
+		}
+		if len(refs) == 0 {
+			return nil
+		}
 	}
 	retries := b.keys.retries(receiver)
 	plain := true
@@ -239,21 +278,33 @@ func (b *Broker) Retry(ctx context.Context, p *broker.RetryParams) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	receiver, consumer, ref, delay, lease := p.Receiver, p.Consumer, p.Ref, p.Delay, p.Lease
+	receiver, consumer, delay, lease := p.Receiver, p.Consumer, p.Delay, p.Lease
+	ref, keyed := unmarkRef(p.Ref)
 	prio, id := refLevel(ref)
 	if !validRef(id) {
 		return broker.ErrLeaseLost
 	}
-	n, err := scriptRetry.Exec(ctx, b.client, []string{b.keys.queueAt(receiver, prio), b.keys.retries(receiver)},
-		[]string{consumer, id, strconv.FormatInt(delay.Milliseconds(), 10), msString(lease), boolArg(p.Uncounted), ref}).AsInt64()
+	retries := b.keys.retries(receiver)
+	keys := []string{b.keys.queueAt(receiver, prio), retries, retries, retries, retries, retries, retries, retries, retries}
+	if keyed {
+		copy(keys[2:], b.groupKeys(receiver))
+	}
+	v, err := scriptRetry.Exec(ctx, b.client, keys,
+		[]string{consumer, id, strconv.FormatInt(delay.Milliseconds(), 10), msString(lease), boolArg(p.Uncounted), ref, boolArg(keyed)}).AsIntSlice()
 	if err != nil {
 		if isNoGroup(err) {
 			return broker.ErrLeaseLost
 		}
 		return b.fail(ctx, "retry", err)
 	}
-	if n == 0 {
+	if len(v) != 2 {
+		return fmt.Errorf("redisbroker: retry: the script answered %v", v)
+	}
+	if v[0] == 0 {
 		return broker.ErrLeaseLost
+	}
+	if v[1] == 1 {
+		b.levelsChanged(ctx, receiver)
 	}
 	b.forceReclaim(b.keys.queue(receiver))
 	return nil
@@ -276,16 +327,16 @@ func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Deliv
 	if !validRef(id) {
 		return broker.ErrLeaseLost
 	}
-	n, err := scriptBury.Exec(ctx, b.client,
-		[]string{b.keys.queueAt(receiver, prio), b.keys.deadLetters(receiver), b.keys.retries(receiver)},
-		[]string{id, reason, strconv.Itoa(d.Attempt), "0", levelPrefix(prio)}).AsInt64()
+	keys := append([]string{b.keys.queueAt(receiver, prio), b.keys.deadLetters(receiver), b.keys.retries(receiver)}, b.groupKeys(receiver)...)
+	moved, err := b.buried(ctx, receiver, scriptBury.Exec(ctx, b.client, keys,
+		[]string{id, reason, strconv.Itoa(d.Attempt), "0", levelPrefix(prio)}))
 	if err != nil {
 		if isNoGroup(err) {
 			return broker.ErrLeaseLost
 		}
 		return b.fail(ctx, "dead-letter", err)
 	}
-	if n == 0 {
+	if !moved {
 		return broker.ErrLeaseLost
 	}
 	return nil
@@ -304,15 +355,23 @@ var scriptBury = rueidis.NewLuaScript(`-- bury
 --            (or P:{S}:r for an unreadable reply entry)
 -- KEYS[2] -> the dead-letter stream P:{R}:dlq
 -- KEYS[3] -> the retries zset P:{R}:retries
+-- KEYS[4..10] -> the group keys (Broker.groupKeys; for a reply stream,
+--            keys of its slot never written)
 -- ARGV[1] -> entry id
 -- ARGV[2] -> reason
 -- ARGV[3] -> attempts so far
 -- ARGV[4] -> "1" if the entry does not decode, else "0"
 -- ARGV[5] -> the level's prefix: "h", "l", or "" (the normal level)
--- Returns 1 when moved, 0 when the entry was no longer in the stream.
-` + luaNow + luaBury + `
+-- A keyed entry (field g) is settled for its key. Returns {moved, first}:
+-- moved is 1 when moved, 0 when the entry was no longer in the stream;
+-- first is 1 when its key queued a message at the high or low level whose
+-- stream held nothing.
+` + luaNow + luaBury + luaDeferred + luaQueueMessage + luaGroups + `
 redis.call('ZREM', KEYS[3], ARGV[5] .. ARGV[1])
-return bury(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+local G = groupsAt(4)
+local n, key = bury(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+if key then gsettle(G, key, ARGV[5] .. ARGV[1]) end
+return {n, G.first}
 `)
 
 // scriptExtend renews the leases a consumer holds.
@@ -344,6 +403,8 @@ return lost
 var scriptRetry = rueidis.NewLuaScript(`-- retry
 -- KEYS[1] -> the queue stream P:{R}:q, or a level stream P:{R}:qh / P:{R}:ql
 -- KEYS[2] -> the retries zset P:{R}:retries
+-- KEYS[3..9] -> the group keys (Broker.groupKeys), for a keyed entry
+--            (ARGV[7]); else KEYS[2], unused
 -- ARGV[1] -> consumer name
 -- ARGV[2] -> entry id
 -- ARGV[3] -> delay in ms
@@ -352,16 +413,21 @@ var scriptRetry = rueidis.NewLuaScript(`-- retry
 --            count goes back by one); "0": it does
 -- ARGV[6] -> the entry's ref (its member in the retries zset: the id,
 --            prefixed "h"/"l" at the high and low levels)
+-- ARGV[7] -> "1": the entry is of a keyed message (field g)
 -- Ages the entry so that a Fetch with this lease reclaims it once the delay
 -- has passed: idle = lease - delay. A delay of at least the lease is kept in
 -- the retries zset (score: due time) with the entry idle 0; fetch promotes it.
--- Returns 1, or 0 when the consumer does not hold the entry.
-` + luaNow + `
+-- A counted retry of a keyed entry whose groups skip retries settles it
+-- for its key (gskip), which may queue the key's next message.
+-- Returns {held, first}: held is 1, or 0 when the consumer does not hold
+-- the entry; first is 1 when a message was queued at the high or low
+-- level whose stream held nothing.
+` + luaNow + luaDeferred + luaQueueMessage + luaGroups + `
 local stream, id = KEYS[1], ARGV[2]
 local delay, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
 local p = redis.call('XPENDING', stream, 'g', id, id, 1)
 if not p[1] or p[1][2] ~= ARGV[1] then
-  return 0
+  return {0, 0}
 end
 if ARGV[5] == '1' then
   -- Uncounted: the next delivery counts as this one again.
@@ -374,7 +440,19 @@ else
   redis.call('ZREM', KEYS[2], ARGV[6])
   redis.call('XCLAIM', stream, 'g', ARGV[1], 0, id, 'IDLE', string.format('%.0f', lease - delay), 'JUSTID')
 end
-return 1
+local first = 0
+if ARGV[7] == '1' and ARGV[5] ~= '1' then
+  local G = groupsAt(3)
+  gconf(G)
+  local e = redis.call('XRANGE', stream, id, id)[1]
+  if G.skip and e then
+    for j = 1, #e[2], 2 do
+      if e[2][j] == 'g' then gskip(G, e[2][j + 1], ARGV[6]) end
+    end
+  end
+  first = G.first
+end
+return {1, first}
 `)
 
 // giveBackRead gives back the entries of read, read by consumer for the

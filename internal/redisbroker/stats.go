@@ -23,8 +23,11 @@ const statsSource = `-- stats
 -- KEYS[7] -> the holders hash P:{R}:hold (field wakes: the wake entries
 --            of the normal level, which are not messages)
 -- KEYS[8] -> the expired count P:{R}:expired
+-- KEYS[9] -> the groups hash P:{R}:g (field w: the keyed messages waiting)
+-- KEYS[10] -> the groups' zset of keys with waiting messages P:{R}:gw
 -- Returns {length, pending, dead letters, oldest queued, high length,
--- high pending, low length, low pending, paused, deferred, expired}: length and
+-- high pending, low length, low pending, paused, deferred, expired, group
+-- waiting, group keys}: length and
 -- pending are those of
 -- the normal level, length without the wake entries; oldest queued is the
 -- Unix ms of the first message after
@@ -71,7 +74,7 @@ for _, o in ipairs({ho, lo}) do
   if o >= 0 and (oldest < 0 or o < oldest) then oldest = o end
 end
 return {n, np, redis.call('XLEN', KEYS[2]), oldest, h, hp, l, lp, redis.call('EXISTS', KEYS[5]), redis.call('ZCARD', KEYS[6]),
-  tonumber(redis.call('GET', KEYS[8]) or '0')}
+  tonumber(redis.call('GET', KEYS[8]) or '0'), tonumber(redis.call('HGET', KEYS[9], 'w') or '0'), redis.call('ZCARD', KEYS[10])}
 `
 
 var (
@@ -116,7 +119,8 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds := make(rueidis.Commands, len(receivers))
 	for i, r := range receivers {
-		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(8).Key(b.statsKeys(r)...).Build()
+		keys := b.statsKeys(r)
+		cmds[i] = b.client.B().EvalshaRo().Sha1(statsSHA1).Numkeys(int64(len(keys))).Key(keys...).Build()
 	}
 	var again []int
 	for i, res := range b.client.DoMulti(ctx, cmds...) {
@@ -137,7 +141,8 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 	}
 	cmds = cmds[:0]
 	for _, i := range again {
-		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(8).Key(b.statsKeys(receivers[i])...).Build())
+		keys := b.statsKeys(receivers[i])
+		cmds = append(cmds, b.client.B().EvalRo().Script(statsSource).Numkeys(int64(len(keys))).Key(keys...).Build())
 	}
 	for j, res := range b.client.DoMulti(ctx, cmds...) {
 		v, err := res.AsIntSlice()
@@ -155,24 +160,27 @@ func (b *Broker) StatsMany(ctx context.Context, receivers []string) ([]broker.Re
 func (b *Broker) statsKeys(receiver string) []string {
 	return []string{b.keys.queue(receiver), b.keys.deadLetters(receiver),
 		b.keys.queueAt(receiver, broker.PriorityHigh), b.keys.queueAt(receiver, broker.PriorityLow),
-		b.keys.paused(receiver), b.keys.deferred(receiver), b.keys.holders(receiver), b.keys.expired(receiver)}
+		b.keys.paused(receiver), b.keys.deferred(receiver), b.keys.holders(receiver), b.keys.expired(receiver),
+		b.keys.groups(receiver), b.keys.groupWaits(receiver)}
 }
 
 // statsOf reads the stats script's answer v.
 func statsOf(receiver string, v []int64) (broker.ReceiverStats, error) {
-	if len(v) != 11 {
+	if len(v) != 13 {
 		return broker.ReceiverStats{}, fmt.Errorf("redisbroker: stats: script answered %v", v)
 	}
 	st := broker.ReceiverStats{
-		Receiver:    receiver,
-		Length:      v[0] + v[4] + v[6],
-		Pending:     v[1] + v[5] + v[7],
-		DeadLetters: v[2],
-		QueuedHigh:  max(v[4]-v[5], 0),
-		QueuedLow:   max(v[6]-v[7], 0),
-		Paused:      v[8] == 1,
-		Deferred:    v[9],
-		Expired:     v[10],
+		Receiver:     receiver,
+		Length:       v[0] + v[4] + v[6],
+		Pending:      v[1] + v[5] + v[7],
+		DeadLetters:  v[2],
+		QueuedHigh:   max(v[4]-v[5], 0),
+		QueuedLow:    max(v[6]-v[7], 0),
+		Paused:       v[8] == 1,
+		Deferred:     v[9],
+		Expired:      v[10],
+		GroupWaiting: v[11],
+		GroupKeys:    v[12],
 	}
 	st.Queued = max(v[0]-v[1], 0) + st.QueuedHigh + st.QueuedLow
 	if v[3] >= 0 {

@@ -14,12 +14,14 @@
 //	flags     byte: bits 0 and 1 are the Route (bit 0: RouteNone, a
 //	          fire-and-forget message; bit 1: RouteInbox; neither:
 //	          RouteSender; not both), bit 2 says an IdempotencyKey
-//	          follows the headers; other bits must be 0
+//	          follows the headers, bit 3 a DedupKey after it; other bits
+//	          must be 0
 //	Timeout   varint (nanoseconds)
 //	Headers   uvarint count, then count pairs of (key, value), each a
 //	          uvarint length and bytes, keys strictly ascending
 //	IdempotencyKey  uvarint length (> 0), bytes; only when flag bit 2
 //	          is set, so encodings without it are those of older versions
+//	DedupKey  uvarint length (> 0), bytes; only when flag bit 3 is set
 //
 // The encoding is canonical: [Decode] accepts only what [Encode] produces
 // (minimal varints, sorted unique header keys, no trailing bytes), so for any
@@ -52,7 +54,8 @@ const (
 	flagRouteNone  = 1
 	flagRouteInbox = 2
 	flagIdempotent = 4
-	flagsKnown     = flagRouteNone | flagRouteInbox | flagIdempotent
+	flagDedup      = 8
+	flagsKnown     = flagRouteNone | flagRouteInbox | flagIdempotent | flagDedup
 )
 
 // ErrMalformed is wrapped by every error Decode returns.
@@ -62,7 +65,7 @@ var ErrMalformed = errors.New("wire: malformed envelope")
 // ascending order.
 func Encode(env *broker.Envelope) []byte {
 	n := 1 + 1 + binary.MaxVarintLen64 + binary.MaxVarintLen32
-	for _, s := range [...]string{env.ID, env.Sender, env.Receiver, env.InReplyTo, env.ErrorCode, env.ErrorText} {
+	for _, s := range [...]string{env.ID, env.Sender, env.Receiver, env.InReplyTo, env.ErrorCode, env.ErrorText, env.IdempotencyKey, env.DedupKey} {
 		n += binary.MaxVarintLen32 + len(s)
 	}
 	n += binary.MaxVarintLen32 + len(env.Content)
@@ -89,6 +92,9 @@ func Encode(env *broker.Envelope) []byte {
 	if env.IdempotencyKey != "" {
 		flags |= flagIdempotent
 	}
+	if env.DedupKey != "" {
+		flags |= flagDedup
+	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, int64(env.Timeout))
 	b = binary.AppendUvarint(b, uint64(len(env.Headers)))
@@ -105,6 +111,9 @@ func Encode(env *broker.Envelope) []byte {
 	}
 	if env.IdempotencyKey != "" {
 		b = appendString(b, env.IdempotencyKey)
+	}
+	if env.DedupKey != "" {
+		b = appendString(b, env.DedupKey)
 	}
 	return b
 }
@@ -191,6 +200,12 @@ func decode[T encoded](data T) (broker.Envelope, error) {
 		env.IdempotencyKey = d.str("idempotency key")
 		if d.err == nil && env.IdempotencyKey == "" {
 			d.fail("idempotency key", "empty, with its flag set")
+		}
+	}
+	if flags&flagDedup != 0 {
+		env.DedupKey = d.str("dedup key")
+		if d.err == nil && env.DedupKey == "" {
+			d.fail("dedup key", "empty, with its flag set")
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {

@@ -31,11 +31,13 @@ func TestRoundTrip(t *testing.T) {
 	neg := sample()
 	neg.Timeout = -time.Second
 	tests := map[string]broker.Envelope{
-		"zero":       {},
-		"full":       sample(),
-		"negative":   neg,
-		"idempotent": {ID: "x", Receiver: "r", Route: broker.RouteInbox, IdempotencyKey: "order-42"},
-		"bigger":     {ID: "x", Content: bytes.Repeat([]byte{0xff}, 70000), Headers: map[string]string{strings.Repeat("k", 300): strings.Repeat("v", 200)}},
+		"zero":         {},
+		"full":         sample(),
+		"negative":     neg,
+		"idempotent":   {ID: "x", Receiver: "r", Route: broker.RouteInbox, IdempotencyKey: "order-42"},
+		"deduplicated": {ID: "x", Receiver: "r", DedupKey: "nightly-report"},
+		"both keys":    {ID: "x", Receiver: "r", IdempotencyKey: "order-42", DedupKey: "nightly-report"},
+		"bigger":       {ID: "x", Content: bytes.Repeat([]byte{0xff}, 70000), Headers: map[string]string{strings.Repeat("k", 300): strings.Repeat("v", 200)}},
 	}
 	for name, env := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -92,6 +92,8 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Fate", testFate},
 		{"DeadLettersAfter", testDeadLettersAfter},
 		{"Dedup", testDedup},
+		{"DedupUntilSettled", testDedupUntilSettled},
+		{"Debounce", testDebounce},
 		{"Pause", testPause},
 		{"Idempotency", testIdempotency},
 		{"Priorities", testPriorities},
@@ -113,6 +115,15 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"ScheduleMissed", testScheduleMissed},
 		{"ScheduleTaken", testScheduleTaken},
 		{"ScheduleInvalid", testScheduleInvalid},
+		{"GroupsOrder", testGroupsOrder},
+		{"GroupsConcurrency", testGroupsConcurrency},
+		{"GroupsRetry", testGroupsRetry},
+		{"GroupsSettle", testGroupsSettle},
+		{"GroupsDeferred", testGroupsDeferred},
+		{"GroupsLease", testGroupsLease},
+		{"GroupsPriority", testGroupsPriority},
+		{"GroupsRate", testGroupsRate},
+		{"GroupsInvalid", testGroupsInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

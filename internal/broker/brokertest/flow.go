@@ -1,6 +1,7 @@
 package brokertest
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -264,4 +265,107 @@ func testIdempotency(t *testing.T, b broker.Broker) {
 		t.Fatalf("after the window: queued %s, want %s", d.Env.ID, fourth.ID)
 	}
 	ack(t, b, r, d.Ref)
+}
+
+// testDedupUntilSettled shows a dedup key held until its message is
+// settled: it travels with the message, a send with it is a duplicate
+// while the message waits and while it is handled, and ReleaseDedup frees
+// it only for the message that holds it.
+func testDedupUntilSettled(t *testing.T, b broker.Broker) {
+	ctx := ctxT(t)
+	r := name("recv")
+	sendKey := func(content string) broker.SendResult {
+		t.Helper()
+		return sendP(t, b, broker.SendParams{Env: *newEnv(r, content), DedupKey: "k", DedupTTL: time.Hour, DedupUntilSettled: true})
+	}
+	first := sendKey("first")
+	if first.Outcome != broker.Queued {
+		t.Fatalf("first send: %+v", first)
+	}
+	if again := sendKey("again"); again.Outcome != broker.Duplicate || again.ID != first.ID {
+		t.Fatalf("a send while the first waits: %+v, want a duplicate of %s", again, first.ID)
+	}
+	d := fetchOne(t, b, r, "w", longLease)
+	if d.Env.DedupKey != "k" {
+		t.Fatalf("delivered without its dedup key: %+v", d.Env)
+	}
+	if again := sendKey("during"); again.Outcome != broker.Duplicate {
+		t.Fatalf("a send while the first is handled: %+v, want a duplicate", again)
+	}
+	ack(t, b, r, d.Ref)
+	if err := b.ReleaseDedup(ctx, r, "k", "not-the-holder"); err != nil {
+		t.Fatal(err)
+	}
+	if again := sendKey("not released"); again.Outcome != broker.Duplicate {
+		t.Fatalf("after a release by another id: %+v, want a duplicate", again)
+	}
+	if err := b.ReleaseDedup(ctx, r, "k", first.ID); err != nil {
+		t.Fatal(err)
+	}
+	next := sendKey("after")
+	if next.Outcome != broker.Queued || next.ID == first.ID {
+		t.Fatalf("a send after the release: %+v, want it queued", next)
+	}
+	ack(t, b, r, fetchOne(t, b, r, "w", longLease).Ref)
+	if err := b.ReleaseDedup(ctx, r, "k", next.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testDebounce shows a debounce key: a send while the run's message is
+// still deferred replaces it (the earlier one is never delivered), each
+// send defers the latest by the wait, but never past the max after the
+// run's first send, and a send after the run's message came due starts a
+// new run.
+func testDebounce(t *testing.T, b broker.Broker) {
+	r := name("recv")
+	const wait, maxWait = 400 * time.Millisecond, 1200 * time.Millisecond
+	debounced := func(content string) broker.SendResult {
+		t.Helper()
+		return sendP(t, b, broker.SendParams{Env: *newEnv(r, content), DebounceKey: "k", DebounceWait: wait, DebounceMax: maxWait})
+	}
+	start := brokerNow(t, b)
+	var ids []string
+	// A send every wait/4: each replaces the one before, until the max.
+	for i := 0; brokerNow(t, b).Before(start.Add(maxWait - wait/2)); i++ {
+		res := debounced(fmt.Sprint("burst ", i))
+		if res.Outcome != broker.Deferred {
+			t.Fatalf("debounced send %d: %+v, want it deferred", i, res)
+		}
+		ids = append(ids, res.ID)
+		if st := stats(t, b, r); st.Deferred != 1 {
+			t.Fatalf("after %d debounced sends: %+v, want one deferred", i+1, st)
+		}
+		waitBrokerTime(t, b, brokerNow(t, b).Add(wait/4))
+	}
+	var got []broker.Delivery
+	eventually(t, "the burst's one message", func() bool {
+		got = append(got, fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 10, Block: pollBlock, Lease: longLease})...)
+		return len(got) > 0
+	})
+	at := brokerNow(t, b)
+	if len(got) != 1 || got[0].Env.ID != ids[len(ids)-1] {
+		t.Fatalf("delivered %+v, want the latest of %d sends, %s", got, len(ids), ids[len(ids)-1])
+	}
+	if at.Before(start.Add(wait)) || at.After(start.Add(maxWait+Patience/2)) {
+		t.Fatalf("delivered at %v, %v after the first send; want by the max %v", at, at.Sub(start), maxWait)
+	}
+	ack(t, b, r, got[0].Ref)
+	for _, id := range ids[:len(ids)-1] {
+		if c := cancel(t, b, r, id); c.State != broker.CancelNotFound {
+			t.Fatalf("replaced message %s: %+v, want it gone", id, c)
+		}
+	}
+	// A new run.
+	next := debounced("next run")
+	eventually(t, "the next run's message", func() bool {
+		ds := fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "w", Max: 10, Block: pollBlock, Lease: longLease})
+		for _, d := range ds {
+			if d.Env.ID != next.ID {
+				t.Fatalf("next run delivered %s, want %s", d.Env.ID, next.ID)
+			}
+			ack(t, b, r, d.Ref)
+		}
+		return len(ds) > 0
+	})
 }

@@ -357,10 +357,10 @@ func testHolderLeaseDecides(t *testing.T, b broker.Broker) {
 	ack(t, b, r, ds[0].Ref, d2.Ref)
 }
 
-// testHeartbeatLapse: once a holder's heartbeat (Registry.Heartbeat with
-// the receiver, under the consumer's name) has lapsed, another consumer
-// takes its deliveries whatever their lease, and the holder's Extend
-// reports them lost.
+// testHeartbeatLapse: once a holder's heartbeat (Registry.Heartbeat under
+// the consumer's name) has lapsed, and a live worker's heartbeat saw it,
+// another consumer takes its deliveries whatever their lease, and the
+// holder's Extend reports them lost.
 func testHeartbeatLapse(t *testing.T, b broker.Broker) {
 	r, holder := name("recv"), name("holder")
 	env := newEnv(r, "job")
@@ -369,7 +369,16 @@ func testHeartbeatLapse(t *testing.T, b broker.Broker) {
 	if err := b.Heartbeat(ctxT(t), broker.WorkerInfo{ID: holder, Receivers: []string{r}}, shortLease); err != nil {
 		t.Fatalf("Heartbeat: %v", err)
 	}
-	ds := pollFetch(t, b, broker.FetchParams{Receiver: r, Consumer: "survivor", Lease: longLease, MaxAttempts: 10})
+	// Every live worker heartbeats: the survivor's heartbeats are what
+	// see the holder's lapse, and its next fetch reclaims.
+	var ds []broker.Delivery
+	eventually(t, "the lapsed holder's delivery", func() bool {
+		if err := b.Heartbeat(ctxT(t), broker.WorkerInfo{ID: "survivor", Receivers: []string{r}}, longLease); err != nil {
+			t.Fatalf("Heartbeat: %v", err)
+		}
+		ds = fetch(t, b, broker.FetchParams{Receiver: r, Consumer: "survivor", Max: 10, Block: pollBlock, Lease: longLease, MaxAttempts: 10})
+		return len(ds) > 0
+	})
 	if len(ds) != 1 || ds[0].Ref != d.Ref || ds[0].Attempt != 2 {
 		t.Fatalf("after the holder's heartbeat lapsed: got %+v, want %q attempt 2", ds, d.Ref)
 	}
@@ -378,8 +387,10 @@ func testHeartbeatLapse(t *testing.T, b broker.Broker) {
 		t.Fatalf("the lapsed holder's Extend: lost %v, %v; want its delivery lost", lost, err)
 	}
 	ack(t, b, r, d.Ref)
-	if err := b.Deregister(ctxT(t), holder); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{holder, "survivor"} {
+		if err := b.Deregister(ctxT(t), id); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
