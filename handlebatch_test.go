@@ -587,16 +587,21 @@ func TestHandleBatchLeaseLost(t *testing.T) {
 }
 
 // steal takes n deliveries of receiver from victim, which holds them and
-// renews their leases, as a consumer "thief": only a lapse of the
-// victim's heartbeat lets it, and steal makes one (a heartbeat of the
-// victim's that vouches for 1ns), as a partition longer than three
-// heartbeats would.
+// renews their leases, as a consumer "thief": only the victim's departure
+// from the registry of workers lets it, and steal makes one, as a
+// partition longer than the victim's heartbeats would: a heartbeat of the
+// victim's that vouches for 1ns, then one of the thief's a little later,
+// which finds the victim's lapsed.
 func steal(t *testing.T, b broker.Broker, victim, receiver string, n int) []broker.Delivery {
 	t.Helper()
 	ctx := ctxTimeout(t, 10*time.Second)
 	var stolen []broker.Delivery
 	waitFor(t, 10*time.Second, "the theft", func() bool {
 		if err := b.Heartbeat(ctx, broker.WorkerInfo{ID: victim, Receivers: []string{receiver}}, time.Nanosecond); err != nil {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond) // the victim's entry lapses
+		if err := b.Heartbeat(ctx, broker.WorkerInfo{ID: "thief", Receivers: []string{receiver}}, time.Minute); err != nil {
 			return false
 		}
 		got, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: "thief", Max: n - len(stolen), Lease: time.Minute})
