@@ -141,7 +141,7 @@ func TestHandleBatchOutcomes(t *testing.T) {
 				case c == "later":
 					outs[i].Err = disker.ErrReplyLater
 					go func() {
-						if err := d.Reply(ctx, m, []byte("later reply")); err != nil {
+						if err := d.Reply(context.Background(), m, []byte("later reply")); err != nil { // not the batch's ctx, which ends when it returns
 							t.Error(err)
 						}
 					}()
