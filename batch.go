@@ -150,6 +150,11 @@ func WithBatchWait(d time.Duration) HandleOption {
 //     holds more than n messages.
 //   - WithRateLimit: a message of a batch takes a token, so that a batch
 //     holds what the rate allows since the last one.
+//   - WithGroupConcurrency(n), for keyed messages (WithGroup): a batch
+//     holds at most n messages of one key (1 by default), since no more
+//     are out at a time, so that each key's messages run in order, one
+//     batch after another; WithGroupRate and WithGroupSkipRetries as for
+//     Handle.
 //
 // Pause stops the batches from starting, on every instance; the running
 // ones finish. A batch handler has no pool of its own (HandleWithPool
@@ -232,10 +237,7 @@ func (b *batcher) add(ds []broker.Delivery) {
 			b.open = &batch{tasks: make([]*task, 0, min(c.o.batchSize, n-i)), due: now.Add(c.o.batchWait)}
 		}
 		bt := b.open
-		t := &task{dl: ds[i]}
-		t.cancel = func(cause error) { bt.lose(t, cause) }
-		bt.tasks = append(bt.tasks, t)
-		c.track(t)
+		bt.join(c, ds[i])
 		if len(bt.tasks) == c.o.batchSize {
 			b.start()
 		}
@@ -288,6 +290,14 @@ func (b *batcher) close() {
 	defer b.mu.Unlock()
 	b.closed = true
 	b.startDue(time.Now())
+}
+
+// join makes dl a task of bt, counted in flight.
+func (bt *batch) join(c *consumer, dl broker.Delivery) {
+	t := &task{dl: dl}
+	t.cancel = func(cause error) { bt.lose(t, cause) }
+	bt.tasks = append(bt.tasks, t)
+	c.track(t)
 }
 
 // lose records that t is no longer held, for cause (ErrLeaseLost,
@@ -380,6 +390,60 @@ func (c *consumer) finishBatch(bt *batch) {
 	c.tasks.Add(-len(bt.tasks))
 }
 
+// drainBatches is the test kit's Drain for a batch handler: it runs up to
+// max of the receiver's due messages on the caller's goroutine, in
+// batches of up to the batch size, fetched one at a time as Drain fetches
+// them (see fetchOne). It returns how many it fetched.
+func (c *consumer) drainBatches(ctx context.Context, fp *broker.FetchParams, max int) (int, error) {
+	n := 0
+	for n < max {
+		var ds []broker.Delivery
+		var err error
+		for len(ds) < c.o.batchSize && n+len(ds) < max {
+			dl, ok, ferr := c.fetchOne(ctx, fp)
+			if err = ferr; err != nil || !ok {
+				break
+			}
+			ds = append(ds, dl)
+		}
+		if len(ds) > 0 {
+			n += len(ds)
+			if rerr := c.runBatchByHand(ctx, ds); rerr != nil {
+				return n, rerr
+			}
+		}
+		if err != nil || len(ds) < c.o.batchSize && n < max {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// runBatchByHand handles ds as one batch on the caller's goroutine, as a
+// batcher has a batch run, after dropping those too late on the broker's
+// clock (see runByHand).
+func (c *consumer) runBatchByHand(ctx context.Context, ds []broker.Delivery) error {
+	now, err := c.d.b.Now(ctx)
+	if err != nil {
+		return err
+	}
+	bt := &batch{}
+	for i := range ds {
+		if !c.tooLateAt(&ds[i], now) {
+			bt.join(c, ds[i])
+		}
+	}
+	if len(bt.tasks) == 0 {
+		return nil
+	}
+	b := c.batches
+	b.mu.Lock()
+	b.busy++ // as start, for finishBatch
+	b.mu.Unlock()
+	c.runBatch(bt)
+	return nil
+}
+
 // startBatch picks the deliveries of bt to hand to its handler, those
 // still held whose deadline and expiry have not passed (the others are
 // dropped, see tooLate), with their messages, and makes the handler's ctx
@@ -411,6 +475,7 @@ func (c *consumer) startBatch(bt *batch) (handed []*task, msgs []*Message, ctx c
 		}
 		msg := &t.msg
 		d.setMessage(msg, &t.dl.Env, t.dl.Deadline, t.dl.Attempt)
+		msg.Group = t.dl.GroupKey
 		msg.settle = &t.settle
 		every = every && !msg.Deadline.IsZero()
 		if msg.Deadline.After(last) {

@@ -846,6 +846,59 @@ func TestHandleBatchFlowLimits(t *testing.T) {
 	})
 }
 
+// TestHandleBatchGroups serves keyed messages (WithGroup) with a batch
+// handler: a batch holds at most one message of a key (the default group
+// concurrency), the messages of each key come in the order they were sent,
+// one batch after another, and each carries its key in Message.Group.
+func TestHandleBatchGroups(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		ctx := ctxTimeout(t, 30*time.Second)
+		for i := range 4 {
+			for _, key := range []string{"a", "b", "c"} {
+				if _, err := d.Send(ctx, disker.Message{Receiver: "keyed", Content: fmt.Append(nil, key, i)}, disker.WithGroup(key)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		b := newBatches()
+		wrongGroup := make(chan string, 12)
+		if err := d.HandleBatch("keyed", disker.BatchHandlerFunc(func(_ context.Context, msgs []*disker.Message) ([]disker.Outcome, error) {
+			for _, m := range msgs {
+				if m.Group != string(m.Content[:1]) {
+					wrongGroup <- fmt.Sprintf("%s in group %q", m.Content, m.Group)
+				}
+			}
+			b.record(msgs)
+			return acks(msgs), nil
+		}), disker.WithBatchSize(10)); err != nil {
+			t.Fatal(err)
+		}
+		next := map[string]int{}
+		for seen := 0; seen < 12; {
+			batch := recv(t, b.ch, 10*time.Second, "a batch")
+			keys := map[string]bool{}
+			for _, c := range batch {
+				key := c[:1]
+				if keys[key] {
+					t.Fatalf("batch %v holds two messages of key %s", batch, key)
+				}
+				keys[key] = true
+				if want := fmt.Sprint(key, next[key]); c != want {
+					t.Fatalf("batch %v: %s where %s was due: the key's order", batch, c, want)
+				}
+				next[key]++
+			}
+			seen += len(batch)
+		}
+		select {
+		case w := <-wrongGroup:
+			t.Fatal(w)
+		default:
+		}
+	})
+}
+
 // TestHandleBatchValidation checks HandleBatch's arguments, and that the
 // batch options are refused by Handle.
 func TestHandleBatchValidation(t *testing.T) {
