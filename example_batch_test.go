@@ -27,7 +27,7 @@ func ExampleDisker_HandleBatch() {
 				outs[i].ReplyError = &disker.RemoteError{Code: "not_found", Text: string(m.Content) + " is not sold here"}
 				continue
 			}
-			outs[i].Reply = strconv.AppendInt(nil, int64(price), 10)
+			outs[i].Reply = fmt.Append(nil, price)
 		}
 		return outs, nil
 	}))
