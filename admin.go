@@ -126,8 +126,12 @@ type DeadLetter struct {
 // ReceiverLocalStats are the counters of one receiver served by this
 // instance (see LocalStats).
 type ReceiverLocalStats struct {
-	// Concurrency is the receiver's handler concurrency.
+	// Concurrency is the receiver's handler concurrency: messages handled
+	// at a time, or batches for a batch handler (HandleBatch).
 	Concurrency int
+	// BatchSize is the most messages of a batch of a batch handler
+	// (WithBatchSize); 0 for a Handler.
+	BatchSize int
 	// Exclusive tells whether it was registered WithExclusive; HoldsLock
 	// whether this instance holds its lock now.
 	Exclusive, HoldsLock bool

@@ -15,13 +15,16 @@ import (
 )
 
 // consumer serves one receiver: a fetch loop, the handler tasks on an
-// executor, a lease keeper, and an acker.
+// executor, a lease keeper, and an acker. A batch handler's consumer
+// (HandleBatch) gathers its deliveries into batches (batches) and runs a
+// task per batch instead of one per delivery.
 type consumer struct {
-	d    *Disker
-	name string
-	h    Handler
-	o    handleOptions
-	exec *pool.Executor
+	d       *Disker
+	name    string
+	h       Handler
+	o       handleOptions
+	exec    *pool.Executor
+	batches *batcher // nil for a Handler
 
 	fetchCtx    context.Context // ends when fetching stops (interrupts a blocking Fetch)
 	stopFetch   context.CancelFunc
@@ -90,7 +93,7 @@ func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*cons
 	exec, err := pool.NewExecutor(pool.ExecutorConfig{
 		Name:        "disker:" + receiver,
 		MaxWorkers:  o.concurrency,
-		QueueSize:   o.concurrency + o.prefetch,
+		QueueSize:   o.capacity(), // a task holds at least one delivery
 		IdleTimeout: 30 * time.Second,
 		// Handler panics are recovered in call; this catches Disker's own.
 		PanicHandler: func(p *pool.PanicError) {
@@ -115,6 +118,9 @@ func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*cons
 	if c.gated() {
 		c.lim = newLimiter(c)
 	}
+	if o.batch != nil {
+		c.batches = newBatcher(c)
+	}
 	c.fetchCtx, c.stopFetch = context.WithCancel(d.bgCtx)
 	c.hardCtx, c.hardCancel = context.WithCancelCause(context.Background())
 	return c, nil
@@ -132,6 +138,9 @@ func (c *consumer) stop(ctx context.Context) error {
 	c.stopOnce.Do(func() {
 		c.stopFetch()
 		<-c.loopDone
+		if c.batches != nil {
+			c.batches.close() // the batch being gathered starts now
+		}
 		idle := make(chan struct{})
 		go func() { c.tasks.Wait(); close(idle) }()
 		select {
@@ -192,7 +201,7 @@ func (c *consumer) fetchLoop() {
 		if c.o.exclusive && !c.holdLock(&bo) {
 			continue
 		}
-		free := c.o.concurrency + c.o.prefetch - int(c.n.Load())
+		free := c.o.capacity() - int(c.n.Load())
 		if free <= 0 {
 			select {
 			case <-c.freed:
@@ -293,9 +302,14 @@ func (c *consumer) holdLock(bo *pacer) bool {
 	return true
 }
 
-// dispatch starts a task for each delivery, and drops at once those whose
-// deadline or expiry passed (see tooLate).
+// dispatch starts a task for each delivery, or gives them to the batches
+// of a batch handler, and drops at once those whose deadline or expiry
+// passed (see tooLate).
 func (c *consumer) dispatch(ds []broker.Delivery) {
+	if c.batches != nil {
+		c.batches.add(ds)
+		return
+	}
 	now := time.Now()
 	for i := range ds {
 		dl := ds[i]
@@ -318,12 +332,18 @@ func (c *consumer) dispatch(ds []broker.Delivery) {
 func (c *consumer) begin(dl broker.Delivery) (context.Context, *task) {
 	ctx, cancel := context.WithCancelCause(c.hardCtx)
 	t := &task{dl: dl, cancel: cancel}
+	c.track(t)
+	return ctx, t
+}
+
+// track counts t in flight, where the lease keeper and the cancellations
+// find it, until finish.
+func (c *consumer) track(t *task) {
 	c.mu.Lock()
-	c.inflight[dl.Ref] = t
+	c.inflight[t.dl.Ref] = t
 	c.mu.Unlock()
 	c.n.Add(1)
 	c.tasks.Add(1)
-	return ctx, t
 }
 
 // tooLate reports whether dl must not start, at now, and then drops it:
@@ -452,8 +472,14 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 			return
 		}
 	}
+	c.settle(t, msg, resp, err, took, deadline)
+}
+
+// settle settles a handled delivery by what its handler returned: reply
+// and ack, give back, retry, or dead letter.
+func (c *consumer) settle(t *task, msg *Message, resp []byte, err error, took time.Duration, deadline time.Time) {
 	if err == nil || errors.Is(err, ErrReplyLater) {
-		c.succeed(t, msg, resp, took, err != nil)
+		c.succeed(t, msg, resp, nil, took, err != nil)
 		return
 	}
 	if isGivenBack(err) {
@@ -507,27 +533,31 @@ func (c *consumer) dropReply(msg *Message) {
 	}
 }
 
-// succeed acknowledges a handled message, after sending resp as its reply
-// unless the handler replies later (ErrReplyLater).
-func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duration, later bool) {
+// succeed acknowledges a handled message, after sending resp, or rerr
+// when set (a batch handler's Outcome.ReplyError), as its reply unless the
+// handler replies later (ErrReplyLater).
+func (c *consumer) succeed(t *task, msg *Message, resp []byte, rerr *RemoteError, took time.Duration, later bool) {
 	d := c.d
-	if !t.settle.CompareAndSwap(taskRunning, taskSettled) && t.settle.Load() == taskCancelled {
-		c.cancelled(msg)
+	if !c.settling(t, msg) {
 		return
 	}
-	if !later && !msg.wantsReply() && resp != nil {
+	if !later && !msg.wantsReply() && (resp != nil || rerr != nil) {
 		c.dropReply(msg)
 	}
-	if !later && msg.wantsReply() && (resp != nil || msg.route == broker.RouteInbox || msg.idemKey != "") && !d.repliedBy(msg) {
+	if !later && msg.wantsReply() && (resp != nil || rerr != nil || msg.route == broker.RouteInbox || msg.idemKey != "") && !d.repliedBy(msg) {
 		if resp == nil {
 			resp = []byte{}
 		}
-		if len(resp) > d.cfg.MaxMessageSize {
+		var code, text string
+		if rerr != nil {
+			code, text = rerr.Code, rerr.Text
+		}
+		if size := len(resp) + len(text); size > d.cfg.MaxMessageSize {
 			// No retry can make it fit: dead-letter it now, and tell the sender.
-			c.fail(t, msg, NoRetry(fmt.Errorf("disker: the handler's reply is %d bytes, over the limit of %d (Config.MaxMessageSize)", len(resp), d.cfg.MaxMessageSize)), took, time.Time{})
+			c.fail(t, msg, NoRetry(fmt.Errorf("disker: the handler's reply is %d bytes, over the limit of %d (Config.MaxMessageSize)", size, d.cfg.MaxMessageSize)), took, time.Time{})
 			return
 		}
-		if err := d.reply(d.opCtx, msg, resp, "", ""); err != nil && !errors.Is(err, ErrLate) {
+		if err := d.reply(d.opCtx, msg, resp, code, text); err != nil && !errors.Is(err, ErrLate) {
 			// The reply did not reach the broker: deliver the message again
 			// so that its sender gets one (at least once).
 			c.fail(t, msg, fmt.Errorf("disker: cannot send the reply: %w", err), took, time.Time{})
@@ -556,10 +586,19 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, took time.Duratio
 	d.releaseDedup(c.name, &t.dl.Env)
 }
 
-func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, deadline time.Time) {
-	d := c.d
+// settling marks t settled, and reports whether it may be settled: false
+// (after logging it) when it was cancelled first.
+func (c *consumer) settling(t *task, msg *Message) bool {
 	if !t.settle.CompareAndSwap(taskRunning, taskSettled) && t.settle.Load() == taskCancelled {
 		c.cancelled(msg)
+		return false
+	}
+	return true
+}
+
+func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, deadline time.Time) {
+	d := c.d
+	if !c.settling(t, msg) {
 		return
 	}
 	c.failed.Add(1)
@@ -735,6 +774,7 @@ func (c *consumer) pollCancels(since *time.Time) {
 func (c *consumer) stats() ReceiverLocalStats {
 	return ReceiverLocalStats{
 		Concurrency:    c.o.concurrency,
+		BatchSize:      c.o.batchSize,
 		Exclusive:      c.o.exclusive,
 		HoldsLock:      c.lockHeld.Load(),
 		InFlight:       c.n.Load(),

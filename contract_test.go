@@ -14,8 +14,6 @@ import (
 
 	"github.com/diskerhq/disker"
 	"github.com/diskerhq/disker/internal/broker"
-	"github.com/diskerhq/disker/internal/membroker"
-	"github.com/diskerhq/disker/internal/redisbroker"
 )
 
 // TestReplyRacesTimeout races 10,000 replies against their own timeouts:
@@ -520,17 +518,7 @@ func TestRequestRacesTimeout(t *testing.T) {
 // new holder instead of acknowledging it.
 func TestLeaseLostCancelsHandler(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
-		var b broker.Broker
-		if e.redis {
-			rb, err := redisbroker.New(redisbroker.Config{URL: e.url, KeyPrefix: e.base.KeyPrefix})
-			if err != nil {
-				t.Fatal(err)
-			}
-			b = rb
-		} else {
-			b = membroker.Shared(strings.TrimPrefix(e.url, "mem://"), membroker.Options{})
-		}
-		defer b.Close()
+		b := rawBroker(t, e)
 		victim := "victim-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		d := e.open(func(c *disker.Config) { c.InstanceID = victim })
 		started := make(chan struct{})
@@ -549,18 +537,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 			t.Fatal(err)
 		}
 		recv(t, started, 10*time.Second, "the handler to start")
-		// The holder's lease is renewed, so only a lapse of its heartbeat
-		// lets another consumer take the delivery: the thief makes one
-		// (a heartbeat of the victim's that vouches for 1ns), as a partition
-		// longer than three heartbeats would.
-		var stolen []broker.Delivery
-		waitFor(t, 10*time.Second, "the theft", func() bool {
-			if err := b.Heartbeat(ctx, broker.WorkerInfo{ID: victim, Receivers: []string{"stolen"}}, time.Nanosecond); err != nil {
-				return false
-			}
-			stolen, err = b.Fetch(ctx, &broker.FetchParams{Receiver: "stolen", Consumer: "thief", Max: 1, Block: 0, Lease: time.Minute, MaxAttempts: 0})
-			return err == nil && len(stolen) == 1
-		})
+		stolen := steal(t, b, victim, "stolen", 1)
 		if stolen[0].Env.ID != id || stolen[0].Attempt != 2 {
 			t.Fatalf("stole %s attempt %d, want %s attempt 2", stolen[0].Env.ID, stolen[0].Attempt, id)
 		}

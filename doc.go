@@ -7,6 +7,8 @@
 // handler's response is the reply, which reaches the sender: the sender's
 // name is its reply address, and its [ReplyHandler] ([Disker.OnReply])
 // receives it. [Disker.Request] sends and waits for the reply in one call.
+// [Disker.HandleBatch] serves a receiver a batch of messages at a time
+// with a [BatchHandler], which returns an [Outcome] for each message.
 //
 // Send, SendBatch and Request all take a [Message]: what a message is lives
 // in its fields (Receiver, Content, Headers, and Sender, its reply
@@ -90,7 +92,7 @@
 //   - [Disker.Unhandle] and [Disker.Close] wait for in-flight handlers
 //     until ctx ends, then cancel them and wait for them to return.
 //
-// Handle, OnReply, OnTimeout, RemoveReplyHandler, RemoveTimeoutHandler,
+// Handle, HandleBatch, OnReply, OnTimeout, RemoveReplyHandler, RemoveTimeoutHandler,
 // LocalStats and ID do not block.
 //
 // Names of receivers and senders are 1 to 200 bytes of [A-Za-z0-9._:-] and

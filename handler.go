@@ -99,14 +99,21 @@ type handleOptions struct {
 	// groups are the receiver's group settings (groups.go); its Receiver
 	// is set by the consumer.
 	groups broker.GroupConfig
-	err    error
+	// Batches (batch.go): the handler, set by HandleBatch; the first
+	// batch option given, by name, for Handle to refuse it.
+	batch       BatchHandler
+	batchSize   int
+	batchWait   time.Duration
+	batchOption string
+	err         error
 }
 
 // HandleOption configures how a receiver is served (Handle).
 type HandleOption func(*handleOptions)
 
 // WithConcurrency sets how many messages of the receiver this instance
-// handles at a time; default DefaultConcurrency(). n must be >= 1.
+// handles at a time; default DefaultConcurrency(). With HandleBatch it
+// counts batches, default 1. n must be >= 1.
 func WithConcurrency(n int) HandleOption {
 	return func(o *handleOptions) {
 		if n < 1 {
@@ -180,6 +187,15 @@ func WithExclusive() HandleOption {
 	return func(o *handleOptions) { o.exclusive = true }
 }
 
+// capacity is the most deliveries an instance holds of the receiver: one
+// per handler slot (a batch's worth for a batch handler) and its prefetch.
+func (o *handleOptions) capacity() int {
+	if o.batch != nil {
+		return o.concurrency*o.batchSize + o.prefetch
+	}
+	return o.concurrency + o.prefetch
+}
+
 func (o *handleOptions) setErr(err error) {
 	if o.err == nil {
 		o.err = err
@@ -192,7 +208,8 @@ func (o *handleOptions) setErr(err error) {
 // goes to one of them at a time.
 //
 // It returns a *ValidationError for a bad name, a nil handler or a bad
-// option, ErrAlreadyRegistered when this instance already serves receiver, and
+// option (WithBatchSize and WithBatchWait go with HandleBatch alone),
+// ErrAlreadyRegistered when this instance already serves receiver, and
 // ErrClosed after Close. With a group option (WithGroupConcurrency,
 // WithGroupRate, WithGroupSkipRetries) it sets the receiver's groups in
 // the broker before it returns, and returns the broker's error if it
@@ -205,8 +222,20 @@ func (d *Disker) Handle(receiver string, h Handler, opts ...HandleOption) error 
 	if h == nil {
 		return invalid("Handler", "must not be nil")
 	}
+	o, err := handleOptionsOf(DefaultConcurrency(), opts)
+	if err != nil {
+		return err
+	}
+	if o.batchOption != "" {
+		return invalid(o.batchOption, "goes with HandleBatch alone: a Handler gets one message at a time")
+	}
+	return d.serve(receiver, h, o)
+}
+
+// handleOptionsOf applies opts to the defaults, with concurrency's.
+func handleOptionsOf(concurrency int, opts []HandleOption) (handleOptions, error) {
 	o := handleOptions{
-		concurrency: DefaultConcurrency(),
+		concurrency: concurrency,
 		maxAttempts: DefaultMaxAttempts,
 		backoff:     DefaultBackoff,
 		lease:       DefaultLease,
@@ -214,9 +243,12 @@ func (d *Disker) Handle(receiver string, h Handler, opts ...HandleOption) error 
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.err != nil {
-		return o.err
-	}
+	return o, o.err
+}
+
+// serve registers the consumer of receiver, which runs h, or o.batch when
+// h is nil, and starts it.
+func (d *Disker) serve(receiver string, h Handler, o handleOptions) error {
 	if o.groups != (broker.GroupConfig{}) {
 		// Set before the first message is fetched, and before Handle
 		// returns: a send after it finds them set.

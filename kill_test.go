@@ -55,7 +55,8 @@ const childRequestTimeout = 8 * time.Second
 // "requester" (instance id DISKER_TEST_INSTANCE, heartbeats every 100ms)
 // prints "ready" and makes one Request to that receiver with a timeout of
 // childRequestTimeout. A "long-worker" is a worker with longLease that
-// heartbeats every holderHeartbeat.
+// heartbeats every holderHeartbeat. A "batch-worker" is a worker with a
+// batch handler (serveBatchChild).
 func runChild() int {
 	cfg := disker.Config{
 		RedisURL:  os.Getenv("DISKER_TEST_URL"),
@@ -108,11 +109,15 @@ func runChild() int {
 		return runKeyedChild(d)
 	}
 	block := make(chan struct{})
-	err = d.Handle(os.Getenv("DISKER_TEST_RECEIVER"), disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
-		fmt.Printf("started %s %d\n", m.ID, m.Attempt)
-		<-block
-		return nil, nil
-	}), disker.WithLease(lease))
+	if os.Getenv(childEnv) == "batch-worker" {
+		err = serveBatchChild(d, os.Getenv("DISKER_TEST_RECEIVER"), lease)
+	} else {
+		err = d.Handle(os.Getenv("DISKER_TEST_RECEIVER"), disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			fmt.Printf("started %s %d\n", m.ID, m.Attempt)
+			<-block
+			return nil, nil
+		}), disker.WithLease(lease))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2

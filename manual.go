@@ -88,6 +88,9 @@ func (h byHand) Drain(ctx context.Context, receiver string, max int) (int, error
 		defer c.lim.releaseAll(ctx) // the slots of the deliveries run
 	}
 	fp := broker.FetchParams{Receiver: receiver, Consumer: d.id, Max: 1, Lease: c.o.lease, MaxAttempts: c.o.maxAttempts}
+	if c.batches != nil {
+		return c.drainBatches(ctx, &fp, max)
+	}
 	n := 0
 	for ; n < max; n++ {
 		dl, ok, err := c.fetchOne(ctx, &fp)
@@ -134,17 +137,26 @@ func (c *consumer) runByHand(ctx context.Context, dl broker.Delivery) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case !dl.Deadline.IsZero() && !now.Before(dl.Deadline):
-		c.drop(&dl, false)
-		return nil
-	case !dl.Expiry.IsZero() && !now.Before(dl.Expiry):
-		c.drop(&dl, true)
+	if c.tooLateAt(&dl, now) {
 		return nil
 	}
 	tctx, t := c.begin(dl)
 	c.run(tctx, t, c.d.b.Local(dl.Deadline))
 	return nil
+}
+
+// tooLateAt is tooLate on the broker's clock, at now: it reports whether
+// dl must not start, and then drops it.
+func (c *consumer) tooLateAt(dl *broker.Delivery, now time.Time) bool {
+	switch {
+	case !dl.Deadline.IsZero() && !now.Before(dl.Deadline):
+		c.drop(dl, false)
+		return true
+	case !dl.Expiry.IsZero() && !now.Before(dl.Expiry):
+		c.drop(dl, true)
+		return true
+	}
+	return false
 }
 
 // DrainReplies hands sender's reply-stream entries to its handlers on the

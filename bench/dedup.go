@@ -103,9 +103,7 @@ func dedupTable(res map[string][]sample, n int) Table {
 	}
 	ref := series(res[nameDedupPlain], opsPerSec).med
 	for _, im := range dedupImpls(n) {
-		tp := series(res[im.name], opsPerSec)
-		t.Rows = append(t.Rows, []string{im.name, fmtStat(tp), fmt.Sprintf("%.2f", ref/tp.med),
-			fmtNum(series(res[im.name], serverCPUPerOp).med), fmtNum(series(res[im.name], clientCPUPerOp).med)})
+		t.Rows = append(t.Rows, rateRow(im.name, res[im.name], fmt.Sprintf("%.2f", ref/series(res[im.name], opsPerSec).med)))
 	}
 	return t
 }

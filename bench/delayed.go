@@ -32,25 +32,18 @@ func randomDelay() time.Duration {
 	return time.Millisecond + time.Duration(rand.Int64N(int64(delayedSpan-time.Millisecond)))
 }
 
-func delayedDisker(ctx context.Context, s *redisServer, n int) (smp sample, err error) {
-	dispatcher, worker, err := newDiskerPair(s)
-	if err != nil {
-		return sample{}, err
-	}
-	defer func() {
-		if cerr := closeDiskers(worker, dispatcher); err == nil {
-			err = cerr
+func delayedDisker(ctx context.Context, s *redisServer, n int) (sample, error) {
+	return withDiskerPair(s, func(dispatcher, worker *disker.Disker) (sample, error) {
+		cd, h := countingHandler(n)
+		if err := worker.Handle("bench-delayed", h, disker.WithConcurrency(ffHandlers)); err != nil {
+			return sample{}, err
 		}
-	}()
-	cd, h := countingHandler(n)
-	if err := worker.Handle("bench-delayed", h, disker.WithConcurrency(ffHandlers)); err != nil {
-		return sample{}, err
-	}
-	errc := make(chan error, 1)
-	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
-		return produce(ctx, n, errc, func(ctx context.Context) error {
-			_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-delayed", Content: payload}, disker.WithDelay(randomDelay()))
-			return err
+		errc := make(chan error, 1)
+		return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+			return produce(ctx, n, errc, func(ctx context.Context) error {
+				_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-delayed", Content: payload}, disker.WithDelay(randomDelay()))
+				return err
+			})
 		})
 	})
 }

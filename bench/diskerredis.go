@@ -33,6 +33,22 @@ func newDiskerPairAt(url string) (dispatcher, worker *disker.Disker, err error) 
 	return dispatcher, worker, nil
 }
 
+// withDiskerPair runs f with a new dispatcher and worker on s
+// (newDiskerPair) and closes them after it; a failure to close is its
+// error when f had none.
+func withDiskerPair(s *redisServer, f func(dispatcher, worker *disker.Disker) (sample, error)) (smp sample, err error) {
+	dispatcher, worker, err := newDiskerPair(s)
+	if err != nil {
+		return sample{}, err
+	}
+	defer func() {
+		if cerr := closeDiskers(worker, dispatcher); err == nil {
+			err = cerr
+		}
+	}()
+	return f(dispatcher, worker)
+}
+
 // closeDiskers closes the instances, giving each at most closeGrace to
 // drain, so that a stuck Close fails the run instead of hanging it.
 func closeDiskers(ds ...*disker.Disker) error {
@@ -62,70 +78,56 @@ func ffDiskerBatch(ctx context.Context, s *redisServer, n int) (sample, error) {
 // ffDiskerWith runs the fire-and-forget workload with the given number of
 // producers that send batch messages per call (Send for 1, SendBatch
 // above). n must be a multiple of batch.
-func ffDiskerWith(ctx context.Context, s *redisServer, n, batch, producers int) (smp sample, err error) {
-	dispatcher, worker, err := newDiskerPair(s)
-	if err != nil {
-		return sample{}, err
-	}
-	defer func() {
-		if cerr := closeDiskers(worker, dispatcher); err == nil {
-			err = cerr
-		}
-	}()
-	cd, h := countingHandler(n)
-	opts := []disker.HandleOption{disker.WithConcurrency(ffHandlers)}
-	if batch > 1 {
-		opts = append(opts, disker.WithPrefetch(ffHandlers))
-	}
-	if err := worker.Handle("bench-ff", h, opts...); err != nil {
-		return sample{}, err
-	}
-	errc := make(chan error, 1)
-	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+func ffDiskerWith(ctx context.Context, s *redisServer, n, batch, producers int) (sample, error) {
+	return withDiskerPair(s, func(dispatcher, worker *disker.Disker) (sample, error) {
+		cd, h := countingHandler(n)
+		opts := []disker.HandleOption{disker.WithConcurrency(ffHandlers)}
 		if batch > 1 {
-			msgs := make([]disker.Message, batch)
-			for i := range msgs {
-				msgs[i] = disker.Message{Receiver: "bench-ff", Content: payload}
+			opts = append(opts, disker.WithPrefetch(ffHandlers))
+		}
+		if err := worker.Handle("bench-ff", h, opts...); err != nil {
+			return sample{}, err
+		}
+		errc := make(chan error, 1)
+		return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+			if batch > 1 {
+				msgs := make([]disker.Message, batch)
+				for i := range msgs {
+					msgs[i] = disker.Message{Receiver: "bench-ff", Content: payload}
+				}
+				return produceBy(ctx, producers, n/batch, errc, func(ctx context.Context) error {
+					_, err := dispatcher.SendBatch(ctx, msgs)
+					return err
+				})
 			}
-			return produceBy(ctx, producers, n/batch, errc, func(ctx context.Context) error {
-				_, err := dispatcher.SendBatch(ctx, msgs)
+			return produceBy(ctx, producers, n, errc, func(ctx context.Context) error {
+				_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-ff", Content: payload})
 				return err
 			})
-		}
-		return produceBy(ctx, producers, n, errc, func(ctx context.Context) error {
-			_, err := dispatcher.Send(ctx, disker.Message{Receiver: "bench-ff", Content: payload})
-			return err
 		})
 	})
 }
 
-func rrDisker(ctx context.Context, s *redisServer, n, r int) (smp sample, err error) {
-	requester, worker, err := newDiskerPair(s)
-	if err != nil {
-		return sample{}, err
-	}
-	defer func() {
-		if cerr := closeDiskers(worker, requester); err == nil {
-			err = cerr
+func rrDisker(ctx context.Context, s *redisServer, n, r int) (sample, error) {
+	return withDiskerPair(s, func(requester, worker *disker.Disker) (sample, error) {
+		echo := disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+			return m.Content, nil
+		})
+		if err := worker.Handle("bench-rr", echo, disker.WithConcurrency(rrWorkers)); err != nil {
+			return sample{}, err
 		}
-	}()
-	echo := disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
-		return m.Content, nil
-	})
-	if err := worker.Handle("bench-rr", echo, disker.WithConcurrency(rrWorkers)); err != nil {
-		return sample{}, err
-	}
-	return runRequests(ctx, n, r, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, rrTimeout)
-		defer cancel()
-		reply, err := requester.Request(ctx, disker.Message{Receiver: "bench-rr", Content: payload})
-		if err != nil {
-			return err
-		}
-		if string(reply.Content) != string(payload) {
-			return fmt.Errorf("bench: wrong reply %q", reply.Content)
-		}
-		return nil
+		return runRequests(ctx, n, r, func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, rrTimeout)
+			defer cancel()
+			reply, err := requester.Request(ctx, disker.Message{Receiver: "bench-rr", Content: payload})
+			if err != nil {
+				return err
+			}
+			if string(reply.Content) != string(payload) {
+				return fmt.Errorf("bench: wrong reply %q", reply.Content)
+			}
+			return nil
+		})
 	})
 }
 

@@ -13,8 +13,9 @@ import (
 // fire-and-forget (8 producers, 32 handlers, 100,000 no-op messages), the
 // same with 256 producers, request/reply with a 5 s timeout from 1 and
 // from 32 requesters, sends with and without a dedup key, the flow limits
-// (a rate-limited receiver, global against local concurrency) and delayed
-// fire-and-forget (fewer messages with Quick or Tiny). Fire-and-forget and
+// (a rate-limited receiver, global against local concurrency), delayed
+// fire-and-forget, keyed fire-and-forget, and a backlog handled a message
+// or a batch per call (fewer messages with Quick or Tiny). Fire-and-forget and
 // request/reply run the peers beside Disker (peers.go); a peer missing
 // something on the machine leaves its row out, and its table says why.
 // The work table counts the work per message and per round trip.
@@ -83,6 +84,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			return nil, err
 		}
 	}
+	var batch map[string][]sample
+	if o.runsWorkload("batch") {
+		if batch, err = runRedisWorkload(ctx, o, "batch handlers", batchImpls(nFF)); err != nil {
+			return nil, err
+		}
+	}
 	var tables []Table
 	if ff != nil {
 		tables = append(tables, ffTable(ff, nFF, pe))
@@ -120,6 +127,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	if groups != nil {
 		tables = append(tables, groupsTable(groups, nGroups))
+	}
+	if batch != nil {
+		tables = append(tables, batchTable(batch, nFF))
 	}
 	return tables, nil
 }
@@ -280,10 +290,10 @@ func runMeasured(ctx context.Context, o Options, workload string, srv *redisServ
 	if err != nil {
 		return s, err
 	}
-	s.serverCPU = s1 - s0
+	s.serverCPU = s1 - s0 - s.setupServerCPU
 	s.work.goCounts = g1.sub(g0)
 	if !s.work.clientExternal {
-		s.clientCPU = p1 - p0
+		s.clientCPU = p1 - p0 - s.setupClientCPU
 		s.work.clientIO, s.work.clientIOOK = cio1.sub(cio0), cioOK0 && cioOK1
 	}
 	s.work.serverIO, s.work.serverIOOK = sio1.sub(sio0), sioOK0 && sioOK1
@@ -384,6 +394,14 @@ func cpuTable(ff, rr1, rr32 map[string][]sample) Table {
 		t.Rows = append(t.Rows, []string{w.name, fmtNum(got), fmtNum(floor), fmt.Sprintf("%.2f", got/floor)})
 	}
 	return t
+}
+
+// rateRow is a table row of a Disker workload: name, the throughput of
+// its samples ss (median, min–max), ratio, and their Redis and Go CPU per
+// operation.
+func rateRow(name string, ss []sample, ratio string) []string {
+	return []string{name, fmtStat(series(ss, opsPerSec)), ratio,
+		fmtNum(series(ss, serverCPUPerOp).med), fmtNum(series(ss, clientCPUPerOp).med)}
 }
 
 // processCPU returns the CPU time (user and system) this process has used.

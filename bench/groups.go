@@ -39,35 +39,28 @@ func groupsImpls(n int) []redisImpl {
 // groupsDisker sends n messages over keys keys (0: no key), round robin,
 // to a receiver served with ffHandlers handlers, timed from the first send
 // until the last message was handled.
-func groupsDisker(ctx context.Context, s *redisServer, n, keys int) (smp sample, err error) {
-	dispatcher, worker, err := newDiskerPair(s)
-	if err != nil {
-		return sample{}, err
-	}
-	defer func() {
-		if cerr := closeDiskers(worker, dispatcher); err == nil {
-			err = cerr
+func groupsDisker(ctx context.Context, s *redisServer, n, keys int) (sample, error) {
+	return withDiskerPair(s, func(dispatcher, worker *disker.Disker) (sample, error) {
+		cd, h := countingHandler(n)
+		if err := worker.Handle("bench-groups", h, disker.WithConcurrency(ffHandlers)); err != nil {
+			return sample{}, err
 		}
-	}()
-	cd, h := countingHandler(n)
-	if err := worker.Handle("bench-groups", h, disker.WithConcurrency(ffHandlers)); err != nil {
-		return sample{}, err
-	}
-	names := make([]disker.SendOption, keys)
-	for i := range names {
-		names[i] = disker.WithGroup("k" + strconv.Itoa(i))
-	}
-	var seq atomic.Int64
-	errc := make(chan error, 1)
-	return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
-		return produce(ctx, n, errc, func(ctx context.Context) error {
-			msg := disker.Message{Receiver: "bench-groups", Content: payload}
-			if keys == 0 {
-				_, err := dispatcher.Send(ctx, msg)
+		names := make([]disker.SendOption, keys)
+		for i := range names {
+			names[i] = disker.WithGroup("k" + strconv.Itoa(i))
+		}
+		var seq atomic.Int64
+		errc := make(chan error, 1)
+		return timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+			return produce(ctx, n, errc, func(ctx context.Context) error {
+				msg := disker.Message{Receiver: "bench-groups", Content: payload}
+				if keys == 0 {
+					_, err := dispatcher.Send(ctx, msg)
+					return err
+				}
+				_, err := dispatcher.Send(ctx, msg, names[seq.Add(1)%int64(keys)])
 				return err
-			}
-			_, err := dispatcher.Send(ctx, msg, names[seq.Add(1)%int64(keys)])
-			return err
+			})
 		})
 	})
 }

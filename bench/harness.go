@@ -49,8 +49,9 @@ type Options struct {
 	// workloads: "ff" (fire-and-forget), "ff256" (fire-and-forget from
 	// 256 producers), "rr1" and "rr32" (request/reply from 1 and 32
 	// requesters), "dedup", "limits" (flow limits), "delayed"
-	// (fire-and-forget, each message due within a second), to iterate on
-	// one. The targets table needs ff, rr1 and rr32.
+	// (fire-and-forget, each message due within a second), "groups"
+	// (keyed fire-and-forget), "batch" (a backlog handled one message or
+	// a batch per call), to iterate on one. The targets table needs ff, rr1 and rr32.
 	Workloads []string
 }
 
@@ -124,6 +125,10 @@ type sample struct {
 	// process, both sides of the workload; node's processes for BullMQ),
 	// for the Redis workloads and their peers.
 	serverCPU, clientCPU time.Duration
+	// setupServerCPU and setupClientCPU are the part of the CPU times
+	// that a run spent setting up what it measures (queueing a backlog),
+	// which runMeasured leaves out of serverCPU and clientCPU.
+	setupServerCPU, setupClientCPU time.Duration
 	// work is what the run's clients and server did, counted, for the
 	// Redis workloads and their peers.
 	work work

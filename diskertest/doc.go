@@ -106,8 +106,9 @@
 //
 // # What runs where
 //
-// Drain runs a receiver's messages one at a time, each to its end, in the
-// order the Disker's own loop would fetch them (higher priority first,
+// Drain runs a receiver's messages one at a time (a batch handler's,
+// HandleBatch, in batches of up to its batch size), each to its end, in
+// the order the Disker's own loop would fetch them (higher priority first,
 // then retries and expired leases, then the oldest), and follows the
 // receiver's options: attempts and backoff, pause (a paused receiver's
 // messages are not run), rate limits (no more than its tokens at the

@@ -17,7 +17,8 @@ const maxDrain = 10_000
 
 // Drain runs, on the test's goroutine, the handlers of what is due at the
 // kit's clock, until nothing is: the messages of the receivers that the
-// kit's Disker serves (Handle), one at a time, each through its handler
+// kit's Disker serves (Handle), one at a time (those of a batch handler,
+// HandleBatch, in batches of up to its batch size), each through its handler
 // and the settling of its outcome (reply and acknowledgement, retry or
 // dead letter), and the replies and timeout notices of the senders it has
 // handlers for (OnReply, OnTimeout). What the handlers send is run too,

@@ -25,8 +25,9 @@ var Open func(ctx context.Context, cfg any, b broker.Broker) (any, Instance, err
 // that an instance otherwise takes in its own goroutines, taken on the
 // caller's goroutine. Each returns the first error of the broker.
 type Instance interface {
-	// Drain runs the messages of receiver that are due, one at a time,
-	// each through the receiver's handler and the settling of its outcome
+	// Drain runs the messages of receiver that are due, one at a time (a
+	// batch handler's in batches of up to its batch size), each through
+	// the receiver's handler and the settling of its outcome
 	// (acknowledgement, reply, retry, dead letter), until none is due, the
 	// receiver is paused or its flow limits allow no more, or max were
 	// fetched. It returns how many it fetched.
