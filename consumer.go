@@ -32,7 +32,13 @@ type consumer struct {
 	hardCancel  context.CancelCauseFunc
 	loopDone    chan struct{}
 	keeperStop  chan struct{}
-	keeperDone  chan struct{}
+	// keeper guards keeperOn (the lease keeper runs) and keeperOff (it
+	// is not to run again: stopping, or run by hand); keepers counts its
+	// runs, for stop to wait.
+	keeper    sync.Mutex
+	keeperOn  bool
+	keeperOff bool
+	keepers   sync.WaitGroup
 	acks        *acker
 	freed       chan struct{} // a slot was freed (capacity 1)
 	stopOnce    sync.Once
@@ -81,6 +87,10 @@ const (
 	taskCancelled
 )
 
+// keeperIdleFor is how long a receiver's lease keeper runs on with nothing
+// in flight before it ends.
+const keeperIdleFor = time.Second
+
 // cancelPoll is how often a consumer with deliveries in flight reads the
 // broker's marks of cancelled messages (broker.Cancels.CancelMarks).
 const cancelPoll = 250 * time.Millisecond
@@ -107,7 +117,6 @@ func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*cons
 		d: d, name: receiver, h: h, o: o, exec: exec,
 		loopDone:   make(chan struct{}),
 		keeperStop: make(chan struct{}),
-		keeperDone: make(chan struct{}),
 		freed:      make(chan struct{}, 1),
 		inflight:   make(map[string]*task),
 		lockTTL:    max(3*d.cfg.HeartbeatInterval, 6*d.cfg.ReceiverBlockTimeout),
@@ -128,7 +137,9 @@ func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*cons
 
 func (c *consumer) start() {
 	go c.fetchLoop()
-	go c.keepLeases()
+	if c.lim != nil {
+		c.wakeKeeper() // it renews the flow limits' slots between fetches too
+	}
 }
 
 // stop stops fetching, waits for the in-flight handlers until ctx ends, then
@@ -151,8 +162,11 @@ func (c *consumer) stop(ctx context.Context) error {
 			<-idle
 		}
 		c.hardCancel(errStopped)
+		c.keeper.Lock()
+		c.keeperOff = true
+		c.keeper.Unlock()
 		close(c.keeperStop)
-		<-c.keeperDone
+		c.keepers.Wait()
 		c.acks.close(ctx)
 		if c.lim != nil {
 			rctx, cancel := context.WithTimeout(c.d.opCtx, 5*time.Second)
@@ -344,6 +358,37 @@ func (c *consumer) track(t *task) {
 	c.mu.Unlock()
 	c.n.Add(1)
 	c.tasks.Add(1)
+	c.wakeKeeper()
+}
+
+// wakeKeeper starts the lease keeper unless it runs: it runs while
+// deliveries are in flight (or the receiver has flow limits), so an idle
+// receiver holds no goroutine for it.
+func (c *consumer) wakeKeeper() {
+	c.keeper.Lock()
+	defer c.keeper.Unlock()
+	if c.keeperOn || c.keeperOff {
+		return
+	}
+	c.keeperOn = true
+	c.keepers.Add(1)
+	go c.keepLeases()
+}
+
+// keeperIdle ends the lease keeper's run when nothing is in flight (and
+// the receiver has no flow limits), under the lock wakeKeeper takes, so
+// that a task tracked meanwhile starts another.
+func (c *consumer) keeperIdle() bool {
+	if c.lim != nil {
+		return false
+	}
+	c.keeper.Lock()
+	defer c.keeper.Unlock()
+	if c.n.Load() > 0 {
+		return false
+	}
+	c.keeperOn = false
+	return true
 }
 
 // tooLate reports whether dl must not start, at now, and then drops it:
@@ -675,9 +720,10 @@ func errorText(err error) string {
 }
 
 // keepLeases extends the leases of the in-flight deliveries every third of
-// the lease, in one call, and cancels the handlers of the ones lost.
+// the lease, in one call, and cancels the handlers of the ones lost. It
+// ends once nothing has been in flight for keeperIdleFor (see wakeKeeper).
 func (c *consumer) keepLeases() {
-	defer close(c.keeperDone)
+	defer c.keepers.Done()
 	d := c.d
 	tick := time.NewTicker(c.o.lease / 3)
 	defer tick.Stop()
@@ -686,12 +732,18 @@ func (c *consumer) keepLeases() {
 	var refs []string
 	var since time.Time
 	ep := broker.ExtendParams{Receiver: c.name, Consumer: d.id, Lease: c.o.lease}
+	idleSince := time.Now()
 	for {
 		select {
 		case <-c.keeperStop:
 			return
-		case <-poll.C:
+		case now := <-poll.C:
 			c.pollCancels(&since)
+			if c.n.Load() > 0 {
+				idleSince = now
+			} else if now.Sub(idleSince) >= keeperIdleFor && c.keeperIdle() {
+				return
+			}
 			continue
 		case <-tick.C:
 		}

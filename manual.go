@@ -48,7 +48,9 @@ type byHand struct{ d *Disker }
 // receiver's groups, as a fetch loop does first.
 func (c *consumer) startByHand() {
 	close(c.loopDone)
-	close(c.keeperDone)
+	c.keeper.Lock()
+	c.keeperOff = true // a kit extends no lease: its clock decides
+	c.keeper.Unlock()
 	batched := c.acks
 	c.acks = &acker{d: batched.d, kind: batched.kind, name: batched.name, ack: batched.ack,
 		refs: make(chan ackRef), abort: make(chan struct{}), direct: true}
