@@ -209,3 +209,49 @@ func TestGroupsValidation(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestGroupsRequest: a Request in a group, deferred and urgent at once,
+// gets its reply after the key's earlier message, which holds the key.
+func TestGroupsRequest(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		release := make(chan struct{})
+		err := d.Handle("keyed-rr", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			if string(m.Content) == "first" {
+				<-release
+			}
+			return append([]byte(m.Group+":"), m.Content...), nil
+		}), disker.WithConcurrency(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, 30*time.Second)
+		if _, err := d.Send(ctx, disker.Message{Receiver: "keyed-rr", Content: []byte("first")}, disker.WithGroup("k")); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			m   *disker.Message
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			m, err := d.Request(ctx, disker.Message{Receiver: "keyed-rr", Content: []byte("second")},
+				disker.WithGroup("k"), disker.WithDelay(50*time.Millisecond), disker.WithPriority(disker.PriorityHigh))
+			got <- result{m, err}
+		}()
+		waitFor(t, 10*time.Second, "the request waiting behind its key", func() bool {
+			st, err := d.Stats(ctx, "keyed-rr")
+			return err == nil && st.GroupWaiting == 1
+		})
+		select {
+		case r := <-got:
+			t.Fatalf("the Request returned while its key's first message ran: %v, %v", r.m, r.err)
+		default:
+		}
+		close(release)
+		r := <-got
+		if r.err != nil || string(r.m.Content) != "k:second" {
+			t.Fatalf("Request: %v, %v; want the reply k:second", r.m, r.err)
+		}
+	})
+}
