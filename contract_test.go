@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,9 +17,53 @@ import (
 	"github.com/diskerhq/disker/internal/broker"
 )
 
+// raceSpan returns the longest timeout to draw for a race of replies
+// against their timeouts on worker's backend: twice the median round trip
+// of Requests made 32 at a time to a receiver of worker that works as the
+// race's does (at least 10ms), so that both outcomes occur however slow
+// the machine is (the race detector, a loaded host, the Cluster).
+func raceSpan(t *testing.T, worker, client *disker.Disker) time.Duration {
+	t.Helper()
+	if err := worker.Handle("race-warm", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		time.Sleep(time.Duration(rand.N(2000)) * time.Microsecond)
+		return nil, nil
+	}), disker.WithConcurrency(64)); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var took []time.Duration
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for range 10 {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				start := time.Now()
+				_, err := client.Request(ctx, disker.Message{Receiver: "race-warm"})
+				cancel()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				took = append(took, time.Since(start))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	slices.Sort(took)
+	span := max(10*time.Millisecond, 2*took[len(took)/2])
+	t.Logf("round trips 32 at a time: median %v; timeouts drawn up to %v", took[len(took)/2], span)
+	return span
+}
+
 // TestReplyRacesTimeout races 10,000 replies against their own timeouts:
 // each message gets exactly one outcome at its sender, and both outcomes
-// occur.
+// occur (the timeouts are drawn around the round trip measured first:
+// see raceSpan and raceUntilBoth).
 func TestReplyRacesTimeout(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a stress test: runs without -short")
@@ -33,6 +78,7 @@ func TestReplyRacesTimeout(t *testing.T) {
 		}), disker.WithConcurrency(64)); err != nil {
 			t.Fatal(err)
 		}
+		span := raceSpan(t, worker, client)
 		var mu sync.Mutex
 		outcomes := make(map[string][]byte, n)
 		// At most 64 messages wait for their outcome at a time, so that
@@ -56,70 +102,107 @@ func TestReplyRacesTimeout(t *testing.T) {
 		if err := client.OnTimeout("racer", disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) { record(m.ID, 't') })); err != nil {
 			t.Fatal(err)
 		}
-		ids := make(chan string, n)
 		ctx := ctxTimeout(t, 3*time.Minute)
-		var wg sync.WaitGroup
-		for p := range 32 {
-			wg.Go(func() {
-				for i := p; i < n; i += 32 {
-					timeout := time.Millisecond + time.Duration(rand.N(9000))*time.Microsecond
-					select {
-					case inFlight <- struct{}{}:
-					case <-ctx.Done():
-						t.Error(ctx.Err())
-						return
+		// round races n messages with timeouts up to span, checks that
+		// each got exactly one outcome, agreed with the worker, and
+		// returns how many of each.
+		round := func(span time.Duration) (replies, timeouts int) {
+			base := worker.LocalStats()
+			ids := make(chan string, n)
+			var wg sync.WaitGroup
+			for p := range 32 {
+				wg.Go(func() {
+					for i := p; i < n; i += 32 {
+						timeout := time.Millisecond + rand.N(span-time.Millisecond)
+						select {
+						case inFlight <- struct{}{}:
+						case <-ctx.Done():
+							t.Error(ctx.Err())
+							return
+						}
+						id, err := client.Send(ctx, disker.Message{Sender: "racer", Receiver: "race"}, disker.WithTimeout(timeout))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						ids <- id
 					}
-					id, err := client.Send(ctx, disker.Message{Sender: "racer", Receiver: "race"}, disker.WithTimeout(timeout))
-					if err != nil {
-						t.Error(err)
-						return
+				})
+			}
+			wg.Wait()
+			close(ids)
+			if t.Failed() {
+				t.FailNow()
+			}
+			settled := func() bool {
+				s, b := worker.LocalStats().Receivers["race"], base.Receivers["race"]
+				return s.Processed+s.Expired-b.Processed-b.Expired == n
+			}
+			var mine []string
+			for id := range ids {
+				mine = append(mine, id)
+			}
+			waitFor(t, 3*time.Minute, "every message settled by the worker and every outcome at the sender", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, id := range mine {
+					if len(outcomes[id]) == 0 {
+						return false
 					}
-					ids <- id
 				}
+				return settled()
 			})
+			mu.Lock()
+			defer mu.Unlock()
+			for _, id := range mine {
+				o := outcomes[id]
+				if len(o) != 1 {
+					t.Fatalf("message %s had outcomes %q, want exactly one", id, o)
+				}
+				if o[0] == 'r' {
+					replies++
+				} else {
+					timeouts++
+				}
+			}
+			ws := worker.LocalStats()
+			replied, late := ws.Replied-base.Replied, ws.Late-base.Late
+			expired := ws.Receivers["race"].Expired - base.Receivers["race"].Expired
+			t.Logf("timeouts up to %v: %d replies, %d timeouts (worker: %d replies accepted, %d late, %d expired unstarted)",
+				span, replies, timeouts, replied, late, expired)
+			if int64(replies) != replied {
+				t.Fatalf("the sender got %d replies, the broker accepted %d", replies, replied)
+			}
+			if replied+late+expired != n {
+				t.Fatalf("worker: replied %d + late %d + expired %d != %d", replied, late, expired, n)
+			}
+			return replies, timeouts
 		}
-		wg.Wait()
-		close(ids)
-		if t.Failed() {
+		raceUntilBoth(t, span, round)
+	})
+}
+
+// raceUntilBoth runs round, a race of replies against their timeouts
+// drawn up to span, until a round has both outcomes: doubling span after
+// a round of timeouts alone (the machine was slower than raceSpan
+// measured), halving it after one of replies alone; four rounds at most.
+// Each round checks the contract on its own.
+func raceUntilBoth(t *testing.T, span time.Duration, round func(time.Duration) (replies, timeouts int)) {
+	t.Helper()
+	for try := 1; ; try++ {
+		replies, timeouts := round(span)
+		if replies > 0 && timeouts > 0 {
 			return
 		}
-		settled := func() bool {
-			s := worker.LocalStats().Receivers["race"]
-			return s.Processed+s.Expired == n
+		if try == 4 {
+			t.Fatalf("replies %d, timeouts %d after %d rounds: the race needs both outcomes", replies, timeouts, try)
 		}
-		waitFor(t, 3*time.Minute, "every message settled by the worker and every outcome at the sender", func() bool {
-			mu.Lock()
-			got := len(outcomes)
-			mu.Unlock()
-			return got == n && settled()
-		})
-		mu.Lock()
-		defer mu.Unlock()
-		var replies, timeouts int
-		for id := range ids {
-			o := outcomes[id]
-			if len(o) != 1 {
-				t.Fatalf("message %s had outcomes %q, want exactly one", id, o)
-			}
-			if o[0] == 'r' {
-				replies++
-			} else {
-				timeouts++
-			}
+		if replies == 0 {
+			span *= 2
+		} else {
+			span = max(span/2, 2*time.Millisecond)
 		}
-		ws := worker.LocalStats()
-		t.Logf("%d replies, %d timeouts (worker: %d replies accepted, %d late, %d expired unstarted)",
-			replies, timeouts, ws.Replied, ws.Late, ws.Receivers["race"].Expired)
-		if replies == 0 || timeouts == 0 {
-			t.Fatalf("replies %d, timeouts %d: the race needs both outcomes", replies, timeouts)
-		}
-		if int64(replies) != ws.Replied {
-			t.Fatalf("the sender got %d replies, the broker accepted %d", replies, ws.Replied)
-		}
-		if ws.Replied+ws.Late+ws.Receivers["race"].Expired != n {
-			t.Fatalf("worker: replied %d + late %d + expired %d != %d", ws.Replied, ws.Late, ws.Receivers["race"].Expired, n)
-		}
-	})
+	}
 }
 
 // handledSet records which messages were handled successfully.
@@ -471,44 +554,49 @@ func TestRequestRacesTimeout(t *testing.T) {
 		}), disker.WithConcurrency(32)); err != nil {
 			t.Fatal(err)
 		}
-		var replies, timeouts atomic.Int64
-		var wg sync.WaitGroup
-		for p := range 32 {
-			wg.Go(func() {
-				for i := p; i < n; i += 32 {
-					ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond+time.Duration(rand.N(15000))*time.Microsecond)
-					r, err := client.Request(ctx, disker.Message{Receiver: "race"})
-					cancel()
-					switch {
-					case err == nil && string(r.Content) == "r":
-						replies.Add(1)
-					case errors.Is(err, disker.ErrTimeout):
-						timeouts.Add(1)
-					default:
-						t.Errorf("Request = %v, %v", r, err)
-						return
+		span := raceSpan(t, worker, client)
+		round := func(span time.Duration) (int, int) {
+			base, sentBefore := worker.LocalStats(), client.LocalStats().Sent
+			var replies, timeouts atomic.Int64
+			var wg sync.WaitGroup
+			for p := range 32 {
+				wg.Go(func() {
+					for i := p; i < n; i += 32 {
+						ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond+rand.N(span-time.Millisecond))
+						r, err := client.Request(ctx, disker.Message{Receiver: "race"})
+						cancel()
+						switch {
+						case err == nil && string(r.Content) == "r":
+							replies.Add(1)
+						case errors.Is(err, disker.ErrTimeout):
+							timeouts.Add(1)
+						default:
+							t.Errorf("Request = %v, %v", r, err)
+							return
+						}
 					}
-				}
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+			// A Request whose deadline passed before it was sent did not send.
+			sent := client.LocalStats().Sent - sentBefore
+			b := base.Receivers["race"]
+			waitFor(t, time.Minute, "the worker to settle every message", func() bool {
+				s := worker.LocalStats().Receivers["race"]
+				return s.Processed+s.Expired-b.Processed-b.Expired == sent
 			})
+			ws := worker.LocalStats()
+			replied, late, expired := ws.Replied-base.Replied, ws.Late-base.Late, ws.Receivers["race"].Expired-b.Expired
+			t.Logf("timeouts up to %v: %d replies, %d timeouts (worker: %d accepted, %d late, %d expired)", span, replies.Load(), timeouts.Load(), replied, late, expired)
+			if replies.Load() != replied {
+				t.Fatalf("Request returned %d replies, the broker accepted %d", replies.Load(), replied)
+			}
+			return int(replies.Load()), int(timeouts.Load())
 		}
-		wg.Wait()
-		if t.Failed() {
-			return
-		}
-		// A Request whose deadline passed before it was sent did not send.
-		sent := client.LocalStats().Sent
-		waitFor(t, time.Minute, "the worker to settle every message", func() bool {
-			s := worker.LocalStats().Receivers["race"]
-			return s.Processed+s.Expired == sent
-		})
-		ws := worker.LocalStats()
-		t.Logf("%d replies, %d timeouts (worker: %d accepted, %d late, %d expired)", replies.Load(), timeouts.Load(), ws.Replied, ws.Late, ws.Receivers["race"].Expired)
-		if replies.Load() == 0 || timeouts.Load() == 0 {
-			t.Fatalf("replies %d, timeouts %d: the race needs both outcomes", replies.Load(), timeouts.Load())
-		}
-		if replies.Load() != ws.Replied {
-			t.Fatalf("Request returned %d replies, the broker accepted %d", replies.Load(), ws.Replied)
-		}
+		raceUntilBoth(t, span, round)
 	})
 }
 
