@@ -26,19 +26,19 @@ type consumer struct {
 	exec    *pool.Executor
 	batches *batcher // nil for a Handler
 
-	fetchCtx    context.Context // ends when fetching stops (interrupts a blocking Fetch)
-	stopFetch   context.CancelFunc
-	hardCtx     context.Context // parent of the handlers' contexts: ends on forced stop
-	hardCancel  context.CancelCauseFunc
-	loopDone    chan struct{}
-	keeperStop  chan struct{}
+	fetchCtx   context.Context // ends when fetching stops (interrupts a blocking Fetch)
+	stopFetch  context.CancelFunc
+	hardCtx    context.Context // parent of the handlers' contexts: ends on forced stop
+	hardCancel context.CancelCauseFunc
+	loopDone   chan struct{}
+	keeperStop chan struct{}
 	// keeper guards keeperOn (the lease keeper runs) and keeperOff (it
 	// is not to run again: stopping, or run by hand); keepers counts its
 	// runs, for stop to wait.
-	keeper    sync.Mutex
-	keeperOn  bool
-	keeperOff bool
-	keepers   sync.WaitGroup
+	keeper      sync.Mutex
+	keeperOn    bool
+	keeperOff   bool
+	keepers     sync.WaitGroup
 	acks        *acker
 	freed       chan struct{} // a slot was freed (capacity 1)
 	stopOnce    sync.Once
