@@ -64,7 +64,7 @@ test-short: deps ## The fast inner loop: skips stress, failure-injection, Sentin
 	cd cmd/disker && $(GO) test -short -count=1 -timeout 5m ./...
 
 .PHONY: lint
-lint: apicheck ## go vet, staticcheck (pinned; installed into ./bin) and apicheck.
+lint: apicheck tidy-check core-deps ## go vet, staticcheck (pinned; installed into ./bin), apicheck, tidy-check and core-deps.
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 	cd diskerotel && $(GO) vet ./...
@@ -80,6 +80,24 @@ lint: apicheck ## go vet, staticcheck (pinned; installed into ./bin) and apichec
 	cd diskerprom && $(BIN)/staticcheck ./...
 	cd internal/cli && $(BIN)/staticcheck ./...
 	cd cmd/disker && $(BIN)/staticcheck ./...
+
+# tidy-check runs go mod tidy -diff in every directory with a go.mod (the
+# core at the root and the modules nested in it) and fails on any change.
+.PHONY: tidy-check
+tidy-check: ## Fail if go mod tidy would change the go.mod or go.sum of any module of the repository.
+	@for m in $$(find . -name go.mod -not -path './.git/*' -exec dirname {} \; | sort); do \
+	  echo "go mod tidy -diff in $$m"; \
+	  (cd $$m && $(GO) mod tidy -diff) || { echo "tidy-check: run go mod tidy in $$m"; exit 1; }; \
+	done
+
+# What only the command (internal/cli) and the Prometheus collector
+# (diskerprom) need, each in a module of its own; the core must not require it.
+CORE_FORBIDDEN := github\.com/spf13/(cobra|pflag)|golang\.org/x/term|github\.com/prometheus/
+
+.PHONY: core-deps
+core-deps: ## Fail if the core module's go.mod requires cobra, pflag, x/term or Prometheus.
+	@bad=$$($(GO) mod edit -json | grep -o '"Path": "[^"]*"' | cut -d '"' -f 4 | grep -E '^($(CORE_FORBIDDEN))'); \
+	if [ -n "$$bad" ]; then echo "core-deps: go.mod requires what only the command or diskerprom needs:" $$bad; exit 1; fi
 
 API_PKGS := . ./pool ./diskertest
 
