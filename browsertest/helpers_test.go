@@ -52,8 +52,8 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	diskerBin = filepath.Join(dir, "disker")
-	build := exec.Command("go", "build", "-o", diskerBin, "./cmd/disker")
-	build.Dir = ".."
+	build := exec.Command("go", "build", "-o", diskerBin, ".")
+	build.Dir = "../cmd/disker" // a module of its own
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "browsertest: go build ./cmd/disker: %v\n%s", err, out)
 		return 1

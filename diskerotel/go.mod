@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/diskerhq/disker v0.0.0
+	github.com/diskerhq/disker/internal/cli v0.0.0-00010101000000-000000000000
 	github.com/spf13/pflag v1.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
@@ -17,6 +18,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/diskerhq/disker/diskerprom v0.0.0-00010101000000-000000000000 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
@@ -43,4 +45,8 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 )
 
-replace github.com/diskerhq/disker => ../
+replace (
+	github.com/diskerhq/disker => ../
+	github.com/diskerhq/disker/diskerprom => ../diskerprom
+	github.com/diskerhq/disker/internal/cli => ../internal/cli
+)

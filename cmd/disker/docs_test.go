@@ -661,14 +661,17 @@ func checkGoBlock(t *testing.T, root string, b docBlock) {
 		t.Errorf("%v: the Go example does not parse: %v\n%s", b, err, src)
 		return
 	}
-	// The module of the imports: diskerotel is a module of its own.
+	// The module of the imports: diskerotel and diskerprom are modules of
+	// their own.
 	modDir := root
 	var paths []string
 	for _, im := range f.Imports {
 		p, _ := strconv.Unquote(im.Path.Value)
 		paths = append(paths, p)
-		if strings.HasPrefix(p, "github.com/diskerhq/disker/diskerotel") {
-			modDir = filepath.Join(root, "diskerotel")
+		for _, mod := range []string{"diskerotel", "diskerprom"} {
+			if strings.HasPrefix(p, "github.com/diskerhq/disker/"+mod) {
+				modDir = filepath.Join(root, mod)
+			}
 		}
 	}
 	exports, err := exportData(modDir, paths)

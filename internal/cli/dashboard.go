@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/cli/metrics"
 	"github.com/diskerhq/disker/internal/dashboard"
-	"github.com/diskerhq/disker/internal/metrics"
 )
 
 type dashboardOptions struct {

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/cli/metrics"
 	"github.com/diskerhq/disker/internal/httpmsg"
-	"github.com/diskerhq/disker/internal/metrics"
 )
 
 // maxHeaderBytes bounds the request line and headers the gateway accepts.

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/diskerhq/disker"
-	"github.com/diskerhq/disker/internal/metrics"
+	"github.com/diskerhq/disker/internal/cli/metrics"
 )
 
 // headRoom is what an encoded HTTP message may add to its body: the head

@@ -6,8 +6,8 @@
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT variables. With none of them set it
 // traces nothing and exports nothing.
 //
-// It is built from its own module so that the core module does not depend
-// on OpenTelemetry:
+// It is built from its own module so that neither the core module nor the
+// command of cmd/disker depends on OpenTelemetry:
 //
 //	go build -o disker ./diskerotel/cmd/disker   # from the repository root: cd diskerotel first
 package main
