@@ -473,7 +473,7 @@ func checkLost(r *Report, op string, h *opHistory) {
 func (h *opHistory) cancelled() bool {
 	for _, c := range h.cancels {
 		switch c.Result {
-		case CancelScheduled, CancelQueued, CancelInFlight, ResultError:
+		case CancelDeferred, CancelQueued, CancelInFlight, ResultError:
 			return true
 		}
 	}
@@ -484,7 +484,7 @@ func (h *opHistory) cancelled() bool {
 // never delivered, and never will be.
 func checkCancelled(r *Report, op string, h *opHistory) {
 	for _, c := range h.cancels {
-		if (c.Result == CancelScheduled || c.Result == CancelQueued) && len(h.starts) > 0 {
+		if (c.Result == CancelDeferred || c.Result == CancelQueued) && len(h.starts) > 0 {
 			r.CancelledHandled++
 			r.violate("op %s (id %s): Cancel found it %s, yet attempt %d started on %s", op, c.ID, c.Result, h.starts[0].Attempt, h.starts[0].Proc)
 			return

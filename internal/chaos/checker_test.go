@@ -81,7 +81,7 @@ func TestCheck(t *testing.T) {
 		events: func() []Event {
 			h := &hist{}
 			h.sendDelayed("a", 0, 100).handle("a", "w0.g1", 1, 101, ResultOK)
-			h.sendDelayed("b", 0, 100).cancel("b", 50, CancelScheduled)
+			h.sendDelayed("b", 0, 100).cancel("b", 50, CancelDeferred)
 			h.sendDelayed("c", 0, 100).handle("c", "w0.g1", 1, 101, ResultCancelled).cancel("c", 102, CancelInFlight)
 			// A Cancel whose answer was lost may have taken effect.
 			h.sendDelayed("d", 0, 100).cancel("d", 50, ResultError)
@@ -89,7 +89,7 @@ func TestCheck(t *testing.T) {
 		},
 		ok: true,
 		check: func(r *Report) bool {
-			return r.Cancelled[CancelScheduled] == 1 && r.Cancelled[CancelInFlight] == 1 && r.Cancelled[ResultError] == 1 && r.Lost == 0
+			return r.Cancelled[CancelDeferred] == 1 && r.Cancelled[CancelInFlight] == 1 && r.Cancelled[ResultError] == 1 && r.Lost == 0
 		},
 	}, {
 		name: "delayed: started before its due time",

@@ -407,8 +407,8 @@ func (h *harness) settle() (bool, int64, string, error) {
 			st, err := admin.Stats(ctx, r)
 			if err == nil {
 				pending += st.Length
-				if st.Length > 0 || st.Scheduled > 0 {
-					left = append(left, fmt.Sprintf("%s: length %d, pending %d, scheduled %d", r, st.Length, st.Pending, st.Scheduled))
+				if st.Length > 0 || st.Deferred > 0 {
+					left = append(left, fmt.Sprintf("%s: length %d, pending %d, deferred %d", r, st.Length, st.Pending, st.Deferred))
 				}
 			}
 			dls, err := admin.DeadLetters(ctx, r, 1<<20)

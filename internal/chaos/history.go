@@ -90,10 +90,10 @@ const (
 	ResultNotSettled  = "not_settled"
 	ResultCancelled   = "cancelled"
 	// What Cancel found (KindCancel).
-	CancelScheduled = "scheduled"
-	CancelQueued    = "queued"
-	CancelInFlight  = "in_flight"
-	CancelNotFound  = "not_found"
+	CancelDeferred = "deferred"
+	CancelQueued   = "queued"
+	CancelInFlight = "in_flight"
+	CancelNotFound = "not_found"
 )
 
 // Kinds of fault.

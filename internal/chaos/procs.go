@@ -314,8 +314,8 @@ func (p *producer) delayed(ctx context.Context, rng *rand.Rand, op, receiver str
 	switch {
 	case err != nil:
 		e.Result, e.Err = ResultError, err.Error()
-	case res == disker.CancelScheduled:
-		e.Result = CancelScheduled
+	case res == disker.CancelDeferred:
+		e.Result = CancelDeferred
 	case res == disker.CancelQueued:
 		e.Result = CancelQueued
 	case res == disker.CancelInFlight:

@@ -36,7 +36,7 @@ var receiverColumns = []column[Receiver]{
 	{"Handled/s", "handled per second by its live workers, between their last two heartbeats", func(r Receiver, _ time.Time) string { return strconv.FormatFloat(r.Rate, 'f', 1, 64) }},
 	{"Workers", "live workers serving it", func(r Receiver, _ time.Time) string { return strconv.Itoa(r.Workers) }},
 	{"Oldest waiting", "time since the oldest message not yet delivered was queued", oldestCell},
-	{"Scheduled", "messages sent for later (WithDelay, WithDeliverAt), not due yet", func(r Receiver, _ time.Time) string { return count(r.Scheduled) }},
+	{"Deferred", "messages sent for later (WithDelay, WithDeliverAt), not due yet", func(r Receiver, _ time.Time) string { return count(r.Deferred) }},
 	{"Paused", "yes while the receiver is paused (Pause, disker pause): its messages queue and no worker starts them", pausedCell},
 }
 

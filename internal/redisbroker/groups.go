@@ -30,7 +30,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/diskerhq/disker/internal/broker"
 	"github.com/redis/rueidis"
@@ -145,17 +144,6 @@ func splitKeyed(refs []string) (plain, keyed []string) {
 		}
 	}
 	return refs, nil
-}
-
-// groupValue is the value of a waiting message in P:{R}:g: its id, then
-// its deferred value.
-func groupValue(id, deferred string) string {
-	var s strings.Builder
-	s.WriteString(strconv.Itoa(len(id)))
-	s.WriteByte(':')
-	s.WriteString(id)
-	s.WriteString(deferred)
-	return s.String()
 }
 
 // luaGroups defines the functions of keyed groups over G, the table that
