@@ -202,7 +202,7 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- key's); 4 joined (id: the idempotency key's message, with its reply if
 -- stored); first is 1 when the message was queued at the high or low
 -- level and that level's stream held nothing before (see levelsChanged).
-` + luaNow + luaDeferred + luaQueueMessage + luaGroups + `
+` + luaNow + luaDeferred + luaQueueMessage + luaGroupsLazy + `
 local env, id, route = ARGV[1], ARGV[2], ARGV[3]
 local group = ARGV[17]
 local timeout, delay, at, given = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], ARGV[7]
@@ -284,7 +284,7 @@ if due > now then
   end
 elseif group ~= '' then
   local G = {q = KEYS[2], h = KEYS[14], l = KEYS[15], hold = KEYS[5], g = KEYS[11], w = KEYS[12], t = KEYS[13], first = 0}
-  gpush(G, group, id, ARGV[8] .. times .. ':' .. env)
+  groupsLib().gpush(G, group, id, ARGV[8] .. times .. ':' .. env)
   first = G.first
 else
   if ARGV[8] ~= '' and redis.call('XLEN', KEYS[1]) == 0 then

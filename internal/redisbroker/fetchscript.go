@@ -217,7 +217,7 @@ local function serve(stream, prefix)
       elseif maxAttempts > 0 and count >= maxAttempts then
         local n, key = bury(stream, dlq, id, 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried', count, '0', prefix)
         out[1] = out[1] + n
-        if key then gsettle(G, key, ref) end
+        if key then groupsLib().gsettle(G, key, ref) end
       else
         local c = redis.call('XCLAIM', stream, 'g', consumer, 0, id)
         if c[1] then

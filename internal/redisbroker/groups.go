@@ -347,6 +347,25 @@ local function gdue(G)
 end
 `
 
+// luaGroupsLazy defines groupsLib(), which makes luaGroups' functions at
+// its first call in a script run and returns gpush, gdue and gsettle: a
+// script that needs them only for keyed messages does not pay for making
+// them (sixteen closures) on every call. It needs luaDeferred and
+// luaQueueMessage before it.
+const luaGroupsLazy = `
+local groupsLib
+do
+  local lib
+  groupsLib = function()
+    if not lib then
+` + luaGroups + `
+      lib = {gpush = gpush, gdue = gdue, gsettle = gsettle}
+    end
+    return lib
+  end
+end
+`
+
 // scriptSettleGroup acknowledges and deletes deliveries of keyed
 // messages, and settles them for their keys.
 var scriptSettleGroup = rueidis.NewLuaScript(`-- settle_group

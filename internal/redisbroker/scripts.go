@@ -132,9 +132,10 @@ end
 // messages that are due by now (at most 1000), each at its level (the
 // streams of G, see luaGroups) with its deadline and expiry, or, a keyed
 // one, behind its key (gpush); it looks at the keys whose time came
-// (gdue); and it returns the first time still to come of either (unix ms),
+// (gdue, only when one has: the groups' functions are made lazily,
+// luaGroupsLazy); and it returns the first time still to come of either (unix ms),
 // or -1. See luaDeferred for the hash's values.
-const luaPromote = luaDeferred + luaQueueMessage + luaGroups + `
+const luaPromote = luaDeferred + luaQueueMessage + luaGroupsLazy + `
 local function promote(deferred, msgs, G)
   local due = redis.call('ZRANGEBYSCORE', deferred, '-inf', nowStr, 'LIMIT', 0, 1000)
   local streams = {h = G.h, l = G.l}
@@ -143,7 +144,7 @@ local function promote(deferred, msgs, G)
     if v then
       local key, rest = keyedValue(v)
       if key ~= '' then
-        gpush(G, key, id, rest)
+        groupsLib().gpush(G, key, id, rest)
       else
         local level, d, x, env = deferredValue(rest)
         queueMessage(streams[level] or G.q, env, d, x)
@@ -154,7 +155,13 @@ local function promote(deferred, msgs, G)
     redis.call('ZREM', deferred, unpack(due))
     redis.call('HDEL', msgs, unpack(due))
   end
-  local next = gdue(G)
+  -- The keys' first time to look at again: gdue only when it has come.
+  local next = -1
+  local first = redis.call('ZRANGE', G.t, 0, 0, 'WITHSCORES')
+  if first[2] then
+    next = tonumber(first[2])
+    if next <= now then next = groupsLib().gdue(G) end
+  end
   local head = redis.call('ZRANGE', deferred, 0, 0, 'WITHSCORES')
   if head[2] and (next < 0 or tonumber(head[2]) < next) then
     next = tonumber(head[2])
