@@ -82,6 +82,7 @@ func startProc(cfg ProcConfig) (*Recorder, *disker.Disker, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	rec.RecordAcks()
 	d, err := newDisker(cfg)
 	if err != nil {
 		rec.Close()
