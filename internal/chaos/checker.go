@@ -126,6 +126,13 @@ type Report struct {
 	// less than a lease after the send, or was never made (see
 	// explainDuplicate).
 	Duplicates map[string]int `json:"duplicates"`
+	// Unexplained counts the unexplained duplicates by the rule that
+	// found them: "within_lease" (the later delivery came within a lease
+	// of the send), "acked_within_lease" (the earlier handler ended well
+	// and its acknowledgement returned within a lease of the send),
+	// "never_acked" (it ended well in time to keep its lease and was never
+	// acknowledged).
+	Unexplained map[string]int `json:"unexplained,omitempty"`
 	// Messages counts the messages that a handler started, once each: the
 	// base of DuplicatesPerThousand.
 	Messages int `json:"messages"`
@@ -178,6 +185,9 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "cancels             %s; handled after a cancel found them scheduled or queued: %d\n", counts(r.Cancelled), r.CancelledHandled)
 	}
 	fmt.Fprintf(&b, "duplicates          %s, %.2f per 1,000 messages handled (%d)\n", counts(r.Duplicates), r.DuplicatesPerThousand(), r.Messages)
+	if len(r.Unexplained) > 0 {
+		fmt.Fprintf(&b, "unexplained by rule %s\n", counts(r.Unexplained))
+	}
 	fmt.Fprintf(&b, "pending at end      %d (settled: %v)\n", r.PendingAtEnd, r.Settled)
 	if r.Left != "" {
 		fmt.Fprintf(&b, "left in the queues  %s\n", r.Left)
@@ -300,7 +310,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 		opts.Lease = workerLease
 	}
 	r := &Report{
-		Ops: map[string]int{}, Faults: map[string]int{}, Duplicates: map[string]int{}, Cancelled: map[string]int{},
+		Ops: map[string]int{}, Faults: map[string]int{}, Duplicates: map[string]int{}, Unexplained: map[string]int{}, Cancelled: map[string]int{},
 		Recovery: map[string][2]time.Duration{}, MaxLateness: time.Duration(-1 << 62),
 	}
 	ops := map[string]*opHistory{}
@@ -674,9 +684,10 @@ func checkDuplicates(r *Report, op string, h *opHistory, fi faultIndex, lease ti
 		if end != nil && end.Result == ResultFailed {
 			continue // a retry
 		}
-		why, what := explainDuplicate(h, prev, cur, end, fi, lease)
+		why, rule, what := explainDuplicate(h, prev, cur, end, fi, lease)
 		r.Duplicates[why]++
 		if why == "unexplained" {
+			r.Unexplained[rule]++
 			r.violate("op %s: attempt %d on %s after attempt %d on %s (%s) %s", op, cur.Attempt, cur.Proc, prev.Attempt, prev.Proc, endResult(end), what)
 		}
 	}
@@ -684,7 +695,8 @@ func checkDuplicates(r *Report, op string, h *opHistory, fi faultIndex, lease ti
 
 // explainDuplicate tells why cur, a delivery of h's message, followed
 // prev, whose handler ended with end (nil: not recorded) and did not
-// fail; what says what is wrong when nothing does ("unexplained").
+// fail; when nothing does ("unexplained"), rule names the rule that found
+// it (see Report.Unexplained) and what says what is wrong.
 //
 // A lease starts when Redis hands the message out, which may be well
 // before the handler starts (its answer held up by a stalled connection,
@@ -698,33 +710,33 @@ func checkDuplicates(r *Report, op string, h *opHistory, fi faultIndex, lease ti
 // handler ended early enough to keep its lease (a consumer acknowledges
 // every delivery whose handler returned nil, unless it lost the lease
 // meanwhile).
-func explainDuplicate(h *opHistory, prev, cur Event, end *Event, fi faultIndex, lease time.Duration) (why, what string) {
+func explainDuplicate(h *opHistory, prev, cur Event, end *Event, fi faultIndex, lease time.Duration) (why, rule, what string) {
 	if end != nil && (end.Result == ResultLeaseLost || end.Result == ResultStopped) {
-		return "lease_lost", ""
+		return "lease_lost", "", ""
 	}
 	if f := fi.explain(prev.Proc, min(h.send.T, prev.T), max(prev.T, cur.T)); f != "" {
-		return f, ""
+		return f, "", ""
 	}
 	if time.Duration(cur.T-h.send.T) < lease {
-		return "unexplained", "with no lease expiry or fault"
+		return "unexplained", "within_lease", "with no lease expiry or fault"
 	}
 	if end == nil || end.Result != ResultOK {
-		return "lease_expired", ""
+		return "lease_expired", "", ""
 	}
 	ack := h.of(h.acks, prev)
 	switch {
 	case ack == nil && fi.killedAfter(prev.Proc, prev.T):
-		return "process_fault", "" // killed before it recorded the acknowledgement
+		return "process_fault", "", "" // killed before it recorded the acknowledgement
 	case ack == nil && time.Duration(end.T-h.send.T) >= lease-ackCheckSlack:
-		return "lease_expired", "" // its lease may have been lost by the end: not acknowledged
+		return "lease_expired", "", "" // its lease may have been lost by the end: not acknowledged
 	case ack == nil:
-		return "unexplained", fmt.Sprintf("with no fault: it ended %v after the send and was never acknowledged", time.Duration(end.T-h.send.T).Round(time.Millisecond))
+		return "unexplained", "never_acked", fmt.Sprintf("with no fault: it ended %v after the send and was never acknowledged", time.Duration(end.T-h.send.T).Round(time.Millisecond))
 	case ack.Result != ResultOK:
-		return "ack_failed", ""
+		return "ack_failed", "", ""
 	case time.Duration(ack.T-h.send.T) < lease:
-		return "unexplained", fmt.Sprintf("with no fault: its acknowledgement returned %v after the send, within the lease", time.Duration(ack.T-h.send.T).Round(time.Millisecond))
+		return "unexplained", "acked_within_lease", fmt.Sprintf("with no fault: its acknowledgement returned %v after the send, within the lease", time.Duration(ack.T-h.send.T).Round(time.Millisecond))
 	}
-	return "lease_expired", "" // the acknowledgement landed after the lease may have run out
+	return "lease_expired", "", "" // the acknowledgement landed after the lease may have run out
 }
 
 // ackCheckSlack is how long after its handler's end record a consumer may

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -330,21 +331,25 @@ func TestCheckRedeliveries(t *testing.T) {
 		name  string
 		build func(h *hist) []Event
 		why   string // the duplicate's explanation
+		rule  string // the rule that finds it unexplained
 	}{{
 		name:  "acknowledged within its lease, on a worker and a Redis no fault touched",
 		build: func(h *hist) []Event { return again(first(h).acked("a", "w0.g1", 1, 20, ResultOK)) },
 		why:   "unexplained",
+		rule:  "acked_within_lease",
 	}, {
 		name:  "ended well within its lease and never acknowledged",
 		build: func(h *hist) []Event { return again(first(h)) },
 		why:   "unexplained",
+		rule:  "never_acked",
 	}, {
 		name: "acknowledged within its lease, redelivered within it",
 		build: func(h *hist) []Event {
 			first(h).acked("a", "w0.g1", 1, 20, ResultOK)
 			return h.handle("a", "w1.g1", 2, 500, ResultOK).final(0)
 		},
-		why: "unexplained",
+		why:  "unexplained",
+		rule: "within_lease",
 	}, {
 		name:  "its acknowledgement returned after the lease may have run out",
 		build: func(h *hist) []Event { return again(first(h).acked("a", "w0.g1", 1, 2150, ResultOK)) },
@@ -393,8 +398,12 @@ func TestCheckRedeliveries(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := Check(tt.build(&hist{}), CheckOptions{})
-			if r.Duplicates[tt.why] != 1 || len(r.Duplicates) != 1 || r.OK() != (tt.why != "unexplained") {
-				t.Errorf("Check: duplicates %v, OK %v; want one %s; report:\n%s", r.Duplicates, r.OK(), tt.why, r)
+			wantRules := map[string]int{}
+			if tt.rule != "" {
+				wantRules[tt.rule] = 1
+			}
+			if r.Duplicates[tt.why] != 1 || len(r.Duplicates) != 1 || r.OK() != (tt.why != "unexplained") || !maps.Equal(r.Unexplained, wantRules) {
+				t.Errorf("Check: duplicates %v (unexplained by rule %v), OK %v; want one %s (rule %q); report:\n%s", r.Duplicates, r.Unexplained, r.OK(), tt.why, tt.rule, r)
 			}
 		})
 	}
