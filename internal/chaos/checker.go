@@ -266,11 +266,12 @@ var redisSide = map[string]bool{
 
 // explain returns why something that proc did at from may have been done
 // again at to: "process_fault" when proc was killed or stopped in between,
-// "redis_fault" when Redis was, and "" when neither.
+// "redis_fault" when Redis was, and "" when neither. A fault counts until
+// faultAftermath after its end.
 func (fi faultIndex) explain(proc string, from, to int64) string {
 	redis := false
 	for _, f := range fi.faults {
-		if f.T > to || f.End < from {
+		if f.T > to || f.End+int64(faultAftermath) < from {
 			continue
 		}
 		if f.Target == proc {
@@ -285,6 +286,14 @@ func (fi faultIndex) explain(proc string, from, to int64) string {
 	}
 	return ""
 }
+
+// faultAftermath is how long a fault may still cause a redelivery after it
+// ended: a stall, a pause or a stop longer than the heartbeat's ttl (3 s)
+// lets workers' entries in the registry lapse, and their peers reclaim
+// their deliveries at once until they have read that those came back: at
+// their next heartbeat, or the one after (HeartbeatInterval, 1 s, in the
+// harness's processes).
+const faultAftermath = 2 * time.Second
 
 func (fi faultIndex) killed(proc string) bool {
 	return fi.killedAfter(proc, 0)

@@ -389,6 +389,28 @@ func TestCheckRedeliveries(t *testing.T) {
 		build: func(h *hist) []Event { return again(first(h).acked("a", "w0.g1", 1, 1500, ResultError)) },
 		why:   "ack_failed",
 	}, {
+		name: "its worker, stopped past its heartbeat's ttl, is back, and a peer took its delivery before it read so",
+		build: func(h *hist) []Event {
+			h.fault(FaultStopWorker, "w0.g1", -5000, -1000)
+			return again(first(h).acked("a", "w0.g1", 1, 20, ResultOK))
+		},
+		why: "process_fault",
+	}, {
+		name: "Redis stalled past the heartbeat's ttl, and a peer took its delivery before it read the worker was back",
+		build: func(h *hist) []Event {
+			h.fault(FaultStallConns, "proxy", -5000, -1000)
+			return again(first(h).acked("a", "w0.g1", 1, 20, ResultOK))
+		},
+		why: "redis_fault",
+	}, {
+		name: "a Redis fault that ended well before the send",
+		build: func(h *hist) []Event {
+			h.fault(FaultStallConns, "proxy", -5000, -2001)
+			return again(first(h).acked("a", "w0.g1", 1, 20, ResultOK))
+		},
+		why:  "unexplained",
+		rule: "acked_within_lease",
+	}, {
 		name: "handed back at shutdown",
 		build: func(h *hist) []Event {
 			return again(h.sendFF("a", 0).handle("a", "w0.g1", 1, 10, ResultStopped))
