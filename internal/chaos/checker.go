@@ -288,11 +288,11 @@ func (fi faultIndex) explain(proc string, from, to int64) string {
 }
 
 // faultAftermath is how long a fault may still cause a redelivery after it
-// ended: a stall, a pause or a stop longer than the heartbeat's ttl (3 s)
-// lets workers' entries in the registry lapse, and their peers reclaim
-// their deliveries at once until they have read that those came back: at
-// their next heartbeat, or the one after (HeartbeatInterval, 1 s, in the
-// harness's processes).
+// ended: a stall, a pause or a stop that outlasts a worker's heartbeat ttl
+// (3 s from its last heartbeat) lets its entry in the registry lapse, and
+// its peers reclaim its deliveries at once until they have read that it
+// came back: at their next heartbeat, or the one after (HeartbeatInterval,
+// 1 s, in the harness's processes).
 const faultAftermath = 2 * time.Second
 
 func (fi faultIndex) killed(proc string) bool {
