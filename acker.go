@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/testhook"
 )
 
 // ackBatch is the most refs one acknowledgement call carries.
@@ -56,23 +57,43 @@ func newAcker(d *Disker, kind, name string, ack func(ctx context.Context, refs .
 }
 
 // ackRef is a ref to acknowledge; now sends it without gathering more
-// (what is queued already goes with it).
+// (what is queued already goes with it). id and attempt name a handled
+// delivery's message, for testhook.Acked; a reply entry's ref has none.
 type ackRef struct {
-	ref string
-	now bool
+	ref     string
+	id      string
+	attempt int
+	now     bool
 }
 
 // add queues ref for acknowledgement. It waits when the queue is full.
 func (a *acker) add(ref string) { a.queue(ackRef{ref: ref}) }
 
-// addNow queues ref for an acknowledgement sent at once, with what is
-// queued: the acknowledgement of a keyed message (WithGroup) is what lets
-// its key's next message go, so it waits for no batch to fill.
-func (a *acker) addNow(ref string) { a.queue(ackRef{ref: ref, now: true}) }
+// addDelivery queues the ref of dl, a delivery of msg, for
+// acknowledgement; a keyed message's (WithGroup) is sent at once, with
+// what is queued: its acknowledgement is what lets its key's next message
+// go, so it waits for no batch to fill.
+func (a *acker) addDelivery(dl *broker.Delivery, msg *Message) {
+	a.queue(ackRef{ref: dl.Ref, id: msg.ID, attempt: msg.Attempt, now: dl.GroupKey != ""})
+}
+
+// acked tells testhook.Acked, when set, that the acknowledgement of the
+// deliveries among refs ended with err.
+func acked(receiver string, refs []ackRef, err error) {
+	h := testhook.Acked
+	if h == nil {
+		return
+	}
+	for _, r := range refs {
+		if r.id != "" {
+			h(receiver, r.id, r.attempt, err)
+		}
+	}
+}
 
 func (a *acker) queue(r ackRef) {
 	if a.direct {
-		a.ackNow(r.ref)
+		a.ackNow(r)
 		return
 	}
 	a.mu.Lock()
@@ -126,12 +147,36 @@ func (a *acker) close(ctx context.Context) {
 	}
 }
 
+// send acknowledges refs, trying again after a failure while that is
+// worth it, and returns the last call's error.
+func (a *acker) send(refs []string) error {
+	d := a.d
+	var bo pacer
+	for {
+		err := a.ack(d.opCtx, refs...)
+		if err == nil {
+			d.health.ok()
+			return nil
+		}
+		if d.opCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+			return err // shutting down: the entries will be delivered again
+		}
+		d.health.fail("ack", err)
+		// Unacknowledged entries are delivered again after their lease:
+		// keep trying while that is still worth it.
+		if bo.attempts >= 8 || !bo.wait(a.abort) {
+			d.log.Warn("disker: cannot acknowledge; the entries will be delivered again", a.kind, a.name, "count", len(refs), "error", err)
+			return err
+		}
+	}
+}
+
 // run acknowledges the refs of refs (a.refs) until it is closed, or ends
 // after ackIdle without one.
 func (a *acker) run(refs <-chan ackRef) {
 	defer a.runs.Done()
-	d := a.d
-	batch := make([]string, 0, ackBatch)
+	batch := make([]ackRef, 0, ackBatch)
+	wire := make([]string, 0, ackBatch)
 	gather := time.NewTimer(ackDelay)
 	gather.Stop()
 	wait := time.NewTimer(ackIdle)
@@ -152,7 +197,7 @@ func (a *acker) run(refs <-chan ackRef) {
 			continue
 		}
 		a.took()
-		batch = append(batch[:0], first.ref)
+		batch = append(batch[:0], first)
 		now := first.now
 		gather.Reset(ackDelay)
 	more:
@@ -165,7 +210,7 @@ func (a *acker) run(refs <-chan ackRef) {
 						break more
 					}
 					a.took()
-					batch = append(batch, r.ref)
+					batch = append(batch, r)
 					continue
 				default:
 					break more
@@ -177,30 +222,17 @@ func (a *acker) run(refs <-chan ackRef) {
 					break more // closing: send what is here at once
 				}
 				a.took()
-				batch, now = append(batch, r.ref), r.now
+				batch, now = append(batch, r), r.now
 			case <-gather.C:
 				break more
 			}
 		}
 		gather.Stop()
-		var bo pacer
-		for {
-			err := a.ack(d.opCtx, batch...)
-			if err == nil {
-				d.health.ok()
-				break
-			}
-			if d.opCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
-				break // shutting down: the entries will be delivered again
-			}
-			d.health.fail("ack", err)
-			// Unacknowledged entries are delivered again after their lease:
-			// keep trying while that is still worth it.
-			if bo.attempts >= 8 || !bo.wait(a.abort) {
-				d.log.Warn("disker: cannot acknowledge; the entries will be delivered again", a.kind, a.name, "count", len(batch), "error", err)
-				break
-			}
+		wire = wire[:0]
+		for _, r := range batch {
+			wire = append(wire, r.ref)
 		}
+		acked(a.name, batch, a.send(wire))
 		wait.Reset(ackIdle)
 	}
 }

@@ -614,16 +614,14 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, rerr *RemoteError
 		d.emit(Event{Kind: EventHandled, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Duration: took})
 	}
 	if t.dl.Env.DedupKey == "" {
-		if t.dl.GroupKey != "" {
-			c.acks.addNow(t.dl.Ref) // its key's next waits for it
-		} else {
-			c.acks.add(t.dl.Ref)
-		}
+		c.acks.addDelivery(&t.dl, msg)
 		return
 	}
 	// Its dedup key frees once the acknowledgement is made: acknowledged
 	// here, not in a batch, and then freed.
-	if err := d.b.Ack(d.opCtx, c.name, t.dl.Ref); err != nil {
+	err := d.b.Ack(d.opCtx, c.name, t.dl.Ref)
+	acked(c.name, []ackRef{{ref: t.dl.Ref, id: msg.ID, attempt: msg.Attempt}}, err)
+	if err != nil {
 		d.health.fail("ack", err)
 		d.log.Warn("disker: cannot acknowledge a handled message; it will be delivered again", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
 		return

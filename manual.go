@@ -59,10 +59,12 @@ func (c *consumer) startByHand() {
 	_ = c.configureGroups(context.Background())
 }
 
-// ackNow acknowledges ref on the caller's goroutine (a direct acker's
+// ackNow acknowledges r on the caller's goroutine (a direct acker's
 // add); a failure leaves the entry to be delivered again.
-func (a *acker) ackNow(ref string) {
-	if err := a.ack(a.d.opCtx, ref); err != nil {
+func (a *acker) ackNow(r ackRef) {
+	err := a.ack(a.d.opCtx, r.ref)
+	acked(a.name, []ackRef{r}, err)
+	if err != nil {
 		a.d.health.fail("ack", err)
 		a.d.log.Warn("disker: cannot acknowledge; the entry will be delivered again", a.kind, a.name, "error", err)
 		return

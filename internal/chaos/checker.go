@@ -113,13 +113,29 @@ type Report struct {
 	// Duplicates counts deliveries of a message after one that did not
 	// fail (retries after a failure are not duplicates), by explanation:
 	// "lease_lost" (the earlier handler lost its lease), "process_fault"
-	// (its worker was killed or stopped), "redis_fault" (Redis was killed,
-	// paused or cut off in between), "lease_expired" (no fault, but the
-	// later delivery came more than a lease after the send: the earlier
-	// one's lease may have run out before its acknowledgement landed, on
-	// a slow machine or while a connection recovered), "unexplained"
-	// (invariant: must be 0).
+	// (its worker was killed or stopped, or killed later before it
+	// recorded the acknowledgement), "redis_fault" (Redis was killed,
+	// paused or cut off in between), "ack_failed" (the earlier handler
+	// ended well and its acknowledgement failed), "lease_expired" (no
+	// fault, and the earlier delivery's lease may have run out first: the
+	// later one came more than a lease after the send, and the earlier
+	// one's acknowledgement returned more than a lease after the send, or
+	// was not made because its handler ended too late to keep the lease),
+	// "unexplained" (invariant: must be 0), which includes a redelivery
+	// after a handler that ended well and whose acknowledgement returned
+	// less than a lease after the send, or was never made (see
+	// explainDuplicate).
 	Duplicates map[string]int `json:"duplicates"`
+	// Unexplained counts the unexplained duplicates by the rule that
+	// found them: "within_lease" (the later delivery came within a lease
+	// of the send), "acked_within_lease" (the earlier handler ended well
+	// and its acknowledgement returned within a lease of the send),
+	// "never_acked" (it ended well in time to keep its lease and was never
+	// acknowledged).
+	Unexplained map[string]int `json:"unexplained,omitempty"`
+	// Messages counts the messages that a handler started, once each: the
+	// base of DuplicatesPerThousand.
+	Messages int `json:"messages"`
 	// PendingAtEnd (invariant) counts messages still in the queues when the
 	// run ended; Settled (must be true) says whether everything settled
 	// before the harness gave up waiting.
@@ -168,7 +184,10 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "early starts        %d (messages sent WithDelay started before their due time)\n", r.EarlyStarts)
 		fmt.Fprintf(&b, "cancels             %s; handled after a cancel found them scheduled or queued: %d\n", counts(r.Cancelled), r.CancelledHandled)
 	}
-	fmt.Fprintf(&b, "duplicates          %s\n", counts(r.Duplicates))
+	fmt.Fprintf(&b, "duplicates          %s, %.2f per 1,000 messages handled (%d)\n", counts(r.Duplicates), r.DuplicatesPerThousand(), r.Messages)
+	if len(r.Unexplained) > 0 {
+		fmt.Fprintf(&b, "unexplained by rule %s\n", counts(r.Unexplained))
+	}
 	fmt.Fprintf(&b, "pending at end      %d (settled: %v)\n", r.PendingAtEnd, r.Settled)
 	if r.Left != "" {
 		fmt.Fprintf(&b, "left in the queues  %s\n", r.Left)
@@ -208,6 +227,18 @@ func counts(m map[string]int) string {
 	return fmt.Sprintf("%d [%s]", total, strings.Join(parts, ", "))
 }
 
+// DuplicatesPerThousand is the duplicates per 1,000 messages handled.
+func (r *Report) DuplicatesPerThousand() float64 {
+	if r.Messages == 0 {
+		return 0
+	}
+	n := 0
+	for _, d := range r.Duplicates {
+		n += d
+	}
+	return float64(n) * 1000 / float64(r.Messages)
+}
+
 // opHistory gathers the events of one operation.
 type opHistory struct {
 	send     *Event
@@ -216,6 +247,7 @@ type opHistory struct {
 	outcomes []Event
 	starts   []Event
 	ends     []Event
+	acks     []Event
 	replies  []Event
 	cancels  []Event
 	dead     bool
@@ -234,11 +266,12 @@ var redisSide = map[string]bool{
 
 // explain returns why something that proc did at from may have been done
 // again at to: "process_fault" when proc was killed or stopped in between,
-// "redis_fault" when Redis was, and "" when neither.
+// "redis_fault" when Redis was, and "" when neither. A fault counts until
+// faultAftermath after its end.
 func (fi faultIndex) explain(proc string, from, to int64) string {
 	redis := false
 	for _, f := range fi.faults {
-		if f.T > to || f.End < from {
+		if f.T > to || f.End+int64(faultAftermath) < from {
 			continue
 		}
 		if f.Target == proc {
@@ -254,9 +287,22 @@ func (fi faultIndex) explain(proc string, from, to int64) string {
 	return ""
 }
 
+// faultAftermath is how long a fault may still cause a redelivery after it
+// ended: a stall, a pause or a stop that outlasts a worker's heartbeat ttl
+// (3 s from its last heartbeat) lets its entry in the registry lapse, and
+// its peers reclaim its deliveries at once until they have read that it
+// came back: at their next heartbeat, or the one after (HeartbeatInterval,
+// 1 s, in the harness's processes).
+const faultAftermath = 2 * time.Second
+
 func (fi faultIndex) killed(proc string) bool {
+	return fi.killedAfter(proc, 0)
+}
+
+// killedAfter reports whether proc was killed at t or later.
+func (fi faultIndex) killedAfter(proc string, t int64) bool {
 	for _, f := range fi.faults {
-		if f.Target == proc && (f.Fault == FaultKillProducer || f.Fault == FaultKillWorker) {
+		if f.Target == proc && f.T >= t && (f.Fault == FaultKillProducer || f.Fault == FaultKillWorker) {
 			return true
 		}
 	}
@@ -273,7 +319,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 		opts.Lease = workerLease
 	}
 	r := &Report{
-		Ops: map[string]int{}, Faults: map[string]int{}, Duplicates: map[string]int{}, Cancelled: map[string]int{},
+		Ops: map[string]int{}, Faults: map[string]int{}, Duplicates: map[string]int{}, Unexplained: map[string]int{}, Cancelled: map[string]int{},
 		Recovery: map[string][2]time.Duration{}, MaxLateness: time.Duration(-1 << 62),
 	}
 	ops := map[string]*opHistory{}
@@ -310,7 +356,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 		}
 		var h *opHistory
 		switch e.Kind {
-		case KindSend, KindSent, KindSendFailed, KindOutcome, KindStart, KindEnd, KindReply, KindDeadLetter, KindCancel:
+		case KindSend, KindSent, KindSendFailed, KindOutcome, KindStart, KindEnd, KindAcked, KindReply, KindDeadLetter, KindCancel:
 			if e.Op == "" {
 				r.violate("a %s event of %s names no op", e.Kind, e.Proc)
 				continue
@@ -331,6 +377,8 @@ func Check(events []Event, opts CheckOptions) *Report {
 			h.starts = append(h.starts, e)
 		case KindEnd:
 			h.ends = append(h.ends, e)
+		case KindAcked:
+			h.acks = append(h.acks, e)
 		case KindReply:
 			h.replies = append(h.replies, e)
 		case KindCancel:
@@ -381,6 +429,9 @@ func Check(events []Event, opts CheckOptions) *Report {
 			r.Unknown++
 		}
 		r.Handled += len(h.starts)
+		if len(h.starts) > 0 {
+			r.Messages++
+		}
 		before := r.tally()
 		checkLost(r, op, h)
 		checkOutcomes(r, op, h, fi)
@@ -631,38 +682,87 @@ func abs(n int64) int64 {
 }
 
 // checkDuplicates counts deliveries after one that did not fail, and
-// explains each. A fault explains a duplicate when it overlaps the time
-// from the send to the later start: the earlier delivery's lease began
-// when Redis handed it out, which may be well before its handler started
-// (its answer held up by a stalled connection, or its worker stopped).
+// explains each (explainDuplicate).
 func checkDuplicates(r *Report, op string, h *opHistory, fi faultIndex, lease time.Duration) {
 	// By attempt: a stopped worker may start its attempt after the
 	// next one began elsewhere.
 	slices.SortStableFunc(h.starts, func(a, b Event) int { return a.Attempt - b.Attempt })
 	for i := 1; i < len(h.starts); i++ {
 		prev, cur := h.starts[i-1], h.starts[i]
-		var end *Event
-		for j := range h.ends {
-			if e := &h.ends[j]; e.Proc == prev.Proc && e.Attempt == prev.Attempt {
-				end = e
-			}
-		}
+		end := h.of(h.ends, prev)
 		if end != nil && end.Result == ResultFailed {
 			continue // a retry
 		}
-		why := "unexplained"
-		if end != nil && (end.Result == ResultLeaseLost || end.Result == ResultStopped) {
-			why = "lease_lost"
-		} else if f := fi.explain(prev.Proc, min(h.send.T, prev.T), max(prev.T, cur.T)); f != "" {
-			why = f
-		} else if time.Duration(cur.T-h.send.T) >= lease {
-			why = "lease_expired"
-		}
+		why, rule, what := explainDuplicate(h, prev, cur, end, fi, lease)
 		r.Duplicates[why]++
 		if why == "unexplained" {
-			r.violate("op %s: attempt %d on %s after attempt %d on %s (%s) with no lease expiry or fault", op, cur.Attempt, cur.Proc, prev.Attempt, prev.Proc, endResult(end))
+			r.Unexplained[rule]++
+			r.violate("op %s: attempt %d on %s after attempt %d on %s (%s) %s", op, cur.Attempt, cur.Proc, prev.Attempt, prev.Proc, endResult(end), what)
 		}
 	}
+}
+
+// explainDuplicate tells why cur, a delivery of h's message, followed
+// prev, whose handler ended with end (nil: not recorded) and did not
+// fail; when nothing does ("unexplained"), rule names the rule that found
+// it (see Report.Unexplained) and what says what is wrong.
+//
+// A lease starts when Redis hands the message out, which may be well
+// before the handler starts (its answer held up by a stalled connection,
+// or its worker stopped), and no earlier than the send: so a fault counts
+// from the send to the later start, and a lease cannot have run out
+// before the send's time plus the lease. A redelivery with no fault must
+// follow a lease that ran out before the earlier delivery was
+// acknowledged: it is unexplained when it came within a lease of the
+// send, or when the earlier handler ended well and its acknowledgement
+// returned within a lease of the send, or was never made although the
+// handler ended early enough to keep its lease (a consumer acknowledges
+// every delivery whose handler returned nil, unless it lost the lease
+// meanwhile).
+func explainDuplicate(h *opHistory, prev, cur Event, end *Event, fi faultIndex, lease time.Duration) (why, rule, what string) {
+	if end != nil && (end.Result == ResultLeaseLost || end.Result == ResultStopped) {
+		return "lease_lost", "", ""
+	}
+	if f := fi.explain(prev.Proc, min(h.send.T, prev.T), max(prev.T, cur.T)); f != "" {
+		return f, "", ""
+	}
+	if time.Duration(cur.T-h.send.T) < lease {
+		return "unexplained", "within_lease", "with no lease expiry or fault"
+	}
+	if end == nil || end.Result != ResultOK {
+		return "lease_expired", "", ""
+	}
+	ack := h.of(h.acks, prev)
+	switch {
+	case ack == nil && fi.killedAfter(prev.Proc, prev.T):
+		return "process_fault", "", "" // killed before it recorded the acknowledgement
+	case ack == nil && time.Duration(end.T-h.send.T) >= lease-ackCheckSlack:
+		return "lease_expired", "", "" // its lease may have been lost by the end: not acknowledged
+	case ack == nil:
+		return "unexplained", "never_acked", fmt.Sprintf("with no fault: it ended %v after the send and was never acknowledged", time.Duration(end.T-h.send.T).Round(time.Millisecond))
+	case ack.Result != ResultOK:
+		return "ack_failed", "", ""
+	case time.Duration(ack.T-h.send.T) < lease:
+		return "unexplained", "acked_within_lease", fmt.Sprintf("with no fault: its acknowledgement returned %v after the send, within the lease", time.Duration(ack.T-h.send.T).Round(time.Millisecond))
+	}
+	return "lease_expired", "", "" // the acknowledgement landed after the lease may have run out
+}
+
+// ackCheckSlack is how long after its handler's end record a consumer may
+// look at whether the delivery's lease was lost, and so skip its
+// acknowledgement: a loaded machine may deschedule it in between.
+const ackCheckSlack = workerLease / 2
+
+// of returns the event of es (ends or acks) of delivery s: its process's,
+// of its attempt.
+func (h *opHistory) of(es []Event, s Event) *Event {
+	var found *Event
+	for j := range es {
+		if e := &es[j]; e.Proc == s.Proc && e.Attempt == s.Attempt {
+			found = e
+		}
+	}
+	return found
 }
 
 func endResult(e *Event) string {

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,6 +38,12 @@ func (h *hist) cancel(op string, at int64, result string) *hist {
 func (h *hist) handle(op, proc string, attempt int, at int64, result string) *hist {
 	h.add(Event{T: ms(at), Proc: proc, Kind: KindStart, Op: op, ID: "id-" + op, Attempt: attempt})
 	return h.add(Event{T: ms(at + 5), Proc: proc, Kind: KindEnd, Op: op, ID: "id-" + op, Attempt: attempt, Result: result})
+}
+
+// acked records the acknowledgement of op's attempt on proc, named by the
+// message's id as a worker records it.
+func (h *hist) acked(op, proc string, attempt int, at int64, result string) *hist {
+	return h.add(Event{T: ms(at), Proc: proc, Kind: KindAcked, Op: "id:id-" + op, ID: "id-" + op, Attempt: attempt, Result: result})
 }
 
 func (h *hist) reply(op, proc string, at int64, result string) *hist {
@@ -263,15 +270,6 @@ func TestCheck(t *testing.T) {
 		ok:    true,
 		check: func(r *Report) bool { return r.Duplicates["redis_fault"] == 1 },
 	}, {
-		name: "duplicate a lease after the send, with no fault",
-		events: func() []Event {
-			h := &hist{}
-			h.sendFF("a", 0).handle("a", "w0.g1", 1, 10, ResultOK).handle("a", "w0.g1", 2, 2010, ResultOK)
-			return h.final(0)
-		},
-		ok:    true,
-		check: func(r *Report) bool { return r.Duplicates["lease_expired"] == 1 },
-	}, {
 		name: "duplicate with no lease expiry nor fault",
 		events: func() []Event {
 			h := &hist{}
@@ -316,6 +314,133 @@ func TestCheck(t *testing.T) {
 				t.Errorf("Check: OK %v, want %v; report:\n%s", r.OK(), tt.ok, r)
 			}
 		})
+	}
+}
+
+// TestCheckRedeliveries: a redelivery after a handler that ended well is
+// explained only by a fault, a failed acknowledgement, or a lease that may
+// have run out before the acknowledgement landed. Each history sends "a"
+// at 0 (the lease is 2s); attempt 1 starts on w0.g1 at 10 and, unless the
+// case says otherwise, ends ok at 15; attempt 2 starts on w1.g1 at 2100.
+func TestCheckRedeliveries(t *testing.T) {
+	first := func(h *hist) *hist { return h.sendFF("a", 0).handle("a", "w0.g1", 1, 10, ResultOK) }
+	again := func(h *hist) []Event {
+		return h.handle("a", "w1.g1", 2, 2100, ResultOK).acked("a", "w1.g1", 2, 2106, ResultOK).final(0)
+	}
+	tests := []struct {
+		name  string
+		build func(h *hist) []Event
+		why   string // the duplicate's explanation
+		rule  string // the rule that finds it unexplained
+	}{{
+		name:  "acknowledged within its lease, on a worker and a Redis no fault touched",
+		build: func(h *hist) []Event { return again(first(h).acked("a", "w0.g1", 1, 20, ResultOK)) },
+		why:   "unexplained",
+		rule:  "acked_within_lease",
+	}, {
+		name:  "ended well within its lease and never acknowledged",
+		build: func(h *hist) []Event { return again(first(h)) },
+		why:   "unexplained",
+		rule:  "never_acked",
+	}, {
+		name: "acknowledged within its lease, redelivered within it",
+		build: func(h *hist) []Event {
+			first(h).acked("a", "w0.g1", 1, 20, ResultOK)
+			return h.handle("a", "w1.g1", 2, 500, ResultOK).final(0)
+		},
+		why:  "unexplained",
+		rule: "within_lease",
+	}, {
+		name:  "its acknowledgement returned after the lease may have run out",
+		build: func(h *hist) []Event { return again(first(h).acked("a", "w0.g1", 1, 2150, ResultOK)) },
+		why:   "lease_expired",
+	}, {
+		name: "the handler ran past its lease and lost it: not acknowledged",
+		build: func(h *hist) []Event {
+			h.sendFF("a", 0).add(Event{T: ms(10), Proc: "w0.g1", Kind: KindStart, Op: "a", ID: "id-a", Attempt: 1})
+			h.add(Event{T: ms(2300), Proc: "w0.g1", Kind: KindEnd, Op: "a", ID: "id-a", Attempt: 1, Result: ResultOK})
+			return again(h)
+		},
+		why: "lease_expired",
+	}, {
+		name: "its worker was stopped (SIGSTOP) before it acknowledged",
+		build: func(h *hist) []Event {
+			return again(first(h).fault(FaultStopWorker, "w0.g1", 16, 4000).acked("a", "w0.g1", 1, 4001, ResultOK))
+		},
+		why: "process_fault",
+	}, {
+		name:  "its worker was killed later, before it recorded the acknowledgement",
+		build: func(h *hist) []Event { return again(first(h).fault(FaultKillWorker, "w0.g1", 3000, 3000)) },
+		why:   "process_fault",
+	}, {
+		name: "the proxy cut the acknowledgement's answer",
+		build: func(h *hist) []Event {
+			return again(first(h).fault(FaultCutAnswers, "proxy", 16, 300).acked("a", "w0.g1", 1, 350, ResultOK))
+		},
+		why: "redis_fault",
+	}, {
+		name: "a Redis restart lost the acknowledgement",
+		build: func(h *hist) []Event {
+			return again(first(h).acked("a", "w0.g1", 1, 20, ResultOK).fault(FaultKillRedis, "redis", 25, 900))
+		},
+		why: "redis_fault",
+	}, {
+		name:  "its acknowledgement failed",
+		build: func(h *hist) []Event { return again(first(h).acked("a", "w0.g1", 1, 1500, ResultError)) },
+		why:   "ack_failed",
+	}, {
+		name: "its worker, stopped past its heartbeat's ttl, is back, and a peer took its delivery before it read so",
+		build: func(h *hist) []Event {
+			h.fault(FaultStopWorker, "w0.g1", -5000, -1000)
+			return again(first(h).acked("a", "w0.g1", 1, 20, ResultOK))
+		},
+		why: "process_fault",
+	}, {
+		name: "Redis stalled past the heartbeat's ttl, and a peer took its delivery before it read the worker was back",
+		build: func(h *hist) []Event {
+			h.fault(FaultStallConns, "proxy", -5000, -1000)
+			return again(first(h).acked("a", "w0.g1", 1, 20, ResultOK))
+		},
+		why: "redis_fault",
+	}, {
+		name: "a Redis fault that ended well before the send",
+		build: func(h *hist) []Event {
+			h.fault(FaultStallConns, "proxy", -5000, -2001)
+			return again(first(h).acked("a", "w0.g1", 1, 20, ResultOK))
+		},
+		why:  "unexplained",
+		rule: "acked_within_lease",
+	}, {
+		name: "handed back at shutdown",
+		build: func(h *hist) []Event {
+			return again(h.sendFF("a", 0).handle("a", "w0.g1", 1, 10, ResultStopped))
+		},
+		why: "lease_lost",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Check(tt.build(&hist{}), CheckOptions{})
+			wantRules := map[string]int{}
+			if tt.rule != "" {
+				wantRules[tt.rule] = 1
+			}
+			if r.Duplicates[tt.why] != 1 || len(r.Duplicates) != 1 || r.OK() != (tt.why != "unexplained") || !maps.Equal(r.Unexplained, wantRules) {
+				t.Errorf("Check: duplicates %v (unexplained by rule %v), OK %v; want one %s (rule %q); report:\n%s", r.Duplicates, r.Unexplained, r.OK(), tt.why, tt.rule, r)
+			}
+		})
+	}
+}
+
+// TestCheckNoDuplicate: a retry after an error and a message cancelled in
+// flight (its handler ended well, not acknowledged: the cancel took it)
+// are no duplicates.
+func TestCheckNoDuplicate(t *testing.T) {
+	h := &hist{}
+	h.sendFF("a", 0).handle("a", "w0.g1", 1, 10, ResultFailed).handle("a", "w0.g1", 2, 100, ResultOK).acked("a", "w0.g1", 2, 106, ResultOK)
+	h.sendDelayed("b", 0, 10).handle("b", "w0.g1", 1, 11, ResultOK).cancel("b", 12, CancelInFlight)
+	r := Check(h.final(0), CheckOptions{})
+	if !r.OK() || len(r.Duplicates) != 0 || r.Messages != 2 {
+		t.Errorf("Check: OK %v, duplicates %v, messages %d; want OK, none, 2; report:\n%s", r.OK(), r.Duplicates, r.Messages, r)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/childproc"
 	"github.com/diskerhq/disker/internal/redistest"
 )
 
@@ -188,6 +189,7 @@ func (h *harness) spawn(s *slot) error {
 		return fmt.Errorf("chaos: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = log, log
+	childproc.Tie(cmd)
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("chaos: start %s: %w", s.name, err)

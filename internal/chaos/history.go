@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/diskerhq/disker/internal/testhook"
 )
 
 // Kinds of history events.
@@ -44,6 +46,10 @@ const (
 	// KindReply: a worker's Reply returned (Result: accepted, late or
 	// error).
 	KindReply = "reply"
+	// KindAcked: the acknowledgement of a handled delivery (ID, Attempt)
+	// returned, by the worker's clock (Result: ok, or error with Err: it
+	// failed, and its retries too). Op is "id:" and the message's id.
+	KindAcked = "acked"
 	// KindCancel: a producer's Cancel of Op (ID) returned: Result is what
 	// it found (scheduled, queued, in_flight, not_found), or error.
 	KindCancel = "cancel"
@@ -162,6 +168,19 @@ func (r *Recorder) Record(e Event) {
 	defer r.mu.Unlock()
 	if _, err := r.f.Write(b); err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: %s: write history: %v\n", r.proc, err)
+	}
+}
+
+// RecordAcks makes r record how the acknowledgement of each delivery
+// that this process's instances handled ended (KindAcked). Call it before
+// the process opens an instance.
+func (r *Recorder) RecordAcks() {
+	testhook.Acked = func(_, id string, attempt int, err error) {
+		e := Event{Kind: KindAcked, Op: "id:" + id, ID: id, Attempt: attempt, Result: ResultOK}
+		if err != nil {
+			e.Result, e.Err = ResultError, err.Error()
+		}
+		r.Record(e)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/childproc"
 )
 
 // The names the processes use.
@@ -78,10 +79,12 @@ func newDisker(cfg ProcConfig) (*disker.Disker, error) {
 
 // startProc opens the process's history and connects it to Redis.
 func startProc(cfg ProcConfig) (*Recorder, *disker.Disker, error) {
+	go childproc.ExitWithParent() // the harness is gone: so is the run
 	rec, err := NewRecorder(cfg.Dir, cfg.Name)
 	if err != nil {
 		return nil, nil, err
 	}
+	rec.RecordAcks()
 	d, err := newDisker(cfg)
 	if err != nil {
 		rec.Close()

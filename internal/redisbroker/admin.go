@@ -328,9 +328,13 @@ var scriptHeartbeat = rueidis.NewLuaScript(`-- heartbeat
 -- ARGV[6] -> "1" when the caller's id was among the departed it knows
 -- Stores the info with seen = Redis time, expiring after ttl; moves the
 -- expired ids of the registry to the departed set, adding how many to
--- KEYS[3]; takes this worker out of the departed set when it was there (it
--- is back). When the epoch is not the caller's (a worker left since), it
--- forgets the departures older than ARGV[4] and answers the departed ids.
+-- KEYS[3]; takes this worker out of the departed set when it may be there
+-- (it knew it was, or the epoch is not the caller's) and, when it was (it
+-- is back), adds 1 to KEYS[3], so that its peers read the departed set
+-- again at their next heartbeat and stop reclaiming its deliveries at
+-- once. When the epoch is not the caller's (a worker left or came back
+-- since), it forgets the departures older than ARGV[4] and answers the
+-- departed ids.
 -- One script per worker, whatever the number of its receivers, and five
 -- commands while nobody leaves. Returns {Redis time (unix µs), the
 -- reclaim epoch, 1 when the departed ids follow (else 0), the departed
@@ -350,8 +354,8 @@ if #expired > 0 then
 else
   epoch = tonumber(redis.call('GET', KEYS[3]) or '0')
 end
-if ARGV[6] == '1' then
-  redis.call('ZREM', KEYS[4], ARGV[1])
+if (ARGV[6] == '1' or tostring(epoch) ~= ARGV[5]) and redis.call('ZREM', KEYS[4], ARGV[1]) == 1 then
+  epoch = redis.call('INCR', KEYS[3])
 end
 local us = tm[1] .. string.rep('0', 6 - #tm[2]) .. tm[2]
 if tostring(epoch) == ARGV[5] then

@@ -128,8 +128,9 @@ func (k keys) worker(id string) string { return k.prefix + ":{workers}:w:" + id 
 // reclaimEpoch is a counter of the events after which a quiet stream
 // (see idleReclaimMax) should run the fetch script at its next fetch: a
 // worker left the registry (its heartbeat lapsed, and a heartbeat dropped
-// it; or it deregistered), or a message was queued at a priority level
-// other than normal. Every heartbeat reads it (see Broker.Heartbeat).
+// it; or it deregistered) or came back to it, or a message was queued at a
+// priority level other than normal. Every heartbeat reads it (see
+// Broker.Heartbeat).
 func (k keys) reclaimEpoch() string { return k.prefix + ":{workers}:reclaim" }
 
 // departed is the zset of the workers that left the registry (their

@@ -36,6 +36,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/diskerhq/disker/internal/childproc"
 )
 
 // StartTimeout bounds how long a start waits for the server to answer PING.
@@ -209,6 +211,7 @@ func (s *Server) baseArgs() []string {
 func (s *Server) run(args []string) error {
 	cmd := exec.Command("redis-server", args...)
 	cmd.Dir = s.dir
+	childproc.Tie(cmd) // a test binary or harness that is killed takes it along
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("redistest: start redis-server: %w", err)
 	}

@@ -1,6 +1,8 @@
 // Package testhook is how package diskertest, the test kit, drives a
-// disker.Disker by hand. Package disker sets Open when it is initialised;
-// the kit calls it. It is not an API: nothing else uses it.
+// disker.Disker by hand, and how the fault-injection harness observes one.
+// Package disker sets Open when it is initialised; the kit calls it. The
+// harness sets Acked; package disker calls it. It is not an API: nothing
+// else uses it.
 //
 // An instance made by Open runs on the broker it is given, and its loops
 // that wait for time to pass (the fetching of its receivers, the reading of
@@ -53,3 +55,12 @@ type Instance interface {
 	// instance would have renewed them.
 	KeepAlive(ctx context.Context, extra time.Duration) error
 }
+
+// Acked is told, when set, how each acknowledgement of a handled delivery
+// ended, after the call that carried it returned (with its retries, if it
+// failed): the receiver, the message's id, the delivery's attempt, and the
+// call's error (nil: the broker deleted the entry). Package disker calls
+// it, on the goroutine that acknowledged, in every instance of the
+// process; the fault-injection harness (internal/chaos) sets it, before it
+// opens an instance, to record when each acknowledgement was made.
+var Acked func(receiver, id string, attempt int, err error)
