@@ -70,13 +70,9 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 	// The epoch and the departed workers as this broker last read them:
 	// the script sends the departed ones again only when the epoch moved.
 	known := b.reclaimEpoch.Load() - 1
-	self := "0"
-	if slices.Contains(b.departedWorkers(), info.ID) {
-		self = "1"
-	}
 	sent := time.Now()
 	res, err := scriptHeartbeat.Exec(ctx, b.client, []string{b.keys.workers(), b.keys.worker(info.ID), b.keys.reclaimEpoch(), b.keys.departed()},
-		[]string{info.ID, string(data), msString(ttl), msString(departedFor), strconv.FormatInt(known, 10), self}).ToArray()
+		[]string{info.ID, string(data), msString(ttl), msString(departedFor), strconv.FormatInt(known, 10)}).ToArray()
 	got := time.Now()
 	if err == nil && len(res) < 3 {
 		err = fmt.Errorf("the heartbeat script answered %d values", len(res))
@@ -325,20 +321,25 @@ var scriptHeartbeat = rueidis.NewLuaScript(`-- heartbeat
 -- ARGV[3] -> ttl in ms
 -- ARGV[4] -> how long a departed worker is remembered, ms
 -- ARGV[5] -> the reclaim epoch the caller knows (-1: none)
--- ARGV[6] -> "1" when the caller's id was among the departed it knows
 -- Stores the info with seen = Redis time, expiring after ttl; moves the
 -- expired ids of the registry to the departed set, adding how many to
--- KEYS[3]; takes this worker out of the departed set when it was there (it
--- is back). When the epoch is not the caller's (a worker left since), it
--- forgets the departures older than ARGV[4] and answers the departed ids.
--- One script per worker, whatever the number of its receivers, and five
--- commands while nobody leaves. Returns {Redis time (unix µs), the
+-- KEYS[3]; when this worker was not in the registry (its first heartbeat,
+-- or it is back after it lapsed or deregistered), takes it out of the
+-- departed set, and if it was there adds 1 to KEYS[3], so that the other
+-- workers read the departed ids again and stop reclaiming its deliveries.
+-- When the epoch is not the caller's (a worker left or came back since),
+-- it forgets the departures older than ARGV[4] and answers the departed
+-- ids. One script per worker, whatever the number of its receivers, and
+-- five commands while nobody leaves. Returns {Redis time (unix µs), the
 -- reclaim epoch, 1 when the departed ids follow (else 0), the departed
 -- ids...}.
 ` + luaNow + `
 redis.call('HSET', KEYS[2], 'info', ARGV[2], 'seen', nowStr)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
+local back = 0
+if redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1]) == 1 then
+  back = redis.call('ZREM', KEYS[4], ARGV[1])
+end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. nowStr)
 local epoch
 if #expired > 0 then
@@ -346,12 +347,11 @@ if #expired > 0 then
   for _, id in ipairs(expired) do
     redis.call('ZADD', KEYS[4], nowStr, id)
   end
-  epoch = redis.call('INCRBY', KEYS[3], #expired)
+end
+if #expired + back > 0 then
+  epoch = redis.call('INCRBY', KEYS[3], #expired + back)
 else
   epoch = tonumber(redis.call('GET', KEYS[3]) or '0')
-end
-if ARGV[6] == '1' then
-  redis.call('ZREM', KEYS[4], ARGV[1])
 end
 local us = tm[1] .. string.rep('0', 6 - #tm[2]) .. tm[2]
 if tostring(epoch) == ARGV[5] then
