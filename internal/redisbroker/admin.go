@@ -89,9 +89,11 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 	b.offset.Measure(sent, time.UnixMicro(us), got)
 	if fresh == 1 {
 		departed := make([]string, 0, len(res)-3)
-		for _, m := range res[3:] {
-			if id, err := m.ToString(); err == nil {
-				departed = append(departed, id)
+		for i := 3; i+1 < len(res); i += 2 {
+			id, err1 := res[i].ToString()
+			left, err2 := res[i+1].ToString()
+			if err1 == nil && err2 == nil {
+				departed = append(departed, id, left)
 			}
 		}
 		b.departed.Store(&departed)
@@ -112,8 +114,9 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 // lease later.
 const departedFor = 10 * time.Minute
 
-// departedWorkers returns the workers that left the registry, as this
-// broker's last heartbeat saw them.
+// departedWorkers returns the workers that left the registry, each
+// followed by when it left (Redis time, unix ms), as this broker's last
+// heartbeat saw them.
 func (b *Broker) departedWorkers() []string {
 	if p := b.departed.Load(); p != nil {
 		return *p
@@ -329,10 +332,10 @@ var scriptHeartbeat = rueidis.NewLuaScript(`-- heartbeat
 -- workers read the departed ids again and stop reclaiming its deliveries.
 -- When the epoch is not the caller's (a worker left or came back since),
 -- it forgets the departures older than ARGV[4] and answers the departed
--- ids. One script per worker, whatever the number of its receivers, and
--- five commands while nobody leaves. Returns {Redis time (unix µs), the
--- reclaim epoch, 1 when the departed ids follow (else 0), the departed
--- ids...}.
+-- ids, each with when it left. One script per worker, whatever the number
+-- of its receivers, and five commands while nobody leaves. Returns {Redis
+-- time (unix µs), the reclaim epoch, 1 when the departed ids follow (else
+-- 0), a departed id, when it left (unix ms), ...}.
 ` + luaNow + `
 redis.call('HSET', KEYS[2], 'info', ARGV[2], 'seen', nowStr)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
@@ -359,8 +362,8 @@ if tostring(epoch) == ARGV[5] then
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%.0f', now - tonumber(ARGV[4])))
 local out = {us, epoch, 1}
-for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
-  out[#out + 1] = id
+for _, v in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')) do
+  out[#out + 1] = v
 end
 return out
 `)
