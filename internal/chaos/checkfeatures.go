@@ -34,14 +34,10 @@ const (
 	// start the handlers of one fetch run in any order.
 	orderSlack = 500 * time.Millisecond
 	// rateSlack is how many starts beyond the token bucket the rate check
-	// allows: a token is taken at the fetch and the start is recorded a
-	// moment later (a quarter of a second of the rate), and one for the
-	// broker's and the host's rounding.
-	rateSlack = 1 + rateLimit/4
-	// tickTail is how long after a Redis fault a schedule's ticker may
-	// stay silent: its retries back off to half a second, and a broken
-	// connection is made again.
-	tickTail = 3 * time.Second
+	// allows: a token is taken at the fetch and the start is recorded
+	// later, up to half a second on a loaded host (half a second of the
+	// rate), and one for the broker's and the host's rounding.
+	rateSlack = 1 + rateLimit/2
 	// missedAfter is the schedules' rule (schedule.go): a tick is missed
 	// when it is this old and its following tick is due.
 	missedAfter = time.Second
@@ -200,7 +196,7 @@ func (c *features) collect(events []Event) {
 				ru.end, ru.result = e.T, e.Result
 				delete(open, runKey(e))
 			}
-		case KindPause, KindResume, KindTick, KindReady, KindGivenBack, KindPoolState, KindIdemOutcome:
+		case KindPause, KindResume, KindTick, KindGivenBack, KindPoolState, KindIdemOutcome:
 			c.events[e.Kind] = append(c.events[e.Kind], e)
 		}
 	}
@@ -578,6 +574,14 @@ func (c *features) lostFeature(op string, h *opHistory) {
 			return
 		}
 	}
+	if c.opts.FailoverLoss {
+		if w, ok := c.fi.failoverWindow(h.send.T); ok {
+			c.r.LostInFailover++
+			c.r.LossWindow = max(c.r.LossWindow, w)
+			c.explained(brokeFeatureLost, "failover")
+			return
+		}
+	}
 	c.r.Lost++
 	c.broke(brokeFeatureLost, h.send.T, "op %s (%s, id %s): acknowledged, never handled, not a dead letter", op, h.send.Mode, h.sent.ID)
 }
@@ -921,8 +925,8 @@ func (c *features) order(s pauseSpan) {
 	for op, h := range c.ops {
 		rs := c.byOp[op]
 		if h.send == nil || h.send.Receiver != recvPaused || h.sent == nil || len(rs) == 0 ||
-			h.send.T <= s.returned+int64(pauseSlack) || h.sent.T >= s.resumed {
-			continue
+			h.send.T <= s.returned+int64(pauseSlack) || h.sent.T >= s.resumed || rs[0].start < s.resumed {
+			continue // not queued while paused, or started while paused (see pauses)
 		}
 		qs = append(qs, queuedOp{op: op, level: h.send.Priority, send: h.send.T, first: rs[0]})
 		if h.send.Priority == int(disker.PriorityHigh) && h.send.T <= s.resumed-int64(noticeWindow) {
@@ -963,15 +967,20 @@ func (c *features) order(s pauseSpan) {
 
 // tickMessage is a message of a schedule.
 type tickMessage struct {
-	id   string
-	tick int64
-	n    int64 // the ticks it stands for
+	id      string
+	tick    int64
+	n       int64 // the ticks it stands for
+	handled int64 // its first delivery
 }
 
 // schedules: each tick of a schedule is sent once (no two messages stand
 // for one tick), on the schedule's grid, and none is skipped: with
-// MissedOne never, with MissedSkip only when no worker could have sent it
-// (all down or stopped around it, or Redis failing).
+// MissedOne never, with MissedSkip only when it was missed, decided a
+// second or more after its time (then the schedule resumes with its first
+// tick in the future, skipping those in between). The broker decides the
+// tick after a gap in the step that skips it, so the gap is explained
+// when that tick's message was handled at least a second after the first
+// tick skipped.
 func (c *features) schedules() {
 	byName := map[string]map[string]*tickMessage{}
 	for _, e := range c.events[KindTick] {
@@ -982,7 +991,10 @@ func (c *features) schedules() {
 		if byName[e.Key] == nil {
 			byName[e.Key] = map[string]*tickMessage{}
 		}
-		byName[e.Key][e.ID] = &tickMessage{id: e.ID, tick: e.Tick, n: max(1, e.N)}
+		if m := byName[e.Key][e.ID]; m != nil {
+			continue // delivered again: its first delivery counts
+		}
+		byName[e.Key][e.ID] = &tickMessage{id: e.ID, tick: e.Tick, n: max(1, e.N), handled: e.T}
 		if e.N > 0 {
 			c.f.Exercised["ticks_caught_up"]++
 		}
@@ -1012,55 +1024,11 @@ func (c *features) tickGap(s chaosSchedule, a, b *tickMessage) {
 	case b.tick == next:
 	case s.missed == disker.MissedOne:
 		c.broke(brokeTickSkipped, next, "schedule %s (missed: one): no message stands for the ticks from %v to %v", s.name, c.at(next), c.at(b.tick))
+	case b.handled >= next+int64(missedAfter):
+		c.explained(brokeTickSkipped, "missed")
+		c.f.Exercised["ticks_skipped"] += int((b.tick - next) / every)
 	default:
-		if why := c.tickMissable(next, s.every); why != "" {
-			c.explained(brokeTickSkipped, why)
-			return
-		}
-		c.broke(brokeTickSkipped, next, "schedule %s (missed: skip): ticks from %v to %v skipped while a worker ran and Redis was up", s.name, c.at(next), c.at(b.tick))
+		c.broke(brokeTickSkipped, next, "schedule %s (missed: skip): ticks from %v to %v skipped, and the tick at %v handled at %v, before the first skipped was a second old",
+			s.name, c.at(next), c.at(b.tick), c.at(b.tick), c.at(b.handled))
 	}
-}
-
-// tickMissable says why the tick at first may have been missed (sent by
-// no worker until its following tick was due and a second had passed; the
-// schedule then resumes with its first tick in the future, skipping the
-// ticks in between), or "" when some worker ran throughout with Redis up.
-func (c *features) tickMissable(first int64, every time.Duration) string {
-	window := int64(missedAfter + every)
-	switch {
-	case c.fi.redisBetween(first-int64(tickTail), first+window):
-		return "redis_fault"
-	case !c.workerUp(first-int64(time.Second), first+window):
-		return "no_worker"
-	}
-	return ""
-}
-
-// redisBetween reports whether a Redis fault was under way between from
-// and to.
-func (fi faultIndex) redisBetween(from, to int64) bool {
-	for _, f := range fi.faults {
-		if redisSide[f.Fault] && f.T <= to && f.End >= from {
-			return true
-		}
-	}
-	return false
-}
-
-// workerUp reports whether some worker was ready before from and neither
-// killed, crashed nor stopped until to.
-func (c *features) workerUp(from, to int64) bool {
-	for _, r := range c.events[KindReady] {
-		if r.T > from {
-			continue
-		}
-		if t, died := c.died(r.Proc, r.T); died && t <= to {
-			continue
-		}
-		if c.fi.explain(r.Proc, from, to) == "process_fault" {
-			continue
-		}
-		return true
-	}
-	return false
 }

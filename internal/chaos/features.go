@@ -33,8 +33,6 @@ const (
 	// Tick (HeaderTick), standing for N missed ticks when N > 0
 	// (HeaderMissed).
 	KindTick = "tick"
-	// KindReady: a worker serves every receiver and runs the schedules.
-	KindReady = "ready"
 	// KindGivenBack: the handler of HandleWithPool got a broken pool
 	// worker for attempt Attempt of Op and gave the message back.
 	KindGivenBack = "given_back"
@@ -421,7 +419,7 @@ func (p *producer) startFeatures(ctx context.Context, wg *sync.WaitGroup) {
 		{p.deduplicated, 200 * time.Millisecond},
 		{p.idempotent, 200 * time.Millisecond},
 		{p.limited(recvGlobal), time.Second},
-		{p.limited(recvRate), 2 * time.Second},
+		{p.rated, 6 * time.Second},
 		{p.pooled, 300 * time.Millisecond},
 		{p.grouped, 400 * time.Millisecond},
 	}
@@ -535,6 +533,12 @@ func (p *producer) limited(receiver string) func(rng *rand.Rand, op string) {
 	return func(rng *rand.Rand, op string) {
 		p.sendBatch(receiver, burst(op, 1+rng.IntN(6), ModeFireAndForget, ""))
 	}
+}
+
+// rated sends bursts of 5 to 15 messages at once to recvRate: more than
+// its burst and a second of its rate, so that a missing limit shows.
+func (p *producer) rated(rng *rand.Rand, op string) {
+	p.sendBatch(recvRate, burst(op, 5+rng.IntN(11), ModeFireAndForget, ""))
 }
 
 // burst returns the sends of a batch of n messages named after op.

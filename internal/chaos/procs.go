@@ -117,7 +117,6 @@ func RunWorker(cfg ProcConfig) error {
 	if err := serveFeatures(d, rec, cfg); err != nil {
 		return err
 	}
-	rec.Record(Event{Kind: KindReady})
 	waitSignal(syscall.SIGTERM, syscall.SIGINT)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
