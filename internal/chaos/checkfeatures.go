@@ -29,10 +29,6 @@ const (
 	// at another priority level when that level's stream was empty: a
 	// heartbeat and a blocking read.
 	noticeWindow = disker.DefaultHeartbeatInterval + blockTimeout
-	// orderSlack is how much earlier than a message of a higher level one
-	// of a lower level may start after a resume: the goroutines that
-	// start the handlers of one fetch run in any order.
-	orderSlack = 500 * time.Millisecond
 	// rateSlack is how many starts beyond the token bucket the rate check
 	// allows: a token is taken at the fetch and the start is recorded
 	// later, up to half a second on a loaded host (half a second of the
@@ -90,9 +86,9 @@ type FeatureReport struct {
 	// MaxPauseLag is the latest start of a handler after a Pause of its
 	// receiver returned, before its Resume began, that no fault explains.
 	MaxPauseLag time.Duration `json:"max_pause_lag"`
-	// MaxInversion is the longest a message started before a message of
-	// a higher level queued in the same pause.
-	MaxInversion time.Duration `json:"max_inversion"`
+	// MaxOvertaken is the most messages of higher levels, queued in the
+	// same pause, that started after a message.
+	MaxOvertaken int `json:"max_overtaken"`
 }
 
 // OK reports whether every invariant of the features held (true for a
@@ -118,9 +114,9 @@ func (f *FeatureReport) String() string {
 	fmt.Fprintf(&b, "features exercised  %s\n", counts(f.Exercised))
 	fmt.Fprintf(&b, "features broken     %s\n", counts(f.Broken))
 	fmt.Fprintf(&b, "features explained  %s\n", counts(f.Explained))
-	fmt.Fprintf(&b, "features figures    at once: %d global (limit %d), %d of a key (limit %d); rate excess %.1f (slack %.1f); start after a pause %v (slack %v); priority inversion %v (slack %v)\n",
+	fmt.Fprintf(&b, "features figures    at once: %d global (limit %d), %d of a key (limit %d); rate excess %.1f (slack %.1f); start after a pause %v (slack %v); overtaken by %d of higher levels (limit: the workers' slots)\n",
 		f.MaxGlobal, globalLimit, f.MaxGroup, groupLimit, f.MaxRateExcess, rateSlack,
-		f.MaxPauseLag.Round(time.Millisecond), pauseSlack, f.MaxInversion.Round(time.Millisecond), orderSlack)
+		f.MaxPauseLag.Round(time.Millisecond), pauseSlack, f.MaxOvertaken)
 	return b.String()
 }
 
@@ -135,13 +131,14 @@ type run struct {
 
 // features is the state of the features' checks.
 type features struct {
-	r     *Report
-	f     *FeatureReport
-	fi    faultIndex
-	opts  CheckOptions
-	ops   map[string]*opHistory
-	first int64 // the history's first event
-	last  int64 // and its last
+	r       *Report
+	f       *FeatureReport
+	fi      faultIndex
+	opts    CheckOptions
+	ops     map[string]*opHistory
+	first   int64 // the history's first event
+	last    int64 // and its last
+	workers int   // the worker positions (w0, w1, ...) that ran handlers
 
 	runs   []*run            // by start
 	byRecv map[string][]*run // by start
@@ -201,6 +198,11 @@ func (c *features) collect(events []Event) {
 		}
 	}
 	c.last = last
+	positions := map[string]bool{}
+	for _, ru := range c.runs {
+		positions[strings.SplitN(ru.proc, ".", 2)[0]] = true
+	}
+	c.workers = len(positions)
 	for _, ru := range open {
 		ru.end = last
 		if t, ok := c.died(ru.proc, ru.start); ok {
@@ -899,9 +901,10 @@ func (c *features) priorities() {
 		}
 		c.broke(brokeLevel, ru.start, "%s (sent at level %d) delivered at level %d as attempt %d on %s", ru.op, s.Priority, ru.prio, ru.attempt, ru.proc)
 	}
+	slots := c.workers * pausedConcurrency
 	for _, s := range c.pauseSpans(c.last) {
 		if s.returned != 0 {
-			c.order(s)
+			c.order(s, slots)
 		}
 	}
 }
@@ -915,11 +918,17 @@ type queuedOp struct {
 }
 
 // order: of the messages sent and acknowledged while the workers surely
-// knew of the pause, none starts more than orderSlack before one of a
-// higher level (unless a fault delayed that one). High is judged only
-// when a high message waited long enough for the workers to notice the
-// level (noticeWindow).
-func (c *features) order(s pauseSpan) {
+// knew of the pause, that started after the Resume, none is overtaken by
+// more than slots messages of higher levels (started after it). The
+// workers hold at most slots messages of recvPaused at once
+// (pausedConcurrency each, no prefetch) and take every waiting message of
+// a higher level before one of a lower: when a message started, the
+// higher ones not started yet were among those they held, whatever the
+// delay of their starts on a loaded host. A message whose start a fault of
+// its worker or of Redis delayed is not counted. High is judged only when
+// a high message waited long enough for the workers to notice the level
+// (noticeWindow).
+func (c *features) order(s pauseSpan, slots int) {
 	var qs []queuedOp
 	noticed := false
 	for op, h := range c.ops {
@@ -938,29 +947,26 @@ func (c *features) order(s pauseSpan) {
 	}
 	c.f.Exercised["priority_pauses_judged"]++
 	c.f.Exercised["priority_msgs_judged"] += len(qs)
-	// The latest first start of each level that no fault delayed.
-	latest := map[int]*queuedOp{}
-	for i := range qs {
-		q := &qs[i]
-		if c.fi.explain(q.first.proc, s.resumed, q.first.start) != "" {
-			continue
-		}
-		if l := latest[q.level]; l == nil || q.first.start > l.first.start {
-			latest[q.level] = q
-		}
-	}
-	for _, q := range qs {
+	// By start; of two at once, the higher first.
+	slices.SortFunc(qs, func(a, b queuedOp) int {
+		return cmp.Or(cmp.Compare(a.first.start, b.first.start), cmp.Compare(b.level, a.level))
+	})
+	var later [3]int // the messages started later, by level (low, normal, high)
+	for i := len(qs) - 1; i >= 0; i-- {
+		q := qs[i]
+		overtaken := 0
 		for level := q.level + 1; level <= int(disker.PriorityHigh); level++ {
-			hi := latest[level]
-			if hi == nil || (level == int(disker.PriorityHigh) && !noticed) {
-				continue
+			if level != int(disker.PriorityHigh) || noticed {
+				overtaken += later[level+1]
 			}
-			inversion := time.Duration(hi.first.start - q.first.start)
-			c.f.MaxInversion = max(c.f.MaxInversion, inversion)
-			if inversion > orderSlack {
-				c.broke(brokeOrder, q.first.start, "%s (level %d) started %v before %s (level %d), both queued during a pause",
-					q.op, q.level, inversion.Round(time.Millisecond), hi.op, hi.level)
-			}
+		}
+		c.f.MaxOvertaken = max(c.f.MaxOvertaken, overtaken)
+		if overtaken > slots {
+			c.broke(brokeOrder, q.first.start, "%s (level %d) started at %v, before %d messages of higher levels queued during the same pause, more than the %d the workers hold",
+				q.op, q.level, c.at(q.first.start), overtaken, slots)
+		}
+		if c.fi.explain(q.first.proc, s.resumed, q.first.start) == "" {
+			later[q.level+1]++
 		}
 	}
 }

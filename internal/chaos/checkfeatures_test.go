@@ -239,22 +239,32 @@ func TestCheckFeatures(t *testing.T) {
 			h.fsend(Event{Op: "no", Receiver: recvPaused}, 2200).frun("no", "w1.g1", 1, 5020, 5030, ResultOK)
 			h.fsend(Event{Op: "hi", Receiver: recvPaused, Priority: 1}, 2300).frun("hi", "w2.g1", 1, 5010, 5020, ResultOK)
 		},
-		check: func(f *FeatureReport) bool { return f.Exercised["priority_pauses_judged"] == 1 && f.MaxInversion == 0 },
+		check: func(f *FeatureReport) bool { return f.Exercised["priority_pauses_judged"] == 1 && f.MaxOvertaken == 0 },
 	}, {
-		name: "priority: after a resume, a normal message long before a high one",
+		name: "priority: after a resume, a low message overtaken by as many higher ones as the workers hold",
 		events: func(h *hist) {
 			h.pauseCall(KindPause, 1000, ResultOK).pauseCall(KindResume, 5000, ResultOK)
-			h.fsend(Event{Op: "no", Receiver: recvPaused}, 2200).frun("no", "w1.g1", 1, 5010, 5020, ResultOK)
-			h.fsend(Event{Op: "hi", Receiver: recvPaused, Priority: 1}, 2300).frun("hi", "w2.g1", 1, 6000, 6010, ResultOK)
+			h.fsend(Event{Op: "lo", Receiver: recvPaused, Priority: -1}, 2100).frun("lo", "w0.g1", 1, 5010, 5020, ResultOK)
+			for i, op := range []string{"h1", "h2", "n3"} {
+				h.fsend(Event{Op: op, Receiver: recvPaused, Priority: 1 - i/2}, 2200).frun(op, "w"+string(rune('1'+i%2))+".g1", 1, 5400+int64(i), 5500, ResultOK)
+			}
+		},
+		check: func(f *FeatureReport) bool { return f.MaxOvertaken == 3 },
+	}, {
+		name: "priority: after a resume, a normal message overtaken by more high ones than the workers hold",
+		events: func(h *hist) {
+			h.pauseCall(KindPause, 1000, ResultOK).pauseCall(KindResume, 5000, ResultOK)
+			h.fsend(Event{Op: "no", Receiver: recvPaused}, 2200).frun("no", "w0.g1", 1, 5010, 5020, ResultOK)
+			h.fourHigh(2300)
 		},
 		broken: brokeOrder,
-		check:  func(f *FeatureReport) bool { return f.MaxInversion == 990*time.Millisecond },
+		check:  func(f *FeatureReport) bool { return f.MaxOvertaken == 4 },
 	}, {
-		name: "priority: a high message sent too late to be noticed is not judged",
+		name: "priority: high messages sent too late to be noticed are not judged",
 		events: func(h *hist) {
 			h.pauseCall(KindPause, 1000, ResultOK).pauseCall(KindResume, 5000, ResultOK)
-			h.fsend(Event{Op: "no", Receiver: recvPaused}, 2200).frun("no", "w1.g1", 1, 5010, 5020, ResultOK)
-			h.fsend(Event{Op: "hi", Receiver: recvPaused, Priority: 1}, 4000).frun("hi", "w2.g1", 1, 6000, 6010, ResultOK)
+			h.fsend(Event{Op: "no", Receiver: recvPaused}, 2200).frun("no", "w0.g1", 1, 5010, 5020, ResultOK)
+			h.fourHigh(4000)
 		},
 	}, {
 		name: "dedup: windows apart, and a duplicate of the holder",
@@ -408,6 +418,14 @@ func TestCheckFeatures(t *testing.T) {
 				t.Logf("report:\n%s", r)
 			}
 		})
+	}
+}
+
+// fourHigh adds four high messages of recvPaused sent at at ms, started one
+// after another from 5100 ms on three workers.
+func (h *hist) fourHigh(at int64) {
+	for i, op := range []string{"h1", "h2", "h3", "h4"} {
+		h.fsend(Event{Op: op, Receiver: recvPaused, Priority: 1}, at).frun(op, "w"+string(rune('0'+i%3))+".g1", 1, 5100+100*int64(i), 5150+100*int64(i), ResultOK)
 	}
 }
 

@@ -94,20 +94,25 @@ func settledReceivers() []string {
 // Settings of the features, chosen so that each limit binds now and then
 // while the receivers keep up with the producers.
 const (
-	globalLimit = 3
-	globalWork  = 150 * time.Millisecond // a handler of recvGlobal works up to this
-	rateLimit   = 15.0                   // per second
-	rateBurst   = 4
-	groupLimit  = 3
-	groupWork   = 120 * time.Millisecond // a handler of recvGroupN works up to this
-	groupKeys   = 4
-	dedupTTL    = 300 * time.Millisecond
-	dedupHold   = 10 * time.Second // WithDedupUntilSettled's bound
-	dedupKeys   = 4
-	idemTTL     = 5 * time.Second
-	idemKeys    = 10
-	idemWork    = 200 * time.Millisecond
-	crashEvery  = 40 // one idempotent message in crashEvery crashes its worker
+	// pausedConcurrency and pausedWork make the messages queued during a
+	// pause wait for each other after the resume, so that their order
+	// shows.
+	pausedConcurrency = 1
+	pausedWork        = 100 * time.Millisecond
+	globalLimit       = 3
+	globalWork        = 150 * time.Millisecond // a handler of recvGlobal works up to this
+	rateLimit         = 15.0                   // per second
+	rateBurst         = 4
+	groupLimit        = 3
+	groupWork         = 120 * time.Millisecond // a handler of recvGroupN works up to this
+	groupKeys         = 4
+	dedupTTL          = 300 * time.Millisecond
+	dedupHold         = 10 * time.Second // WithDedupUntilSettled's bound
+	dedupKeys         = 4
+	idemTTL           = 5 * time.Second
+	idemKeys          = 10
+	idemWork          = 200 * time.Millisecond
+	crashEvery        = 40 // one idempotent message in crashEvery crashes its worker
 	// poolAttempts is the attempts of recvPool: its handler never fails,
 	// so only faults count attempts (a given-back message counts none).
 	poolAttempts = 3
@@ -293,7 +298,7 @@ func serveFeatures(d *disker.Disker, rec *Recorder, cfg ProcConfig) error {
 		h        disker.Handler
 		opts     []disker.HandleOption
 	}{
-		{recvPaused, workerHandler(d, rec, maxWork, true), nil},
+		{recvPaused, workerHandler(d, rec, pausedWork, true), []disker.HandleOption{disker.WithConcurrency(pausedConcurrency)}},
 		{recvGlobal, workerHandler(d, rec, globalWork, true), []disker.HandleOption{disker.WithGlobalConcurrency(globalLimit)}},
 		{recvRate, workerHandler(d, rec, maxWork, true), []disker.HandleOption{disker.WithRateLimit(rateLimit, rateBurst)}},
 		{recvGroup1, workerHandler(d, rec, maxWork, true), []disker.HandleOption{disker.WithGroupConcurrency(1)}},
