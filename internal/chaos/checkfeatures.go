@@ -34,6 +34,10 @@ const (
 	// later, up to half a second on a loaded host (half a second of the
 	// rate), and one for the broker's and the host's rounding.
 	rateSlack = 1 + rateLimit/2
+	// keySlack is how far a key's window may end off its length: Redis
+	// keeps a key's expiry, and reads its clock, in milliseconds, once per
+	// command or script.
+	keySlack = 2 * time.Millisecond
 	// missedAfter is the schedules' rule (schedule.go): a tick is missed
 	// when it is this old and its following tick is due.
 	missedAfter = time.Second
@@ -499,10 +503,10 @@ func (c *features) accepted(op string, h *opHistory) (acceptance, bool) {
 		return a, false
 	}
 	if h.send.Mode == ModeDedup {
-		a.holds = a.lower + int64(dedupTTL)
+		a.holds = a.lower + int64(dedupTTL-keySlack)
 		return a, true
 	}
-	a.holds = a.lower + int64(dedupHold)
+	a.holds = a.lower + int64(dedupHold-keySlack)
 	if t, ok := settledAfter(h); ok {
 		a.holds = min(a.holds, t)
 	}
@@ -559,7 +563,7 @@ func (c *features) dedupHolders(idOf map[string]string) {
 		switch {
 		case hs.Mode != h.send.Mode || hs.Receiver != h.send.Receiver || hs.Key != h.send.Key:
 			c.broke(brokeDedupHolder, h.send.T, "%s (key %s) is a duplicate of %s, a message of key %s", op, h.send.Key, holderOp, hs.Key)
-		case holder.sent != nil && h.send.T > holder.sent.T+int64(window):
+		case holder.sent != nil && h.send.T > holder.sent.T+int64(window+keySlack):
 			c.broke(brokeDedupHolder, h.send.T, "%s (key %s) is a duplicate of %s, whose window of %v had passed", op, h.send.Key, holderOp, window)
 		}
 	}
@@ -637,7 +641,7 @@ func (c *features) idemWindows(msgs map[string]*idemMessage) {
 		} else {
 			m.accept.op = "id " + m.id
 		}
-		m.accept.holds = m.accept.lower + int64(idemTTL)
+		m.accept.holds = m.accept.lower + int64(idemTTL-keySlack)
 		byKey[m.key] = append(byKey[m.key], m.accept)
 		c.f.Exercised["idem_messages"]++
 		c.f.Exercised["idem_runs"] += len(rs)

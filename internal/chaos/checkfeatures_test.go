@@ -308,6 +308,14 @@ func TestCheckFeatures(t *testing.T) {
 		},
 		broken: brokeDedupHolder,
 	}, {
+		name: "dedup: a duplicate of a message whose window had passed",
+		events: func(h *hist) {
+			h.fsend(Event{Op: "a", Mode: ModeDedup, Receiver: "chaos.q1", Key: "w0"}, 0).frun("a", "w0.g1", 1, 10, 20, ResultOK)
+			h.add(Event{T: ms(400), Proc: "p1.g1", Kind: KindSend, Op: "b", Mode: ModeDedup, Receiver: "chaos.q1", Key: "w0"})
+			h.add(Event{T: ms(401), Proc: "p1.g1", Kind: KindSent, Op: "b", ID: "id-a", Result: ResultDuplicate})
+		},
+		broken: brokeDedupHolder,
+	}, {
 		name: "dedup: an acknowledged message never handled",
 		events: func(h *hist) {
 			h.fsend(Event{Op: "a", Mode: ModeDedup, Receiver: "chaos.q1", Key: "w0"}, 0)
