@@ -22,14 +22,24 @@ import (
 // WithLease) and takes them before it fetches, so it never fetches a
 // message it may not start. The lease keeper renews them with the
 // deliveries' leases; the slots of an instance that died come back when
-// its lease runs out, on the broker's clock. A slot stays with its
-// instance while it keeps finding messages, and is given back when a fetch
-// finds fewer messages than it had slots for. An instance that finds every
+// its lease runs out, on the broker's clock. An instance that finds every
 // slot taken looks again after a delay that doubles up to
 // Config.ReceiverBlockTimeout (or when one of its own handlers ends). An
-// instance cut off from the
-// broker for longer than its lease loses its slots to the others, and its
-// handlers still running then count beyond n until they end.
+// instance cut off from the broker for longer than its lease loses its
+// slots to the others, and its handlers still running then count beyond n
+// until they end.
+//
+// The slots are not shared out evenly: a slot stays with its instance
+// while it keeps finding messages, and is given back only when a fetch
+// finds fewer messages than it had slots for. Under a steady backlog the
+// instances that took the slots first keep them, and the others wait: an
+// instance whose WithConcurrency (plus WithPrefetch) is n or more may
+// handle every message while the others handle none. An instance never
+// holds more slots than messages it may hold at once (WithConcurrency plus
+// WithPrefetch; for HandleBatch, WithConcurrency times WithBatchSize plus
+// WithPrefetch), so to spread the messages over the instances, give each
+// less than n: with n = 5 on three instances, WithConcurrency(2) runs 2, 2
+// and 1 at once.
 func WithGlobalConcurrency(n int) HandleOption {
 	return func(o *handleOptions) {
 		if n < 1 {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -483,4 +484,88 @@ func mostWithin(at []int64, w time.Duration) int {
 		most = max(most, i-j+1)
 	}
 	return most
+}
+
+// gatedHandler is a handler for each of several instances that counts
+// what each runs, the most running at once across all, and holds every
+// message until release is closed.
+type gatedHandler struct {
+	running, top, done atomic.Int64
+	per                []atomic.Int64 // messages started, by instance
+	release            chan struct{}
+	free               func() // closes release, once
+}
+
+// newGatedHandler returns the handler of instances instances; open them
+// before, so that release is closed before they are (a test that fails
+// leaves no handler waiting).
+func newGatedHandler(t *testing.T, instances int) *gatedHandler {
+	g := &gatedHandler{per: make([]atomic.Int64, instances), release: make(chan struct{})}
+	g.free = sync.OnceFunc(func() { close(g.release) })
+	t.Cleanup(g.free)
+	return g
+}
+
+// of returns the handler of instance i.
+func (g *gatedHandler) of(i int) disker.Handler {
+	return disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
+		now := g.running.Add(1)
+		for old := g.top.Load(); now > old && !g.top.CompareAndSwap(old, now); old = g.top.Load() {
+		}
+		g.per[i].Add(1)
+		<-g.release
+		g.running.Add(-1)
+		g.done.Add(1)
+		return nil, nil
+	})
+}
+
+// TestGlobalConcurrencySlotsStay shows what WithGlobalConcurrency's doc
+// says of how the slots are shared, on every broker. An instance that may
+// run n handlers takes every slot while it keeps finding messages, and
+// one started after it gets none: it handles nothing of a backlog. Each
+// instance capped below n (WithConcurrency(2) of n = 5, three instances)
+// holds no more slots than it may run, so all three run messages, never
+// more than n at once.
+func TestGlobalConcurrencySlotsStay(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		// A lease that does not run out while the machine is slow: the
+		// slots then stay where they are.
+		lease := disker.WithLease(time.Minute)
+
+		ds := []*disker.Disker{e.open(), e.open(), e.open(), e.open(), e.open()}
+		g := newGatedHandler(t, 2)
+		if err := ds[0].Handle("sticky", g.of(0), disker.WithConcurrency(5), disker.WithGlobalConcurrency(5), lease); err != nil {
+			t.Fatal(err)
+		}
+		sendN(t, ds[0], "sticky", "m", 30)
+		waitFor(t, 30*time.Second, "the first instance to run 5", func() bool { return g.per[0].Load() == 5 })
+		if err := ds[1].Handle("sticky", g.of(1), disker.WithConcurrency(5), disker.WithGlobalConcurrency(5), lease); err != nil {
+			t.Fatal(err)
+		}
+		g.free()
+		waitFor(t, 30*time.Second, "every message handled", func() bool { return g.done.Load() == 30 })
+		if g.per[1].Load() != 0 || g.top.Load() > 5 {
+			t.Fatalf("the second instance ran %d messages of the backlog, the most at once %d: want 0 and at most 5", g.per[1].Load(), g.top.Load())
+		}
+
+		g = newGatedHandler(t, 3)
+		for i, d := range ds[2:] {
+			if err := d.Handle("capped", g.of(i), disker.WithConcurrency(2), disker.WithGlobalConcurrency(5), lease); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sendN(t, ds[0], "capped", "m", 30)
+		waitFor(t, 30*time.Second, "5 handlers to run", func() bool { return g.running.Load() == 5 })
+		for i := range g.per {
+			if n := g.per[i].Load(); n == 0 || n > 2 {
+				t.Fatalf("instance %d runs %d messages, want 1 or 2 (capped at 2, 5 at once among 3)", i, n)
+			}
+		}
+		g.free()
+		waitFor(t, 30*time.Second, "every message handled", func() bool { return g.done.Load() == 30 })
+		if g.top.Load() > 5 {
+			t.Fatalf("%d handlers ran at once, want at most 5", g.top.Load())
+		}
+	})
 }

@@ -150,13 +150,16 @@ type Report struct {
 	Recovery map[string][2]time.Duration `json:"recovery"`
 	// Violations names the first violations found.
 	Violations []string `json:"violations,omitempty"`
+	// Features is what the checks of the features found (checkfeatures.go).
+	Features *FeatureReport `json:"features,omitempty"`
 }
 
 // OK reports whether every invariant held.
 func (r *Report) OK() bool {
 	return r.Lost == 0 && r.NoOutcome == 0 && r.MultiOutcome == 0 && r.Disagreements == 0 &&
 		r.LateStarts == 0 && r.EarlyStarts == 0 && r.CancelledHandled == 0 &&
-		r.Duplicates["unexplained"] == 0 && r.PendingAtEnd == 0 && r.Settled
+		r.Duplicates["unexplained"] == 0 && r.PendingAtEnd == 0 && r.Settled &&
+		r.Features.OK()
 }
 
 func (r *Report) violate(format string, args ...any) {
@@ -201,6 +204,7 @@ func (r *Report) String() string {
 		p := r.Recovery[k]
 		fmt.Fprintf(&b, "recovery %-18s p50 %v, p99 %v\n", k, p[0].Round(time.Millisecond), p[1].Round(time.Millisecond))
 	}
+	b.WriteString(r.Features.String())
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
 	}
@@ -457,6 +461,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 	if final && !r.Settled {
 		r.violate("the system did not settle after the faults stopped")
 	}
+	r.Features = checkFeatures(r, events, ops, fi, opts)
 	recovery(r, events, fi)
 	return r
 }

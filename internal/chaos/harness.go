@@ -148,8 +148,13 @@ func Run(opts Options) (*Report, error) {
 		}
 	}
 	defer h.killAll()
+	stopSupervisor := h.superviseWorkers()
+	defer stopSupervisor()
+	stopPauser := h.startPauser()
+	defer stopPauser()
 
 	h.injectFaults()
+	stopPauser()
 	if h.broken != nil {
 		return nil, h.broken
 	}
@@ -163,6 +168,7 @@ func Run(opts Options) (*Report, error) {
 		result = ResultSettled
 	}
 	rec.Record(Event{Kind: KindFinal, N: pending, Result: result, Err: left})
+	stopSupervisor()
 	h.stopAll()
 
 	events, err := ReadHistory(opts.Dir)
@@ -405,7 +411,7 @@ func (h *harness) settle() (bool, int64, string, error) {
 	for {
 		var pending int64
 		var left []string
-		for _, r := range Receivers {
+		for _, r := range settledReceivers() {
 			st, err := admin.Stats(ctx, r)
 			if err == nil {
 				pending += st.Length

@@ -134,6 +134,14 @@ type Event struct {
 	Target   string `json:"target,omitempty"`
 	End      int64  `json:"end,omitempty"`
 	N        int64  `json:"n,omitempty"`
+	// The features (features.go): the receiver of a send or a start, its
+	// priority level, its dedup, idempotency or group key (a schedule's
+	// name for KindTick), a reply's content, a schedule's tick.
+	Receiver string `json:"receiver,omitempty"`
+	Priority int    `json:"priority,omitempty"`
+	Key      string `json:"key,omitempty"`
+	Reply    string `json:"reply,omitempty"`
+	Tick     int64  `json:"tick,omitempty"`
 }
 
 // Recorder appends a process's events to its history file, one write per

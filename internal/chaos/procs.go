@@ -100,7 +100,8 @@ func opHash(op string) uint32 {
 	return h.Sum32()
 }
 
-// RunWorker serves Receivers until SIGTERM or SIGINT, recording every
+// RunWorker serves Receivers, and the receivers and schedules of the
+// features (serveFeatures), until SIGTERM or SIGINT, recording every
 // handler start and end and every reply. A handler works for up to
 // maxWork; one op in twenty fails its first attempt (and is retried); one
 // in a hundred fails for good (a dead letter).
@@ -110,57 +111,14 @@ func RunWorker(cfg ProcConfig) error {
 		return err
 	}
 	defer rec.Close()
-	h := disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
-		start := time.Now()
-		op := string(m.Content)
-		e := Event{T: start.UnixNano(), Kind: KindStart, Op: op, ID: m.ID, Attempt: m.Attempt}
-		if !m.Deadline.IsZero() {
-			e.Deadline = m.Deadline.UnixNano()
-		}
-		rec.Record(e)
-		end := func(result string) {
-			rec.Record(Event{Kind: KindEnd, Op: op, ID: m.ID, Attempt: m.Attempt, Result: result})
-		}
-		hash := opHash(op)
-		t := time.NewTimer(time.Duration(hash%uint32(maxWork/time.Millisecond)) * time.Millisecond)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			end(endCause(ctx))
-			return nil, ctx.Err()
-		}
-		switch {
-		case hash%100 == 7:
-			end(ResultFailed)
-			return nil, disker.NoRetry(errors.New("chaos: poison message"))
-		case hash%20 == 3 && m.Attempt == 1:
-			end(ResultFailed)
-			return nil, errors.New("chaos: first attempt fails")
-		}
-		if !m.ExpectsReply() {
-			end(ResultOK)
-			return nil, nil
-		}
-		err := d.Reply(ctx, m, []byte(op))
-		switch {
-		case err == nil:
-			rec.Record(Event{Kind: KindReply, Op: op, ID: m.ID, Attempt: m.Attempt, Result: ResultAccepted})
-		case errors.Is(err, disker.ErrLate):
-			rec.Record(Event{Kind: KindReply, Op: op, ID: m.ID, Attempt: m.Attempt, Result: ResultLate})
-		default:
-			rec.Record(Event{Kind: KindReply, Op: op, ID: m.ID, Attempt: m.Attempt, Result: ResultError, Err: err.Error()})
-			end(ResultFailed)
-			return nil, err
-		}
-		end(ResultOK)
-		return nil, nil
-	})
+	h := workerHandler(d, rec, maxWork, true)
 	for _, r := range Receivers {
-		if err := d.Handle(r, h, disker.WithLease(workerLease), disker.WithMaxAttempts(maxAttempts),
-			disker.WithConcurrency(8), disker.WithBackoff(func(int) time.Duration { return 50 * time.Millisecond })); err != nil {
+		if err := d.Handle(r, h, handleOptions()...); err != nil {
 			return fmt.Errorf("chaos: worker %s: %w", cfg.Name, err)
 		}
+	}
+	if err := serveFeatures(d, rec, cfg); err != nil {
+		return err
 	}
 	waitSignal(syscall.SIGTERM, syscall.SIGINT)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -219,6 +177,7 @@ func RunProducer(cfg ProcConfig) error {
 		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(g)))
 		wg.Go(func() { p.loop(sendCtx, rng, g) })
 	}
+	p.startFeatures(sendCtx, &wg)
 	waitSignal(syscall.SIGTERM)
 	stopSending()
 	wg.Wait()
@@ -352,26 +311,5 @@ func (p *producer) request(op, receiver string, timeout time.Duration) {
 }
 
 func (p *producer) batch(op, receiver string) {
-	msgs := make([]disker.Message, batchSize)
-	for i := range msgs {
-		o := fmt.Sprintf("%s.%d", op, i)
-		msgs[i] = disker.Message{Receiver: receiver, Content: []byte(o)}
-		p.rec.Record(Event{Kind: KindSend, Op: o, Mode: ModeBatch})
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ids, err := p.d.SendBatch(ctx, msgs)
-	var be *disker.BatchError
-	errors.As(err, &be)
-	for i, m := range msgs {
-		o := string(m.Content)
-		switch {
-		case i < len(ids) && ids[i] != "":
-			p.rec.Record(Event{Kind: KindSent, Op: o, ID: ids[i]})
-		case be != nil && i < len(be.Errs) && be.Errs[i] != nil:
-			p.rec.Record(Event{Kind: KindSendFailed, Op: o, Err: be.Errs[i].Error()})
-		case err != nil:
-			p.rec.Record(Event{Kind: KindSendFailed, Op: o, Err: err.Error()})
-		}
-	}
+	p.sendBatch(receiver, burst(op, batchSize, ModeBatch, ""))
 }

@@ -70,13 +70,9 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 	// The epoch and the departed workers as this broker last read them:
 	// the script sends the departed ones again only when the epoch moved.
 	known := b.reclaimEpoch.Load() - 1
-	self := "0"
-	if slices.Contains(b.departedWorkers(), info.ID) {
-		self = "1"
-	}
 	sent := time.Now()
 	res, err := scriptHeartbeat.Exec(ctx, b.client, []string{b.keys.workers(), b.keys.worker(info.ID), b.keys.reclaimEpoch(), b.keys.departed()},
-		[]string{info.ID, string(data), msString(ttl), msString(departedFor), strconv.FormatInt(known, 10), self}).ToArray()
+		[]string{info.ID, string(data), msString(ttl), msString(departedFor), strconv.FormatInt(known, 10)}).ToArray()
 	got := time.Now()
 	if err == nil && len(res) < 3 {
 		err = fmt.Errorf("the heartbeat script answered %d values", len(res))
@@ -93,9 +89,11 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 	b.offset.Measure(sent, time.UnixMicro(us), got)
 	if fresh == 1 {
 		departed := make([]string, 0, len(res)-3)
-		for _, m := range res[3:] {
-			if id, err := m.ToString(); err == nil {
-				departed = append(departed, id)
+		for i := 3; i+1 < len(res); i += 2 {
+			id, err1 := res[i].ToString()
+			left, err2 := res[i+1].ToString()
+			if err1 == nil && err2 == nil {
+				departed = append(departed, id, left)
 			}
 		}
 		b.departed.Store(&departed)
@@ -116,8 +114,9 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 // lease later.
 const departedFor = 10 * time.Minute
 
-// departedWorkers returns the workers that left the registry, as this
-// broker's last heartbeat saw them.
+// departedWorkers returns the workers that left the registry, each
+// followed by when it left (Redis time, unix ms), as this broker's last
+// heartbeat saw them.
 func (b *Broker) departedWorkers() []string {
 	if p := b.departed.Load(); p != nil {
 		return *p
@@ -325,24 +324,25 @@ var scriptHeartbeat = rueidis.NewLuaScript(`-- heartbeat
 -- ARGV[3] -> ttl in ms
 -- ARGV[4] -> how long a departed worker is remembered, ms
 -- ARGV[5] -> the reclaim epoch the caller knows (-1: none)
--- ARGV[6] -> "1" when the caller's id was among the departed it knows
 -- Stores the info with seen = Redis time, expiring after ttl; moves the
 -- expired ids of the registry to the departed set, adding how many to
--- KEYS[3]; takes this worker out of the departed set when it may be there
--- (it knew it was, or the epoch is not the caller's) and, when it was (it
--- is back), adds 1 to KEYS[3], so that its peers read the departed set
--- again at their next heartbeat and stop reclaiming its deliveries at
--- once. When the epoch is not the caller's (a worker left or came back
--- since), it forgets the departures older than ARGV[4] and answers the
--- departed ids.
--- One script per worker, whatever the number of its receivers, and five
--- commands while nobody leaves. Returns {Redis time (unix µs), the
--- reclaim epoch, 1 when the departed ids follow (else 0), the departed
--- ids...}.
+-- KEYS[3]; when this worker was not in the registry (its first heartbeat,
+-- or it is back after it lapsed or deregistered), takes it out of the
+-- departed set, and if it was there adds 1 to KEYS[3], so that the other
+-- workers read the departed ids again and stop reclaiming its deliveries.
+-- When the epoch is not the caller's (a worker left or came back since),
+-- it forgets the departures older than ARGV[4] and answers the departed
+-- ids, each with when it left. One script per worker, whatever the number
+-- of its receivers, and five commands while nobody leaves. Returns {Redis
+-- time (unix µs), the reclaim epoch, 1 when the departed ids follow (else
+-- 0), a departed id, when it left (unix ms), ...}.
 ` + luaNow + `
 redis.call('HSET', KEYS[2], 'info', ARGV[2], 'seen', nowStr)
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
-redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1])
+local back = 0
+if redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[1]) == 1 then
+  back = redis.call('ZREM', KEYS[4], ARGV[1])
+end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. nowStr)
 local epoch
 if #expired > 0 then
@@ -350,12 +350,11 @@ if #expired > 0 then
   for _, id in ipairs(expired) do
     redis.call('ZADD', KEYS[4], nowStr, id)
   end
-  epoch = redis.call('INCRBY', KEYS[3], #expired)
+end
+if #expired + back > 0 then
+  epoch = redis.call('INCRBY', KEYS[3], #expired + back)
 else
   epoch = tonumber(redis.call('GET', KEYS[3]) or '0')
-end
-if (ARGV[6] == '1' or tostring(epoch) ~= ARGV[5]) and redis.call('ZREM', KEYS[4], ARGV[1]) == 1 then
-  epoch = redis.call('INCR', KEYS[3])
 end
 local us = tm[1] .. string.rep('0', 6 - #tm[2]) .. tm[2]
 if tostring(epoch) == ARGV[5] then
@@ -363,8 +362,8 @@ if tostring(epoch) == ARGV[5] then
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%.0f', now - tonumber(ARGV[4])))
 local out = {us, epoch, 1}
-for _, id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
-  out[#out + 1] = id
+for _, v in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')) do
+  out[#out + 1] = v
 end
 return out
 `)

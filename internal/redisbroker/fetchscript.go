@@ -55,9 +55,11 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 --            their keys, and a keyed entry dead-lettered is settled for
 --            its key (for a reply stream, keys never written)
 -- ARGV[9..] -> the workers that left the registry (their heartbeat lapsed,
---            or they deregistered), as the caller's last heartbeat saw
---            them: the entries of those that hold some here are
---            reclaimable at once
+--            or they deregistered), each followed by when it left (unix
+--            ms), as the caller's last heartbeat saw them: the entries
+--            they were delivered before they left are reclaimable at
+--            once (one delivered since came to a worker that is back,
+--            which keeps it for its lease)
 -- ARGV[8] -> "1" first queues the deferred messages that are due, each at
 --            its level (at most 1000 a call, ZRANGEBYSCORE ... LIMIT:
 --            the cost does not grow with the set); "0" (a reply stream)
@@ -134,11 +136,11 @@ if reclaim then
       if v < minLease then minLease = v end
     end
   end
-  for j = 9, #ARGV do
+  for j = 9, #ARGV - 1, 2 do
     local who = ARGV[j]
     if leases[who] and who ~= consumer and not lapsed[who] then
       dead[#dead + 1] = who
-      lapsed[who] = true
+      lapsed[who] = tonumber(ARGV[j + 1])
       heldBy[who] = 0
     end
   end
@@ -176,7 +178,9 @@ local function serve(stream, prefix)
     for _, who in ipairs(dead) do
       local held = redis.call('XPENDING', stream, 'g', '-', '+', room, who)
       heldBy[who] = heldBy[who] + #held
-      for _, p in ipairs(held) do take(p) end
+      for _, p in ipairs(held) do
+        if now - p[3] <= lapsed[who] then take(p) end
+      end
     end
     for _, p in ipairs(scan) do
       if not lapsed[p[2]] and p[3] >= ownerLease(p[2]) then take(p) end

@@ -1,6 +1,7 @@
 package redisbroker
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -129,5 +130,79 @@ func TestQuietStreamReclaimsLapsedWorker(t *testing.T) {
 	ds := fetchWithin(t, b, "r", "live", 5*time.Second, beat)
 	if ds[0].Env.ID != "m1" || ds[0].Attempt != 2 {
 		t.Fatalf("Fetch = %+v, want m1 reclaimed (attempt 2)", ds)
+	}
+}
+
+// A worker whose heartbeat lapsed and that comes back (its process was
+// stopped, or its connection stalled, past its heartbeat) is taken out of
+// the departed workers by its next heartbeat, which moves the reclaim
+// epoch: the other brokers read the departed workers again at their next
+// heartbeat and no longer reclaim its deliveries at once.
+func TestReturnedWorkerKeepsItsDeliveries(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	other := newBrokerOn(t, srv, Config{KeyPrefix: b.keys.prefix})
+	ctx := ctxT(t)
+	beat := func(br *Broker, id string, ttl time.Duration) {
+		t.Helper()
+		if err := br.Heartbeat(ctx, broker.WorkerInfo{ID: id, Receivers: []string{"r"}}, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat(b, "live", time.Hour)
+	beat(other, "back", 10*time.Millisecond)
+	eventually(t, "the lapsed worker to be departed", func() bool {
+		beat(b, "live", time.Hour)
+		return slices.Contains(b.departedWorkers(), "back")
+	})
+	beat(other, "back", time.Hour)
+	beat(b, "live", time.Hour)
+	if ws := b.departedWorkers(); slices.Contains(ws, "back") {
+		t.Fatalf("departed workers after the worker came back: %v", ws)
+	}
+	if _, err := sendEnv(ctx, other, env("m1", "r")); err != nil {
+		t.Fatal(err)
+	}
+	if ds := fetchBlocked(t, other, "r", "back"); len(ds) != 1 {
+		t.Fatalf("Fetch of the returned worker = %v, want m1", ds)
+	}
+	if ds := fetchBlocked(t, b, "r", "live"); len(ds) != 0 {
+		t.Fatalf("Fetch of another worker = %+v: it reclaimed the returned worker's delivery", ds)
+	}
+}
+
+// A departed worker's deliveries from before it left are reclaimed at
+// once; one it fetched after it left (it is back, and no heartbeat has
+// told the others yet) stays with it for its lease.
+func TestDepartedWorkerKeepsLaterDeliveries(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	other := newBrokerOn(t, srv, Config{KeyPrefix: b.keys.prefix})
+	ctx := ctxT(t)
+	beat := func(br *Broker, id string, ttl time.Duration) {
+		t.Helper()
+		if err := br.Heartbeat(ctx, broker.WorkerInfo{ID: id, Receivers: []string{"r"}}, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat(b, "live", time.Hour)
+	beat(other, "back", 10*time.Millisecond)
+	for _, id := range []string{"m1", "m2"} {
+		if _, err := sendEnv(ctx, other, env(id, "r")); err != nil {
+			t.Fatal(err)
+		}
+		if id == "m2" {
+			eventually(t, "the lapsed worker to be departed", func() bool {
+				beat(b, "live", time.Hour)
+				return slices.Contains(b.departedWorkers(), "back")
+			})
+		}
+		if ds, err := other.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "back", Max: 1, Lease: time.Minute}); err != nil || len(ds) != 1 || ds[0].Env.ID != id {
+			t.Fatalf("Fetch of the worker = %+v, %v, want %s", ds, err, id)
+		}
+	}
+	ds := fetchBlocked(t, b, "r", "live")
+	if len(ds) != 1 || ds[0].Env.ID != "m1" || ds[0].Attempt != 2 {
+		t.Fatalf("Fetch of another worker = %+v, want m1 reclaimed (attempt 2), not m2", ds)
 	}
 }

@@ -131,8 +131,8 @@ type Broker struct {
 	// last heartbeat read it (0: none read yet): when it changes, every
 	// stream reclaims at its next fetch (see Heartbeat).
 	reclaimEpoch atomic.Int64
-	// departed is the workers that left the registry, as the last
-	// heartbeat read them (see keys.departed).
+	// departed is the workers that left the registry, each followed by
+	// when it left, as the last heartbeat read them (see keys.departed).
 	departed atomic.Pointer[[]string]
 	// sendQueues keeps the (normal level) queue keys of the receivers this
 	// broker sends to, inboxReplies the reply-stream keys of the inboxes
