@@ -57,7 +57,8 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- ARGV[9..] -> the workers that left the registry (their heartbeat lapsed,
 --            or they deregistered), each followed by when it left (unix
 --            ms), as the caller's last heartbeat saw them: the entries
---            they were delivered before they left are reclaimable at
+--            they were delivered in a millisecond before the one they left
+--            in are reclaimable at
 --            once (one delivered since came to a worker that is back,
 --            which keeps it for its lease)
 -- ARGV[8] -> "1" first queues the deferred messages that are due, each at
@@ -179,7 +180,7 @@ local function serve(stream, prefix)
       local held = redis.call('XPENDING', stream, 'g', '-', '+', room, who)
       heldBy[who] = heldBy[who] + #held
       for _, p in ipairs(held) do
-        if now - p[3] <= lapsed[who] then take(p) end
+        if now - p[3] < lapsed[who] then take(p) end
       end
     end
     for _, p in ipairs(scan) do
