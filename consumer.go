@@ -451,7 +451,7 @@ type loopStarts struct {
 }
 
 // loopsAtOnce is how many fetch loops may make their first fetch at once.
-const loopsAtOnce = 64
+const loopsAtOnce = 1024
 
 // start runs c's fetch loop, at once or in its turn.
 func (s *loopStarts) start(c *consumer) {

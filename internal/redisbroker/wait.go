@@ -36,10 +36,16 @@ func (b *Broker) parkRead(ctx context.Context, st *streamState, p *broker.FetchP
 	}
 	h := b.hubOf(p.Consumer, w.streams[0])
 	interrupt, round := h.join(w)
-	b.hubsMu.Unlock()
 	if interrupt {
-		h.interrupt(round)
+		// Not on the fetch's goroutine, which would wait for the read to
+		// end: receivers added at once would each wait for a read of all.
+		b.hubsWG.Add(1)
+		go func() {
+			defer b.hubsWG.Done()
+			h.interrupt(round)
+		}()
 	}
+	b.hubsMu.Unlock()
 	pr := &parkedRead{b: b, h: h, consumer: p.Consumer, r: r}
 	if b.closing.Err() != nil {
 		// The hub may have stopped before w joined (it answers the
