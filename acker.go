@@ -39,7 +39,7 @@ type acker struct {
 	name  string
 	ack   func(ctx context.Context, refs ...string) error
 	refs  chan ackRef   // made at the first ref; guarded by mu until then
-	abort chan struct{} // closed to give up retrying failed calls
+	abort chan struct{} // closed to give up retrying failed calls; made with refs
 	// mu guards running and pending: pending counts the refs added and
 	// not yet taken by the goroutine, so that it ends only when none is
 	// on its way (see queue and idle).
@@ -53,7 +53,7 @@ type acker struct {
 }
 
 func newAcker(d *Disker, kind, name string, ack func(ctx context.Context, refs ...string) error) *acker {
-	return &acker{d: d, kind: kind, name: name, ack: ack, abort: make(chan struct{})}
+	return &acker{d: d, kind: kind, name: name, ack: ack}
 }
 
 // ackRef is a ref to acknowledge; now sends it without gathering more
@@ -100,11 +100,12 @@ func (a *acker) queue(r ackRef) {
 	a.pending++
 	if !a.running {
 		if a.refs == nil {
-			a.refs = make(chan ackRef, ackQueue) // kept: made at the first ref
+			// Kept: made at the first ref.
+			a.refs, a.abort = make(chan ackRef, ackQueue), make(chan struct{})
 		}
 		a.running = true
 		a.runs.Add(1)
-		go a.run(a.refs)
+		go a.run(a.refs, a.abort)
 	}
 	refs := a.refs
 	a.mu.Unlock()
@@ -136,20 +137,24 @@ func (a *acker) close(ctx context.Context) {
 	if a.refs != nil {
 		close(a.refs)
 	}
+	abort := a.abort
 	a.mu.Unlock()
+	if abort == nil {
+		return // none ran
+	}
 	done := make(chan struct{})
 	go func() { a.runs.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
-		close(a.abort)
+		close(abort)
 		<-done
 	}
 }
 
 // send acknowledges refs, trying again after a failure while that is
 // worth it, and returns the last call's error.
-func (a *acker) send(refs []string) error {
+func (a *acker) send(refs []string, abort <-chan struct{}) error {
 	d := a.d
 	var bo pacer
 	for {
@@ -164,7 +169,7 @@ func (a *acker) send(refs []string) error {
 		d.health.fail("ack", err)
 		// Unacknowledged entries are delivered again after their lease:
 		// keep trying while that is still worth it.
-		if bo.attempts >= 8 || !bo.wait(a.abort) {
+		if bo.attempts >= 8 || !bo.wait(abort) {
 			d.log.Warn("disker: cannot acknowledge; the entries will be delivered again", a.kind, a.name, "count", len(refs), "error", err)
 			return err
 		}
@@ -173,7 +178,7 @@ func (a *acker) send(refs []string) error {
 
 // run acknowledges the refs of refs (a.refs) until it is closed, or ends
 // after ackIdle without one.
-func (a *acker) run(refs <-chan ackRef) {
+func (a *acker) run(refs <-chan ackRef, abort <-chan struct{}) {
 	defer a.runs.Done()
 	batch := make([]ackRef, 0, ackBatch)
 	wire := make([]string, 0, ackBatch)
@@ -232,7 +237,7 @@ func (a *acker) run(refs <-chan ackRef) {
 		for _, r := range batch {
 			wire = append(wire, r.ref)
 		}
-		acked(a.name, batch, a.send(wire))
+		acked(a.name, batch, a.send(wire, abort))
 		wait.Reset(ackIdle)
 	}
 }

@@ -265,7 +265,7 @@ func (b *batcher) start() {
 	b.open = nil
 	b.timer.Stop()
 	b.busy++
-	if err := c.exec.Submit(context.Background(), func() { c.runBatch(bt) }); err != nil {
+	if err := c.executor().Submit(context.Background(), func() { c.runBatch(bt) }); err != nil {
 		// The executor is closed only after the batches stopped: this is a
 		// bug, but the messages are safe (unacknowledged).
 		c.d.log.Error("disker: cannot run a batch handler", "receiver", c.name, "count", len(bt.tasks), "error", err)
@@ -382,11 +382,11 @@ func (c *consumer) finishBatch(bt *batch) {
 	b.busy--
 	b.startDue(time.Now())
 	b.mu.Unlock()
+	c.mu.Lock()
 	c.n.Add(-int64(len(bt.tasks)))
-	select {
-	case c.freed <- struct{}{}:
-	default:
-	}
+	freed := c.freed
+	c.mu.Unlock()
+	signal(freed)
 	c.tasks.Add(-len(bt.tasks))
 }
 

@@ -19,19 +19,21 @@ import (
 // (HandleBatch) gathers its deliveries into batches (batches) and runs a
 // task per batch instead of one per delivery.
 type consumer struct {
-	d       *Disker
-	name    string
-	h       Handler
-	o       handleOptions
-	exec    *pool.Executor
-	batches *batcher // nil for a Handler
+	d    *Disker
+	name string
+	h    Handler
+	o    handleOptions
+	// exec runs the handler tasks; made at the first (executor).
+	exec     *pool.Executor
+	execOnce sync.Once
+	batches  *batcher // nil for a Handler
 
 	fetchCtx   context.Context // ends when fetching stops (interrupts a blocking Fetch)
 	stopFetch  context.CancelFunc
 	hardCtx    context.Context // parent of the handlers' contexts: ends on forced stop
 	hardCancel context.CancelCauseFunc
-	loopDone   chan struct{}
-	keeperStop chan struct{}
+	loopDone   sync.WaitGroup // the fetch loop, till it stops
+	keeperStop chan struct{}  // made at the keeper's first run; closed by stop
 	// keeper guards keeperOn (the lease keeper runs) and keeperOff (it
 	// is not to run again: stopping, or run by hand); keepers counts its
 	// runs, for stop to wait.
@@ -40,13 +42,13 @@ type consumer struct {
 	keeperOff   bool
 	keepers     sync.WaitGroup
 	acks        *acker
-	freed       chan struct{} // a slot was freed (capacity 1)
+	freed       chan struct{} // a slot was freed (capacity 1); made at the first wait, under mu (freedSignal)
 	stopOnce    sync.Once
 	stopErr     error
 	tasks       sync.WaitGroup
 	n           atomic.Int64 // in flight
 	mu          sync.Mutex
-	inflight    map[string]*task // by ref
+	inflight    map[string]*task // by ref; made at the first
 	lockHeld    atomic.Bool      // exclusive mode: this instance holds the lock
 	lockTTL     time.Duration
 	lockRenewAt time.Time
@@ -58,6 +60,21 @@ type consumer struct {
 	paused  atomic.Bool
 	pauseMu sync.Mutex
 	resumed chan struct{}
+
+	// The fetch loop's state, its own but across its runs (see park):
+	// fp, its params, bo, its pacer of failures, grouped, its receiver's
+	// group settings are made, and idle, its last fetch found nothing.
+	fp      broker.FetchParams
+	bo      pacer
+	grouped bool
+	idle    bool
+	// begun: its first fetch ended (or it parked or stopped before one),
+	// which lets another loop begin (loopStarts).
+	begun bool
+	// loop is loopRunning, loopWoken or loopParked; wakeLoop is wake, as
+	// a func made once.
+	loop     atomic.Int32
+	wakeLoop func()
 
 	processed, failed, retried, deadLettered, expired, givenBack atomic.Int64
 	// droppedReplies counts the replies the handler returned to
@@ -100,26 +117,14 @@ const cancelPoll = 250 * time.Millisecond
 var errStopped = errors.New("disker: stopped: the message will be delivered again")
 
 func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*consumer, error) {
-	exec, err := pool.NewExecutor(pool.ExecutorConfig{
-		Name:        "disker:" + receiver,
-		MaxWorkers:  o.concurrency,
-		QueueSize:   o.capacity(), // a task holds at least one delivery
-		IdleTimeout: 30 * time.Second,
-		// Handler panics are recovered in call; this catches Disker's own.
-		PanicHandler: func(p *pool.PanicError) {
-			d.log.Error("disker: panic while settling a delivery", "receiver", receiver, "error", p)
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("disker: receiver %s: %w", receiver, err)
-	}
 	c := &consumer{
-		d: d, name: receiver, h: h, o: o, exec: exec,
-		loopDone:   make(chan struct{}),
-		keeperStop: make(chan struct{}),
-		freed:      make(chan struct{}, 1),
-		inflight:   make(map[string]*task),
-		lockTTL:    max(3*d.cfg.HeartbeatInterval, 6*d.cfg.ReceiverBlockTimeout),
+		d: d, name: receiver, h: h, o: o,
+		lockTTL: max(3*d.cfg.HeartbeatInterval, 6*d.cfg.ReceiverBlockTimeout),
+	}
+	// The executor is made at the first delivery (executor): made here, it
+	// is only checked.
+	if _, err := c.newExecutor(); err != nil {
+		return nil, fmt.Errorf("disker: receiver %s: %w", receiver, err)
 	}
 	c.acks = newAcker(d, "receiver", receiver, func(ctx context.Context, refs ...string) error {
 		return d.b.Ack(ctx, receiver, refs...)
@@ -130,13 +135,45 @@ func (d *Disker) newConsumer(receiver string, h Handler, o handleOptions) (*cons
 	if o.batch != nil {
 		c.batches = newBatcher(c)
 	}
+	c.fp = broker.FetchParams{Receiver: receiver, Consumer: d.id, Block: d.cfg.ReceiverBlockTimeout, Lease: o.lease, MaxAttempts: o.maxAttempts}
+	c.idle = true // its first fetch too: many receivers started at once park
+	c.wakeLoop = c.wake
 	c.fetchCtx, c.stopFetch = context.WithCancel(d.bgCtx)
 	c.hardCtx, c.hardCancel = context.WithCancelCause(context.Background())
 	return c, nil
 }
 
+// newExecutor returns a new executor of the consumer's handler tasks.
+func (c *consumer) newExecutor() (*pool.Executor, error) {
+	return pool.NewExecutor(pool.ExecutorConfig{
+		Name:        "disker:" + c.name,
+		MaxWorkers:  c.o.concurrency,
+		QueueSize:   c.o.capacity(), // a task holds at least one delivery
+		IdleTimeout: 30 * time.Second,
+		// Handler panics are recovered in call; this catches Disker's own.
+		PanicHandler: func(p *pool.PanicError) {
+			c.d.log.Error("disker: panic while settling a delivery", "receiver", c.name, "error", p)
+		},
+	})
+}
+
+// executor returns the executor of the handler tasks, made at the first
+// call (newConsumer checked that it can be): a receiver that never had a
+// delivery holds none.
+func (c *consumer) executor() *pool.Executor {
+	c.execOnce.Do(func() {
+		exec, err := c.newExecutor()
+		if err != nil {
+			panic(err) // newConsumer made one with the same config
+		}
+		c.exec = exec
+	})
+	return c.exec
+}
+
 func (c *consumer) start() {
-	go c.fetchLoop()
+	c.loopDone.Add(1)
+	c.d.starts.start(c)
 	if c.lim != nil {
 		c.wakeKeeper() // it renews the flow limits' slots between fetches too
 	}
@@ -148,7 +185,8 @@ func (c *consumer) start() {
 func (c *consumer) stop(ctx context.Context) error {
 	c.stopOnce.Do(func() {
 		c.stopFetch()
-		<-c.loopDone
+		c.wake() // a parked loop, to stop
+		c.loopDone.Wait()
 		if c.batches != nil {
 			c.batches.close() // the batch being gathered starts now
 		}
@@ -164,8 +202,10 @@ func (c *consumer) stop(ctx context.Context) error {
 		c.hardCancel(errStopped)
 		c.keeper.Lock()
 		c.keeperOff = true
+		if c.keeperStop != nil {
+			close(c.keeperStop)
+		}
 		c.keeper.Unlock()
-		close(c.keeperStop)
 		c.keepers.Wait()
 		c.acks.close(ctx)
 		if c.lim != nil {
@@ -180,75 +220,100 @@ func (c *consumer) stop(ctx context.Context) error {
 			}
 			cancel()
 		}
-		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = c.exec.Close(cctx) // idle by now
-		cancel()
+		c.execOnce.Do(func() {}) // none is made after this
+		if c.exec != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = c.exec.Close(cctx) // idle by now
+			cancel()
+		}
 	})
 	return c.stopErr
 }
 
-// fetchLoop fetches deliveries while there are free slots, until stopped.
+// The states of consumer.loop.
+const (
+	loopRunning int32 = iota // the fetch loop runs
+	loopWoken                // it runs, and was woken meanwhile: it must not park
+	loopParked               // it parked: wake runs it again
+)
+
+// fetchLoop runs the fetch loop (fetching) until it stops or parks.
 func (c *consumer) fetchLoop() {
-	defer close(c.loopDone)
+	if c.fetching() {
+		return // parked: wake runs it again
+	}
+	c.begin1()
+	if c.fp.Wait != nil {
+		c.fp.Wait.Cancel()
+		c.fp.Wait = nil
+	}
+	c.loopDone.Done()
+}
+
+// park ends the fetch loop's goroutine, which wake starts again, and
+// reports true, unless the loop was woken since it last tried; an idle
+// receiver then holds no goroutine. It parks while its fetch waits in the
+// broker (broker.FetchParams.Wake), or while it is paused (setPaused
+// wakes it).
+func (c *consumer) park() bool {
+	c.begin1() // before: once parked, the loop's state is the next run's
+	if c.loop.CompareAndSwap(loopRunning, loopParked) {
+		return true
+	}
+	c.loop.Store(loopRunning)
+	return false
+}
+
+// wake runs the fetch loop again if it parked, or keeps it from parking
+// once if it runs.
+func (c *consumer) wake() {
+	for {
+		switch c.loop.Load() {
+		case loopParked:
+			if c.loop.CompareAndSwap(loopParked, loopRunning) {
+				go c.fetchLoop()
+				return
+			}
+		case loopRunning:
+			if c.loop.CompareAndSwap(loopRunning, loopWoken) {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+// fetching fetches deliveries while there are free slots, until stopped
+// (false) or parked (true). A fetch that follows one that found nothing
+// lets the broker wait for entries without a goroutine (Wake), unless the
+// receiver has flow limits or is exclusive (its lock is renewed between
+// fetches): a busy loop fetches as before.
+func (c *consumer) fetching() bool {
 	d := c.d
-	c.readPaused()
-	var bo pacer
-	// One params value for the loop's life: a Fetch allocates none.
-	fp := broker.FetchParams{Receiver: c.name, Consumer: d.id, Block: d.cfg.ReceiverBlockTimeout, Lease: c.o.lease, MaxAttempts: c.o.maxAttempts}
-	for grouped := false; c.fetchCtx.Err() == nil; {
-		if !grouped {
-			// The receiver's group settings, before its first fetch.
-			if err := c.configureGroups(c.fetchCtx); err != nil {
-				if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
-					return
-				}
-				d.health.fail("configure groups", err)
-				bo.wait(c.fetchCtx.Done())
-				continue
-			}
-			grouped = true
-		}
-		if c.paused.Load() {
-			c.waitResumed(c.fetchCtx.Done(), nil)
+	fp, bo := &c.fp, &c.bo
+	for c.fetchCtx.Err() == nil {
+		free, step := c.beforeFetch()
+		switch step {
+		case stepStop:
+			return false
+		case stepPark:
+			return true
+		case stepAgain:
 			continue
-		}
-		if c.o.exclusive && !c.holdLock(&bo) {
-			continue
-		}
-		free := c.o.capacity() - int(c.n.Load())
-		if free <= 0 {
-			select {
-			case <-c.freed:
-			case <-c.fetchCtx.Done():
-			}
-			continue
-		}
-		if c.lim != nil {
-			var wait time.Duration
-			var onFree bool
-			var err error
-			free, fp.Block, wait, onFree, err = c.lim.gate(c.fetchCtx, free)
-			if err != nil {
-				if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
-					return
-				}
-				d.health.fail("flow limits", err)
-				bo.wait(c.fetchCtx.Done())
-				continue
-			}
-			if free <= 0 {
-				c.sleep(wait, onFree)
-				continue
-			}
 		}
 		fp.Max = free
-		ds, err := d.b.Fetch(c.fetchCtx, &fp)
+		if fp.Wake == nil {
+			c.begin1() // it may hold its goroutine: no use holding back others
+		}
+		ds, err := d.b.Fetch(c.fetchCtx, fp)
+		c.begin1()
 		if c.lim != nil {
 			c.lim.ungate(d.opCtx, free, len(ds))
 		}
 		if err != nil {
 			if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
-				return
+				return false
 			}
 			d.health.fail("fetch", err)
 			bo.wait(c.fetchCtx.Done())
@@ -256,6 +321,13 @@ func (c *consumer) fetchLoop() {
 		}
 		bo.reset()
 		d.health.ok()
+		c.idle = len(ds) == 0
+		if fp.Wait != nil {
+			if c.park() {
+				return true
+			}
+			continue // woken meanwhile: the next fetch takes the wait up
+		}
 		if len(ds) > 0 {
 			c.dispatch(ds)
 			yieldToWoken()
@@ -265,6 +337,156 @@ func (c *consumer) fetchLoop() {
 			c.sleep(c.lim.idleWait(), false)
 		}
 	}
+	return false
+}
+
+// loopStep is what the fetch loop does next (beforeFetch).
+type loopStep int
+
+const (
+	stepFetch loopStep = iota // fetch
+	stepAgain                 // look again
+	stepPark                  // park: the loop's goroutine ends
+	stepStop                  // stop: fetching ended
+)
+
+// beforeFetch readies the fetch loop's next fetch, and returns the
+// deliveries it may fetch (with stepFetch): first the receiver's group
+// settings, then a pause, the exclusive lock, free slots and flow limits
+// each may hold it (waiting, or parked while paused), and it sets
+// whether the fetch may wait without a goroutine (see fetching).
+func (c *consumer) beforeFetch() (int, loopStep) {
+	d, fp, bo := c.d, &c.fp, &c.bo
+	if !c.grouped {
+		// The receiver's group settings, before its first fetch.
+		if err := c.configureGroups(c.fetchCtx); err != nil {
+			if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+				return 0, stepStop
+			}
+			d.health.fail("configure groups", err)
+			bo.wait(c.fetchCtx.Done())
+			return 0, stepAgain
+		}
+		c.grouped = true
+	}
+	if c.paused.Load() {
+		return 0, c.whilePaused()
+	}
+	if c.o.exclusive && !c.holdLock(bo) {
+		return 0, stepAgain
+	}
+	free := c.o.capacity() - int(c.n.Load())
+	if free <= 0 {
+		freed := c.freedSignal()
+		if c.o.capacity()-int(c.n.Load()) > 0 {
+			return 0, stepAgain // freed before the signal was made
+		}
+		select {
+		case <-freed:
+		case <-c.fetchCtx.Done():
+		}
+		return 0, stepAgain
+	}
+	fp.Wake = nil
+	if c.lim == nil {
+		if c.idle && !c.o.exclusive {
+			fp.Wake = c.wakeLoop
+		}
+		return free, stepFetch
+	}
+	var wait time.Duration
+	var onFree bool
+	var err error
+	free, fp.Block, wait, onFree, err = c.lim.gate(c.fetchCtx, free)
+	if err != nil {
+		if c.fetchCtx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+			return 0, stepStop
+		}
+		d.health.fail("flow limits", err)
+		bo.wait(c.fetchCtx.Done())
+		return 0, stepAgain
+	}
+	if free <= 0 {
+		c.sleep(wait, onFree)
+		return 0, stepAgain
+	}
+	return free, stepFetch
+}
+
+// whilePaused holds the fetch loop of a paused receiver: it ends its
+// fetch's wait in the broker, if any, and parks (setPaused wakes it), or
+// waits to be resumed when it has flow limits (their slots are renewed
+// between fetches).
+func (c *consumer) whilePaused() loopStep {
+	if c.fp.Wait != nil {
+		c.fp.Wait.Cancel()
+		c.fp.Wait = nil
+	}
+	if c.lim == nil && c.park() {
+		return stepPark
+	}
+	c.waitResumed(c.fetchCtx.Done(), nil)
+	return stepAgain
+}
+
+// begin1 lets another fetch loop begin (loopStarts), once: at the end of
+// this one's first fetch (at its start when it may not park), or when it
+// parks or stops before one.
+func (c *consumer) begin1() {
+	if !c.begun {
+		c.begun = true
+		c.d.starts.begun()
+	}
+}
+
+// loopStarts bounds the fetch loops that make their first fetch at once:
+// each holds a goroutine until it parks, and the runtime keeps the
+// goroutines it made for reuse, so that ten thousand receivers started
+// at once would leave ten thousand behind. The others wait in line, and
+// start as those begun end their first fetch.
+type loopStarts struct {
+	mu      sync.Mutex
+	running int
+	queue   []*consumer
+}
+
+// loopsAtOnce is how many fetch loops may make their first fetch at once.
+const loopsAtOnce = 1024
+
+// start runs c's fetch loop, at once or in its turn.
+func (s *loopStarts) start(c *consumer) {
+	s.mu.Lock()
+	if s.running >= loopsAtOnce {
+		s.queue = append(s.queue, c)
+		s.mu.Unlock()
+		return
+	}
+	s.running++
+	s.mu.Unlock()
+	go c.firstRun()
+}
+
+// begun starts the next loop in line, if any.
+func (s *loopStarts) begun() {
+	s.mu.Lock()
+	if len(s.queue) == 0 {
+		s.running--
+		s.queue = nil
+		s.mu.Unlock()
+		return
+	}
+	c := s.queue[0]
+	s.queue[0] = nil
+	s.queue = s.queue[1:]
+	s.mu.Unlock()
+	go c.firstRun()
+}
+
+// firstRun is the first run of the fetch loop: it reads whether the
+// receiver is paused first.
+func (c *consumer) firstRun() {
+	c.readPaused()
+	c.fetchLoop()
 }
 
 // yieldToWoken lets the goroutines that a reading loop has just woken
@@ -332,7 +554,7 @@ func (c *consumer) dispatch(ds []broker.Delivery) {
 			continue
 		}
 		ctx, t := c.begin(dl)
-		if err := c.exec.Submit(context.Background(), func() { c.run(ctx, t, deadline) }); err != nil {
+		if err := c.executor().Submit(context.Background(), func() { c.run(ctx, t, deadline) }); err != nil {
 			// The executor is closed only after the loop stopped: this is a
 			// bug, but the message is safe (unacknowledged).
 			c.d.log.Error("disker: cannot run a handler", append(logAttrs(c.name, dl.Env.ID, dl.Attempt), "error", err)...)
@@ -354,6 +576,9 @@ func (c *consumer) begin(dl broker.Delivery) (context.Context, *task) {
 // find it, until finish.
 func (c *consumer) track(t *task) {
 	c.mu.Lock()
+	if c.inflight == nil {
+		c.inflight = make(map[string]*task)
+	}
 	c.inflight[t.dl.Ref] = t
 	c.mu.Unlock()
 	c.n.Add(1)
@@ -371,8 +596,11 @@ func (c *consumer) wakeKeeper() {
 		return
 	}
 	c.keeperOn = true
+	if c.keeperStop == nil {
+		c.keeperStop = make(chan struct{})
+	}
 	c.keepers.Add(1)
-	go c.keepLeases()
+	go c.keepLeases(c.keeperStop)
 }
 
 // keeperIdle ends the lease keeper's run when nothing is in flight (and
@@ -449,16 +677,39 @@ func (d *Disker) releaseDedup(receiver string, env *broker.Envelope) {
 
 // finish ends a task's bookkeeping.
 func (c *consumer) finish(t *task) {
+	t.cancel(nil)
 	c.mu.Lock()
 	delete(c.inflight, t.dl.Ref)
-	c.mu.Unlock()
-	t.cancel(nil)
 	c.n.Add(-1)
+	freed := c.freed
+	c.mu.Unlock()
+	signal(freed)
+	c.tasks.Done()
+}
+
+// freedSignal returns the channel that a freed slot signals, made at the
+// first call: a receiver that never filled its slots has none. A slot
+// freed before the call is not signalled: the caller counts the free
+// slots again after it.
+func (c *consumer) freedSignal() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.freed == nil {
+		c.freed = make(chan struct{}, 1)
+	}
+	return c.freed
+}
+
+// signal signals ch, a channel of capacity 1, if not nil, unless it is
+// signalled already.
+func signal(ch chan struct{}) {
+	if ch == nil {
+		return
+	}
 	select {
-	case c.freed <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
-	c.tasks.Done()
 }
 
 // run handles one delivery and settles it: reply and ack, retry, or dead
@@ -482,6 +733,7 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 	}
 	msg := &t.msg
 	d.setMessage(msg, &dl.Env, dl.Deadline, dl.Attempt)
+	msg.Deadline = deadline // the handler's context's, in the same estimate of the clock offset
 	msg.Group = dl.GroupKey
 	msg.settle = &t.settle
 	if t.settle.Load() == taskCancelled {
@@ -720,7 +972,7 @@ func errorText(err error) string {
 // keepLeases extends the leases of the in-flight deliveries every third of
 // the lease, in one call, and cancels the handlers of the ones lost. It
 // ends once nothing has been in flight for keeperIdleFor (see wakeKeeper).
-func (c *consumer) keepLeases() {
+func (c *consumer) keepLeases(stop <-chan struct{}) {
 	defer c.keepers.Done()
 	d := c.d
 	tick := time.NewTicker(c.o.lease / 3)
@@ -733,7 +985,7 @@ func (c *consumer) keepLeases() {
 	idleSince := time.Now()
 	for {
 		select {
-		case <-c.keeperStop:
+		case <-stop:
 			return
 		case now := <-poll.C:
 			c.pollCancels(&since)

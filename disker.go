@@ -245,6 +245,7 @@ type Disker struct {
 
 	mu         sync.Mutex
 	consumers  map[string]*consumer
+	starts     loopStarts     // the fetch loops' first runs
 	unhandling sync.WaitGroup // Unhandle calls in progress
 	senders    map[string]*senderHandlers
 

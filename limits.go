@@ -306,9 +306,9 @@ func (c *consumer) sleep(d time.Duration, onFree bool) {
 	d = min(max(d, time.Millisecond), c.d.cfg.ReceiverBlockTimeout)
 	t := time.NewTimer(d)
 	defer t.Stop()
-	freed := c.freed
-	if !onFree {
-		freed = nil
+	var freed <-chan struct{}
+	if onFree {
+		freed = c.freedSignal()
 	}
 	select {
 	case <-t.C:

@@ -47,7 +47,6 @@ type byHand struct{ d *Disker }
 // that Drain returns with every outcome in the broker. It sets the
 // receiver's groups, as a fetch loop does first.
 func (c *consumer) startByHand() {
-	close(c.loopDone)
 	c.keeper.Lock()
 	c.keeperOff = true // a kit extends no lease: its clock decides
 	c.keeper.Unlock()

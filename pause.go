@@ -161,10 +161,16 @@ func (c *consumer) setPaused(paused bool) {
 		c.resumed = make(chan struct{})
 		c.paused.Store(true)
 		c.d.log.Info("disker: receiver paused", "receiver", c.name)
+		if c.wakeLoop != nil {
+			c.wakeLoop() // its fetch may wait in the broker: it stops fetching
+		}
 		return
 	}
 	c.paused.Store(false)
 	close(c.resumed)
+	if c.wakeLoop != nil {
+		c.wakeLoop() // a paused loop parks
+	}
 	c.d.log.Info("disker: receiver resumed", "receiver", c.name)
 }
 
@@ -191,9 +197,11 @@ func (c *consumer) waitResumed(stop, halt <-chan struct{}) bool {
 
 // readPaused pauses the consumer, before it starts, if its receiver is
 // paused, so that a new consumer of a paused receiver does not fetch until
-// the next poll. An error leaves it to the poll.
+// the next poll. An error leaves it to the poll. Its context is not
+// fetchCtx's child, which would make fetchCtx keep a map of children for
+// the consumer's life: a stop waits for it.
 func (c *consumer) readPaused() {
-	ctx, cancel := context.WithTimeout(c.fetchCtx, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if ps, err := c.d.b.Paused(ctx, []string{c.name}); err == nil && len(ps) == 1 && ps[0] {
 		c.setPaused(true)

@@ -8,6 +8,7 @@ package disker_test
 // `make test` runs them in a `go test` without -race of their own.
 
 import (
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -57,7 +58,10 @@ func TestTenThousandSendersTimedReplies(t *testing.T) {
 // by a proxy between it and Redis (Redis's own counts, logged too, add
 // the commands its scripts run): its heartbeat is one script for the
 // instance, not a write per receiver, and an idle stream costs no poll of
-// its own.
+// its own. The receivers hold at most 0.01 goroutines each (an idle
+// receiver's fetch waits in the broker without one) and, generously, at
+// most 6 KiB of Go heap each (the figure aimed at is 4 KiB: see
+// docs/sizing.md).
 func TestTenThousandIdleReceiversCommandRate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a stress test: runs without -short")
@@ -68,6 +72,7 @@ func TestTenThousandIdleReceiversCommandRate(t *testing.T) {
 	rc := rawRedis(t, newEnv(t, true, srv.URL()))
 	d := e.open(tenKConfig)
 	const n = 10_000
+	heap0, g0 := liveHeap(), runtime.NumGoroutine()
 	for i := range n {
 		if err := d.Handle("idle-"+strconv.Itoa(i), disker.HandlerFunc(echo)); err != nil {
 			t.Fatal(err)
@@ -75,6 +80,14 @@ func TestTenThousandIdleReceiversCommandRate(t *testing.T) {
 	}
 	// Settle: every receiver's first fetches, and a few heartbeats.
 	time.Sleep(5 * disker.DefaultHeartbeatInterval)
+	heap, g := float64(liveHeap()-heap0)/n, float64(runtime.NumGoroutine()-g0)/n
+	t.Logf("%d idle receivers: %.4f goroutines and %.0f bytes of Go heap each", n, g, heap)
+	if g > 0.01 {
+		t.Fatalf("%d idle receivers: %.4f goroutines each, want at most 0.01", n, g)
+	}
+	if heap > 6<<10 {
+		t.Fatalf("%d idle receivers: %.0f bytes of Go heap each, want at most 6 KiB", n, heap)
+	}
 	const window = 10 * time.Second
 	before := proxy.Commands()
 	calls, usec, per := commandsOver(t, rc, window, nil)
@@ -84,4 +97,12 @@ func TestTenThousandIdleReceiversCommandRate(t *testing.T) {
 	if made > 20 {
 		t.Fatalf("%d idle receivers: the instance made %.1f Redis commands/s, want at most 20", n, made)
 	}
+}
+
+// liveHeap returns the bytes of the Go heap in use after a collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

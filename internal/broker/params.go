@@ -27,6 +27,28 @@ type FetchParams struct {
 	// MaxAttempts dead-letters a message delivered this many times
 	// instead of delivering it again; 0 (or less) means no limit.
 	MaxAttempts int
+	// Wake, when set, lets a Fetch that finds nothing and would wait for
+	// new entries return at once, with none, leaving the wait registered
+	// in the broker as Wait, so that no goroutine waits. Wake is then
+	// called, on a goroutine of the broker's, when the next Fetch with
+	// these params may find something or has something to do: entries
+	// came, the block time ended (a broker may wait on past it while a
+	// Fetch would only wait again), or the broker closed; ctx is the
+	// caller's to watch. It must return quickly and call no broker method;
+	// it may be called more than once, and spuriously. A broker may also
+	// wait as without Wake.
+	Wake func()
+	// Wait is the wait a Fetch with Wake left registered, nil if none: the
+	// next Fetch with these params takes it up (what it read) and clears
+	// it; a caller that fetches no more ends it with Wait.Cancel.
+	Wait Wait
+}
+
+// Wait is a wait for entries left registered by a Fetch (see
+// FetchParams.Wake).
+type Wait interface {
+	// Cancel ends the wait and gives back what it read, if anything.
+	Cancel()
 }
 
 // Validate returns an error naming the first field that is not valid.

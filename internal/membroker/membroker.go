@@ -55,6 +55,9 @@ type Broker struct {
 	// offset is the broker's clock minus the local one, from the readings
 	// of Now (see broker.Offset): the clock of Local.
 	offset broker.Offset
+	// parked are the waits of this handle's fetches with Wake (park),
+	// woken by Close; guarded by c.mu.
+	parked map[*parkedWait]struct{}
 }
 
 var _ broker.Broker = (*Broker)(nil)
@@ -110,6 +113,11 @@ func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		b.closed.Store(true)
 		close(b.done)
+		b.c.mu.Lock()
+		for w := range b.parked {
+			w.wakeAlone()
+		}
+		b.c.mu.Unlock()
 	})
 	return nil
 }

@@ -53,6 +53,11 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	if p.Wait != nil {
+		// Nothing is read ahead here: the fetch looks as usual.
+		p.Wait.Cancel()
+		p.Wait = nil
+	}
 	receiver, consumer, max, lease, maxAttempts := p.Receiver, p.Consumer, p.Max, p.Lease, p.MaxAttempts
 	c := b.c
 	out := []broker.Delivery{}
@@ -88,7 +93,7 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 		}
 		return len(out)
 	}
-	err := b.read(ctx, receiver, c.queue, p.Block, take)
+	err := b.read(ctx, receiver, c.queue, p.Block, p, take)
 	if err != nil {
 		return nil, err
 	}
@@ -117,10 +122,11 @@ func (c *core) lease(receiver string, s *stream, e *entry, g grant) (broker.Deli
 }
 
 // read runs take on the stream of name (got by get, which creates it) until
-// take delivers something or block is over. Between tries it waits for a new
-// entry, for the first pending entry to become reclaimable, for ctx or for
-// Close; never by polling.
-func (b *Broker) read(ctx context.Context, name string, get func(string) *stream, block time.Duration, take func(*stream, time.Time) int) error {
+// take delivers something or block is over. Between tries it waits for a
+// new entry, for the first pending entry to become reclaimable, for ctx or
+// for Close; never by polling. A fetch with Wake (p, nil for others) does
+// not wait: it leaves the wait as p.Wait (park).
+func (b *Broker) read(ctx context.Context, name string, get func(string) *stream, block time.Duration, p *broker.FetchParams, take func(*stream, time.Time) int) error {
 	c := b.c
 	var blockTimer *time.Timer
 	for {
@@ -134,6 +140,18 @@ func (b *Broker) read(ctx context.Context, name string, get func(string) *stream
 			c.mu.Unlock()
 			return nil
 		}
+		due, hasDue := s.nextDue(now)
+		if at, ok := c.nextRated(name); ok && (!hasDue || at.Sub(now) < due) {
+			due, hasDue = at.Sub(now), true // a key's token: see releaseRated
+		}
+		if p != nil && p.Wake != nil {
+			if hasDue {
+				block = min(block, max(due, 0))
+			}
+			b.park(name, s, p, block)
+			c.mu.Unlock()
+			return nil
+		}
 		if blockTimer == nil {
 			blockTimer = time.NewTimer(block)
 			defer blockTimer.Stop()
@@ -142,10 +160,6 @@ func (b *Broker) read(ctx context.Context, name string, get func(string) *stream
 		// was added after it began to wait, which woke it, and it looks
 		// again under the lock before it waits once more.
 		ch := s.watch()
-		due, hasDue := s.nextDue(now)
-		if at, ok := c.nextRated(name); ok && (!hasDue || at.Sub(now) < due) {
-			due, hasDue = at.Sub(now), true // a key's token: see releaseRated
-		}
 		c.mu.Unlock()
 
 		again, err := b.wait(ctx, ch, due, hasDue, blockTimer)

@@ -192,7 +192,7 @@ func (b *Broker) readReplies(ctx context.Context, p *broker.ReadRepliesParams, i
 		}
 		return len(out)
 	}
-	if err := b.read(ctx, sender, b.c.replyStream, p.Block, take); err != nil {
+	if err := b.read(ctx, sender, b.c.replyStream, p.Block, nil, take); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -43,8 +43,9 @@ type stream struct {
 	low     list.List // likewise, of the low level
 	pending list.List // delivered entries, in the order of their first delivery
 
-	waiters int           // blocked readers
+	waiters int           // blocked readers, and parked ones
 	notify  chan struct{} // closed to wake the blocked readers; nil if none wait
+	parked  []*parkedWait // the waits of fetches with Wake (park)
 
 	deferred *dueSet // a queue's messages sent for later; nil until one is
 }
@@ -189,4 +190,9 @@ func (s *stream) wake() {
 		close(s.notify)
 		s.notify = nil
 	}
+	for _, w := range s.parked {
+		w.fire()
+	}
+	clear(s.parked)
+	s.parked = s.parked[:0]
 }

@@ -37,6 +37,9 @@ type streamKeys struct {
 	// groups are the keys of the groups hash and zsets P:{R}:g, gw and gt
 	// (groups.go); of a reply stream, keys of its slot never written.
 	groups [3]string
+	// streams is stream alone, the streams of a blocking read of it (set
+	// by newStreamState).
+	streams [1]string
 }
 
 // makeQueueKeys returns the streamKeys of receiver's queue.
@@ -84,11 +87,18 @@ func (b *Broker) fetch(ctx context.Context, st *streamState, p *broker.FetchPara
 // the fetch's plan (planFetch).
 func (b *Broker) fetchEntries(ctx context.Context, st *streamState, p *broker.FetchParams) ([]entry, error) {
 	s := &st.keys
+	if p.Wait != nil {
+		if entries, err, done := b.takeUp(ctx, st, p); done {
+			return entries, err
+		}
+	}
 	start := time.Now() // before it looks: see waiter.start
 	plan := st.plan(p.Consumer, fetchInputs{now: start, block: p.Block, lease: p.Lease, every: b.reclaimEvery})
 	script, reclaim, levels := plan.script, plan.reclaim, plan.levels
 	var entries []entry
-	if plan.direct {
+	if plan.direct && p.Wake == nil {
+		// A fetch with Wake waits in the hub, without a goroutine: the
+		// direct reads stay free for busy streams.
 		entries, done, err := b.fetchDirect(ctx, s, p, plan.directBlock, start)
 		if done && err == nil {
 			st.readDirect(len(entries))
@@ -132,6 +142,10 @@ func (b *Broker) fetchEntries(ctx context.Context, st *streamState, p *broker.Fe
 		// The first message sent for later is due sooner than Redis's
 		// timeout of a blocking read is precise: wait here, and the next
 		// fetch runs the script.
+		if p.Wake != nil {
+			p.Wait = sleepWait{time.AfterFunc(w.sleep, p.Wake)}
+			return nil, nil
+		}
 		t := time.NewTimer(w.sleep)
 		defer t.Stop()
 		select {
@@ -177,14 +191,42 @@ func (b *Broker) fetchDirect(ctx context.Context, s *streamKeys, p *broker.Fetch
 // for entries. With levels it keeps the p.Max highest
 // entries and gives the others back at once, as if never delivered
 // (XCLAIM IDLE lease RETRYCOUNT 0: the next reclaim takes them, as
-// attempt 1).
+// attempt 1). With p.Wake, it reads through the hub (no direct read) and
+// does not wait: the read is left in the hub as p.Wait (parkRead), and the
+// fetch returns nothing.
 func (b *Broker) blockingRead(ctx context.Context, st *streamState, p *broker.FetchParams, levels int, block time.Duration, start time.Time) ([]entry, error) {
+	r := b.newRead(st, p, levels, block, start)
+	var home []xentry // a direct read's, of s.stream alone (levels is 0)
+	var a hubAnswer
+	direct := false
+	if levels == 0 && p.Wake == nil {
+		home, direct, a.err = b.directRead(ctx, p.Consumer, r.w)
+	}
+	if !direct {
+		if p.Wake != nil {
+			return b.parkRead(ctx, st, p, r)
+		}
+		a.read, a.err = b.hubRead(ctx, p.Consumer, r.w)
+	}
+	return b.readResult(ctx, st, p, r, home, a)
+}
+
+// blocking is a blocking read of a fetch: its waiter, and the prefix of
+// the refs of each of its streams.
+type blocking struct {
+	w        *waiter
+	prefixes []string
+}
+
+// newRead returns the blocking read of blockingRead.
+func (b *Broker) newRead(st *streamState, p *broker.FetchParams, levels int, block time.Duration, start time.Time) blocking {
 	s := &st.keys
 	w := &waiter{home: s.stream, lease: p.Lease, count: p.Max, deadline: time.Now().Add(block), start: start}
-	prefixes := []string{""}
-	w.streams = []string{s.stream}
+	prefixes := noPrefix
+	w.streams = s.streams[:]
 	if levels != 0 {
-		w.streams, prefixes = w.streams[:0], prefixes[:0]
+		w.streams = nil
+		prefixes = nil
 		if levels&1 != 0 {
 			w.streams, prefixes = append(w.streams, s.high), append(prefixes, "h")
 		}
@@ -193,28 +235,29 @@ func (b *Broker) blockingRead(ctx context.Context, st *streamState, p *broker.Fe
 			w.streams, prefixes = append(w.streams, s.low), append(prefixes, "l")
 		}
 	}
-	var read map[string][]xentry
-	var home []xentry // a direct read's, of s.stream alone (levels is 0)
-	direct, err := false, error(nil)
-	if levels == 0 {
-		home, direct, err = b.directRead(ctx, p.Consumer, w)
-	}
-	if !direct {
-		read, err = b.hubRead(ctx, p.Consumer, w)
-	}
+	return blocking{w: w, prefixes: prefixes}
+}
+
+// noPrefix is the prefixes of a read of a queue's stream alone.
+var noPrefix = []string{""}
+
+// readResult returns the entries of r's answer: home, read by a direct
+// read, or a, the hub's (see blockingRead).
+func (b *Broker) readResult(ctx context.Context, st *streamState, p *broker.FetchParams, r blocking, home []xentry, a hubAnswer) ([]entry, error) {
+	s := &st.keys
 	switch {
-	case errors.Is(err, errNoGroup):
+	case errors.Is(a.err, errNoGroup):
 		// The group is missing: Redis lost its data (a restart without
 		// persistence) or the stream was deleted. The fetch script creates
 		// it again and reads what is there, such as messages sent since.
 		entries, _, _, err := b.reclaim(ctx, st, p, true)
 		return entries, err
-	case err != nil:
-		return nil, b.fail(ctx, s.op, err)
+	case a.err != nil:
+		return nil, b.fail(ctx, s.op, a.err)
 	}
 	entries := appendRead(nil, home, "")
-	for i, stream := range w.streams {
-		entries = appendRead(entries, read[stream], prefixes[i])
+	for i, stream := range r.w.streams {
+		entries = appendRead(entries, a.read[stream], r.prefixes[i])
 	}
 	if len(entries) == 0 {
 		st.waitedInVain()

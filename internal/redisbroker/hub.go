@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -32,6 +33,12 @@ import (
 // waiter (its loop is between two fetches, or its context ended), are
 // parked for the stream's next waiter, and given back after parkFor
 // (XCLAIM ... IDLE lease RETRYCOUNT 0 JUSTID), as if never delivered.
+//
+// A waiter of a fetch with broker.FetchParams.Wake has no goroutine
+// waiting for its answer (a parked read: wait.go): the hub keeps the
+// answer in it and calls its wake. At its deadline, when a fetch of its
+// stream would only wait again (extend), its deadline moves on instead, so
+// that an idle receiver costs nothing but its place in the hub's read.
 
 // earlyDiv: a read that ends less than 1/earlyDiv of a waiter's block
 // time before its deadline answers it then (waiter.early). A read ends at
@@ -67,7 +74,18 @@ type waiter struct {
 	start time.Time      // when its fetch began
 	res   chan hubAnswer // capacity 1: the one answer
 	done  bool           // answered or left (under hub.mu)
+	// wake, if set, is called once it is answered, with its answer in ans
+	// (not res): a parked read's (see parkRead), which no goroutine waits
+	// for. st and block are its stream's state and block time, to wait on
+	// past its deadline when a fetch would wait again (extend).
+	wake  func()
+	ans   atomic.Pointer[hubAnswer]
+	st    *streamState
+	block time.Duration
 }
+
+// emptyAnswer is the answer of a parked read at its deadline.
+var emptyAnswer hubAnswer
 
 // hubAnswer is what a hub answers a waiter: the entries of its streams
 // (none at its deadline), or the error of the read. errNoGroup: a stream
@@ -107,9 +125,12 @@ type hub struct {
 	// read once more (see next).
 	linger       map[string]readStream
 	readUntil    time.Time
-	interrupting bool               // an interrupt of this read is under way
-	id           int64              // CLIENT ID of the dedicated connection
-	abort        context.CancelFunc // aborts the read (closes its connection)
+	interrupting bool // an interrupt of this read is under way
+	// hang answers the parked reads should the read in progress hang
+	// (watchHang); made at the first read.
+	hang  *time.Timer
+	id    int64              // CLIENT ID of the dedicated connection
+	abort context.CancelFunc // aborts the read (closes its connection)
 	// parked: entries read for a stream that had no waiter (or beyond its
 	// waiter's count), by stream, kept for its next waiter for up to
 	// parkFor, then given back.
@@ -233,6 +254,63 @@ func (h *hub) leave(w *waiter) bool {
 	return true
 }
 
+// end removes w, a parked read, from h unless it was answered; it returns
+// the answer, or false when it removed it.
+func (h *hub) end(w *waiter) (hubAnswer, bool) {
+	if a := w.ans.Load(); a != nil {
+		return *a, true // no lock: many parked reads end together
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w.done {
+		return *w.ans.Load(), true
+	}
+	w.done = true
+	h.drop()
+	return hubAnswer{}, false
+}
+
+// hangAfter is how long after its deadline a parked read that the hub
+// did not answer is answered empty (see watchHang).
+func (b *Broker) hangAfter() time.Duration { return redisTimerSlack + b.ioTimeout }
+
+// watchHang arms h's timer of hung reads for a read that ends by until: a
+// Redis that stopped answering leaves the read in progress, and the parked
+// reads, which no goroutine waits for, are answered (empty) by the timer
+// instead, as hubRead's timer leaves. A waiting goroutine does.
+func (h *hub) watchHang(until time.Time) {
+	d := time.Until(until) + h.b.hangAfter()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.hang == nil {
+		h.hang = time.AfterFunc(d, h.expireHung)
+		return
+	}
+	h.hang.Reset(d)
+}
+
+// expireHung answers empty the parked reads whose deadline passed
+// hangAfter ago, and arms the timer again for the others.
+func (h *hub) expireHung() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cutoff := time.Now().Add(-h.b.hangAfter())
+	var next time.Time
+	for _, w := range h.waiters {
+		switch {
+		case w.wake == nil:
+		case w.deadline.Before(cutoff):
+			h.answer(w, hubAnswer{})
+		case next.IsZero() || w.deadline.Before(next):
+			next = w.deadline
+		}
+	}
+	h.drop()
+	if !next.IsZero() {
+		h.hang.Reset(time.Until(next) + h.b.hangAfter())
+	}
+}
+
 // drop removes the waiters that are done, under h.mu.
 func (h *hub) drop() {
 	n := 0
@@ -250,7 +328,17 @@ func (h *hub) drop() {
 // (linger).
 func (h *hub) answer(w *waiter, a hubAnswer) {
 	w.done = true
-	w.res <- a
+	if w.wake != nil {
+		ans := &emptyAnswer
+		if a.read != nil || a.err != nil {
+			ans = new(hubAnswer) // here only: a escapes on no other path
+			*ans = a
+		}
+		w.ans.Store(ans)
+		w.wake()
+	} else {
+		w.res <- a
+	}
 	if a.err != nil {
 		return
 	}
@@ -339,6 +427,11 @@ func (h *hub) run() {
 	defer func() {
 		ps, _ := h.unparkExpired(time.Time{}, true)
 		h.giveBackParked(ps)
+		if b.closing.Err() != nil {
+			// The parked reads (parkRead) have no goroutine that would
+			// see the broker close.
+			h.fail(nil, broker.ErrClosed)
+		}
 	}()
 	idle := time.NewTimer(hubLinger)
 	defer idle.Stop()
@@ -379,8 +472,10 @@ func (h *hub) run() {
 		if !parkedUntil.IsZero() && parkedUntil.Before(until) {
 			until = parkedUntil // to give back what is still parked then
 		}
+		h.watchHang(until)
 		read, err := asXRead(dc.Do(rctx, dc.B().Xreadgroup().Group("g", h.key.consumer).Count(int64(count)).
 			Block(ms(max(time.Until(until), time.Millisecond))).Streams().Key(streams...).Id(ids...).Build()))
+		h.hang.Stop()
 		abort()
 		h.endRead()
 		switch {
@@ -474,7 +569,7 @@ func (h *hub) next(abort context.CancelFunc) ([]string, map[string]readStream, i
 	count := 0
 	var until time.Time
 	for _, w := range h.waiters {
-		if w.deadline.Sub(now) < w.early {
+		if w.deadline.Sub(now) < w.early && !h.b.extend(w, now) {
 			h.answer(w, hubAnswer{})
 			continue
 		}

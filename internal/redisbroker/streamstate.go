@@ -2,6 +2,7 @@ package redisbroker
 
 import (
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,9 +79,33 @@ const leasesKept = 8
 
 func newStreamState(name streamName, keys streamKeys) *streamState {
 	st := &streamState{keys: keys, name: name}
+	k := &st.keys
+	packStrings(&k.stream, &k.dlq, &k.retries, &k.holders, &k.high, &k.low, &k.deferred, &k.deferredMsgs,
+		&k.legacy[0], &k.legacy[1], &k.legacy[2], &k.groups[0], &k.groups[1], &k.groups[2])
+	k.streams[0] = k.stream
 	st.nextDue.Store(noneDue)
 	st.used.Store(true)
 	return st
+}
+
+// packStrings makes the strings of ss substrings of one: a stream's
+// state keeps a dozen keys for as long as it is kept, in one allocation
+// instead of one each.
+func packStrings(ss ...*string) {
+	n := 0
+	for _, s := range ss {
+		n += len(*s)
+	}
+	var all strings.Builder
+	all.Grow(n)
+	for _, s := range ss {
+		all.WriteString(*s)
+	}
+	packed, at := all.String(), 0
+	for _, s := range ss {
+		*s = packed[at : at+len(*s)]
+		at += len(*s)
+	}
 }
 
 // snapshot returns the state that planFetch reads, but for leaseChanged,
