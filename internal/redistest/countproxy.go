@@ -25,10 +25,7 @@ type CountProxy struct {
 // on a free loopback port. It stops when tb ends.
 func StartCountProxy(tb testing.TB, target string) *CountProxy {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("redistest: count proxy: %v", err)
-	}
+	ln := listenLoopback(tb, "count proxy")
 	p := &CountProxy{ln: ln, target: target}
 	p.wg.Go(p.accept)
 	tb.Cleanup(func() {
@@ -45,41 +42,18 @@ func (p *CountProxy) URL() string { return "redis://" + p.ln.Addr().String() }
 func (p *CountProxy) Commands() int64 { return p.commands.Load() }
 
 func (p *CountProxy) accept() {
-	var conns sync.WaitGroup
-	defer conns.Wait()
-	var mu sync.Mutex
-	var open []net.Conn
-	defer func() {
-		mu.Lock()
-		for _, c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		mu.Lock()
-		open = append(open, c, s)
-		mu.Unlock()
-		conns.Go(func() {
+	acceptPairs(p.ln, p.target, func(c, s net.Conn, wg *sync.WaitGroup) {
+		wg.Go(func() {
 			defer c.Close()
 			defer s.Close()
 			_, _ = io.Copy(c, s)
 		})
-		conns.Go(func() {
+		wg.Go(func() {
 			defer c.Close()
 			defer s.Close()
 			_ = p.forward(bufio.NewReader(c), s)
 		})
-	}
+	})
 }
 
 // forward passes the commands read from r to w, one RESP array of bulk

@@ -25,10 +25,7 @@ type CutProxy struct {
 // when tb ends.
 func StartCutProxy(tb testing.TB, target string) *CutProxy {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("redistest: cut proxy: %v", err)
-	}
+	ln := listenLoopback(tb, "cut proxy")
 	p := &CutProxy{ln: ln, target: target}
 	p.wg.Go(p.accept)
 	tb.Cleanup(func() {
@@ -45,32 +42,9 @@ func (p *CutProxy) URL() string { return "redis://" + p.ln.Addr().String() }
 func (p *CutProxy) SetCut(on bool) { p.cut.Store(on) }
 
 func (p *CutProxy) accept() {
-	var conns sync.WaitGroup
-	defer conns.Wait()
-	var mu sync.Mutex
-	var open []net.Conn
-	defer func() {
-		mu.Lock()
-		for _, c := range open {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		mu.Lock()
-		open = append(open, c, s)
-		mu.Unlock()
-		conns.Go(func() { p.forward(c, s) })
-	}
+	acceptPairs(p.ln, p.target, func(c, s net.Conn, wg *sync.WaitGroup) {
+		wg.Go(func() { p.forward(c, s) })
+	})
 }
 
 // forward passes c's bytes to s and s's back to c, until either closes or

@@ -14,7 +14,9 @@
 //
 // Tests sharing a server keep apart by key prefix ([Prefix]). [StartCutProxy]
 // puts a proxy in front of a server that can drop its answers, to show what
-// a client does when a write went through and its answer was lost.
+// a client does when a write went through and its answer was lost;
+// [StartStallProxy] one that can hold all traffic with every socket open (a
+// stalled connection) or reset every connection.
 //
 // redis-server must be on PATH; when it is not, Start fails the test and
 // MustStart panics, with a message saying to install it. Nothing is skipped.
@@ -172,6 +174,50 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// acceptPairs accepts connections on ln until it is closed, dials target
+// for each, and hands the pair to serve, which starts their forwarding on
+// wg. Once ln is closed, it closes every connection it made and waits for
+// wg.
+func acceptPairs(ln net.Listener, target string, serve func(c, s net.Conn, wg *sync.WaitGroup)) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var mu sync.Mutex
+	var open []net.Conn
+	defer func() {
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		mu.Lock()
+		open = append(open, c, s)
+		mu.Unlock()
+		serve(c, s, &wg)
+	}
+}
+
+// listenLoopback listens on a free loopback port for a proxy (what, in the
+// error), failing tb when it cannot.
+func listenLoopback(tb testing.TB, what string) net.Listener {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("redistest: %s: %v", what, err)
+	}
+	return ln
 }
 
 func (s *Server) launch() error {
