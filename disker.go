@@ -250,7 +250,13 @@ type Disker struct {
 	senders    map[string]*senderHandlers
 
 	rq *requester // Request's side: the inbox
-	tk *ticker    // the schedules' loop, once started (schedule.go); guarded by mu
+	// remote is set when the broker is across a network (Redis): sends
+	// and Requests then run their broker I/O apart from their caller,
+	// which goes on by its bound whatever the connection does
+	// (sendApart); the in-memory broker answers at once.
+	remote bool
+	sends  detachedCalls // the sends run apart from their callers (sendApart)
+	tk     *ticker       // the schedules' loop, once started (schedule.go); guarded by mu
 
 	answered sync.Map // message id -> struct{}: answered with Reply from this instance
 
@@ -307,6 +313,7 @@ func open(ctx context.Context, cfg Config, b broker.Broker) (*Disker, error) {
 		beatNow:   make(chan struct{}, 1),
 		manual:    manual,
 	}
+	_, d.remote = b.(*redisbroker.Broker)
 	d.rq = newRequester(d)
 	d.health.d = d
 	d.bgCtx, d.bgCancel = context.WithCancel(context.Background())
@@ -390,6 +397,8 @@ func (d *Disker) Close(ctx context.Context) error {
 	if err := d.b.Close(); err != nil {
 		d.log.Warn("disker: closing the broker", "error", err)
 	}
+	// The sends whose callers left first end soon, the broker closed.
+	d.sends.close()
 	if len(errors) > 0 {
 		d.closeErr = errors[0]
 	}

@@ -77,18 +77,31 @@
 //
 // # Which calls block
 //
-// Every call that takes a context may block on the broker, never past the
-// context's end; the in-memory broker answers at once. Over Redis:
+// Every call that takes a context may block on the broker; the in-memory
+// broker answers at once. Over Redis:
 //
-//   - [New] connects: until Redis answers, for at most 10 seconds.
-//   - [Disker.Send], [Disker.SendBatch], [Disker.Reply], [Disker.Cancel],
-//     [Disker.Stats], [Disker.Workers], [Disker.Receivers], [Disker.Pause],
-//     [Disker.Resume], the dead-letter calls, [Disker.Schedules] and
-//     [Disker.RemoveSchedule] make one round trip (a few for a large batch,
-//     and for [Disker.Schedule]): each Redis command gives up after 10
-//     seconds without an answer, with an error wrapping [ErrUnavailable].
+//   - [New] connects: until Redis answers, for at most 10 seconds, never
+//     past ctx's end.
+//   - [Disker.Send], [Disker.SendBatch] and [Disker.SendEach] make one
+//     round trip (a few for a large batch) and return by ctx's end
+//     whatever Redis's connection does (down, refusing connections, reset,
+//     stalled with its sockets open, paused); when ctx has no deadline, by
+//     [SendTimeout] for each 1,000 messages, with an error wrapping
+//     [ErrUnavailable]. A send that returns so, without Redis's answer,
+//     may have queued its message all the same.
 //   - [Disker.Request] waits for the reply: until ctx's deadline, or until
-//     ctx is cancelled when it has none.
+//     ctx is cancelled when it has none, and returns by then plus
+//     [RequestGrace], whatever Redis's connection does.
+//   - [Disker.Reply], [Disker.Cancel], [Disker.Stats], [Disker.Workers],
+//     [Disker.Receivers], [Disker.Pause], [Disker.Resume], the dead-letter
+//     calls, [Disker.Schedules] and [Disker.RemoveSchedule] make one round
+//     trip (a few for [Disker.Schedule]): each Redis command gives up after
+//     10 seconds without an answer, with an error wrapping
+//     [ErrUnavailable], and by ctx's end, but for two waits of the Redis
+//     client that ctx does not end: for a connection being made (up to 5
+//     seconds), and, on a stalled connection with 256 commands waiting,
+//     for a place among them (until it gives up the connection, after 10
+//     seconds without an answer).
 //   - [Disker.Unhandle] and [Disker.Close] wait for in-flight handlers
 //     until ctx ends, then cancel them and wait for them to return.
 //

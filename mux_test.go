@@ -258,6 +258,17 @@ func (c crowd) run(t *testing.T, mods ...func(*disker.Config)) {
 	sent := time.Since(sendStart)
 	if c.senders {
 		waitFor(t, c.within, fmt.Sprintf("an outcome for each of the %d senders", n), func() bool { return outcomes.Load() >= int32(n) })
+		// A reply's handler may run before its replier emits EventReplied
+		// (the event follows the broker's answer to the replier): wait for
+		// the event of each reply received.
+		waitFor(t, c.within, "the replier's event of each reply received", func() bool {
+			for i := range n {
+				if replied[i].Load() > 0 && accepted[i].Load() == 0 {
+					return false
+				}
+			}
+			return true
+		})
 	} else {
 		waitFor(t, c.within, fmt.Sprintf("%d messages handled", n), func() bool { return handledN.Load() == int32(n) })
 	}

@@ -3,6 +3,8 @@ package disker_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,4 +162,102 @@ func TestFastReturnAfterOutage(t *testing.T) {
 	if took > 2*time.Second {
 		t.Fatalf("the first Request after Redis came back took %v, want within 1s (and slack)", took)
 	}
+}
+
+// TestCallsReturnByTheirBoundDuringStall: through a proxy that holds every
+// byte for 25s (it accepts connections and keeps every socket open, and
+// delivers nothing: the connection stalls, is given up, and every new one
+// stalls too), Requests and Sends made every 250ms fail and return by
+// their bounds: a Request by its ctx's end plus RequestGrace, whether ctx
+// had a deadline or was cancelled; Send and SendBatch by ctx's deadline,
+// or, without one, Send by SendTimeout with an error wrapping
+// ErrUnavailable. Each bound is checked with half a second of slack for a
+// loaded machine.
+func TestCallsReturnByTheirBoundDuringStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := redistest.StartStallProxy(t, srv.Addr())
+	e := newEnv(t, true, proxy.URL())
+	worker, client := e.open(), e.open()
+	if err := worker.Handle("echo", disker.HandlerFunc(echo)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Request(ctxTimeout(t, 10*time.Second), disker.Message{Receiver: "echo", Content: []byte("warm-up")}); err != nil {
+		t.Fatal(err)
+	}
+	const slack = 500 * time.Millisecond
+	type call struct {
+		name  string
+		bound time.Duration // from the call's start
+		run   func() error
+	}
+	msg := disker.Message{Receiver: "echo", Content: []byte("x")}
+	calls := []call{
+		{"Request, 1s deadline", time.Second + disker.RequestGrace, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := client.Request(ctx, msg)
+			return err
+		}},
+		{"Request, cancelled after 300ms", 300*time.Millisecond + disker.RequestGrace, func() error {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(300*time.Millisecond, cancel)
+			_, err := client.Request(ctx, msg)
+			return err
+		}},
+		{"Send, 1s deadline", time.Second, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := client.Send(ctx, msg)
+			return err
+		}},
+		{"Send, no deadline", disker.SendTimeout, func() error {
+			_, err := client.Send(context.Background(), msg)
+			if err != nil && !errors.Is(err, disker.ErrUnavailable) {
+				return fmt.Errorf("%w, want an error wrapping ErrUnavailable", err)
+			}
+			return err
+		}},
+		{"SendBatch, 1s deadline", time.Second, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, err := client.SendBatch(ctx, []disker.Message{msg, msg})
+			return err
+		}},
+	}
+	proxy.Stall()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var over []string
+	start := time.Now()
+	for time.Since(start) < 25*time.Second {
+		for _, c := range calls {
+			wg.Go(func() {
+				t0 := time.Now()
+				err := c.run()
+				took := time.Since(t0)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					over = append(over, fmt.Sprintf("%s at +%v: succeeded during the stall", c.name, t0.Sub(start).Round(time.Millisecond)))
+				case took > c.bound+slack:
+					over = append(over, fmt.Sprintf("%s at +%v: returned after %v (%v), want by %v", c.name, t0.Sub(start).Round(time.Millisecond), took.Round(time.Millisecond), err, c.bound))
+				}
+			})
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	wg.Wait()
+	proxy.Resume()
+	for _, o := range over {
+		t.Error(o)
+	}
+	waitFor(t, 30*time.Second, "a Request to succeed after the stall", func() bool {
+		_, err := client.Request(ctxTimeout(t, time.Second), msg)
+		return err == nil
+	})
 }

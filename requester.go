@@ -45,6 +45,10 @@ type requester struct {
 	open   bool      // the broker has it open (KeepInbox succeeded once)
 	until  time.Time // local time until which the broker keeps it, at least
 	latest time.Time // the latest deadline of a Request sent from it
+	// renewing is the renewal of the inbox's expiry in flight, if any:
+	// one at a time, made with r.mu released, so that a renewal that
+	// the broker does not answer holds up no Request past its context.
+	renewing *renewal
 
 	waitMu  sync.Mutex
 	waiters map[string]*waiter
@@ -75,22 +79,53 @@ func (r *requester) inboxTTL(now time.Time) time.Duration {
 	return ttl
 }
 
-// renewInbox opens the inbox in the broker, or renews its expiry. Call
-// with r.mu held.
-func (r *requester) renewInbox(ctx context.Context) error {
+// renewal is one renewal of the inbox's expiry (KeepInbox): done is
+// closed when it ended, with err its outcome.
+type renewal struct {
+	now  time.Time     // when it began
+	ttl  time.Duration // the expiry it sets, from now
+	done chan struct{}
+	err  error
+}
+
+// beginRenewal records a renewal of the inbox's expiry, to cover r.latest,
+// as the one in flight, and returns it; the caller must make it (renew).
+// Call with r.mu held and no renewal in flight.
+func (r *requester) beginRenewal() *renewal {
 	now := time.Now()
-	ttl := r.inboxTTL(now)
-	if err := r.d.b.KeepInbox(ctx, r.name, ttl); err != nil {
-		return err
+	w := &renewal{now: now, ttl: r.inboxTTL(now), done: make(chan struct{})}
+	r.renewing = w
+	return w
+}
+
+// renew makes renewal w in the broker, with ctx, and records its outcome.
+// Call without r.mu held.
+func (r *requester) renew(ctx context.Context, w *renewal) error {
+	err := r.d.b.KeepInbox(ctx, r.name, w.ttl)
+	r.mu.Lock()
+	if err == nil {
+		r.open, r.until = true, w.now.Add(w.ttl)
 	}
-	r.open, r.until = true, now.Add(ttl)
-	return nil
+	w.err = err
+	r.renewing = nil
+	r.mu.Unlock()
+	close(w.done)
+	return err
+}
+
+// covers reports whether the broker keeps the inbox open past deadline
+// (zero: none) and its margin. Call with r.mu held.
+func (r *requester) covers(deadline time.Time) bool {
+	return r.open && (deadline.IsZero() || !deadline.Add(r.inboxMargin()).After(r.until))
 }
 
 // ensureInbox makes the inbox ready for a Request with deadline (zero for
-// none): it starts reading it, counts the Request in for Close to wait on,
-// and makes sure the broker keeps the inbox past the deadline. On success
-// the caller must call r.requests.Done when the Request returns.
+// none), until ctx ends: it starts reading it, counts the Request in for
+// Close to wait on, and makes sure the broker keeps the inbox past the
+// deadline. A renewal it needs runs on a goroutine of its own, which it
+// waits for until ctx ends (the broker's I/O may outlast ctx), and which
+// other Requests may share. On success the caller must call
+// r.requests.Done when the Request returns.
 func (r *requester) ensureInbox(ctx context.Context, deadline time.Time) error {
 	d := r.d
 	d.mu.Lock()
@@ -105,29 +140,46 @@ func (r *requester) ensureInbox(ctx context.Context, deadline time.Time) error {
 	d.mu.Unlock()
 
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if deadline.After(r.latest) {
 		r.latest = deadline
 	}
-	if r.open && (deadline.IsZero() || !deadline.Add(r.inboxMargin()).After(r.until)) {
-		return nil
+	for !r.covers(deadline) {
+		w := r.renewing
+		if w == nil {
+			w = r.beginRenewal()
+			// Counted in r.requests, as this Request is: Close waits for it.
+			r.requests.Go(func() { _ = r.renew(d.opCtx, w) })
+		}
+		r.mu.Unlock()
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			r.requests.Done()
+			return ctx.Err()
+		}
+		r.mu.Lock()
+		if w.err != nil {
+			r.mu.Unlock()
+			r.requests.Done()
+			// The closed check is above, under d.mu, with the count for Close.
+			return d.record("request", w.err)
+		}
 	}
-	// The closed check is above, under d.mu, with the count for Close.
-	err := d.record("request", r.renewInbox(ctx))
-	if err != nil {
-		r.requests.Done()
-	}
-	return err
+	r.mu.Unlock()
+	return nil
 }
 
-// heartbeat renews the inbox's expiry, if it is open.
+// heartbeat renews the inbox's expiry, if it is open and no renewal is in
+// flight already.
 func (r *requester) heartbeat(ctx context.Context) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.open {
+	if !r.open || r.renewing != nil {
+		r.mu.Unlock()
 		return
 	}
-	if err := r.renewInbox(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
+	w := r.beginRenewal()
+	r.mu.Unlock()
+	if err := r.renew(ctx, w); err != nil && ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
 		r.d.health.fail("keep inbox", err)
 	}
 }
@@ -177,8 +229,9 @@ func (r *requester) close(ctx context.Context) {
 // and one reply: a Request whose key was answered already returns that
 // reply at once, and one whose key is being handled waits for it.
 //
-// Whatever the broker does (down, unreachable with its sockets open,
-// paused), Request returns by ctx's end plus RequestGrace. When the broker
+// Whatever the broker does (down, refusing connections, resetting them,
+// unreachable with its sockets open for any length of time, paused),
+// Request returns by ctx's end plus RequestGrace. When the broker
 // could not settle the request by then, it returns ErrOutcomeUnknown (not
 // ErrTimeout): a reply the broker accepted before the deadline may then go
 // unread, its replier told it was accepted, so the requester must not take
@@ -238,10 +291,13 @@ type request struct {
 	timeout time.Duration        // the message's timeout, from its delivery; 0 for none
 	w       waiter               // the request's entries in the inbox, once open
 
-	deadline time.Time    // the deadline replies are judged by (the broker's), once sent
-	sendErr  error        // the send failed, and the message may have been queued all the same
-	stop     time.Time    // the end of the grace, once ctx ended
-	marker   broker.Reply // the request's marker in the inbox, once it gave up
+	deadline time.Time // the deadline replies are judged by (the broker's), once sent
+	sendErr  error     // the send failed, and the message may have been queued all the same
+	// stop is when Request returns at the latest: RequestGrace after ctx's
+	// end; known from the start when ctx has a deadline, else once ctx
+	// ended (see ending).
+	stop   time.Time
+	marker broker.Reply // the request's marker in the inbox, once it gave up
 }
 
 // newRequest checks a Request of msg with opts, and returns it with its
@@ -301,7 +357,18 @@ func (q *request) prepare(ctx context.Context) error {
 		p.Env.Timeout = timeout
 	}
 	q.dl, q.timeout = dl, p.Env.Timeout
+	if hasDeadline {
+		q.stop = dl.Add(RequestGrace)
+	}
 	return nil
+}
+
+// ending records that ctx has ended, now: Request returns by RequestGrace
+// from now, or from its deadline if that is sooner.
+func (q *request) ending() {
+	if s := time.Now().Add(RequestGrace); q.stop.IsZero() || s.Before(q.stop) {
+		q.stop = s
+	}
 }
 
 // open readies the inbox for the request (requester.ensureInbox) and
@@ -346,23 +413,20 @@ func (q *request) close() {
 // the same (the write made, its answer lost), so the request is settled
 // as any other, so that a reply is either returned or refused, and sendErr
 // keeps the failure. The replies are then judged against deadline: the
-// broker's, or ctx's when the send did not end.
-//
-// The send runs to its end even if ctx is cancelled meanwhile, up to the
-// deadline and RequestGrace: an interrupted send leaves it unknown whether
-// the message was queued, and so whether a reply may still be accepted.
+// broker's, or ctx's when the send did not end (see sendApart).
 func (q *request) send() (*Message, bool, error) {
-	stopSend := time.Time{}
-	if !q.dl.IsZero() {
-		stopSend = q.dl.Add(RequestGrace)
+	ok, err := q.sendApart()
+	if !ok {
+		// q.ps is the send's still.
+		q.deadline, q.sendErr = q.dl, fmt.Errorf("%w: the send did not end within %v after the Request's end", ErrUnavailable, q.sendGrace())
+		if q.deadline.IsZero() {
+			return nil, true, q.sendErr
+		}
+		return nil, false, nil
 	}
-	ok, err := q.r.sendUntil(q.ctx, q.ps[:], stopSend, q.onSent)
 	p := &q.ps[0]
 	res := &p.Result
 	q.deadline = res.Deadline
-	if !ok {
-		q.deadline, err = q.dl, fmt.Errorf("%w: the send did not end by %v after the deadline", ErrUnavailable, RequestGrace)
-	}
 	if err == nil {
 		switch res.Outcome {
 		case broker.Duplicate:
@@ -382,6 +446,83 @@ func (q *request) send() (*Message, bool, error) {
 	}
 	q.sendErr = err
 	return nil, false, nil
+}
+
+// sendApart sends the message and returns ok true with the send's error
+// (its Result's, or the call's); or ok false when its time ran out first:
+// sendGrace after ctx's end. Over Redis the send runs on a goroutine of
+// its own (goSend): whatever the broker's client does (a stalled
+// connection holds the commands pipelined on it, a reconnection those
+// that come meanwhile), the Request goes on by its bound, the rest of
+// RequestGrace left to settle it; a write the send started may still be
+// made then, and q.ps is then the send's (nothing reads it any more).
+//
+// A cancelled ctx does not interrupt the send (it moves the end of its
+// time: see ending): an interrupted send leaves it unknown whether the
+// message was queued, and so whether a reply may still be accepted.
+// WithOnSent's hook is called here, on Request's goroutine, once the
+// message was stored.
+func (q *request) sendApart() (bool, error) {
+	var (
+		sctx   context.Context
+		cancel context.CancelFunc
+	)
+	if end := q.sendEnd(); !end.IsZero() {
+		sctx, cancel = context.WithDeadline(context.WithoutCancel(q.ctx), end)
+	} else {
+		sctx, cancel = context.WithCancel(context.WithoutCancel(q.ctx))
+	}
+	defer cancel()
+	d, ps := q.d, q.ps[:]
+	sent := func(err error) (bool, error) {
+		if err == nil {
+			err = ps[0].Result.Err
+		}
+		if err != nil && sctx.Err() != nil {
+			return false, nil // its time ran out
+		}
+		afterSent(ps, func(int) func(string) { return q.onSent })
+		return true, err
+	}
+	if !d.remote { // the in-memory broker answers at once
+		return sent(d.send(sctx, ps))
+	}
+	job := d.goSend(sctx, ps)
+	if job == nil {
+		return sent(ErrClosed)
+	}
+	ended := q.ctx.Done()
+	var grace <-chan time.Time // the end of the send's time, once ctx was cancelled
+	for {
+		select {
+		case err := <-job.done:
+			job.release()
+			return sent(err)
+		case <-sctx.Done():
+			return false, nil // its time ran out: the deadline's
+		case <-ended:
+			ended = nil
+			q.ending()
+			t := time.NewTimer(time.Until(q.sendEnd()))
+			defer t.Stop()
+			grace = t.C
+		case <-grace:
+			return false, nil
+		}
+	}
+}
+
+// sendGrace is how long after ctx's end the send may take: the rest of
+// RequestGrace is left to give up (see end).
+func (q *request) sendGrace() time.Duration { return RequestGrace * 9 / 10 }
+
+// sendEnd is the end of the send's time (see sendGrace); zero while it is
+// not known (ctx has no deadline and has not ended).
+func (q *request) sendEnd() time.Time {
+	if q.stop.IsZero() {
+		return time.Time{}
+	}
+	return q.stop.Add(q.sendGrace() - RequestGrace)
 }
 
 // wait waits for the request's outcome, and returns it. The outcome is the
@@ -438,8 +579,8 @@ func (q *request) settle(e *broker.Reply) (*Message, error) {
 }
 
 // end settles the request when ctx ended before its outcome, by the end of
-// its grace, stop: RequestGrace after the deadline (after the
-// cancellation, without one), with a tenth of it at least to try. A
+// its grace, stop: RequestGrace after ctx's end (its deadline, or its
+// cancellation if sooner), with a tenth of it at least to try. A
 // cancelled ctx first cancels the message (cancelOwn), which may decide
 // the outcome. Then a message without a timeout has nothing to settle:
 // ctx's error; one with a timeout gets the request's marker in the inbox
@@ -447,12 +588,15 @@ func (q *request) settle(e *broker.Reply) (*Message, error) {
 // true when end decided the Request's result itself.
 func (q *request) end() (*Message, bool, error) {
 	now := time.Now()
-	q.stop = now.Add(RequestGrace)
-	if !q.dl.IsZero() && q.dl.Add(RequestGrace).Before(q.stop) {
-		q.stop = q.dl.Add(RequestGrace)
-	}
+	q.ending()
 	if q.ctx.Err() == context.Canceled {
-		if m, done, err := q.cancelOwn(now.Add(RequestGrace * 6 / 10)); done {
+		// Six tenths of the grace at most, and a tenth of it left to
+		// give up.
+		until := now.Add(RequestGrace * 6 / 10)
+		if last := q.stop.Add(-RequestGrace / 10); last.Before(until) {
+			until = last
+		}
+		if m, done, err := q.cancelOwn(until); done {
 			return m, true, err
 		}
 	}
@@ -709,29 +853,6 @@ func (r *requester) deliverOutcome(e *broker.Reply) {
 // message, not a reply but the end of it.
 func isCancelledNotice(e *broker.Reply) bool {
 	return e.Env.ErrorCode == CodeCancelled
-}
-
-// sendUntil sends ps, a Request's message, on the caller's goroutine,
-// and returns ok true with the send's error (its Result's, or the call's),
-// or ok false if the send failed because stop (zero: none) came first. The
-// send is not interrupted by ctx: only stop ends its wait, and a write it
-// started may then still be made. onSent, if not nil, is called with the
-// message's id once it was stored.
-func (r *requester) sendUntil(ctx context.Context, ps []broker.SendParams, stop time.Time, onSent func(string)) (ok bool, err error) {
-	sctx := context.WithoutCancel(ctx)
-	if !stop.IsZero() {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithDeadline(sctx, stop)
-		defer cancel()
-	}
-	err = r.d.send(sctx, ps, func(int) func(string) { return onSent })
-	if err == nil {
-		err = ps[0].Result.Err
-	}
-	if err != nil && sctx.Err() != nil {
-		return false, nil
-	}
-	return true, err
 }
 
 // readInbox reads the inbox until ctx ends and hands each entry to the

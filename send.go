@@ -27,28 +27,164 @@ import (
 //
 // Send returns a *ValidationError for bad input, an error wrapping
 // ErrUnavailable when the broker cannot be reached, and ErrClosed after
-// Close. It blocks for one round trip to the broker, never past ctx's end
-// (see "Which calls block" in the package documentation).
+// Close. It blocks for one round trip to the broker, and returns by ctx's
+// end whatever Redis's connection does (down, refusing, stalled, paused),
+// or, when ctx has no deadline, by SendTimeout (see "Which calls block" in
+// the package documentation). When it returns so, without the broker's
+// answer, its error matches ctx's (or ErrUnavailable, after SendTimeout),
+// and the message may have been queued all the same.
 func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (string, error) {
 	o := sendOptionsOf(nil, opts)
 	one := oneSend.Get().(*[1]broker.SendParams)
-	defer func() {
-		*one = [1]broker.SendParams{} // keeps nothing of the message
-		oneSend.Put(one)
-	}()
 	ps := one[:]
 	if err := d.prepare(&ps[0], &msg, &o); err != nil {
+		putSend(one)
 		return "", err
 	}
-	if err := d.send(ctx, ps, func(int) func(string) { return o.onSent }); err != nil {
+	detached, err := d.sendApart(ctx, ps)
+	if detached {
+		return "", err // the send has ps, one, still
+	}
+	defer putSend(one)
+	if err != nil {
 		return "", err
 	}
+	afterSent(ps, func(int) func(string) { return o.onSent })
 	return sendResult(&ps[0])
 }
 
-// oneSend holds the params of Send's one message, reused: the broker is
-// done with them when its Send returns (a call in flight is waited for).
+// oneSend holds the params of Send's one message, reused once the broker
+// is done with them: when its Send returned, unless the send went on
+// alone (sendApart).
 var oneSend = sync.Pool{New: func() any { return new([1]broker.SendParams) }}
+
+// putSend gives one back to oneSend, keeping nothing of its message.
+func putSend(one *[1]broker.SendParams) {
+	*one = [1]broker.SendParams{}
+	oneSend.Put(one)
+}
+
+// SendTimeout bounds Send, SendBatch and SendEach when their context has
+// no deadline: whatever Redis's connection does (down, refusing, stalled,
+// paused), a call returns within SendTimeout for each 1,000 messages it
+// sends (a round trip of SendBatch's), with an error wrapping
+// ErrUnavailable when the broker did not answer by then. The messages may
+// have been queued all the same. With a deadline in ctx, the calls return
+// by it.
+const SendTimeout = 10 * time.Second
+
+// sendApart sends ps (send) and returns its error. Over Redis the send runs
+// on a goroutine of its own, which Close waits for, and sendApart returns
+// by ctx's end, or by SendTimeout (for each 1,000 messages) when ctx has
+// no deadline: whatever the broker's client does (a stalled connection
+// holds the commands pipelined on it, a reconnection the commands that
+// come meanwhile), the caller goes on. When it returns so, before the
+// send ended, detached is true, with an error that matches ctx's (or
+// ErrUnavailable, after SendTimeout): the send goes on alone with ps,
+// which the caller must leave to it, and the messages may have been
+// queued all the same. The in-memory broker answers at once: its sends
+// run on the caller's goroutine.
+func (d *Disker) sendApart(ctx context.Context, ps []broker.SendParams) (detached bool, err error) {
+	if !d.remote {
+		return false, d.send(ctx, ps)
+	}
+	job := d.goSend(ctx, ps)
+	if job == nil {
+		return false, ErrClosed
+	}
+	var timeout <-chan time.Time
+	limit := SendTimeout * time.Duration((len(ps)+999)/1000)
+	if _, ok := ctx.Deadline(); !ok {
+		t := sendTimers.Get().(*time.Timer)
+		t.Reset(limit)
+		defer sendTimers.Put(t)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case err := <-job.done:
+		job.release()
+		return false, err
+	case <-ctx.Done():
+		return true, fmt.Errorf("disker: send: %w: the broker had not answered; the message may have been queued all the same", ctx.Err())
+	case <-timeout:
+		return true, fmt.Errorf("disker: send: %w: the broker did not answer within %v (SendTimeout); the message may have been queued all the same", ErrUnavailable, limit)
+	}
+}
+
+// goSend starts the send of ps with ctx on a goroutine of its own, which
+// Close waits for, and returns its job, whose done gets the send's error;
+// nil after Close.
+func (d *Disker) goSend(ctx context.Context, ps []broker.SendParams) *sendJob {
+	if !d.sends.enter() {
+		return nil
+	}
+	job := sendJobs.Get().(*sendJob)
+	job.d, job.ctx, job.ps = d, ctx, ps
+	go job.run()
+	return job
+}
+
+// sendJob is a send run on a goroutine of its own (goSend): done gets its
+// error. Jobs are reused (release), but for those whose caller left
+// first.
+type sendJob struct {
+	d    *Disker
+	ctx  context.Context
+	ps   []broker.SendParams
+	done chan error
+}
+
+func (j *sendJob) run() {
+	defer j.d.sends.leave()
+	j.done <- j.d.send(j.ctx, j.ps)
+}
+
+// release gives back j, whose error was read from done, for reuse.
+func (j *sendJob) release() {
+	*j = sendJob{done: j.done}
+	sendJobs.Put(j)
+}
+
+var (
+	sendJobs   = sync.Pool{New: func() any { return &sendJob{done: make(chan error, 1)} }}
+	sendTimers = sync.Pool{New: func() any {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return t
+	}}
+)
+
+// detachedCalls counts the goroutines that run a send apart from its caller
+// (goSend), which Close waits for once it closed the broker (which ends
+// those whose caller left first).
+type detachedCalls struct {
+	mu     sync.RWMutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// enter counts a goroutine in, unless Close has waited already (false).
+func (c *detachedCalls) enter() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// leave counts a goroutine out.
+func (c *detachedCalls) leave() { c.wg.Done() }
+
+// close lets no goroutine in any more and waits for those in.
+func (c *detachedCalls) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.wg.Wait()
+}
 
 // Outgoing is one message of SendEach, with options of its own.
 type Outgoing struct {
@@ -74,7 +210,9 @@ type Outgoing struct {
 // that says which failed and why. A duplicate (WithDedupKey) is reported
 // there too, as a *DuplicateError, with the id of the message that holds
 // the key in its place. Messages to one receiver are queued in batch order.
-// An empty batch sends nothing and returns no error.
+// An empty batch sends nothing and returns no error. Like Send, it returns
+// by ctx's end, or by SendTimeout for each 1,000 messages when ctx has no
+// deadline, whatever Redis's connection does.
 func (d *Disker) SendBatch(ctx context.Context, msgs []Message, opts ...SendOption) ([]string, error) {
 	out := make([]Outgoing, len(msgs))
 	for i := range msgs {
@@ -112,9 +250,10 @@ func (d *Disker) sendEach(ctx context.Context, msgs []Outgoing, opts []SendOptio
 		}
 		hooks[i] = o.onSent
 	}
-	if err := d.send(ctx, ps, func(i int) func(string) { return hooks[i] }); err != nil {
+	if _, err := d.sendApart(ctx, ps); err != nil {
 		return nil, err
 	}
+	afterSent(ps, func(i int) func(string) { return hooks[i] })
 	ids := make([]string, len(ps))
 	errs := make([]error, len(ps))
 	failed := false
@@ -219,11 +358,11 @@ func (d *Disker) checkContent(m *Message) error {
 // the closed check and the broker's health), with what every send does
 // around it: the watch of a timed message's sender by the timeout monitor
 // (before the send: the monitor must know the sender by the time the
-// deadline passes), and for each message stored the count, the event and
-// its hook (hook(i), which may be nil). It returns the error of the call
-// as a whole; each message's outcome is its Result, whose Err is then
-// wrapped as the operation's.
-func (d *Disker) send(ctx context.Context, ps []broker.SendParams, hook func(i int) func(string)) error {
+// deadline passes), and for each message stored the count and the event
+// (its WithOnSent hook is the caller's: afterSent). It returns the error
+// of the call as a whole; each message's outcome is its Result, whose Err
+// is then wrapped as the operation's.
+func (d *Disker) send(ctx context.Context, ps []broker.SendParams) error {
 	called := false // the broker took the call: each message's outcome is its Result
 	_, err := call(d, "send", func() (struct{}, error) {
 		now := time.Now()
@@ -253,11 +392,20 @@ func (d *Disker) send(ctx context.Context, ps []broker.SendParams, hook func(i i
 				d.emit(Event{Kind: EventSent, Receiver: env.Receiver, Sender: env.Sender, MessageID: env.ID})
 			}
 		}
-		if f := hook(i); f != nil && r.Outcome != broker.Duplicate {
+	}
+	return nil
+}
+
+// afterSent calls the WithOnSent hook of each message of ps, sent, that
+// the broker stored or answered for (not a duplicate): hook(i), which may
+// be nil, on the caller's goroutine.
+func afterSent(ps []broker.SendParams, hook func(i int) func(string)) {
+	for i := range ps {
+		r := &ps[i].Result
+		if f := hook(i); f != nil && r.Err == nil && r.Outcome != broker.Duplicate {
 			f(r.ID)
 		}
 	}
-	return nil
 }
 
 // noneStored is, for the broker's health, the outcome of the call that
