@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,5 +80,36 @@ func TestGatewayTimeoutDuringOutage(t *testing.T) {
 				srv.Kill() // so that the gateway's stop does not wait for the pause
 			}
 		})
+	}
+}
+
+// TestSendDuringPause: "disker send" to a Redis paused (CLIENT PAUSE) fails
+// saying what is true: the server accepts connections and does not answer
+// PING, so it may be paused or overloaded; not that it may be a TLS port
+// (a TLS port closes the connection: TestTLSRedis).
+func TestSendDuringPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	t.Parallel()
+	srv := redistest.Start(t)
+	e := newEnv(t)
+	e.redisURL = srv.URL()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Do(context.Background(), c.B().Arbitrary("CLIENT", "PAUSE").Args("60000", "ALL").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Kill() // so that nothing waits for the pause
+	_, errOut, code := e.run("", "send", "--to", "jobs", "hello")
+	said := withoutLogs(errOut)
+	if code != 1 || !strings.Contains(said, "did not answer PING within 1s: the server may be paused (CLIENT PAUSE) or overloaded") {
+		t.Errorf("send to a paused Redis: exit %d, %q; want 1, and that it did not answer PING and may be paused", code, said)
+	}
+	if strings.Contains(said, "TLS") {
+		t.Errorf("send to a paused Redis suggests TLS: %q", said)
 	}
 }

@@ -152,6 +152,7 @@ func TestTLSRedis(t *testing.T) {
 		{"no client certificate", []string{"stats", "--tls-ca", p.ca}, 1, "want a client certificate: --tls-cert and --tls-key"},
 		{"cert without key", []string{"stats", "--tls-ca", p.ca, "--tls-cert", p.clientCert}, 2, "--tls-cert needs --tls-key"},
 		{"skip_verify in the URL", []string{"stats", "--redis-url", e.redisURL + "?skip_verify=true"}, 2, "--tls-insecure-skip-verify"},
+		{"redis:// at the TLS port", []string{"stats", "--redis-url", "redis://" + addr + "/0"}, 1, "closed one without answering PING; is it a TLS port? (use rediss:// for one)"},
 	} {
 		_, errOut, code := e.run("", c.args...)
 		if said := withoutLogs(errOut); code != c.code || !strings.Contains(said, c.want) {

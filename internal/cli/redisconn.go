@@ -250,9 +250,13 @@ func innermost(err error) string {
 	}
 }
 
+// pingTimeout bounds diagnose's wait for the answer to its PING.
+const pingTimeout = time.Second
+
 // diagnose talks to addr to tell a user what is there when Disker could
-// not use it: nothing (refused), something that is not Redis, or a TLS
-// port reached without TLS. It returns "" when it finds nothing to add.
+// not use it: nothing (refused), something that is not Redis, a TLS port
+// reached without TLS, or a server that does not answer (paused or
+// overloaded). It returns "" when it finds nothing to add.
 func diagnose(ctx context.Context, addr string, tc *tls.Config) string {
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -265,14 +269,19 @@ func diagnose(ctx context.Context, addr string, tc *tls.Config) string {
 		// probeTLS made the handshake already: the trouble is past it.
 		return ""
 	}
-	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	_ = conn.SetDeadline(time.Now().Add(pingTimeout))
 	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
 		return ""
 	}
 	line, err := bufio.NewReader(conn).ReadString('\n')
+	var ne net.Error
 	switch {
+	case err != nil && line == "" && errors.As(err, &ne) && ne.Timeout():
+		// A TLS port closes a connection that does not speak TLS; a
+		// Redis paused (CLIENT PAUSE) or busy says nothing.
+		return fmt.Sprintf("%s accepts connections but did not answer PING within %v: the server may be paused (CLIENT PAUSE) or overloaded", addr, pingTimeout)
 	case err != nil && line == "":
-		return fmt.Sprintf("%s accepts connections but does not answer PING as Redis does (it closed or said nothing); is it a TLS port? (use rediss:// for one)", addr)
+		return fmt.Sprintf("%s accepts connections but closed one without answering PING; is it a TLS port? (use rediss:// for one)", addr)
 	case strings.HasPrefix(line, "+PONG"), strings.HasPrefix(line, "-"):
 		return ""
 	default:
