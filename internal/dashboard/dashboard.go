@@ -180,7 +180,15 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("POST /receivers/{name}/dead-letters/{action}", d.act)
 	m.HandleFunc("GET /api/snapshot", d.snapshotAPI)
 	assets, _ := fs.Sub(assetFS, "assets")
-	m.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	m.HandleFunc("GET /assets/{file}", func(w http.ResponseWriter, r *http.Request) {
+		// Files only: a directory (/assets/ itself) is not listed.
+		name := r.PathValue("file")
+		if info, err := fs.Stat(assets, name); err != nil || info.IsDir() {
+			http.NotFound(w, r)
+			return
+		}
+		http.ServeFileFS(w, r, assets, name)
+	})
 	m.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
 		// Asked for by browsers on pages without a link to an icon (an
 		// error's text).
