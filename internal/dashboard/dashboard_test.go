@@ -62,6 +62,7 @@ func instance(t *testing.T, prefix string) *disker.Disker {
 // cookie jar, all on one key prefix.
 type fixture struct {
 	worker, dash *disker.Disker
+	prefix       string // of the keys
 	srv          *httptest.Server
 	client       *http.Client
 }
@@ -69,7 +70,7 @@ type fixture struct {
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
 	prefix := redistest.Prefix(t)
-	f := &fixture{worker: instance(t, prefix), dash: instance(t, prefix)}
+	f := &fixture{worker: instance(t, prefix), dash: instance(t, prefix), prefix: prefix}
 	err := f.worker.Handle("jobs", disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
 		if strings.HasPrefix(string(m.Content), "fail") || strings.HasPrefix(string(m.Content), "<script>") {
 			return nil, disker.NoRetry(errors.New("refused: " + string(m.Content)))
@@ -79,7 +80,10 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Disker, cfg.Logger, cfg.Interval = f.dash, quiet, 100*time.Millisecond
+	cfg.Disker, cfg.Interval = f.dash, 100*time.Millisecond
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
 	dash, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

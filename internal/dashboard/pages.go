@@ -105,11 +105,12 @@ func rows[T any](items []T, name func(T) string, cols []column[T], now time.Time
 
 // apiSnapshot is the answer of /api/snapshot.
 type apiSnapshot struct {
-	At        int64   `json:"t"`
-	Error     string  `json:"error,omitempty"`
-	Receivers []row   `json:"receivers"`
-	Workers   []row   `json:"workers"`
-	History   []Point `json:"history"`
+	At        int64    `json:"t"`
+	Error     string   `json:"error,omitempty"`
+	Skipped   []string `json:"skipped,omitempty"`
+	Receivers []row    `json:"receivers"`
+	Workers   []row    `json:"workers"`
+	History   []Point  `json:"history"`
 }
 
 func (d *Dashboard) snapshotAPI(w http.ResponseWriter, r *http.Request) {
@@ -118,6 +119,7 @@ func (d *Dashboard) snapshotAPI(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(apiSnapshot{
 		At:        snap.At.UnixMilli(),
 		Error:     snap.Err,
+		Skipped:   snap.Skipped,
 		Receivers: rows(snap.Receivers, func(r Receiver) string { return r.Receiver }, receiverColumns, snap.At),
 		Workers:   rows(snap.Workers, func(w disker.WorkerInfo) string { return w.ID }, workerColumns, snap.At),
 		History:   hist,
@@ -134,6 +136,7 @@ type page struct {
 	Actions  bool
 	Auth     bool
 	Error    string
+	Skipped  []string // what the poll left out (Snapshot.Skipped)
 	Data     any
 }
 
@@ -173,14 +176,14 @@ func table[T any](cols []column[T], items []T, name func(T) string, now time.Tim
 func (d *Dashboard) receiversPage(w http.ResponseWriter, r *http.Request) {
 	snap, _ := d.poll.current(r.Context())
 	p := d.page("Receivers", "receivers", table(receiverColumns, snap.Receivers, func(r Receiver) string { return r.Receiver }, snap.At))
-	p.Error = snap.Err
+	p.Error, p.Skipped = snap.Err, snap.Skipped
 	d.render(w, http.StatusOK, "receivers", p)
 }
 
 func (d *Dashboard) workersPage(w http.ResponseWriter, r *http.Request) {
 	snap, _ := d.poll.current(r.Context())
 	p := d.page("Workers", "workers", table(workerColumns, snap.Workers, func(w disker.WorkerInfo) string { return w.ID }, snap.At))
-	p.Error = snap.Err
+	p.Error, p.Skipped = snap.Err, snap.Skipped
 	d.render(w, http.StatusOK, "workers", p)
 }
 

@@ -2,8 +2,11 @@ package dashboard
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +53,11 @@ type Snapshot struct {
 	// Err is the error of the last poll, if it failed; the rest is then
 	// the last good poll's.
 	Err string `json:"error,omitempty"`
+	// Skipped says what the poll left out because it cannot read it (a
+	// worker's record naming a receiver by a name that breaks the name
+	// rule, written by an older or a foreign client; a receiver whose
+	// stats do not read), one line each; it shows everything else.
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 // beat is what a worker's last heartbeat said: its count of messages
@@ -89,11 +97,17 @@ type poller struct {
 	points   int
 	log      *slog.Logger
 
-	pollMu   sync.Mutex // one poll at a time; guards names, polls, beats
+	pollMu   sync.Mutex // one poll at a time; guards names, polls, beats, unreadable, noted
 	names    []string
 	polls    int
 	beats    map[string]beat // by worker id
 	lastSeen atomic.Int64    // Unix ns of the last page request
+	// unreadable is the receivers whose stats the last poll could not
+	// read: they are read apart, so that they fail no other's.
+	unreadable map[string]bool
+	// noted is the Skipped lines of the last poll: a line is logged when
+	// it first comes, not at every poll.
+	noted map[string]bool
 
 	mu      sync.RWMutex
 	snap    *Snapshot
@@ -177,7 +191,7 @@ func (p *poller) pollOnce(ctx context.Context) {
 		p.log.Warn("dashboard: poll failed", "err", err)
 		failed := &Snapshot{At: time.Now(), Err: err.Error(), Receivers: []Receiver{}, Workers: []disker.WorkerInfo{}}
 		if p.snap != nil {
-			failed.Receivers, failed.Workers = p.snap.Receivers, p.snap.Workers
+			failed.Receivers, failed.Workers, failed.Skipped = p.snap.Receivers, p.snap.Workers, p.snap.Skipped
 		}
 		p.snap = failed
 		return
@@ -190,7 +204,8 @@ func (p *poller) pollOnce(ctx context.Context) {
 }
 
 // read does one poll: the workers, the list of receivers now and then, and
-// the stats of every receiver (StatsOf: one round trip).
+// the stats of every receiver (StatsOf: one round trip), leaving out what
+// it cannot read (Snapshot.Skipped, logged once).
 func (p *poller) read(ctx context.Context) (*Snapshot, Point, error) {
 	all, err := p.d.Workers(ctx)
 	if err != nil {
@@ -203,19 +218,25 @@ func (p *poller) read(ctx context.Context) (*Snapshot, Point, error) {
 		}
 	}
 	p.polls++
+	var skipped []string
 	for _, w := range workers {
 		for _, r := range w.Receivers {
+			if err := disker.ValidateName(r); err != nil {
+				skipped = append(skipped, fmt.Sprintf("worker %s lists a receiver %q, which is not a valid receiver name: %s", w.ID, r, strings.TrimPrefix(err.Error(), "disker: ")))
+				continue
+			}
 			if i, found := slices.BinarySearch(p.names, r); !found {
 				p.names = slices.Insert(p.names, i, r)
 			}
 		}
 	}
-	stats, err := p.d.StatsOf(ctx, p.names...)
+	stats, left, err := p.statsOf(ctx)
 	if err != nil {
 		return nil, Point{}, err
 	}
 	now := time.Now()
-	snap := &Snapshot{At: now, Workers: workers, Receivers: make([]Receiver, len(stats))}
+	snap := &Snapshot{At: now, Workers: workers, Receivers: make([]Receiver, len(stats)), Skipped: append(skipped, left...)}
+	p.note(snap.Skipped)
 	beats := make(map[string]beat, len(workers))
 	for _, w := range workers {
 		prev, ok := p.beats[w.ID]
@@ -243,4 +264,61 @@ func (p *poller) read(ctx context.Context) (*Snapshot, Point, error) {
 		}
 	}
 	return snap, pt, nil
+}
+
+// statsOf reads the stats of p.names, in one round trip (StatsOf) but for
+// those whose stats could not be read at the last poll: those are read
+// one by one, so that they fail no other's. When the round trip fails but
+// the broker answers (a receiver's keys that do not read), every receiver
+// is read so. It returns the stats read, sorted by receiver, and a line
+// for each receiver left out; an error when the broker cannot be reached.
+func (p *poller) statsOf(ctx context.Context) ([]disker.ReceiverStats, []string, error) {
+	readable := slices.DeleteFunc(slices.Clone(p.names), func(r string) bool { return p.unreadable[r] })
+	apart := slices.DeleteFunc(slices.Clone(p.names), func(r string) bool { return !p.unreadable[r] })
+	stats, err := p.d.StatsOf(ctx, readable...)
+	switch {
+	case err == nil:
+	case unreachable(ctx, err):
+		return nil, nil, err
+	default:
+		stats, apart = nil, p.names
+	}
+	var left []string
+	unreadable := map[string]bool{}
+	for _, r := range apart {
+		st, err := p.d.Stats(ctx, r)
+		if err != nil {
+			if unreachable(ctx, err) {
+				return nil, nil, err
+			}
+			unreadable[r] = true
+			left = append(left, fmt.Sprintf("receiver %s: its stats do not read: %s", r, strings.TrimPrefix(err.Error(), "disker: ")))
+			continue
+		}
+		stats = append(stats, st)
+	}
+	p.unreadable = unreadable
+	slices.SortFunc(stats, func(a, b disker.ReceiverStats) int { return strings.Compare(a.Receiver, b.Receiver) })
+	return stats, left, nil
+}
+
+// unreachable reports whether err, of a call made with ctx, says that the
+// broker could not be reached (or ctx ended), not that it refused what it
+// was asked.
+func unreachable(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, disker.ErrUnavailable) || errors.Is(err, disker.ErrClosed)
+}
+
+// note logs each line of skipped that the poll before did not have: a
+// record that cannot be read is logged once, not at every poll. Call with
+// pollMu held.
+func (p *poller) note(skipped []string) {
+	noted := make(map[string]bool, len(skipped))
+	for _, line := range skipped {
+		if !p.noted[line] {
+			p.log.Warn("dashboard: left out what it cannot read; it shows everything else", "what", line)
+		}
+		noted[line] = true
+	}
+	p.noted = noted
 }

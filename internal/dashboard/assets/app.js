@@ -107,12 +107,23 @@
     if (e) e.textContent = text;
   }
 
+  // showSkipped lists what the poll left out, as it cannot read it.
+  function showSkipped(skipped) {
+    var box = document.getElementById("skipped");
+    if (!box) return;
+    skipped = skipped || [];
+    box.hidden = skipped.length === 0;
+    var list = document.getElementById("skipped-list");
+    list.replaceChildren.apply(list, skipped.map(function (s) { return el("li", "", s); }));
+  }
+
   function show(snap) {
     var err = document.getElementById("error");
     if (err) {
       err.hidden = !snap.error;
       setText("error-text", snap.error || "");
     }
+    showSkipped(snap.skipped);
     if (page === "receivers") {
       fillTable("receivers", snap.receivers, function (name) {
         return base + "/receivers/" + encodeURIComponent(name) + "/dead-letters";
