@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/dashboard"
 )
 
 type statsOptions struct {
@@ -103,16 +104,9 @@ type groupLoad struct {
 // busiestGroups is how many keys stats lists for a receiver named.
 const busiestGroups = 10
 
-// groups returns the GROUPS column of r: "-" when no keyed message waits.
-func (r *receiverRow) groups() string {
-	switch {
-	case r.GroupWaiting == 0:
-		return "-"
-	case r.GroupKeys == 1:
-		return fmt.Sprintf("%d (1 key)", r.GroupWaiting)
-	}
-	return fmt.Sprintf("%d (%d keys)", r.GroupWaiting, r.GroupKeys)
-}
+// groups returns the GROUPS column of r: "-" when no keyed message waits,
+// as the dashboard's Groups column.
+func (r *receiverRow) groups() string { return dashboard.GroupsText(r.ReceiverStats) }
 
 // limits returns the LIMITS column of r: "-" when none.
 func (r *receiverRow) limits() string {

@@ -175,6 +175,7 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /{$}", d.receiversPage)
 	m.HandleFunc("GET /workers", d.workersPage)
 	m.HandleFunc("GET /message", d.messagePage)
+	m.HandleFunc("GET /receivers/{name}", d.receiverPage)
 	m.HandleFunc("GET /receivers/{name}/dead-letters", d.deadLettersPage)
 	m.HandleFunc("GET /receivers/{name}/dead-letters/{action}", d.confirmPage)
 	m.HandleFunc("POST /receivers/{name}/dead-letters/{action}", d.act)

@@ -38,6 +38,20 @@ var receiverColumns = []column[Receiver]{
 	{"Oldest waiting", "time since the oldest message not yet delivered was queued", oldestCell},
 	{"Deferred", "messages sent for later (WithDelay, WithDeliverAt), not due yet", func(r Receiver, _ time.Time) string { return count(r.Deferred) }},
 	{"Paused", "yes while the receiver is paused (Pause, disker pause): its messages queue and no worker starts them", pausedCell},
+	{"Groups", "keyed messages (WithGroup) waiting behind their key, and in how many keys; - when none", func(r Receiver, _ time.Time) string { return GroupsText(r.ReceiverStats) }},
+}
+
+// GroupsText sums up s's keyed messages (WithGroup) waiting behind their
+// key: "120 (7 keys)", "3 (1 key)", or "-" when none waits. The receivers
+// page and "disker stats" show it.
+func GroupsText(s disker.ReceiverStats) string {
+	switch {
+	case s.GroupWaiting == 0:
+		return "-"
+	case s.GroupKeys == 1:
+		return fmt.Sprintf("%d (1 key)", s.GroupWaiting)
+	}
+	return fmt.Sprintf("%d (%d keys)", s.GroupWaiting, s.GroupKeys)
 }
 
 func pausedCell(r Receiver, _ time.Time) string {
@@ -463,7 +477,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"path": url.PathEscape,
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"receivers", "workers", "deadletters", "confirm", "message"} {
+	for _, name := range []string{"receivers", "receiver", "workers", "deadletters", "confirm", "message"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: templates: %w", err)

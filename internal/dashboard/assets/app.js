@@ -126,7 +126,7 @@
     showSkipped(snap.skipped);
     if (page === "receivers") {
       fillTable("receivers", snap.receivers, function (name) {
-        return base + "/receivers/" + encodeURIComponent(name) + "/dead-letters";
+        return base + "/receivers/" + encodeURIComponent(name);
       });
       document.querySelectorAll("svg.chart-svg").forEach(function (svg) { drawChart(svg, snap.history, windowMs); });
       var last = snap.history[snap.history.length - 1];
