@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -85,8 +86,8 @@ func TestDashboard(t *testing.T) {
 			for name, w := range want {
 				g := got[name]
 				// Then the oldest waiting message's age (none waits), none
-				// scheduled, not paused.
-				if len(g) != 9 || strings.Join(g[:4], " ") != strings.Join(w, " ") || g[5] != "1" || g[6] != "-" || g[7] != "0" || g[8] != "no" {
+				// scheduled, not paused, no keyed message waiting.
+				if len(g) != 10 || strings.Join(g[:4], " ") != strings.Join(w, " ") || g[5] != "1" || g[6] != "-" || g[7] != "0" || g[8] != "no" || g[9] != "-" {
 					return false
 				}
 			}
@@ -123,6 +124,35 @@ func TestDashboard(t *testing.T) {
 			return served == 2
 		})
 		b.noErrors(t, "workers page")
+	})
+
+	t.Run("a receiver's name opens its page", func(t *testing.T) {
+		b.do(t, chromedp.Navigate(dash+"/"))
+		b.waitJS(t, "the receivers' links", `document.querySelectorAll('#receivers tbody a').length == 2`)
+		b.do(t, chromedp.Click(chromedp.CSS(`#receivers tr[data-name="upper"] a`)), chromedp.WaitVisible(chromedp.CSS("#groups-empty")))
+		if h := eval[string](t, b, `document.querySelector('h1').textContent`); h != "Receiver upper" {
+			t.Errorf("the receiver's page is headed %q", h)
+		}
+		b.do(t, chromedp.Click(chromedp.CSS("#dead-letters")), chromedp.WaitVisible(chromedp.CSS("#dl-total")))
+		b.noErrors(t, "receiver's page")
+	})
+
+	t.Run("a record it cannot read is left out", func(t *testing.T) {
+		b.do(t, chromedp.Navigate(dash+"/"))
+		b.waitJS(t, "both receivers", `document.querySelectorAll('#receivers tbody tr').length == 2`)
+		key, ids := prefix+":{workers}:w:foreign", prefix+":{workers}:ids"
+		redisCLI(t, "HSET", key, "info", `{"id":"foreign","receivers":["bad name"]}`, "seen", fmt.Sprint(time.Now().UnixMilli()))
+		redisCLI(t, "ZADD", ids, fmt.Sprint(time.Now().Add(time.Hour).UnixMilli()), "foreign")
+		defer func() {
+			redisCLI(t, "DEL", key)
+			redisCLI(t, "ZREM", ids, "foreign")
+		}()
+		// The page, loaded before, shows it as it refreshes, and the rest.
+		b.waitJS(t, "the box that says what was left out", `!document.getElementById('skipped').hidden && document.querySelectorAll('#skipped-list li').length == 1 && document.querySelector('#skipped-list li').textContent.includes('"bad name"')`)
+		if n := eval[int](t, b, `document.querySelectorAll('#receivers tbody tr').length`); n != 2 || !eval[bool](t, b, `document.getElementById('error').hidden`) {
+			t.Errorf("with a record it cannot read, the page shows %d receivers, or an error", n)
+		}
+		b.noErrors(t, "a record left out")
 	})
 
 	t.Run("the live chart updates", func(t *testing.T) {
@@ -267,4 +297,12 @@ func TestDashboard(t *testing.T) {
 		b.waitJS(t, "the live rows with credentials", `document.querySelectorAll('#receivers tbody tr').length == 2 && document.getElementById('chart-rate').dataset.points`)
 		b.noErrors(t, "receivers page with credentials")
 	})
+}
+
+// redisCLI runs a command on the test's Redis with redis-cli.
+func redisCLI(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("redis-cli", append([]string{"-u", redisURL}, args...)...).CombinedOutput(); err != nil || strings.HasPrefix(string(out), "(error)") || strings.HasPrefix(string(out), "ERR") {
+		t.Fatalf("redis-cli %v: %v %s", args, err, out)
+	}
 }
