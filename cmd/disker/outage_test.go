@@ -15,7 +15,9 @@ import (
 // TestGatewayTimeoutDuringOutage: with gateway --timeout 2s, a request in
 // flight when Redis is paused (CLIENT PAUSE: sockets open, no answers) or
 // killed gets its 504 by its timeout plus at most a second, not when Redis
-// answers again. No worker serves the receiver, so the request waits.
+// answers again; so does each of the requests that arrive, one a second,
+// during the pause or while Redis refuses connections. No worker serves
+// the receiver, so the request waits.
 func TestGatewayTimeoutDuringOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a failure-injection test: runs without -short")
@@ -76,6 +78,10 @@ func TestGatewayTimeoutDuringOutage(t *testing.T) {
 			if r.took > 4*time.Second {
 				t.Fatalf("a request in flight during a Redis %s was answered after %v, want by --timeout 2s + 1s (and slack)", fault, r.took)
 			}
+			// Requests that arrive during the fault: each by --timeout + 1s,
+			// the bound of issue 26.
+			during := driveRequests(&http.Client{Timeout: time.Minute}, url, 6, time.Second)
+			checkAnswered(t, "during a Redis "+fault, during, 3*time.Second, http.StatusGatewayTimeout, http.StatusServiceUnavailable)
 			if fault == "pause" {
 				srv.Kill() // so that the gateway's stop does not wait for the pause
 			}
