@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,20 +48,14 @@ func TestGatewayTimeoutDuringOutage(t *testing.T) {
 				resp.Body.Close()
 				res <- result{resp.StatusCode, time.Since(start)}
 			}()
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := redisClient(t, srv)
 			waitFor(t, 10*time.Second, "the request to be queued", func() bool {
 				n, err := c.Do(context.Background(), c.B().Xlen().Key(e.prefix+":{web}:q").Build()).AsInt64()
 				return err == nil && n >= 2 // the warm-up's, and this one's
 			})
 			switch fault {
 			case "pause":
-				if err := c.Do(context.Background(), c.B().Arbitrary("CLIENT", "PAUSE").Args("20000", "ALL").Build()).Error(); err != nil {
-					t.Fatal(err)
-				}
+				pauseRedis(t, c, 20*time.Second)
 			case "kill":
 				srv.Kill()
 			}
@@ -101,14 +96,7 @@ func TestSendDuringPause(t *testing.T) {
 	srv := redistest.Start(t)
 	e := newEnv(t)
 	e.redisURL = srv.URL()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Do(context.Background(), c.B().Arbitrary("CLIENT", "PAUSE").Args("60000", "ALL").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	pauseRedis(t, redisClient(t, srv), time.Minute)
 	defer srv.Kill() // so that nothing waits for the pause
 	_, errOut, code := e.run("", "send", "--to", "jobs", "hello")
 	said := withoutLogs(errOut)
@@ -117,5 +105,25 @@ func TestSendDuringPause(t *testing.T) {
 	}
 	if strings.Contains(said, "TLS") {
 		t.Errorf("send to a paused Redis suggests TLS: %q", said)
+	}
+}
+
+// redisClient returns a client of srv that closes when the test ends.
+func redisClient(t *testing.T, srv *redistest.Server) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// pauseRedis pauses the server of c for d (CLIENT PAUSE ALL: sockets stay
+// open, no command is answered).
+func pauseRedis(t *testing.T, c rueidis.Client, d time.Duration) {
+	t.Helper()
+	if err := c.Do(context.Background(), c.B().Arbitrary("CLIENT", "PAUSE").Args(strconv.FormatInt(d.Milliseconds(), 10), "ALL").Build()).Error(); err != nil {
+		t.Fatal(err)
 	}
 }
