@@ -25,7 +25,8 @@ var (
 	ErrTimeout = errors.New("disker: request timed out")
 	// ErrOutcomeUnknown is returned by Request when its context ended and
 	// the broker did not answer within RequestGrace to settle it (Redis
-	// down, paused or cut off): a worker's reply may have been accepted
+	// down, paused or cut off), or its answer could not be read by then (a
+	// process too busy): a worker's reply may have been accepted
 	// before the deadline all the same, and this Request will not return
 	// it. Such an error also matches ErrUnavailable and the context's
 	// error, but not ErrTimeout: no timeout was decided.

@@ -232,7 +232,8 @@ func (r *requester) close(ctx context.Context) {
 // Whatever the broker does (down, refusing connections, resetting them,
 // unreachable with its sockets open for any length of time, paused),
 // Request returns by ctx's end plus RequestGrace. When the broker
-// could not settle the request by then, it returns ErrOutcomeUnknown (not
+// could not settle the request by then, or its settlement could not be
+// read by then, it returns ErrOutcomeUnknown (not
 // ErrTimeout): a reply the broker accepted before the deadline may then go
 // unread, its replier told it was accepted, so the requester must not take
 // the request for timed out (the gateway answers 504 all the same).
@@ -530,9 +531,11 @@ func (q *request) sendEnd() time.Time {
 // request in the inbox with a marker: one at or after the deadline leaves
 // no room for a reply after it; one before the deadline (ctx was
 // cancelled) leaves the replies after it unread. From then on the outcome
-// is that first reply if it precedes the marker, else the marker; and
-// ctx's error if neither came by the end of the grace. Close ends the wait
-// with ErrClosed.
+// is that first reply if it precedes the marker, else the marker. When
+// neither was read by the end of the grace, the broker has decided the
+// outcome but the Request does not know it: ErrOutcomeUnknown, not ctx's
+// error, which a reply accepted before the marker would belie. Close ends
+// the wait with ErrClosed.
 func (q *request) wait() (*Message, error) {
 	ended := q.ctx.Done()
 	var grace <-chan time.Time
@@ -553,7 +556,7 @@ func (q *request) wait() (*Message, error) {
 			defer t.Stop()
 			grace = t.C
 		case <-grace:
-			return nil, q.ended()
+			return nil, q.unknown(fmt.Errorf("the inbox's entries were not read by %v after the end", RequestGrace))
 		}
 	}
 }
@@ -644,13 +647,20 @@ func (q *request) giveUp() error {
 		err = fmt.Errorf("the broker did not answer by %v after the end", RequestGrace)
 	}
 	if err != nil {
-		if timedOut {
-			q.d.countTimeout(q.receiver, id)
-		}
-		return fmt.Errorf("%w (request %s: %w): %w: %v", ErrOutcomeUnknown, id, q.ctx.Err(), ErrUnavailable, err)
+		return q.unknown(err)
 	}
 	q.marker = marker
 	return nil
+}
+
+// unknown is the Request's error when it cannot tell its outcome by the
+// end of its grace, for the reason why: ErrOutcomeUnknown, which matches
+// ErrUnavailable and ctx's error too. It counts the timeout, if it was one.
+func (q *request) unknown(why error) error {
+	if q.ctx.Err() == context.DeadlineExceeded {
+		q.d.countTimeout(q.receiver, q.id)
+	}
+	return fmt.Errorf("%w (request %s: %w): %w: %v", ErrOutcomeUnknown, q.id, q.ctx.Err(), ErrUnavailable, why)
 }
 
 // ended is the Request's error when ctx ended first (requestEnded).
