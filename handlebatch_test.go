@@ -963,13 +963,19 @@ func TestHandleBatchKilledWorker(t *testing.T) {
 	d := e.open()
 	ids := sendN(t, d, "batch-jobs", "k", 5)
 	c := startChild(t, e, "batch-worker", "batch-jobs", "")
-	if l := recv(t, c.lines, 30*time.Second, "the child to be ready"); l != "ready" {
-		t.Fatalf("child said %q, want ready", l)
-	}
+	// The child says "ready" once it serves, and its handler "started ID
+	// 1" for each message of the batch: the batch may start before the
+	// child says ready, so the lines come in either order.
+	want := map[string]bool{"ready": true}
 	for _, id := range ids {
-		if l := recv(t, c.lines, 30*time.Second, "the child to start the batch"); l != "started "+id+" 1" {
-			t.Fatalf("child said %q, want %q", l, "started "+id+" 1")
+		want["started "+id+" 1"] = true
+	}
+	for len(want) > 0 {
+		l := recv(t, c.lines, 30*time.Second, "the child to be ready and to start the batch")
+		if !want[l] {
+			t.Fatalf("child said %q, want one of %v", l, want)
 		}
+		delete(want, l)
 	}
 	c.kill(t)
 	got := serve(t, d, "batch-jobs", childLease)
