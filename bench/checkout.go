@@ -128,24 +128,32 @@ func runCheckout(ctx context.Context, ci checkoutImpl, size, g, ops int) (sample
 		return sample{}, err
 	}
 	defer cleanup()
-	per := ops / g
-	return measure(per*g, func() error {
-		var wg sync.WaitGroup
-		errs := make(chan error, g)
-		wg.Add(g)
-		for range g {
-			go func() {
-				defer wg.Done()
-				for range per {
-					if err := op(ctx); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
+	n := ops / g * g
+	return measure(n, func() error { return roundTrips(ctx, op, g, n) })
+}
+
+// roundTrips makes n calls of op in all, shared among g goroutines, and
+// returns the first error.
+func roundTrips(ctx context.Context, op func(context.Context) error, g, n int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, g)
+	wg.Add(g)
+	for i := range g {
+		per := n / g
+		if i < n%g {
+			per++
 		}
-		wg.Wait()
-		close(errs)
-		return <-errs
-	})
+		go func() {
+			defer wg.Done()
+			for range per {
+				if err := op(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }

@@ -43,13 +43,15 @@ func benchmarkSubmit(b *testing.B, cfg ExecutorConfig, task func()) {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		if err := e.Submit(ctx, task); err != nil {
-			b.Fatal(err)
+	measureWork(b, func() {
+		for range b.N {
+			if err = e.Submit(ctx, task); err != nil {
+				return
+			}
 		}
-	}
-	if err := e.Close(ctx); err != nil {
+		err = e.Close(ctx)
+	})
+	if err != nil {
 		b.Fatal(err)
 	}
 }

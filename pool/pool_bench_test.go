@@ -78,19 +78,24 @@ func BenchmarkCheckout(b *testing.B) {
 	}
 }
 
-// runSplit runs op b.N times in all, shared among g goroutines.
+// runSplit runs op b.N times in all, shared among g goroutines, and
+// reports the work counts of measureWork.
 func runSplit(b *testing.B, g int, op func()) {
+	measureWork(b, func() { split(b.N, g, op) })
+}
+
+// split runs op n times in all, shared among g goroutines.
+func split(n, g int, op func()) {
 	var wg sync.WaitGroup
-	b.ResetTimer()
 	for i := range g {
-		n := b.N / g
-		if i < b.N%g {
-			n++
+		per := n / g
+		if i < n%g {
+			per++
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range n {
+			for range per {
 				op()
 			}
 		}()
