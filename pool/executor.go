@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// DefaultIdleTimeout is how long an idle worker goroutine of an [Executor]
-// waits for a task before it exits, when [ExecutorConfig.IdleTimeout] is 0.
+// DefaultIdleTimeout is the [ExecutorConfig.IdleTimeout] of an [Executor]
+// whose config leaves it 0.
 const DefaultIdleTimeout = 10 * time.Second
 
 // maxWorkersLimit and maxExecutorLimit bound MaxWorkers and
@@ -46,9 +46,11 @@ type ExecutorConfig struct {
 	// 33,554,431; the queue's memory (16 bytes a place) is allocated by
 	// NewExecutor.
 	QueueSize int
-	// IdleTimeout is how long a worker goroutine waits for a task before it
-	// exits; the next task that needs it starts a new one. 0 means
-	// DefaultIdleTimeout (10s).
+	// IdleTimeout is how long worker goroutines may go without a task: every
+	// IdleTimeout, the workers beyond the most tasks that ran at once during
+	// it exit, so a worker left without a task exits after one to two
+	// IdleTimeouts. The next task that needs a worker starts a new one. 0
+	// means DefaultIdleTimeout (10s).
 	IdleTimeout time.Duration
 	// PanicHandler is called, on the worker goroutine, with every panic
 	// recovered from a task given to Submit or TrySubmit. nil means such
@@ -87,10 +89,10 @@ type ExecutorStats struct {
 //
 // At most MaxWorkers tasks run at once, and at most QueueSize more wait for a
 // worker. A worker goroutine is started when a task needs one and none is
-// free, and exits after IdleTimeout without work. Tasks start roughly, not
-// strictly, in the order they were accepted. When Submit waits for room and
-// nothing waits in the queue, a worker that finishes a task takes the waiting
-// task directly.
+// free; workers that had no task for an IdleTimeout exit (see
+// [ExecutorConfig.IdleTimeout]). Workers take the tasks in the order they
+// were accepted. An accepted task never waits behind another task while fewer
+// than MaxWorkers run.
 //
 // A task that panics does not take the executor down: the panic is recovered,
 // counted, and either passed to PanicHandler (tasks of Submit and TrySubmit)
@@ -118,30 +120,40 @@ type Executor struct {
 	limit        uint64 // MaxWorkers + QueueSize: the most accepted, unfinished tasks
 	idle         time.Duration
 	panicHandler func(*PanicError)
-	tasks        chan runnable // accepted tasks not yet taken by a worker; never full
-	wakeups      chan struct{} // a token wakes one parked worker; never full
-	wake         chan struct{} // a permit for one waiting Submit to try again
-	handoff      chan runnable // unbuffered: a waiting Submit offers its task to a worker that finishes one
-	closing      chan struct{} // closed by Close
-	done         chan struct{} // closed when closed and every accepted task finished
-	errClosed    error
-	errFull      error
-	closeOnce    sync.Once
-	workers      sync.WaitGroup
+	// tasks holds the accepted tasks that no worker has taken yet, and a
+	// nil for each worker told to exit. Idle workers wait in a plain
+	// receive on it. It is never full, and closed once the executor is
+	// closed and drained.
+	tasks     chan runnable
+	wake      chan struct{} // a permit for one waiting Submit to try again
+	done      chan struct{} // closed when closed and every accepted task finished
+	errClosed error
+	errFull   error
+	closeOnce sync.Once
+	workers   sync.WaitGroup // worker goroutines and the reaper's timer
+
+	// reapMu guards reaper and stopped, so that the reaper never sends on
+	// tasks once it is closed.
+	reapMu  sync.Mutex
+	reaper  *time.Timer // runs reap every idle while workers exist
+	stopped bool        // tasks is closed
+	// exiting counts the nils in tasks: workers told to exit that have not
+	// taken their notice yet.
+	exiting atomic.Int64
 
 	_ [64]byte
 	// state packs the executor's counts, so that one atomic operation both
 	// decides and records a change:
 	//
 	//	bits  0-24 inflight: accepted tasks that have not finished
-	//	bits 25-43 active:   workers running or looking for a task, plus the
-	//	                     parked workers a token was sent to
-	//	bits 44-62 total:    worker goroutines alive
+	//	bits 25-43 workers:  worker goroutines alive, less those told to exit
+	//	bits 44-62 peak:     the most of min(inflight, maxWorkers) since the
+	//	                     reaper last looked
 	//	bit     63 closed:   Close was called
 	//
-	// The invariant active >= min(inflight, maxWorkers) means that every
-	// accepted task has a worker that will take it; the workers that are not
-	// active park on wakeups.
+	// The invariant workers >= min(inflight, maxWorkers) means that every
+	// accepted task has a worker that will take it: the workers that run no
+	// task wait in a receive on tasks.
 	state atomic.Uint64
 	_     [56]byte
 	// waiters counts the Submit calls waiting for room.
@@ -158,14 +170,17 @@ type Executor struct {
 const (
 	fieldMask  = 1<<19 - 1
 	inflightMk = 1<<25 - 1
-	activeOne  = 1 << 25
-	totalOne   = 1 << 44
+	workerOne  = 1 << 25
+	peakShift  = 44
 	closedBit  = 1 << 63
 )
 
 func inflightOf(s uint64) uint64 { return s & inflightMk }
-func activeOf(s uint64) uint64   { return s >> 25 & fieldMask }
-func totalOf(s uint64) uint64    { return s >> 44 & fieldMask }
+func workersOf(s uint64) uint64  { return s >> 25 & fieldMask }
+func peakOf(s uint64) uint64     { return s >> peakShift & fieldMask }
+
+// withPeak returns s with its peak set to p.
+func withPeak(s, p uint64) uint64 { return s&^(fieldMask<<peakShift) | p<<peakShift }
 
 // minus returns the two's complement of d, to subtract d with Add.
 func minus(d uint64) uint64 { return ^(d - 1) }
@@ -212,11 +227,8 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 		limit:        uint64(limit),
 		idle:         cfg.IdleTimeout,
 		panicHandler: cfg.PanicHandler,
-		tasks:        make(chan runnable, limit),
-		wakeups:      make(chan struct{}, cfg.MaxWorkers),
+		tasks:        make(chan runnable, limit+cfg.MaxWorkers),
 		wake:         make(chan struct{}, 1),
-		handoff:      make(chan runnable),
-		closing:      make(chan struct{}),
 		done:         make(chan struct{}),
 		errClosed:    ErrClosed,
 		errFull:      ErrFull,
@@ -304,7 +316,7 @@ const (
 )
 
 // admit accepts t if there is room, and makes sure a worker will take it:
-// an active worker that is free, else a parked one it wakes, else a new one.
+// one that waits for a task, else a new one.
 func (e *Executor) admit(t runnable) admitResult {
 	for {
 		s := e.state.Load()
@@ -316,15 +328,13 @@ func (e *Executor) admit(t runnable) admitResult {
 			return admitFull
 		}
 		ns := s + 1
-		wake, start := false, false
-		if act := activeOf(s); act <= in && act < e.maxWorkers {
-			ns += activeOne
-			if totalOf(s) > act {
-				wake = true
-			} else {
-				start = true
-				ns += totalOne
-			}
+		need := min(in+1, e.maxWorkers)
+		start := workersOf(s) < need
+		if start {
+			ns += workerOne
+		}
+		if peakOf(s) < need {
+			ns = withPeak(ns, need)
 		}
 		if !e.state.CompareAndSwap(s, ns) {
 			continue
@@ -336,32 +346,24 @@ func (e *Executor) admit(t runnable) admitResult {
 			// wait for the workers.
 			e.workers.Add(1)
 		}
-		e.tasks <- t // never blocks: cap(e.tasks) == e.limit
-		switch {
-		case wake:
-			e.wakeups <- struct{}{} // never blocks: a token per parked worker at most
-		case start:
+		e.tasks <- t // never blocks: cap(e.tasks) >= e.limit + the exit notices
+		if start {
 			go e.work()
+			e.armReaper()
 		}
 		return admitted
 	}
 }
 
-// submitSlow waits for room for t. It first yields the processor a few
-// times, trying again after each: a task often finishes meanwhile, and the
-// caller then goes on without parking or being woken.
+// submitSlow waits for room for t: it parks until a finishing task, or
+// Close, gives it a permit to try again. It does not yield first: a parked
+// submitter is woken straight onto the processor of the worker that made
+// room, and runs as soon as that worker runs out of tasks, whereas a
+// submitter that yields lets every worker with a task run first, each
+// then yielding in turn.
 func (e *Executor) submitSlow(ctx context.Context, t runnable) error {
-	for range submitSpins {
-		runtime.Gosched()
-		switch e.admit(t) {
-		case admitted:
-			return nil
-		case admitClosed:
-			e.rejected.Add(1)
-			return e.errClosed
-		}
-	}
 	e.waiters.Add(1)
+	done := ctx.Done()
 	for {
 		switch e.admit(t) {
 		case admitted:
@@ -372,25 +374,27 @@ func (e *Executor) submitSlow(ctx context.Context, t runnable) error {
 			e.rejected.Add(1)
 			return e.errClosed
 		}
+		if done == nil {
+			<-e.wake
+			continue
+		}
 		select {
-		case e.handoff <- t:
-			// A worker that finished a task took t in its place.
-			e.leave()
-			return nil
 		case <-e.wake:
-		case <-e.closing:
-		case <-ctx.Done():
+		case <-done:
 			e.leave()
 			return ctx.Err()
 		}
 	}
 }
 
-// leave ends a wait for room. If there is room left and another Submit
-// waits, it passes a permit on, so that a permit that found the buffer of
-// e.wake full is never lost.
+// leave ends a wait for room. If there is room left, or the executor is
+// closed, and another Submit waits, it passes a permit on, so that a
+// permit that found the buffer of e.wake full is never lost.
 func (e *Executor) leave() {
-	if e.waiters.Add(-1) > 0 && inflightOf(e.state.Load()) < e.limit {
+	if e.waiters.Add(-1) == 0 {
+		return
+	}
+	if s := e.state.Load(); s&closedBit != 0 || inflightOf(s) < e.limit {
 		e.signal()
 	}
 }
@@ -416,46 +420,21 @@ func execute(e *Executor, t runnable) {
 	t.run(e)
 }
 
-// next records the end of an accepted task. If a Submit waits for room and no
-// accepted task waits in the queue, it takes the waiting Submit's task, which
-// inherits the finished task's place, and returns it: the handoff spares the
-// worker a park and the submitter the wake-up of a worker. Else it makes room
-// and returns nil.
-func (e *Executor) next() runnable {
-	if e.waiters.Load() > 0 && len(e.tasks) == 0 {
-		select {
-		case t := <-e.handoff:
-			e.submitted.Add(1)
-			return t
-		default:
-		}
-	}
-	e.finish()
-	return nil
-}
-
 // finish records the end of an accepted task and makes room.
 func (e *Executor) finish() {
 	s := e.state.Add(^uint64(0)) // inflight - 1
 	if s&closedBit != 0 && inflightOf(s) == 0 {
-		close(e.done)
+		e.drained()
 	}
 	if e.waiters.Load() > 0 {
 		e.signal()
 	}
 }
 
-// submitSpins is how many times Submit yields the processor and tries again,
-// when there is no room, before it waits.
-const submitSpins = 2
-
-// workerSpins is how many times a worker that found no task yields and looks
-// again before it parks.
-const workerSpins = 4
-
-// work is a worker goroutine. It starts active: it takes tasks from the
-// queue while there are any, parks when no accepted task needs it, and exits
-// after e.idle parked, or once the executor is closed and drained.
+// work is a worker goroutine. It waits for a task in a plain receive on
+// e.tasks, runs it and the tasks it takes over from waiting submitters,
+// and waits again; it exits when it receives a nil (the reaper retires it)
+// or once the executor is closed and drained.
 func (e *Executor) work() {
 	returned := false
 	defer func() {
@@ -469,93 +448,103 @@ func (e *Executor) work() {
 		}
 		e.workers.Done()
 	}()
-	idle := time.NewTimer(e.idle)
-	idle.Stop()
-	spins := 0
 	for {
-		// Active: take tasks while there are any.
-		select {
-		case t := <-e.tasks:
-			for t != nil {
-				execute(e, t)
-				t = e.next()
-			}
-			spins = 0
-			continue
-		default:
+		t, ok := e.await()
+		if !ok {
+			e.state.Add(minus(workerOne))
+			returned = true
+			return
 		}
-		if spins < workerSpins {
-			// Yield to the submitters before parking: the next task is
-			// often a fraction of a microsecond away, a park and a wakeup
-			// cost more.
-			spins++
-			runtime.Gosched()
-			continue
+		if t == nil {
+			e.exiting.Add(-1)
+			returned = true
+			return
 		}
-		spins = 0
-		s := e.state.Load()
-		if activeOf(s) <= inflightOf(s) {
-			// An accepted task still needs this worker: it is on its way
-			// to the queue. Wait for it.
-			idle.Reset(e.idle)
-			select {
-			case t := <-e.tasks:
-				for t != nil {
-					execute(e, t)
-					t = e.next()
-				}
-			case <-idle.C:
-			case <-e.done:
-				e.state.Add(minus(activeOne + totalOne))
-				returned = true
-				return
-			}
-			continue
-		}
-		if !e.state.CompareAndSwap(s, s-activeOne) {
-			continue
-		}
-		// Parked: wait for a token, which makes it active again.
-		idle.Reset(e.idle)
-	parked:
-		for {
-			select {
-			case <-e.wakeups:
-				break parked
-			case <-idle.C:
-				if e.retire() {
-					returned = true
-					return
-				}
-				// A token is on its way to a parked worker: wait for it.
-				idle.Reset(e.idle)
-			case <-e.done:
-				d := uint64(totalOne)
-				select {
-				case <-e.wakeups:
-					d += activeOne
-				default:
-				}
-				e.state.Add(minus(d))
-				returned = true
-				return
-			}
-		}
+		execute(e, t)
+		e.finish()
 	}
 }
 
-// retire takes a parked worker out of the count, unless every parked worker
-// is due a token.
-func (e *Executor) retire() bool {
+// await returns the next task, or exit notice, from e.tasks; false once
+// tasks is closed. It yields the processor up to workerSpins times, looking
+// again after each, before it parks in a plain receive: the next task is
+// often a fraction of a microsecond away, and a park and a wake-up cost
+// more.
+func (e *Executor) await() (runnable, bool) {
+	for range workerSpins {
+		select {
+		case t, ok := <-e.tasks:
+			return t, ok
+		default:
+		}
+		runtime.Gosched()
+	}
+	t, ok := <-e.tasks
+	return t, ok
+}
+
+// workerSpins is how many times a worker that finds no task yields and
+// looks again before it parks.
+const workerSpins = 2
+
+// armReaper starts the reaper's timer if it is not running.
+func (e *Executor) armReaper() {
+	e.reapMu.Lock()
+	if e.reaper == nil && !e.stopped {
+		e.workers.Add(1)
+		e.reaper = time.AfterFunc(e.idle, e.reap)
+	}
+	e.reapMu.Unlock()
+}
+
+// reap runs every e.idle while workers exist. The workers beyond the most
+// that were needed at once since the last reap (min(inflight, MaxWorkers)
+// at its peak) had nothing to do all that time: it tells that many to exit
+// by sending a nil for each, which the next workers to wait for a task
+// take. It waits for the notices of the last reap to be taken first, so
+// that they never fill tasks.
+func (e *Executor) reap() {
+	defer e.workers.Done()
+	e.reapMu.Lock()
+	defer e.reapMu.Unlock()
+	e.reaper = nil
+	if e.stopped {
+		return
+	}
+	var n uint64
 	for {
 		s := e.state.Load()
-		if totalOf(s) <= activeOf(s) {
-			return false
+		need := min(inflightOf(s), e.maxWorkers)
+		n = 0
+		if e.exiting.Load() == 0 {
+			n = workersOf(s) - min(workersOf(s), max(need, peakOf(s)))
 		}
-		if e.state.CompareAndSwap(s, s-totalOne) {
-			return true
+		if e.state.CompareAndSwap(s, withPeak(s-n*workerOne, need)) {
+			if workersOf(s) > n {
+				e.workers.Add(1)
+				e.reaper = time.AfterFunc(e.idle, e.reap)
+			}
+			break
 		}
 	}
+	e.exiting.Add(int64(n))
+	for range n {
+		e.tasks <- nil // never blocks: at most MaxWorkers notices
+	}
+}
+
+// drained closes tasks, so that the workers exit, and then done. It runs
+// once, when the executor is closed and its last accepted task finished.
+func (e *Executor) drained() {
+	e.reapMu.Lock()
+	e.stopped = true
+	if e.reaper != nil && e.reaper.Stop() {
+		e.workers.Done()
+	}
+	e.reaper = nil
+	close(e.tasks)
+	e.reapMu.Unlock()
+	close(e.done)
 }
 
 // Close stops the executor: from now on Submit, TrySubmit, Go and Group.Go
@@ -571,9 +560,9 @@ func (e *Executor) retire() bool {
 func (e *Executor) Close(ctx context.Context) error {
 	e.closeOnce.Do(func() {
 		s := e.state.Or(closedBit)
-		close(e.closing)
+		e.signal() // the waiting Submit calls pass it on as they leave
 		if inflightOf(s) == 0 {
-			close(e.done)
+			e.drained()
 		}
 	})
 	select {
@@ -594,11 +583,11 @@ func (e *Executor) Stats() ExecutorStats {
 	sub := e.submitted.Load()
 	s := e.state.Load()
 	in := int(inflightOf(s))
-	q := min(len(e.tasks), in)
+	q := min(max(0, len(e.tasks)-int(e.exiting.Load())), in)
 	return ExecutorStats{
 		Running:   in - q,
 		Queued:    q,
-		Workers:   int(totalOf(s)),
+		Workers:   int(workersOf(s)),
 		Submitted: sub,
 		Completed: sub - min(uint64(in), sub),
 		Panicked:  e.panicked.Load(),

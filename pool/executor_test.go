@@ -789,3 +789,68 @@ func TestExecutorSubmitDoesNotAllocate(t *testing.T) {
 		t.Errorf("Submit allocates %.3f times per task, want 0", allocs)
 	}
 }
+
+func TestExecutorCloseWakesEveryWaitingSubmit(t *testing.T) {
+	t.Parallel()
+	// Close gives one permit; each waiting Submit that leaves with
+	// ErrClosed passes it on to the next.
+	const waiting = 8
+	e, err := NewExecutor(ExecutorConfig{MaxWorkers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	blockers(t, e, 1, release)
+	errs := make(chan error, waiting)
+	for range waiting {
+		go func() { errs <- e.Submit(context.Background(), func() { t.Error("task accepted during Close ran") }) }()
+	}
+	waitFor(t, "the submitters to wait", func() bool { return e.waiters.Load() == waiting })
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close(context.Background()) }()
+	for i := range waiting {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("Submit waiting when Close was called = %v, want ErrClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d waiting Submit calls still wait after Close", waiting-i, waiting)
+		}
+	}
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExecutorReapsOnlyIdleWorkers(t *testing.T) {
+	t.Parallel()
+	// Of four workers, two keep running their tasks: the two idle ones
+	// exit, and tasks submitted after still start at once, beside the
+	// running ones.
+	e := newTestExecutor(t, ExecutorConfig{MaxWorkers: 4, IdleTimeout: 5 * time.Millisecond})
+	releaseFirst, releaseRest := make(chan struct{}), make(chan struct{})
+	blockers(t, e, 2, releaseFirst)
+	blockers(t, e, 2, releaseRest)
+	close(releaseFirst)
+	waitFor(t, "the two idle workers to exit", func() bool { return e.Stats().Workers == 2 })
+	blockers(t, e, 2, releaseRest) // returns once both run, with the two before still running
+	if st := e.Stats(); st.Workers != 4 || st.Running != 4 {
+		t.Fatalf("Stats with four tasks running = %+v, want 4 workers, 4 running", st)
+	}
+	close(releaseRest)
+	waitFor(t, "every worker to exit", func() bool { return e.Stats().Workers == 0 })
+	var ran atomic.Int64
+	for range 100 {
+		if err := e.Submit(context.Background(), func() { ran.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := ran.Load(); n != 100 {
+		t.Errorf("%d of 100 tasks ran after the workers had exited", n)
+	}
+}
