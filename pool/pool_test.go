@@ -1238,3 +1238,72 @@ func TestPoolContendedRoundTrips(t *testing.T) {
 		})
 	}
 }
+
+// TestPoolStaleLeaseAfterReuse retires a worker so that its replacement
+// gets the same entry: the old lease can neither end the new one nor see
+// its worker.
+func TestPoolStaleLeaseAfterReuse(t *testing.T) {
+	f := &factory{}
+	p := newTestPool(t, f, Config[*testWorker]{Size: 1, Eager: true})
+	old := mustCheckout(t, p)
+	oldWorker := old.Worker()
+	if err := old.Retire(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the replacement", func() bool { return p.Stats().Idle == 1 })
+	l := mustCheckout(t, p)
+	if l.e != old.e {
+		t.Fatal("the replacement did not reuse the retired worker's entry: the test checks nothing")
+	}
+	if l.Worker() == oldWorker {
+		t.Fatal("the replacement is the retired worker")
+	}
+	if err := old.Release(); !errors.Is(err, ErrReleased) {
+		t.Fatalf("Release of the retired lease = %v, want ErrReleased", err)
+	}
+	if old.Worker() != oldWorker {
+		t.Error("the retired lease's Worker changed when its entry was reused")
+	}
+	if s := p.Stats(); s.Busy != 1 || s.Checkouts != 2 {
+		t.Fatalf("with the new lease held: %+v", s)
+	}
+	mustRelease(t, l)
+}
+
+// TestPoolBeyondStack fills a LIFO pool with more workers than the lock-free
+// stack can index: the workers beyond it go through the mutex, and every
+// worker is still handed out once per round.
+func TestPoolBeyondStack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("makes 65,537 workers")
+	}
+	const size = maxStacked + 2
+	p, err := New(Config[int]{Size: size, Eager: true, New: func(context.Context) (int, error) { return 0, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	ls := make([]Lease[int], size)
+	for round := range 2 {
+		seen := make(map[*poolEntry[int]]bool, size)
+		for i := range ls {
+			l, err := p.TryCheckout(context.Background())
+			if err != nil {
+				t.Fatalf("round %d, checkout %d: %v", round, i, err)
+			}
+			if seen[l.e] {
+				t.Fatalf("round %d: a worker was handed out twice", round)
+			}
+			seen[l.e] = true
+			ls[i] = l
+		}
+		for _, l := range ls {
+			if err := l.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s := p.Stats(); s.Idle != size || s.Busy != 0 || s.Checkouts != uint64(size*(round+1)) {
+			t.Fatalf("round %d: %+v", round, s)
+		}
+	}
+}
