@@ -63,36 +63,29 @@ type Pool[W any] struct {
 	waitNanos atomic.Int64
 	waits     atomic.Uint64
 
-	// The fast path of LIFO pools: stack is the top of the idle set, the
-	// workers that came back while fast was set, the last one on top; the
-	// rest of the idle set (idle) is older. Release pushes its worker and
-	// Checkout pops one without the mutex while fast is set, that is while
-	// nobody waits and the pool is open, within Size and LIFO (see
-	// syncFastLocked). fast, read by every Checkout and Release and written
-	// only when the pool's state changes, and queue (guarded by mu),
-	// written only when callers queue, have cache lines of their own, away
-	// from the stack's head that every lease writes.
-	_     [64]byte
-	fast  atomic.Bool
-	_     [64]byte
-	stack idleStack[W]
-	_     [64]byte
-	queue waitList[W]
-	_     [64]byte
-	// returns counts the workers given back through the mutex; with the
-	// stack's version, it tells a yielding Checkout whether leases ended
-	// meanwhile.
-	returns atomic.Uint64
-	_       [56]byte
+	// The fast path of LIFO pools: hot is the top of the idle stack, the
+	// worker that came back last, or nil; the rest of the stack is idle.
+	// Release swaps its worker in and Checkout takes it out without the
+	// mutex while fast is set, that is while nobody waits and the pool is
+	// open, within Size and LIFO (see syncFastLocked). checkouts counts the
+	// leases handed out. fast, read by every Checkout and Release and
+	// written only when the pool's state changes, and queue (guarded by
+	// mu), written only when callers queue, have cache lines of their own,
+	// away from the words written at every lease.
+	_         [64]byte
+	fast      atomic.Bool
+	_         [64]byte
+	hot       atomic.Pointer[poolEntry[W]]
+	checkouts atomic.Uint64
+	_         [64]byte
+	queue     waitList[W]
+	_         [64]byte
 
 	mu          sync.Mutex
 	idle        idleRing[W]
-	all         []*poolEntry[W] // every entry made; those of closed workers are in spare
-	spare       []*poolEntry[W] // entries whose worker was closed, for reuse
-	drain       []*poolEntry[W] // scratch of syncFastLocked
 	size        int
 	maxOverflow int
-	// live counts every worker slot in use: idle (stack included) + leased
+	// live counts every worker slot in use: idle (hot included) + leased
 	// + building + builders + closing. It never exceeds size+maxOverflow,
 	// except after a shrink until the surplus comes back.
 	live     int
@@ -124,36 +117,13 @@ type Pool[W any] struct {
 type poolEntry[W any] struct {
 	p *Pool[W]
 	w W
-	// lease is the number of leases of the entry so far, shifted left by
-	// one, with bit 0 set while leased: the current lease's id. A Lease
+	// lease is the id of the current lease, 0 when not leased. A Lease
 	// holds the id it was given, so a stale or copied Lease cannot release
-	// the worker again, even once the entry holds another worker.
+	// the worker again.
 	lease atomic.Uint64
-	idx   uint32        // the entry's place in stack.table, plus one; 0 if none
-	next  atomic.Uint32 // idx of the entry under it on the stack
-	since int64         // when it went idle while overflow existed; 0 if unknown
-	used  bool          // leased before (a fresh worker skips the checkout check)
-}
-
-// current returns the lease that e is under, whose holder the caller is.
-func (e *poolEntry[W]) current() Lease[W] {
-	return Lease[W]{e: e, id: e.lease.Load(), w: e.w}
-}
-
-// newEntryLocked returns an entry for w: a spare one, or a new one that it
-// registers.
-func (p *Pool[W]) newEntryLocked(w W) *poolEntry[W] {
-	if n := len(p.spare); n > 0 {
-		e := p.spare[n-1]
-		p.spare[n-1] = nil
-		p.spare = p.spare[:n-1]
-		e.w, e.since, e.used = w, 0, false
-		return e
-	}
-	e := &poolEntry[W]{p: p, w: w}
-	p.all = append(p.all, e)
-	p.stack.register(e)
-	return e
+	seq   uint64 // last lease id given out; only the entry's holder touches it
+	since int64  // when it went idle while overflow existed; 0 if unknown
+	used  bool   // leased before (a fresh worker skips the checkout check)
 }
 
 // New returns a pool configured by cfg, or an error naming the first invalid
@@ -210,7 +180,7 @@ func New[W any](cfg Config[W]) (*Pool[W], error) {
 				p.cancel()
 				return nil, errors.Join(errs...)
 			}
-			p.idle.pushBack(p.newEntryLocked(w))
+			p.idle.pushBack(&poolEntry[W]{p: p, w: w})
 			p.live++
 			p.created++
 		}
@@ -290,9 +260,9 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 			// caller's turn.)
 			p.unlock()
 			yields++
-			seen := p.progress()
+			seen := p.checkouts.Load()
 			runtime.Gosched()
-			if p.progress() != seen {
+			if p.checkouts.Load() != seen {
 				allowed = min(allowed+1, checkoutYieldsMax)
 			}
 			continue
@@ -306,12 +276,6 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 			return Lease[W]{}, err
 		}
 	}
-}
-
-// progress returns a number that changes whenever a lease begins or ends
-// through the stack, or a worker comes back through the mutex.
-func (p *Pool[W]) progress() uint64 {
-	return p.stack.version() + p.returns.Load()
 }
 
 // checkoutYields is how many times Checkout yields the processor, when every
@@ -358,23 +322,28 @@ func (p *Pool[W]) TryCheckout(ctx context.Context) (Lease[W], error) {
 	}
 }
 
-// takeHot leases the worker on top of the stack, if the fast path is on
-// and there is one, without the mutex.
+// takeHot leases the worker in hot, if the fast path is on and there is
+// one, without the mutex.
 func (p *Pool[W]) takeHot() *poolEntry[W] {
 	if !p.fast.Load() {
 		return nil
 	}
-	e := p.stack.pop()
-	if e != nil {
-		p.lease(e)
+	// Whoever wins the CAS owns e; e may have been taken and given back in
+	// between, which is fine: it is idle again.
+	e := p.hot.Load()
+	if e == nil || !p.hot.CompareAndSwap(e, nil) {
+		return nil
 	}
+	p.lease(e)
 	return e
 }
 
 func (p *Pool[W]) popIdleLocked() *poolEntry[W] {
 	if p.lifo {
-		if e := p.stack.pop(); e != nil {
-			return e
+		if p.hot.Load() != nil {
+			if e := p.hot.Swap(nil); e != nil {
+				return e
+			}
 		}
 		return p.idle.popBack()
 	}
@@ -384,7 +353,9 @@ func (p *Pool[W]) popIdleLocked() *poolEntry[W] {
 // lease marks e, which the caller has just taken out of the idle set, as
 // leased under a new lease id.
 func (p *Pool[W]) lease(e *poolEntry[W]) {
-	e.lease.Store(e.lease.Load() + 3) // one more lease, and bit 0 set
+	p.checkouts.Add(1)
+	e.seq++
+	e.lease.Store(e.seq)
 }
 
 // lock locks p.mu, trying for a moment before it parks. sync.Mutex does not
@@ -413,41 +384,34 @@ func (p *Pool[W]) unlock() {
 
 // syncFastLocked turns the fast path on while the pool is LIFO, open and
 // within Size (no overflow worker, so no idle time to keep and no surplus
-// to close), and off otherwise; when it turns off, the workers on the stack
-// join the idle set, in order. (A Release that pushed its worker meanwhile
-// sees fast off, or waiters, and takes a worker back out: see release.)
+// to close), and off otherwise; when it turns off, the worker in hot joins
+// the idle set. (A Release that put its worker in hot meanwhile sees fast
+// off, or waiters, and takes it back out: see release.)
 func (p *Pool[W]) syncFastLocked() {
 	want := p.lifo && !p.closed && p.live <= p.size
 	if want == p.fast.Load() {
 		return
 	}
 	p.fast.Store(want)
-	if want {
-		return
-	}
-	for e := p.stack.pop(); e != nil; e = p.stack.pop() {
-		p.drain = append(p.drain, e)
-	}
-	for i := len(p.drain) - 1; i >= 0; i-- {
-		e := p.drain[i]
-		p.drain[i] = nil
-		if p.queue.len() > 0 && !p.closed && p.live <= p.size+p.maxOverflow {
-			p.lease(e)
-			p.queue.pop().ch <- e // never blocks: one value per wait
-		} else {
-			// Close and Resize, which turn the fast path off, close the
-			// idle workers they must.
-			p.idleLocked(e)
+	if !want {
+		if e := p.hot.Swap(nil); e != nil {
+			if p.queue.len() > 0 && !p.closed && p.live <= p.size+p.maxOverflow {
+				p.lease(e)
+				p.queue.pop().ch <- e // never blocks: one value per wait
+			} else {
+				// Close and Resize, which turn the fast path off, close
+				// the idle workers they must.
+				p.idleLocked(e)
+			}
 		}
 	}
-	p.drain = p.drain[:0]
 }
 
 // checked runs the checkout health check on e, which the caller holds under
 // its current lease. A worker that fails it is retired; if ctx has ended,
 // it is given back instead, since the check may have failed only for that.
 func (p *Pool[W]) checked(ctx context.Context, e *poolEntry[W]) (Lease[W], bool) {
-	l := e.current()
+	l := Lease[W]{e: e, id: e.lease.Load()}
 	if !p.checkOut || !e.used {
 		e.used = true
 		return l, true
@@ -492,18 +456,17 @@ func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
 		defer p.logRecovered()
 	}
 	p.created++
-	e := p.newEntryLocked(w)
-	e.used = true
+	e := &poolEntry[W]{p: p, w: w, used: true}
 	if p.closed {
 		p.closing++
 		p.unlock()
-		p.finishClose(e, false)
+		p.finishClose(w, false)
 		return Lease[W]{}, p.errClosed
 	}
 	p.unlock()
 	p.lease(e)
 	p.noteWait(start)
-	l := e.current()
+	l := Lease[W]{e: e, id: e.seq}
 	if err := ctx.Err(); err != nil {
 		p.release(l, false)
 		return Lease[W]{}, err
@@ -516,15 +479,15 @@ func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
 func (p *Pool[W]) wait(ctx context.Context) (*poolEntry[W], error) {
 	w := p.waiters.Get().(*poolWaiter[W])
 	p.queue.push(w)
-	// A Release may have pushed its worker before it could see this
+	// A Release may have put its worker in hot before it could see this
 	// waiter: it goes to the first waiter. (With the fast path off, such a
-	// Release sees it and takes a worker back itself.)
+	// Release sees it and takes its worker back itself.)
 	var (
 		to *poolWaiter[W]
 		e  *poolEntry[W]
 	)
-	if p.fast.Load() {
-		if e = p.stack.pop(); e != nil {
+	if p.fast.Load() && p.hot.Load() != nil {
+		if e = p.hot.Swap(nil); e != nil {
 			to = p.queue.pop()
 			p.lease(e)
 		}
@@ -553,7 +516,7 @@ func (p *Pool[W]) wait(ctx context.Context) (*poolEntry[W], error) {
 			// Someone is handing us a worker (or an error) right now:
 			// take it and give it back.
 			if e = <-w.ch; e != nil {
-				p.release(e.current(), false)
+				p.release(Lease[W]{e: e, id: e.lease.Load()}, false)
 			}
 			w.err = nil
 			p.waiters.Put(w)
@@ -581,7 +544,7 @@ func (p *Pool[W]) noteWait(start int64) {
 // check, the release health check runs first.
 func (p *Pool[W]) release(l Lease[W], check bool) error {
 	e := l.e
-	if e == nil || !e.lease.CompareAndSwap(l.id, l.id&^1) {
+	if e == nil || !e.lease.CompareAndSwap(l.id, 0) {
 		return p.errReleased
 	}
 	if check && p.checkIn && p.ctx.Err() == nil {
@@ -590,18 +553,25 @@ func (p *Pool[W]) release(l Lease[W], check bool) error {
 			return p.retireOwned(e)
 		}
 	}
-	if e.idx != 0 && p.fast.Load() && p.queue.len() == 0 {
-		p.stack.push(e)
-		if p.fast.Load() && p.queue.len() == 0 {
+	if p.fast.Load() && p.queue.len() == 0 {
+		old := p.hot.Swap(e)
+		if old == nil && p.fast.Load() && p.queue.len() == 0 {
 			return nil
 		}
-		// Someone queued or the fast path turned off meanwhile: a worker
-		// on the stack (e or another) goes the slow way, unless a waiter
-		// or syncFastLocked took them all already.
-		if h := p.stack.pop(); h != nil {
-			return p.putBack(h)
+		// The worker that was in hot goes under e in the idle set; and if
+		// someone queued or the fast path turned off meanwhile, the worker
+		// in hot (e or a later one) goes the slow way, unless a waiter or
+		// syncFastLocked took it already.
+		var err error
+		if old != nil {
+			err = p.putBack(old)
 		}
-		return nil
+		if !p.fast.Load() || p.queue.len() > 0 {
+			if h := p.hot.Swap(nil); h != nil {
+				err = errors.Join(err, p.putBack(h))
+			}
+		}
+		return err
 	}
 	return p.putBack(e)
 }
@@ -611,11 +581,10 @@ func (p *Pool[W]) release(l Lease[W], check bool) error {
 // is closed.
 func (p *Pool[W]) putBack(e *poolEntry[W]) error {
 	p.lock()
-	p.returns.Add(1)
 	if p.closed || p.surplusLocked() {
 		p.closing++
 		p.unlock()
-		return p.finishClose(e, false)
+		return p.finishClose(e.w, false)
 	}
 	p.deliverLocked(e)
 	return nil
@@ -625,7 +594,7 @@ func (p *Pool[W]) putBack(e *poolEntry[W]) error {
 // background when the pool needs one.
 func (p *Pool[W]) retire(l Lease[W]) error {
 	e := l.e
-	if e == nil || !e.lease.CompareAndSwap(l.id, l.id&^1) {
+	if e == nil || !e.lease.CompareAndSwap(l.id, 0) {
 		return p.errReleased
 	}
 	return p.retireOwned(e)
@@ -637,7 +606,7 @@ func (p *Pool[W]) retireOwned(e *poolEntry[W]) error {
 	p.retired++
 	p.closing++
 	p.unlock()
-	return p.finishClose(e, true)
+	return p.finishClose(e.w, true)
 }
 
 // surplusLocked reports whether a worker coming back (or about to be made)
@@ -678,9 +647,13 @@ func (p *Pool[W]) idleLocked(e *poolEntry[W]) {
 	p.idle.pushBack(e)
 }
 
-// idleCountLocked is the number of idle workers, the stack's included.
+// idleCountLocked is the number of idle workers, hot included.
 func (p *Pool[W]) idleCountLocked() int {
-	return p.idle.n + p.stack.len()
+	n := p.idle.n
+	if p.hot.Load() != nil {
+		n++
+	}
+	return n
 }
 
 // busyLocked is the number of leased workers (including a worker on its
@@ -689,15 +662,11 @@ func (p *Pool[W]) busyLocked() int {
 	return max(0, p.live-p.idleCountLocked()-p.building-p.builders-p.closing)
 }
 
-// finishClose closes e's worker, counted in closing, and then lets its slot
-// go and keeps e for reuse; with restart, a replacement counts as a
-// restart.
-func (p *Pool[W]) finishClose(e *poolEntry[W], restart bool) error {
-	err := p.closeWorker(e.w)
-	var zero W
+// finishClose closes w, a worker counted in closing, and then lets its slot
+// go; with restart, a replacement counts as a restart.
+func (p *Pool[W]) finishClose(w W, restart bool) error {
+	err := p.closeWorker(w)
 	p.mu.Lock()
-	e.w = zero
-	p.spare = append(p.spare, e)
 	p.closing--
 	p.live--
 	p.shrink = min(p.shrink, max(0, p.live-p.size))
@@ -759,7 +728,7 @@ func (p *Pool[W]) Resize(n int) error {
 	if n < 0 {
 		return p.errorf("Resize: n must be >= 0, got %d", n)
 	}
-	var victims []*poolEntry[W]
+	var victims []W
 	p.mu.Lock()
 	if p.closed {
 		p.unlock()
@@ -769,7 +738,7 @@ func (p *Pool[W]) Resize(n int) error {
 	p.syncFastLocked()
 	if p.live > n {
 		for p.live-len(victims) > n && p.idle.n > 0 {
-			victims = append(victims, p.idle.popFront())
+			victims = append(victims, p.idle.popFront().w)
 		}
 		p.closing += len(victims)
 		p.shrink = p.live - len(victims) - n
@@ -784,8 +753,8 @@ func (p *Pool[W]) Resize(n int) error {
 	}
 	p.unlock()
 	var errs []error
-	for _, e := range victims {
-		if err := p.finishClose(e, false); err != nil {
+	for _, w := range victims {
+		if err := p.finishClose(w, false); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -823,15 +792,6 @@ type PoolStats struct {
 	LastError error
 }
 
-// checkoutsLocked counts the leases handed out: each entry counts its own.
-func (p *Pool[W]) checkoutsLocked() uint64 {
-	var n uint64
-	for _, e := range p.all {
-		n += e.lease.Load() >> 1
-	}
-	return n
-}
-
 // Stats returns a snapshot of the pool. It works after Close too.
 func (p *Pool[W]) Stats() PoolStats {
 	p.mu.Lock()
@@ -845,7 +805,7 @@ func (p *Pool[W]) Stats() PoolStats {
 		Starting:    p.building + p.builders,
 		Closing:     p.closing,
 		Waiting:     p.queue.len(),
-		Checkouts:   p.checkoutsLocked(),
+		Checkouts:   p.checkouts.Load(),
 		Created:     p.created,
 		Retired:     p.retired,
 		Failures:    p.failures,
@@ -885,15 +845,15 @@ func (p *Pool[W]) Close(ctx context.Context) error {
 			w.err = p.errClosed
 			w.ch <- nil
 		}
-		var victims []*poolEntry[W]
+		var victims []W
 		for p.idle.n > 0 {
-			victims = append(victims, p.idle.popFront())
+			victims = append(victims, p.idle.popFront().w)
 		}
 		p.closing += len(victims)
 		p.unlock()
 		p.cancel()
-		for _, e := range victims {
-			if err := p.finishClose(e, false); err != nil {
+		for _, w := range victims {
+			if err := p.finishClose(w, false); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -8,13 +8,16 @@ package pool
 type Lease[W any] struct {
 	e  *poolEntry[W]
 	id uint64
-	w  W
 }
 
 // Worker returns the leased worker (the zero W for the zero Lease). Do not
 // use it after the lease has ended.
 func (l Lease[W]) Worker() W {
-	return l.w
+	if l.e == nil {
+		var zero W
+		return zero
+	}
+	return l.e.w
 }
 
 // Release gives the worker back to the pool: to the caller that has waited

@@ -25,13 +25,16 @@ func (p *Pool[W]) invariantError(maxLive int) error {
 	if p.live > maxLive {
 		return fmt.Errorf("%d live workers, more than the %d allowed", p.live, maxLive)
 	}
-	// (A worker on the stack while callers wait is a fast Release on its
-	// way to them.)
+	// (A worker in hot while callers wait is a fast Release on its way to
+	// them.)
 	if p.idle.n > 0 && p.queue.len() > 0 {
 		return fmt.Errorf("%d idle workers while %d callers wait: a worker was not handed to the first waiter", p.idle.n, p.queue.len())
 	}
-	if p.stack.len() > 0 && !p.lifo {
-		return errors.New("a FIFO pool has workers on its stack")
+	if e := p.hot.Load(); e != nil && e.lease.Load() != 0 {
+		return errors.New("the worker in hot is leased")
+	}
+	if p.hot.Load() != nil && !p.lifo {
+		return errors.New("a FIFO pool has a worker in hot")
 	}
 	n := 0
 	for w, prev := p.queue.head, (*poolWaiter[W])(nil); w != nil; prev, w = w, w.next {
@@ -44,7 +47,7 @@ func (p *Pool[W]) invariantError(maxLive int) error {
 		return fmt.Errorf("wait queue holds %d waiters, its count says %d", n, p.queue.len())
 	}
 	for i := range p.idle.n {
-		if e := p.idle.buf[p.idle.index(i)]; e.lease.Load()&1 != 0 {
+		if e := p.idle.buf[p.idle.index(i)]; e.lease.Load() != 0 {
 			return fmt.Errorf("idle worker %d is leased", i)
 		}
 	}

@@ -118,15 +118,14 @@ func (p *Pool[W]) builder() {
 		recovered := p.succeededLocked()
 		p.created++
 		p.builders--
-		e := p.newEntryLocked(w)
 		if p.closed || p.surplusLocked() {
 			p.closing++
 			p.unlock()
-			if err := p.finishClose(e, false); err != nil {
+			if err := p.finishClose(w, false); err != nil {
 				p.log.Warn("pool: closing a surplus worker failed", "err", err)
 			}
 		} else {
-			p.deliverLocked(e)
+			p.deliverLocked(&poolEntry[W]{p: p, w: w})
 		}
 		if recovered {
 			p.logRecovered()
@@ -221,7 +220,7 @@ func (p *Pool[W]) armReaperLocked() {
 // first, and schedules itself again while overflow workers remain idle.
 func (p *Pool[W]) reap() {
 	defer p.wg.Done()
-	var victims []*poolEntry[W]
+	var victims []W
 	p.mu.Lock()
 	p.reaper = nil
 	now := p.now()
@@ -233,7 +232,7 @@ func (p *Pool[W]) reap() {
 		if now-e.since < int64(p.ttl) {
 			break
 		}
-		victims = append(victims, p.idle.popFront())
+		victims = append(victims, p.idle.popFront().w)
 	}
 	p.closing += len(victims)
 	if !p.closed && p.live-len(victims) > p.size && p.idle.n > 0 {
@@ -241,8 +240,8 @@ func (p *Pool[W]) reap() {
 	}
 	p.drainCheckLocked()
 	p.unlock()
-	for _, e := range victims {
-		if err := p.finishClose(e, false); err != nil {
+	for _, w := range victims {
+		if err := p.finishClose(w, false); err != nil {
 			p.log.Warn("pool: closing an idle overflow worker failed", "err", err)
 		}
 	}
