@@ -117,13 +117,13 @@ type Pool[W any] struct {
 type poolEntry[W any] struct {
 	p *Pool[W]
 	w W
-	// lease is the id of the current lease, 0 when not leased. A Lease
-	// holds the id it was given, so a stale or copied Lease cannot release
-	// the worker again.
+	// lease counts the leases of the entry that have ended. A lease's id is
+	// the count when it began, and ending it moves the count on (a
+	// compare-and-swap from the id), so a stale or copied Lease cannot end
+	// it, or a later lease, again; beginning a lease writes nothing.
 	lease atomic.Uint64
-	seq   uint64 // last lease id given out; only the entry's holder touches it
-	since int64  // when it went idle while overflow existed; 0 if unknown
-	used  bool   // leased before (a fresh worker skips the checkout check)
+	since int64 // when it went idle while overflow existed; 0 if unknown
+	used  bool  // leased before (a fresh worker skips the checkout check)
 }
 
 // New returns a pool configured by cfg, or an error naming the first invalid
@@ -350,12 +350,10 @@ func (p *Pool[W]) popIdleLocked() *poolEntry[W] {
 	return p.idle.popFront()
 }
 
-// lease marks e, which the caller has just taken out of the idle set, as
-// leased under a new lease id.
+// lease counts the lease of e, which the caller has just taken out of the
+// idle set. Its id is e.lease, as it is until the lease ends.
 func (p *Pool[W]) lease(e *poolEntry[W]) {
 	p.checkouts.Add(1)
-	e.seq++
-	e.lease.Store(e.seq)
 }
 
 // lock locks p.mu, trying for a moment before it parks. sync.Mutex does not
@@ -466,7 +464,7 @@ func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
 	p.unlock()
 	p.lease(e)
 	p.noteWait(start)
-	l := Lease[W]{e: e, id: e.seq}
+	l := Lease[W]{e: e, id: e.lease.Load()}
 	if err := ctx.Err(); err != nil {
 		p.release(l, false)
 		return Lease[W]{}, err
@@ -544,7 +542,7 @@ func (p *Pool[W]) noteWait(start int64) {
 // check, the release health check runs first.
 func (p *Pool[W]) release(l Lease[W], check bool) error {
 	e := l.e
-	if e == nil || !e.lease.CompareAndSwap(l.id, 0) {
+	if e == nil || !e.lease.CompareAndSwap(l.id, l.id+1) {
 		return p.errReleased
 	}
 	if check && p.checkIn && p.ctx.Err() == nil {
@@ -594,7 +592,7 @@ func (p *Pool[W]) putBack(e *poolEntry[W]) error {
 // background when the pool needs one.
 func (p *Pool[W]) retire(l Lease[W]) error {
 	e := l.e
-	if e == nil || !e.lease.CompareAndSwap(l.id, 0) {
+	if e == nil || !e.lease.CompareAndSwap(l.id, l.id+1) {
 		return p.errReleased
 	}
 	return p.retireOwned(e)

@@ -30,9 +30,6 @@ func (p *Pool[W]) invariantError(maxLive int) error {
 	if p.idle.n > 0 && p.queue.len() > 0 {
 		return fmt.Errorf("%d idle workers while %d callers wait: a worker was not handed to the first waiter", p.idle.n, p.queue.len())
 	}
-	if e := p.hot.Load(); e != nil && e.lease.Load() != 0 {
-		return errors.New("the worker in hot is leased")
-	}
 	if p.hot.Load() != nil && !p.lifo {
 		return errors.New("a FIFO pool has a worker in hot")
 	}
@@ -45,11 +42,6 @@ func (p *Pool[W]) invariantError(maxLive int) error {
 	}
 	if n != p.queue.len() {
 		return fmt.Errorf("wait queue holds %d waiters, its count says %d", n, p.queue.len())
-	}
-	for i := range p.idle.n {
-		if e := p.idle.buf[p.idle.index(i)]; e.lease.Load() != 0 {
-			return fmt.Errorf("idle worker %d is leased", i)
-		}
 	}
 	if p.building < 0 || p.builders < 0 || p.closing < 0 || p.shrink < 0 {
 		return fmt.Errorf("negative count: building %d builders %d closing %d shrink %d",
