@@ -55,7 +55,10 @@ func TestTimeoutHandlerWithoutReplyHandler(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 20*time.Second, "the reply to be counted", func() bool { return d.LocalStats().UnhandledReplies == 1 })
+		// The default handler counts the reply, then logs it.
+		waitFor(t, 20*time.Second, "the reply to be counted and logged", func() bool {
+			return d.LocalStats().UnhandledReplies == 1 && strings.Contains(logs.String(), "id="+id)
+		})
 		line := ""
 		for l := range strings.SplitSeq(logs.String(), "\n") {
 			if strings.Contains(l, "id="+id) {
