@@ -154,7 +154,8 @@ func countRows(tb Table, impl string) int {
 }
 
 // TestClusterSuite runs the Cluster workloads at tiny sizes and checks that
-// the receivers spread evenly over the masters.
+// the receivers spread evenly over the masters, with a row of each table
+// (throughput and CPU; work counted) for each workload and deployment.
 func TestClusterSuite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -162,9 +163,11 @@ func TestClusterSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTables(t, tables, 1)
-	if got, want := len(tables[0].Rows), 6; got != want {
-		t.Fatalf("cluster table: %d rows, want %d", got, want)
+	checkTables(t, tables, 2)
+	for i, tb := range tables {
+		if got, want := len(tb.Rows), 6; got != want {
+			t.Fatalf("cluster table %d: %d rows, want %d", i, got, want)
+		}
 	}
 	per := make([]int, clusterMasters)
 	for _, r := range spreadReceivers(clusterReceivers, clusterMasters, func(slot uint16) int { return int(slot) * clusterMasters / 16384 }) {

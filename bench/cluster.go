@@ -61,6 +61,21 @@ func (rs redisSetup) cpu() ([]time.Duration, error) {
 	return out, nil
 }
 
+// ioCalls returns the read and write system calls of every master so
+// far, summed; false where one cannot be read.
+func (rs redisSetup) ioCalls() (ioCalls, bool) {
+	var sum ioCalls
+	for _, n := range rs.nodes {
+		c, ok := n.ioCalls()
+		if !ok {
+			return ioCalls{}, false
+		}
+		sum.reads += c.reads
+		sum.writes += c.writes
+	}
+	return sum, true
+}
+
 // startCluster starts a private Cluster of masters masters.
 // redistest.MustStartCluster panics when it cannot; that becomes an error.
 func startCluster(masters int) (c *redistest.Cluster, stop func(), err error) {
@@ -141,7 +156,18 @@ func ClusterSuite(ctx context.Context, o Options) ([]Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []Table{clusterTable(setups, ff, ffMany, rr, nFF, nRR)}, nil
+	var rows []workRow
+	for _, w := range []struct {
+		name string
+		res  map[string][]sample
+	}{{"cluster fire-and-forget", ff}, {"cluster fire-and-forget p=256", ffMany}, {"cluster request/reply r=32", rr}} {
+		for _, rs := range setups {
+			rows = append(rows, workRow{workload: w.name, name: rs.name, res: w.res[rs.name]})
+		}
+	}
+	work := workTable(rows)
+	work.Title = "Disker over one redis-server and over a Redis Cluster: work per message and per round trip, counted"
+	return []Table{clusterTable(setups, ff, ffMany, rr, nFF, nRR), work}, nil
 }
 
 // runClusterWorkload runs the workload on every setup, round robin, and
@@ -158,17 +184,26 @@ func runClusterWorkload(ctx context.Context, o Options, workload string, setups 
 			if err != nil {
 				return sample{}, err
 			}
+			sio0, sioOK0 := rs.ioCalls()
+			cio0, cioOK0 := readIOCalls("self")
+			g0 := readGoCounters()
 			p0 := processCPU()
 			s, err := run(ctx, rs.url)
 			if err != nil {
 				return s, err
 			}
 			p1 := processCPU()
+			g1 := readGoCounters()
+			cio1, cioOK1 := readIOCalls("self")
+			sio1, sioOK1 := rs.ioCalls()
 			r1, err := rs.cpu()
 			if err != nil {
 				return s, err
 			}
 			s.clientCPU = p1 - p0
+			s.work.goCounts = g1.sub(g0)
+			s.work.clientIO, s.work.clientIOOK = cio1.sub(cio0), cioOK0 && cioOK1
+			s.work.serverIO, s.work.serverIOOK = sio1.sub(sio0), sioOK0 && sioOK1
 			s.nodeCPU = make([]time.Duration, len(r1))
 			s.nodeCmd = make([]time.Duration, len(r1))
 			for i, n := range rs.nodes {
@@ -177,6 +212,11 @@ func runClusterWorkload(ctx context.Context, o Options, workload string, setups 
 				if s.nodeCmd[i], err = n.commandTime(); err != nil {
 					return s, err
 				}
+				c, err := n.commandCount()
+				if err != nil {
+					return s, err
+				}
+				s.work.commands += c
 			}
 			if o.CommandStats {
 				var parts []string
