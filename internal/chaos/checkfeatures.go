@@ -631,6 +631,13 @@ func (c *features) idempotent() {
 }
 
 // idemWindows: no two messages of a key accepted within idemTTL.
+//
+// The key's window starts when its first send stores the message, no
+// earlier than the send of the Request that stored it (the op its runs
+// name): that Request's OnSent may never have been called (its answer lost
+// to a fault), and the callers that recorded the message's id may have
+// joined seconds later, so the window is measured from that send when a
+// run names it, not from the earliest caller that recorded the id.
 func (c *features) idemWindows(msgs map[string]*idemMessage) {
 	byKey := map[string][]acceptance{}
 	for _, m := range msgs {
@@ -638,6 +645,12 @@ func (c *features) idemWindows(msgs map[string]*idemMessage) {
 		if len(rs) > 0 {
 			m.accept.op = rs[0].op
 			m.accept.upper = min(m.accept.upper, rs[0].start)
+			if h := c.ops[rs[0].op]; h != nil && h.send != nil && h.send.Mode == ModeIdempotent {
+				m.accept.lower = h.send.T
+				if h.sent == nil {
+					c.f.Exercised["idem_stored_unanswered"]++
+				}
+			}
 		} else {
 			m.accept.op = "id " + m.id
 		}

@@ -361,6 +361,32 @@ func TestCheckFeatures(t *testing.T) {
 		},
 		broken: brokeIdemTwo,
 	}, {
+		name: "idempotent: a key's window counts from the send that stored its message, whose OnSent was never called",
+		events: func(h *hist) {
+			// a stores id-m at 0 but its answer is lost (no sent event);
+			// b joins it at 3000, before its run starts at 3500; c stores
+			// id-n at 6500, after a's window (from 0), within b's (from
+			// 3000).
+			h.add(Event{T: ms(0), Proc: "p0.g1", Kind: KindSend, Op: "a", Mode: ModeIdempotent, Receiver: recvIdem, Key: "k0"})
+			h.idem("b", "k0", "id-m", 3000).idem("c", "k0", "id-n", 6500)
+			h.add(Event{T: ms(3500), Proc: "w0.g1", Kind: KindStart, Op: "a", ID: "id-m", Attempt: 1, Receiver: recvIdem})
+			h.add(Event{T: ms(3510), Proc: "w0.g1", Kind: KindEnd, Op: "a", ID: "id-m", Attempt: 1, Result: ResultOK})
+			h.add(Event{T: ms(6510), Proc: "w0.g1", Kind: KindStart, Op: "c", ID: "id-n", Attempt: 1, Receiver: recvIdem})
+			h.add(Event{T: ms(6520), Proc: "w0.g1", Kind: KindEnd, Op: "c", ID: "id-n", Attempt: 1, Result: ResultOK})
+		},
+		check: func(f *FeatureReport) bool { return f.Exercised["idem_messages"] == 2 },
+	}, {
+		name: "idempotent: a second message within the window of a send whose OnSent was never called",
+		events: func(h *hist) {
+			h.add(Event{T: ms(0), Proc: "p0.g1", Kind: KindSend, Op: "a", Mode: ModeIdempotent, Receiver: recvIdem, Key: "k0"})
+			h.idem("b", "k0", "id-m", 3000).idem("c", "k0", "id-n", 4000)
+			h.add(Event{T: ms(3500), Proc: "w0.g1", Kind: KindStart, Op: "a", ID: "id-m", Attempt: 1, Receiver: recvIdem})
+			h.add(Event{T: ms(3510), Proc: "w0.g1", Kind: KindEnd, Op: "a", ID: "id-m", Attempt: 1, Result: ResultOK})
+			h.add(Event{T: ms(4010), Proc: "w0.g1", Kind: KindStart, Op: "c", ID: "id-n", Attempt: 1, Receiver: recvIdem})
+			h.add(Event{T: ms(4020), Proc: "w0.g1", Kind: KindEnd, Op: "c", ID: "id-n", Attempt: 1, Result: ResultOK})
+		},
+		broken: brokeIdemTwo,
+	}, {
 		name: "schedules: every tick once, a catch-up standing for missed ticks",
 		events: func(h *hist) {
 			for i, tick := range []int64{1000, 1250, 1500, 1750} {

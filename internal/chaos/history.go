@@ -10,13 +10,14 @@ package chaos
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -198,46 +199,109 @@ func (r *Recorder) Close() error {
 }
 
 // ReadHistory reads every *.jsonl file in dir and returns their events
-// sorted by time. A last line cut short by a kill is skipped.
+// sorted by time. A last line cut short by a kill is skipped. The events
+// go into one slice sized by the files' lines, and the texts that many
+// events repeat (process names, kinds, modes, results, receivers, keys,
+// faults) are held once each, so that a long run's history takes little
+// more memory than its events.
 func ReadHistory(dir string) ([]Event, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil {
 		return nil, fmt.Errorf("chaos: history: %w", err)
 	}
-	var events []Event
+	lines := 0
 	for _, name := range files {
-		es, err := readFile(name)
+		n, err := countLines(name)
 		if err != nil {
 			return nil, err
 		}
-		events = append(events, es...)
+		lines += n
+	}
+	in := interner{}
+	events := make([]Event, 0, lines)
+	for _, name := range files {
+		if events, err = readFile(name, events, in); err != nil {
+			return nil, err
+		}
 	}
 	sort.SliceStable(events, func(i, j int) bool { return events[i].T < events[j].T })
 	return events, nil
 }
 
-func readFile(name string) ([]Event, error) {
+// countLines returns how many lines the file holds, counting a last line
+// without its newline.
+func countLines(name string) (int, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, fmt.Errorf("chaos: history: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	n, last := 0, byte('\n')
+	for {
+		k, err := f.Read(buf)
+		if k > 0 {
+			n += bytes.Count(buf[:k], []byte{'\n'})
+			last = buf[k-1]
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("chaos: history %s: %w", name, err)
+		}
+	}
+	if last != '\n' {
+		n++
+	}
+	return n, nil
+}
+
+// readFile appends the events of the named file to events.
+func readFile(name string, events []Event, in interner) ([]Event, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: history: %w", err)
 	}
 	defer f.Close()
-	var events []Event
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
 			continue
 		}
 		var e Event
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
+		if err := json.Unmarshal(line, &e); err != nil {
 			continue // a line cut short by a kill
 		}
+		in.event(&e)
 		events = append(events, e)
 	}
 	if err := sc.Err(); err != nil && !errors.Is(err, os.ErrClosed) {
 		return nil, fmt.Errorf("chaos: history %s: %w", name, err)
 	}
 	return events, nil
+}
+
+// interner holds one copy of each text it was given.
+type interner map[string]string
+
+// of returns the copy of s that in holds.
+func (in interner) of(s string) string {
+	if v, ok := in[s]; ok {
+		return v
+	}
+	in[s] = s
+	return s
+}
+
+// event replaces e's texts that recur across events (not its op, id,
+// error or reply) by in's copies.
+func (in interner) event(e *Event) {
+	for _, f := range []*string{&e.Proc, &e.Kind, &e.Mode, &e.Result, &e.Fault, &e.Target, &e.Receiver, &e.Key} {
+		if *f != "" {
+			*f = in.of(*f)
+		}
+	}
 }

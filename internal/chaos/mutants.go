@@ -78,13 +78,13 @@ var dropReplies = Mutant{
 
 var stealLeases = Mutant{
 	Name: "steal_leases",
-	Bug:  "a fetch reclaims entries idle for a tenth of their holder's lease",
+	Bug:  "a fetch reclaims every pending entry, however briefly idle: it steals from live holders at every fetch",
 	Edits: []Edit{{File: "internal/redisbroker/fetchscript.go",
 		Old: "local scan = redis.pcall('XPENDING', stream, 'g', 'IDLE', string.format('%.0f', minLease), '-', '+', room + 100)",
-		New: "local scan = redis.pcall('XPENDING', stream, 'g', 'IDLE', string.format('%.0f', minLease / 10), '-', '+', room + 100)",
+		New: "local scan = redis.pcall('XPENDING', stream, 'g', '-', '+', room + 100)",
 	}, {File: "internal/redisbroker/fetchscript.go",
 		Old: "if not lapsed[p[2]] and p[3] >= ownerLease(p[2]) then take(p) end",
-		New: "if not lapsed[p[2]] and p[3] >= ownerLease(p[2]) / 10 then take(p) end",
+		New: "if not lapsed[p[2]] then take(p) end",
 	}},
 	Caught: func(r *Report) bool { return r.Duplicates["unexplained"] > 0 },
 	Expect: "unexplained redeliveries",
