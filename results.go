@@ -154,13 +154,10 @@ type Result struct {
 	ExpiresAt time.Time
 }
 
-// Final reports whether the message's outcome is decided for good.
-func (r *Result) Final() bool { return r.State.Final() }
-
 // Result returns the retained result of message id, sent to receiver with
 // a retention (WithRetention, or its receiver's WithResultRetention). A
 // message whose outcome is not decided yet has a Result too, with State
-// ResultQueued or ResultRunning (Final is false); WaitResult waits for the
+// ResultQueued or ResultRunning (State.Final is false); WaitResult waits for the
 // final one. It returns ErrResultNotFound when there is none (see there).
 func (d *Disker) Result(ctx context.Context, receiver, id string) (*Result, error) {
 	if err := checkName("receiver", receiver); err != nil {
@@ -185,7 +182,7 @@ func (d *Disker) WaitResult(ctx context.Context, receiver, id string) (*Result, 
 	var timer *time.Timer
 	for {
 		r, err := d.Result(ctx, receiver, id)
-		if err != nil || r.Final() {
+		if err != nil || r.State.Final() {
 			return r, err
 		}
 		if timer == nil {
@@ -266,7 +263,7 @@ func (d *Disker) resultOf(rec *broker.ResultRecord) *Result {
 			r.State = ResultFailed
 		}
 	}
-	if r.Final() && r.FinishedAt.IsZero() && timedOut {
+	if r.State.Final() && r.FinishedAt.IsZero() && timedOut {
 		r.FinishedAt = d.b.Local(rec.Deadline)
 	}
 	return r

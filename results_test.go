@@ -79,7 +79,7 @@ func TestResultRetention(t *testing.T) {
 		}
 
 		id = send(disker.Message{Content: []byte("later")}, disker.WithDelay(time.Hour))
-		if r, err = client.Result(ctx, "res", id); err != nil || r.State != disker.ResultQueued || r.Final() {
+		if r, err = client.Result(ctx, "res", id); err != nil || r.State != disker.ResultQueued || r.State.Final() {
 			t.Fatalf("deferred: %+v, %v", r, err)
 		}
 		if _, err := client.Cancel(ctx, "res", id); err != nil {
@@ -131,7 +131,7 @@ func TestResultReceiverDefault(t *testing.T) {
 		var r *disker.Result
 		waitFor(t, 30*time.Second, "the default retention's result", func() bool {
 			r, err = client.Result(ctx, "resdef", id)
-			return err == nil && r.Final()
+			return err == nil && r.State.Final()
 		})
 		if r.State != disker.ResultSucceeded || r.Attempts != 1 {
 			t.Fatalf("%+v", r)
