@@ -861,7 +861,15 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, rerr *RemoteError
 		return
 	}
 	if !later && !msg.wantsReply() && (resp != nil || rerr != nil) {
-		c.dropReply(msg)
+		if msg.retention > 0 {
+			// Nobody receives it: it is kept as the message's result.
+			msg.sentReply = &broker.Envelope{ID: msg.ID, Sender: c.name, InReplyTo: msg.ID, Content: resp, Headers: msg.replyHeaders}
+			if rerr != nil {
+				msg.sentReply.ErrorCode, msg.sentReply.ErrorText = rerr.Code, rerr.Text
+			}
+		} else {
+			c.dropReply(msg)
+		}
 	}
 	if !later && msg.wantsReply() && (resp != nil || rerr != nil || msg.route == broker.RouteInbox || msg.idemKey != "") && !d.repliedBy(msg) {
 		if resp == nil {

@@ -139,8 +139,9 @@ type Result struct {
 	SentAt, StartedAt, FinishedAt time.Time
 	// Deadline is the message's deadline (WithTimeout), zero if none.
 	Deadline time.Time
-	// Reply is the content of the reply its sender received, nil if none
-	// (a fire-and-forget message's handler's response is not kept).
+	// Reply is the content of the reply its sender received, nil if none;
+	// for a fire-and-forget message, its handler's response (which nobody
+	// received): the result keeps it.
 	Reply []byte
 	// ReplyHeaders are that reply's headers.
 	ReplyHeaders map[string]string

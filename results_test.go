@@ -66,7 +66,7 @@ func TestResultRetention(t *testing.T) {
 		if r, err = client.WaitResult(ctx, "res", id); err != nil {
 			t.Fatal(err)
 		}
-		if r.State != disker.ResultSucceeded || string(r.Progress) != "all" || r.Reply != nil {
+		if r.State != disker.ResultSucceeded || string(r.Progress) != "all" || string(r.Reply) != "echo:progress" {
 			t.Fatalf("fire-and-forget with progress: %+v", r)
 		}
 
