@@ -647,13 +647,27 @@ func (c *consumer) drop(dl *broker.Delivery, expired bool) {
 		d.emit(Event{Kind: EventExpired, Receiver: c.name, Sender: dl.Env.Sender, MessageID: dl.Env.ID, Attempt: dl.Attempt})
 	}
 	attrs := logAttrs(c.name, dl.Env.ID, dl.Attempt)
+	if dl.Env.Retention == 0 {
+		dl.Env.Retention = c.o.retention
+	}
 	if msg := d.messageOf(&dl.Env, dl.Deadline, dl.Attempt); expired && msg.wantsReply() {
 		if err := d.reply(d.opCtx, msg, nil, CodeExpired, ErrExpired.Error()); err != nil && !errors.Is(err, ErrLate) {
 			d.log.Warn("disker: cannot tell the sender that its message expired; it is dropped when it comes back", append(attrs, "error", err)...)
 			return
 		}
 	}
-	if err := d.b.Drop(d.opCtx, c.name, dl.Ref); err != nil {
+	var err error
+	if ret := dl.Env.Retention; ret > 0 {
+		st, code, text := broker.ResultTimedOut, "", ""
+		if expired {
+			st, code, text = broker.ResultExpired, CodeExpired, ErrExpired.Error()
+		}
+		err = d.b.FinishResult(d.opCtx, &broker.FinishResultParams{Receiver: c.name, ID: dl.Env.ID, Ref: dl.Ref, State: st,
+			Worker: d.id, Attempt: dl.Attempt, ErrorCode: code, ErrorText: text, Retention: ret})
+	} else {
+		err = d.b.Drop(d.opCtx, c.name, dl.Ref)
+	}
+	if err != nil {
 		d.health.fail("drop", err)
 		d.log.Warn("disker: cannot drop an expired message; it is dropped when it comes back", append(attrs, "error", err)...)
 		return
@@ -739,6 +753,13 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 	if t.settle.Load() == taskCancelled {
 		c.cancelled(msg)
 		return
+	}
+	if msg.retention == 0 {
+		msg.retention = c.o.retention
+	}
+	if msg.retention > 0 {
+		dl.Env.Retention = msg.retention // for the steps that settle it
+		c.startResult(msg, dl)
 	}
 	hctx := ctx
 	if !deadline.IsZero() {
@@ -835,11 +856,20 @@ func (c *consumer) dropReply(msg *Message) {
 // handler replies later (ErrReplyLater).
 func (c *consumer) succeed(t *task, msg *Message, resp []byte, rerr *RemoteError, took time.Duration, later bool) {
 	d := c.d
+	late := false // the reply was refused as late
 	if !c.settling(t, msg) {
 		return
 	}
 	if !later && !msg.wantsReply() && (resp != nil || rerr != nil) {
-		c.dropReply(msg)
+		if msg.retention > 0 {
+			// Nobody receives it: it is kept as the message's result.
+			msg.sentReply = &broker.Envelope{ID: msg.ID, Sender: c.name, InReplyTo: msg.ID, Content: resp, Headers: msg.replyHeaders}
+			if rerr != nil {
+				msg.sentReply.ErrorCode, msg.sentReply.ErrorText = rerr.Code, rerr.Text
+			}
+		} else {
+			c.dropReply(msg)
+		}
 	}
 	if !later && msg.wantsReply() && (resp != nil || rerr != nil || msg.route == broker.RouteInbox || msg.idemKey != "") && !d.repliedBy(msg) {
 		if resp == nil {
@@ -854,7 +884,9 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, rerr *RemoteError
 			c.fail(t, msg, NoRetry(fmt.Errorf("disker: the handler's reply is %d bytes, over the limit of %d (Config.MaxMessageSize)", size, d.cfg.MaxMessageSize)), took, time.Time{})
 			return
 		}
-		if err := d.reply(d.opCtx, msg, resp, code, text); err != nil && !errors.Is(err, ErrLate) {
+		err := d.reply(d.opCtx, msg, resp, code, text)
+		late = errors.Is(err, ErrLate)
+		if err != nil && !late {
 			// The reply did not reach the broker: deliver the message again
 			// so that its sender gets one (at least once).
 			c.fail(t, msg, fmt.Errorf("disker: cannot send the reply: %w", err), took, time.Time{})
@@ -864,6 +896,10 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, rerr *RemoteError
 	c.processed.Add(1)
 	if d.onEvent != nil {
 		d.emit(Event{Kind: EventHandled, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt, Duration: took})
+	}
+	if msg.retention > 0 {
+		c.finishResult(t, msg, rerr, late)
+		return
 	}
 	if t.dl.Env.DedupKey == "" {
 		c.acks.addDelivery(&t.dl, msg)
@@ -1105,4 +1141,40 @@ func (c *consumer) heldSlots() int {
 // logAttrs are the attributes of a delivery in logs.
 func logAttrs(receiver, id string, attempt int) []any {
 	return []any{slog.String("receiver", receiver), slog.String("id", id), slog.Int("attempt", attempt)}
+}
+
+// startResult records the start of msg's attempt on its retained result;
+// should that fail, the result shows the attempt at the final outcome.
+func (c *consumer) startResult(msg *Message, dl *broker.Delivery) {
+	d := c.d
+	err := d.b.StartResult(d.opCtx, &broker.StartResultParams{Receiver: c.name, ID: msg.ID, Worker: d.id, Attempt: msg.Attempt,
+		Retention: msg.retention, Deadline: dl.Deadline})
+	if err != nil {
+		d.health.fail("start result", err)
+		d.log.Warn("disker: cannot record the start of a message on its result", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
+	}
+}
+
+// finishResult acknowledges t's delivery of msg, handled, and records its
+// final outcome on its retained result, in one step (broker.Results): the
+// reply its sender received (msg.sentReply), or rerr, or a timeout when
+// its reply was refused as late.
+func (c *consumer) finishResult(t *task, msg *Message, rerr *RemoteError, late bool) {
+	d := c.d
+	p := &broker.FinishResultParams{Receiver: c.name, ID: msg.ID, Ref: t.dl.Ref, State: broker.ResultDone, Worker: d.id,
+		Attempt: msg.Attempt, Reply: msg.sentReply, Retention: msg.retention}
+	if late && !t.dl.Deadline.IsZero() {
+		p.State = broker.ResultTimedOut
+	}
+	if rerr != nil {
+		p.ErrorCode, p.ErrorText = rerr.Code, rerr.Text
+	}
+	err := d.b.FinishResult(d.opCtx, p)
+	acked(c.name, []ackRef{{ref: t.dl.Ref, id: msg.ID, attempt: msg.Attempt}}, err)
+	if err != nil {
+		d.health.fail("ack", err)
+		d.log.Warn("disker: cannot acknowledge a handled message; it will be delivered again", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
+		return
+	}
+	d.releaseDedup(c.name, &t.dl.Env)
 }

@@ -75,6 +75,11 @@ type Config struct {
 	// MaxMessageSize is the largest content of a message (and of a reply),
 	// in bytes; default 1 MiB, at most MaxMessageSizeLimit.
 	MaxMessageSize int
+	// MaxResultBytes caps the bytes of the results retained per receiver
+	// (WithRetention): over it, the results closest to the end of their
+	// retention are evicted first. Default 64 MiB. It is the broker's
+	// setting: for the in-memory broker, the first instance's.
+	MaxResultBytes int64
 	// HeartbeatInterval is how often the instance renews its entry in the
 	// registry of workers (Workers); default 1s. An entry lives 3 times this, and a
 	// holder whose entry lapsed loses its messages to its peers (at least
@@ -127,6 +132,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, invalid("Config.HeartbeatInterval", "must be >= 1ms, got %v", c.HeartbeatInterval)
 	case c.MaxMessageSize < 1 || c.MaxMessageSize > MaxMessageSizeLimit:
 		return c, invalid("Config.MaxMessageSize", "must be in 1..%d, got %d", MaxMessageSizeLimit, c.MaxMessageSize)
+	case c.MaxResultBytes < 0:
+		return c, invalid("Config.MaxResultBytes", "must be >= 0 (0: the default), got %d", c.MaxResultBytes)
 	case strings.ContainsAny(c.KeyPrefix, "{} \t\r\n*?[]"):
 		return c, invalid("Config.KeyPrefix", "%q must not contain braces, blanks or glob characters", c.KeyPrefix)
 	case len(c.InstanceID) > 100:
@@ -174,13 +181,14 @@ func openBroker(ctx context.Context, cfg Config) (broker.Broker, error) {
 		return nil, err
 	}
 	if kind == "mem" {
-		return membroker.Shared(name, membroker.Options{MaxMessageSize: cfg.MaxMessageSize}), nil
+		return membroker.Shared(name, membroker.Options{MaxMessageSize: cfg.MaxMessageSize, MaxResultBytes: cfg.MaxResultBytes}), nil
 	}
 	rcfg := redisbroker.Config{
 		URL:                   cfg.RedisURL,
 		MaxConnectionPoolSize: cfg.MaxConnectionPoolSize,
 		KeyPrefix:             cfg.KeyPrefix,
 		MaxMessageSize:        cfg.MaxMessageSize,
+		MaxResultBytes:        cfg.MaxResultBytes,
 		TLSConfig:             cfg.TLSConfig,
 	}
 	// The Redis client connects without a context, bounded by its dial

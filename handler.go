@@ -105,7 +105,9 @@ type handleOptions struct {
 	batchSize   int
 	batchWait   time.Duration
 	batchOption string
-	err         error
+	// retention is WithResultRetention's, 0 for none.
+	retention time.Duration
+	err       error
 }
 
 // HandleOption configures how a receiver is served (Handle).

@@ -88,7 +88,7 @@ func (d *Disker) record(op string, err error) error {
 	case err == nil:
 		d.health.ok()
 		return nil
-	case errors.Is(err, broker.ErrLate), errors.Is(err, broker.ErrBadRef):
+	case errors.Is(err, broker.ErrLate), errors.Is(err, broker.ErrBadRef), errors.Is(err, broker.ErrNoResult), errors.Is(err, broker.ErrResultFinal):
 	default:
 		d.health.fail(op, err)
 	}

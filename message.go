@@ -71,6 +71,14 @@ type Message struct {
 	// sent only while it is not cancelled, and a cancellation only takes
 	// one not settled.
 	settle *atomic.Int32
+	// retention is how long a delivered message's result is kept: its
+	// own (WithRetention), else its receiver's (WithResultRetention); 0
+	// for none. owner is the instance handling it (Progress), and
+	// sentReply the reply its sender received, once accepted, for the
+	// record of its final outcome.
+	retention time.Duration
+	owner     *Disker
+	sentReply *broker.Envelope
 }
 
 // SetReplyHeader sets header key to value on the reply to msg, a message
@@ -125,6 +133,8 @@ func (d *Disker) setMessage(m *Message, env *broker.Envelope, deadline time.Time
 		noReply:        env.Route == broker.RouteNone,
 		brokerDeadline: deadline,
 		idemKey:        env.IdempotencyKey,
+		retention:      env.Retention,
+		owner:          d,
 	}
 	if env.ErrorCode != "" {
 		m.Error = &RemoteError{Code: env.ErrorCode, Text: env.ErrorText}

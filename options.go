@@ -46,6 +46,9 @@ type sendOptions struct {
 	expiry                 time.Duration // WithExpiry
 	expireAt               time.Time     // WithExpireAt
 	expirySet, expireAtSet bool
+
+	retention    time.Duration // WithRetention
+	retentionSet bool
 }
 
 // MaxDelay is the longest delay WithDelay accepts (100 years); WithDeliverAt
@@ -137,6 +140,10 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithDeliverAt", "the zero time is not a delivery time")
 	case o.atSet && (o.at.Year() < 1970 || o.at.Year() > 9999):
 		return invalid("WithDeliverAt", "%v is out of range (years 1970 to 9999)", o.at)
+	case o.retentionSet && (o.retention < time.Millisecond || o.retention > MaxRetention):
+		return invalid("WithRetention", "must be from 1ms to %v (MaxRetention), got %v", MaxRetention, o.retention)
+	case o.retentionSet && o.debounce:
+		return invalid("WithRetention", "a message that a later send replaces (WithDebounce) is never settled: it has no result to keep")
 	case o.expirySet && o.expireAtSet:
 		return invalid("WithExpiry", "WithExpiry and WithExpireAt both give the message an expiry: give one")
 	case o.expirySet && o.expiry < time.Millisecond:

@@ -103,6 +103,7 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 		InReplyTo: msg.ID,
 		ErrorCode: code,
 		ErrorText: text,
+		Retention: msg.retention, // the broker may record the reply where it accepts it
 	}
 	var err error
 	if msg.idemKey != "" {
@@ -113,6 +114,7 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 	// No call here: a handler that Close drains still replies.
 	switch err := d.record("reply", err); {
 	case err == nil:
+		msg.sentReply = &env
 		d.replied.Add(1)
 		if d.onEvent != nil {
 			d.emit(Event{Kind: EventReplied, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt})

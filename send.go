@@ -341,6 +341,7 @@ func (o *sendOptions) params(p *broker.SendParams, m *Message, route broker.Rout
 	if o.expireAtSet {
 		p.ExpireAt = o.expireAt
 	}
+	p.Retention = o.retention
 }
 
 // checkContent checks m's Receiver and Content, which every send needs.

@@ -68,6 +68,10 @@ type Envelope struct {
 	// the message for good frees the key (Queue.Release). It travels with
 	// the message.
 	DedupKey string
+	// Retention, when > 0, keeps the message's fate for that long after
+	// its final outcome (SendParams.Retention; see Results). It travels
+	// with the message.
+	Retention time.Duration
 	// Priority is the message's level in its receiver's queue, from
 	// PriorityLow to PriorityHigh; 0 (PriorityNormal) is the default. A
 	// fetch takes every waiting message of a higher level before any of a
@@ -235,6 +239,7 @@ type Broker interface {
 	Limits
 	Cancels
 	Groups
+	Results
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.

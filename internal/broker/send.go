@@ -123,6 +123,14 @@ type SendParams struct {
 	Expiry   time.Duration
 	ExpireAt time.Time
 
+	// Retention, when > 0, keeps the message's fate for that long after
+	// its final outcome (see Results): the send records it (state queued
+	// or deferred) in the same step that stores the message, and the
+	// broker sets Env.Retention, so that the retention travels with the
+	// message. At most MaxRetention. A send that stores nothing
+	// (Duplicate, Joined) records nothing.
+	Retention time.Duration
+
 	// Result is set by Send.
 	Result SendResult
 }
@@ -249,6 +257,14 @@ func (p *SendParams) Validate() error {
 		return errors.New("broker: SendParams.DebounceKey: a message that a later send may replace has no outcome to wait for: no Timeout, no RouteInbox")
 	case p.DebounceKey != "" && (env.IdempotencyKey != "" || p.DedupUntilSettled):
 		return errors.New("broker: SendParams.DebounceKey: a message that a later send may replace never settles, so it cannot hold an idempotency key or a dedup key until settled")
+	case p.Retention < 0:
+		return negative("SendParams.Retention", p.Retention)
+	case p.Retention > 0 && p.Retention < time.Millisecond:
+		return fmt.Errorf("broker: SendParams.Retention %v is under a millisecond", p.Retention)
+	case p.Retention > MaxRetention:
+		return fmt.Errorf("broker: SendParams.Retention %v is over the limit of %v", p.Retention, MaxRetention)
+	case p.Retention > 0 && p.DebounceKey != "":
+		return errors.New("broker: SendParams.Retention: a debounced message may be replaced and never settle: it keeps no result")
 	case len(p.DedupKey) > MaxKeyLen:
 		return fmt.Errorf("broker: SendParams.DedupKey is %d bytes, over %d", len(p.DedupKey), MaxKeyLen)
 	case p.DedupKey != "" && p.DedupTTL <= 0:

@@ -256,6 +256,7 @@ failure, 2 usage error.`,
 		a.scheduleCommand(),
 		a.schedulesCommand(),
 		a.cancelCommand(),
+		a.resultCommand(),
 		a.dashboardCommand(),
 		a.versionCommand(),
 	)

@@ -30,6 +30,9 @@ type gatewayOptions struct {
 	timeout  time.Duration
 	maxBody  byteSize
 	readTime time.Duration
+	// asyncRetention is --async-retention: 0 serves no asynchronous
+	// requests (gatewayasync.go).
+	asyncRetention time.Duration
 }
 
 func (a *app) gatewayCommand() *cobra.Command {
@@ -83,6 +86,7 @@ exits at once.`),
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for a worker's reply before answering 504")
 	fs.Var(&o.maxBody, "max-body", "largest request body accepted; a larger one gets 413")
 	fs.DurationVar(&o.readTime, "read-timeout", time.Minute, "time a client has to send the whole request, body included; a slower one gets 408 and its connection is closed")
+	fs.DurationVar(&o.asyncRetention, "async-retention", 0, `answer a request with "Prefer: respond-async" at once (202, its status URL in Location) and keep its result this long (0: no asynchronous requests; at most 720h)`)
 	o.conn.register(fs)
 	o.adm.register(fs)
 	return cmd
@@ -103,6 +107,8 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 		return usagef("invalid --timeout %v: must be > 0", o.timeout)
 	case o.readTime <= 0:
 		return usagef("invalid --read-timeout %v: must be > 0", o.readTime)
+	case o.asyncRetention < 0 || o.asyncRetention > 0 && o.asyncRetention < time.Millisecond || o.asyncRetention > disker.MaxRetention:
+		return usagef("invalid --async-retention %v: must be from 1ms to %v (0: none)", o.asyncRetention, disker.MaxRetention)
 	case o.maxBody < 1 || int(o.maxBody)+headRoom > disker.MaxMessageSizeLimit:
 		return usagef("invalid --max-body %v: must be in 1..%d", &o.maxBody, disker.MaxMessageSizeLimit-headRoom)
 	}
@@ -140,7 +146,8 @@ func (a *app) runGateway(ctx context.Context, o *gatewayOptions) error {
 		_ = closeDisker(d, o.adm.shutdownTimeout)
 		return listenError("listen", o.listen, err)
 	}
-	g := &gateway{d: d, receiver: o.receiver, timeout: o.timeout, maxBody: int64(o.maxBody), log: a.log, m: m, tracer: a.tracer}
+	g := &gateway{d: d, receiver: o.receiver, timeout: o.timeout, maxBody: int64(o.maxBody), log: a.log, m: m, tracer: a.tracer,
+		asyncRetention: o.asyncRetention}
 	srv := &http.Server{
 		Handler:           a.traceHTTP(g),
 		ReadHeaderTimeout: min(10*time.Second, o.readTime),
@@ -201,6 +208,9 @@ type gateway struct {
 	log      *slog.Logger
 	m        *metrics.Metrics
 	tracer   Tracer // nil: no tracing
+	// asyncRetention is how long the results of asynchronous requests
+	// are kept; 0: none are served (gatewayasync.go).
+	asyncRetention time.Duration
 }
 
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -214,6 +224,9 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // serve answers r and returns the status code it sent.
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
+	if g.asyncRetention > 0 && strings.HasPrefix(r.URL.Path, resultsPath) {
+		return g.serveResult(w, r)
+	}
 	if r.ContentLength > g.maxBody {
 		return g.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is over the limit of %d", r.ContentLength, g.maxBody), nil)
 	}
@@ -273,7 +286,16 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 		}
 		opts = append(opts, disker.WithGroup(key[0]))
 	}
-	reply, err := g.request(ctx, disker.Message{Receiver: g.receiver, Content: content, Headers: map[string]string{"request-id": reqID}}, opts...)
+	msg := disker.Message{Receiver: g.receiver, Content: content, Headers: map[string]string{"request-id": reqID}}
+	var reply *disker.Message
+	if g.asyncRetention > 0 && wantsAsync(r) {
+		var code int
+		if code, err = g.sendAsync(ctx, w, msg, opts); err == nil {
+			return code
+		}
+	} else {
+		reply, err = g.request(ctx, msg, opts...)
+	}
 	if err != nil {
 		var (
 			re *disker.RemoteError

@@ -45,6 +45,7 @@ type sendOptions struct {
 	delay                                    time.Duration
 	at                                       string
 	expiry                                   time.Duration
+	retention                                time.Duration
 	// common are the options of every message: --priority, --delay,
 	// --at and --expiry.
 	common []disker.SendOption
@@ -140,6 +141,7 @@ to --concurrency messages are in flight at once.`),
 	fs.DurationVar(&o.delay, "delay", 0, "send for later: deliver after this delay (Redis time)")
 	fs.StringVar(&o.at, "at", "", "send for later: deliver at this time, RFC 3339 (Redis time)")
 	fs.DurationVar(&o.expiry, "expiry", 0, "drop the message if no worker started it within this long of its delivery (0: never)")
+	fs.DurationVar(&o.retention, "retention", 0, `keep the message's result this long after its outcome, for "disker result" (0: none; at most 720h)`)
 	o.conn.register(fs)
 	needs(cmd, "concurrency", "file")
 	needs(cmd, "require-worker", "wait")
@@ -149,7 +151,7 @@ to --concurrency messages are in flight at once.`),
 }
 
 // commonOptions checks the flags that set an option of every message
-// (--priority, --delay, --at, --expiry) and sets o.common. Each flag's value
+// (--priority, --delay, --at, --expiry, --retention) and sets o.common. Each flag's value
 // is checked here, before Redis is reached; whether the options go
 // together is the library's to say when the message is sent.
 func (o *sendOptions) commonOptions() error {
@@ -185,6 +187,12 @@ func (o *sendOptions) commonOptions() error {
 		return usagef("invalid --expiry %v: over the limit of %v", o.expiry, disker.MaxDelay)
 	case o.expiry > 0:
 		o.common = append(o.common, disker.WithExpiry(o.expiry))
+	}
+	switch {
+	case o.retention < 0 || o.retention > 0 && o.retention < time.Millisecond || o.retention > disker.MaxRetention:
+		return usagef("invalid --retention %v: must be from 1ms to %v (0: none)", o.retention, disker.MaxRetention)
+	case o.retention > 0:
+		o.common = append(o.common, disker.WithRetention(o.retention))
 	}
 	return nil
 }

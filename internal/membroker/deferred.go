@@ -70,7 +70,7 @@ type mark struct {
 
 // Cancel cancels message p.ID of p.Receiver: dropped while deferred, removed from the
 // queue, or (held by a consumer) removed and marked. See broker.Cancels.
-func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Cancelled, error) {
+func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (res broker.Cancelled, err error) {
 	if err := p.Validate(); err != nil {
 		return broker.Cancelled{}, err
 	}
@@ -81,6 +81,11 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 	c := b.c
 	now := c.now()
 	c.trimMarks(p.Receiver, now)
+	defer func() {
+		if res.State != broker.CancelNotFound {
+			c.finalResult(p.Receiver, p.ID, broker.ResultCancelled, 0, nil, "", "", nil)
+		}
+	}()
 	s := c.queues[p.Receiver]
 	if s == nil {
 		return broker.Cancelled{State: broker.CancelNotFound}, nil

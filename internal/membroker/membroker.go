@@ -41,6 +41,11 @@ type Options struct {
 	// exact). A shared broker always runs on time.Now: Shared panics when
 	// Now is set.
 	Now func() time.Time
+	// MaxResultBytes caps the bytes of the final results retained per
+	// receiver (broker.Results), as the Redis broker's: 0 (or less) means
+	// broker.DefaultMaxResultBytes. A shared broker's is the first
+	// handle's.
+	MaxResultBytes int64
 }
 
 // Broker is an in-memory [broker.Broker]. It is safe for concurrent use.
@@ -92,7 +97,7 @@ func Shared(name string, opts Options) *Broker {
 	defer shared.mu.Unlock()
 	c, ok := shared.cores[name]
 	if !ok {
-		c = newCore(Options{})
+		c = newCore(Options{MaxResultBytes: opts.MaxResultBytes})
 		shared.cores[name] = c
 	}
 	return newHandle(c, opts)
@@ -219,6 +224,10 @@ type core struct {
 	expired map[string]int64
 	// groupSets holds the keyed groups by receiver (groups.go).
 	groupSets map[string]*groupSet
+	// resultSets holds the retained results by receiver (results.go), and
+	// maxResults the cap on each one's bytes.
+	resultSets map[string]*resultSet
+	maxResults int64
 }
 
 func newCore(opts Options) *core {
@@ -241,6 +250,12 @@ func newCore(opts Options) *core {
 		marks:     make(map[string][]mark),
 		expired:   make(map[string]int64),
 		groupSets: make(map[string]*groupSet),
+
+		resultSets: make(map[string]*resultSet),
+		maxResults: opts.MaxResultBytes,
+	}
+	if c.maxResults <= 0 {
+		c.maxResults = broker.DefaultMaxResultBytes
 	}
 	c.ownClock = c.now != nil
 	if c.now == nil {

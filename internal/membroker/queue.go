@@ -336,5 +336,9 @@ func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Deliv
 	}
 	b.c.deadLetter(receiver, e, reason, b.c.now())
 	b.c.tidy(receiver)
+	if d.Env.Retention > 0 {
+		b.c.finalResult(receiver, d.Env.ID, broker.ResultDeadLettered, d.Env.Retention, nil, "dead_letter", reason,
+			func(r *broker.ResultRecord) { r.Attempts = d.Attempt })
+	}
 	return nil
 }

@@ -88,6 +88,10 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 		}
 		t.remove(to)
 		c.tidy(sender)
+		if reply.Retention > 0 && reply.Sender != "" {
+			// Recorded in the step that accepts it, as Redis does.
+			c.finalResult(reply.Sender, reply.InReplyTo, 0, reply.Retention, raw, "", "", nil)
+		}
 	}
 	c.appendReply(sender, raw, broker.KindReply, reply.InReplyTo)
 	return nil

@@ -61,6 +61,10 @@ func (c *core) send(p *broker.SendParams) {
 	if p.DebounceKey != "" {
 		due = c.debounce(p, now)
 	}
+	if p.Retention > 0 {
+		env.Retention = p.Retention // it travels: see broker.SendParams
+		c.recordSent(p, deadline, due, now)
+	}
 	// An idempotent message lives as long as its key: a worker starts it
 	// while its reply can still be used.
 	msgDeadline := deadline

@@ -34,8 +34,10 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 			b.keys.queueAt(r, broker.PriorityHigh), b.keys.queueAt(r, broker.PriorityLow),
 			b.keys.legacyDeferred(r), b.keys.legacyDeferredMessages(r), b.keys.legacyRetries(r),
 			b.keys.queue(r), b.keys.queueAt(r, broker.PriorityHigh), b.keys.queueAt(r, broker.PriorityLow), b.keys.holders(r),
-			b.keys.groups(r), b.keys.groupWaits(r), b.keys.groupTimes(r)},
-		[]string{p.ID, string(wire.IDPrefix(p.ID)), start, strconv.Itoa(p.MaxScan), msString(broker.MarkRetention)}).ToArray()
+			b.keys.groups(r), b.keys.groupWaits(r), b.keys.groupTimes(r),
+			b.keys.result(r, p.ID), b.keys.resultIndex(r), b.keys.resultSizes(r)},
+		[]string{p.ID, string(wire.IDPrefix(p.ID)), start, strconv.Itoa(p.MaxScan), msString(broker.MarkRetention),
+			b.keys.result(r, ""), b.maxResults}).ToArray()
 	if err != nil {
 		return broker.Cancelled{}, b.fail(ctx, "cancel", err)
 	}
@@ -110,7 +112,11 @@ var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
 -- ARGV[2] -> the start of the message's encoding (wire.IDPrefix)
 -- ARGV[3] -> the first queue entry id to read
 -- ARGV[4] -> the most entries read in each level stream
+-- KEYS[18..20] -> the message's record P:{R}:res:<id>, the index P:{R}:res
+--            and sizes P:{R}:resn (results.go)
 -- ARGV[5] -> how long marks are kept, ms
+-- ARGV[6] -> the records' prefix P:{R}:res:; ARGV[7] -> the cap on the
+--            receiver's retained bytes
 -- A deferred message is dropped (1), as is one waiting behind its key
 -- (gcancel: 2); else the level streams are read
 -- (normal, high, low), in chunks, for an entry whose m starts with the
@@ -120,22 +126,28 @@ var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
 -- for its key, which may queue the key's next. Returns {state, envelope,
 -- deadline or "", first}, state 0 when not found; first is 1 when a
 -- message was queued at the high or low level whose stream held nothing.
-` + luaNow + luaDeferred + luaQueueMessage + luaGroups + luaMigrate + `
+-- A message found that has a record gets its final state there
+-- (cancelled), in this step.
+` + luaNow + luaDeferred + luaQueueMessage + luaGroups + luaMigrate + luaResult + `
 migrate(KEYS[8], KEYS[9], KEYS[10], KEYS[1], KEYS[2], KEYS[4])
 local id = ARGV[1]
+local function found(r)
+  resFinal({rec = KEYS[18], idx = KEYS[19], n = KEYS[20], pre = ARGV[6], cap = ARGV[7]}, id, 'c', '', {}, {})
+  return r
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', string.format('%.0f', now - tonumber(ARGV[5])))
 local v = redis.call('HGET', KEYS[2], id)
 if v then
   local _, d, _, env = deferredValue(v)
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
-  return {1, env, d, 0}
+  return found({1, env, d, 0})
 end
 local G = groupsAt(11)
 local waiting = gcancel(G, id)
 if waiting then
   local _, d, _, env = deferredValue(waiting)
-  return {2, env, d, G.first}
+  return found({2, env, d, G.first})
 end
 local prefix, n = ARGV[2], #ARGV[2]
 for _, level in ipairs({{KEYS[3], ''}, {KEYS[6], 'h'}, {KEYS[7], 'l'}}) do
@@ -161,7 +173,7 @@ for _, level in ipairs({{KEYS[3], ''}, {KEYS[6], 'h'}, {KEYS[7], 'l'}}) do
         if redis.call('XDEL', stream, e[1]) == 1 and key then
           gsettle(G, key, ref .. e[1])
         end
-        return {state, m, d, G.first}
+        return found({state, m, d, G.first})
       end
     end
     if #entries < math.min(left, 500) then

@@ -27,10 +27,13 @@ func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) ruei
 	if p.DedupUntilSettled {
 		env.DedupKey = p.DedupKey // it travels: see broker.SendParams
 	}
+	if p.Retention > 0 {
+		env.Retention = p.Retention // it travels too
+	}
 	r := env.Receiver
 	q := b.keys.queue(r)
 	keys := []string{b.keys.queueAt(r, env.Priority), q, b.keys.deferred(r), b.keys.deferredMessages(r), b.keys.holders(r), q, q, q, q, q,
-		q, q, q, q, q}
+		q, q, q, q, q, q}
 	if p.GroupKey != "" {
 		keys[10], keys[11], keys[12] = b.keys.groups(r), b.keys.groupWaits(r), b.keys.groupTimes(r)
 		keys[13], keys[14] = b.keys.queueAt(r, broker.PriorityHigh), b.keys.queueAt(r, broker.PriorityLow)
@@ -42,6 +45,9 @@ func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) ruei
 	}
 	if p.DedupKey != "" {
 		keys[5] = b.keys.dedup(r, p.DedupKey)
+	}
+	if p.Retention > 0 {
+		keys[15] = b.keys.result(r, env.ID)
 	}
 	if env.IdempotencyKey != "" {
 		keys[6] = b.keys.idempotency(r, env.IdempotencyKey)
@@ -81,7 +87,7 @@ func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) ruei
 	return rueidis.LuaExec{Keys: keys, Args: []string{
 		rueidis.BinaryString(wire.Encode(env)), env.ID, route, msString(max(env.Timeout, 0)), msString(p.Delay), at,
 		given, levelPrefix(env.Priority), dedupTTL, idemTTL, env.Sender, pendArg, expiry, expireAt, debounce[0], debounce[1],
-		p.GroupKey,
+		p.GroupKey, retentionArg(p.Retention), msString(broker.PendingRetention),
 	}}
 }
 
@@ -180,7 +186,11 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- ARGV[14] -> expiry, unix ms, or empty (at most one of ARGV[13..14])
 -- ARGV[15] -> debounce wait ms, or empty for no debounce key
 -- ARGV[16] -> debounce max ms (with ARGV[15])
+-- KEYS[16] -> the message's record P:{R}:res:<id> (results.go), when
+--            ARGV[18] is set; else KEYS[2]
 -- ARGV[17] -> the group key, or empty for none
+-- ARGV[18] -> the retention ms (SendParams.Retention), or empty for none
+-- ARGV[19] -> how long a record lives without a final outcome, ms
 -- The due time is now + delay, counted from Redis time rounded up to the
 -- millisecond, or ARGV[6]; a message is due when its due time is not after
 -- Redis time rounded down, so it is never queued early. One due now is
@@ -200,7 +210,9 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- Returns {outcome, id, deadline or -1, stored reply or "", first}:
 -- outcome 1 queued, 2 deferred (id ARGV[2]); 3 duplicate (id: the dedup
 -- key's); 4 joined (id: the idempotency key's message, with its reply if
--- stored); first is 1 when the message was queued at the high or low
+-- stored); a message stored with a retention has its record written
+-- (state q, sent now, its deadline), living PendingRetention after its
+-- due time plus the retention; first is 1 when the message was queued at the high or low
 -- level and that level's stream held nothing before (see levelsChanged).
 ` + luaNow + luaDeferred + luaQueueMessage + luaGroupsLazy + `
 local env, id, route = ARGV[1], ARGV[2], ARGV[3]
@@ -296,6 +308,11 @@ if ARGV[12] == '1' then
   redis.call('ZADD', KEYS[8], fmt(deadline), id)
   redis.call('HSET', KEYS[9], id, env)
 end
+if ARGV[18] ~= '' then
+  redis.call('HSET', KEYS[16], 'st', 'q', 's', nowStr, 'ret', ARGV[18])
+  if deadline >= 0 then redis.call('HSET', KEYS[16], 'd', fmt(deadline)) end
+  redis.call('PEXPIRE', KEYS[16], fmt(due - now + tonumber(ARGV[19]) + tonumber(ARGV[18])))
+end
 return {outcome, id, deadline, '', first}
 `)
 
@@ -326,7 +343,7 @@ func (b *Broker) wayOf(p *broker.SendParams) sendWay {
 	case pend && b.cluster && keyslot.Of(b.keys.queue(env.Receiver)) != keyslot.Of(b.keys.timeouts(env.Sender)):
 		return sendSplit
 	case pend || p.Deferred() || p.DedupKey != "" || env.IdempotencyKey != "" || env.Priority != broker.PriorityNormal ||
-		p.Expiry > 0 || !p.ExpireAt.IsZero() || p.GroupKey != "":
+		p.Expiry > 0 || !p.ExpireAt.IsZero() || p.GroupKey != "" || p.Retention > 0:
 		return sendEnqueue
 	}
 	return sendXadd

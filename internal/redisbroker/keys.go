@@ -118,6 +118,18 @@ func (k keys) slots(receiver string) string { return k.named(receiver, "slots") 
 // slotCounts is the hash of how many slots each holder of slots holds.
 func (k keys) slotCounts(receiver string) string { return k.named(receiver, "slotn") }
 
+// result is the record of message id of receiver (broker.Results): a
+// hash, expiring at the end of its retention.
+func (k keys) result(receiver, id string) string { return k.named(receiver, "res:"+id) }
+
+// resultIndex is the zset of receiver's final records: member message id,
+// score the end of its retention (unix ms).
+func (k keys) resultIndex(receiver string) string { return k.named(receiver, "res") }
+
+// resultSizes is the hash of the sizes of receiver's final records:
+// message id to bytes, and "#" to their sum.
+func (k keys) resultSizes(receiver string) string { return k.named(receiver, "resn") }
+
 // workers is the zset of live worker ids, scored by expiry in unix ms.
 func (k keys) workers() string { return k.prefix + ":{workers}:ids" }
 

@@ -71,6 +71,11 @@ type Config struct {
 	// MaxMessageSize is the largest Content, in bytes, that Send and Reply
 	// accept; 0 means DefaultMaxMessageSize.
 	MaxMessageSize int
+	// MaxResultBytes caps the bytes of the final results retained per
+	// receiver (broker.Results): over it, those closest to the end of
+	// their retention are evicted first. 0 means
+	// broker.DefaultMaxResultBytes.
+	MaxResultBytes int64
 	// DialTimeout bounds a connection attempt; 0 means DefaultDialTimeout.
 	DialTimeout time.Duration
 	// IOTimeout bounds how long a command waits for Redis to answer on a
@@ -116,6 +121,8 @@ type Broker struct {
 	addr    string
 	maxSize int
 	cluster bool
+	// maxResults is Config.MaxResultBytes, as a script argument.
+	maxResults string
 
 	// reclaimEvery, pruneIdle and pruneEvery are the constants of those
 	// names, but for tests.
@@ -207,6 +214,7 @@ func New(cfg Config) (*Broker, error) {
 		keys:         keys{prefix: cfg.KeyPrefix},
 		addr:         strings.Join(opt.InitAddress, ","),
 		maxSize:      cfg.MaxMessageSize,
+		maxResults:   strconv.FormatInt(cfg.MaxResultBytes, 10),
 		reclaimEvery: reclaimEvery,
 		pruneIdle:    pruneIdle,
 		pruneEvery:   pruneEvery,
@@ -267,6 +275,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxBlockingConnections == 0 {
 		c.MaxBlockingConnections = DefaultMaxBlockingConnections
 	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = broker.DefaultMaxResultBytes
+	}
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = DefaultMaxMessageSize
 	}
@@ -284,6 +295,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, invalid("MaxConnectionPoolSize", "must be >= 0, got %d", c.MaxConnectionPoolSize)
 	case c.MaxBlockingConnections < 0:
 		return c, invalid("MaxBlockingConnections", "must be >= 0, got %d", c.MaxBlockingConnections)
+	case c.MaxResultBytes < 0:
+		return c, invalid("MaxResultBytes", "must be >= 0, got %d", c.MaxResultBytes)
 	case c.MaxMessageSize < 0:
 		return c, invalid("MaxMessageSize", "must be >= 0, got %d", c.MaxMessageSize)
 	case c.DialTimeout < 0:

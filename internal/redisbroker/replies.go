@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/keyslot"
 	"github.com/diskerhq/disker/internal/wire"
 )
 
@@ -50,7 +51,14 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 			return b.fail(ctx, "reply", err)
 		}
 		var r replyResult
-		if r, err = b.replies.do(ctx, timedReply{sender: sender, id: reply.InReplyTo, data: data}); err == nil {
+		tr := timedReply{sender: sender, id: reply.InReplyTo, data: data}
+		if reply.Retention > 0 && reply.Sender != "" && broker.CheckName("receiver", reply.Sender) == nil {
+			rec, prefix := b.resultKeys(reply.Sender, reply.InReplyTo)
+			if !b.cluster || keyslot.Of(rec[0]) == keyslot.Of(b.keys.timeouts(sender)) {
+				tr.rec, tr.prefix, tr.ret = rec, prefix, msString(reply.Retention)
+			}
+		}
+		if r, err = b.replies.do(ctx, tr); err == nil {
 			n, err = r.accepted, r.err
 		}
 	default:
@@ -101,6 +109,12 @@ func idTime(id string) (time.Time, bool) {
 // timedReply is a reply to a timed request, on its way to the batcher.
 type timedReply struct {
 	sender, id, data string
+	// rec, prefix and ret, when rec is set, are the keys of the record of
+	// the request (its receiver is reply.Sender), the prefix of its
+	// receiver's records and its retention: an accepted reply is recorded
+	// in the same script (see scriptReplyTimed).
+	rec         []string
+	prefix, ret string
 }
 
 // replyResult is the outcome of a timedReply: accepted is 1, or 0 when late.
@@ -125,13 +139,20 @@ func (b *Broker) flushReplies(_ context.Context, replies []timedReply) []replyRe
 	}
 	settle := func(sender string) {
 		idx := bySender[sender]
-		args := make([]string, 0, 2*len(idx))
+		args := make([]string, 0, 5*len(idx)+1)
+		keys := []string{b.keys.timeouts(sender), b.keys.timedMessages(sender), b.keys.replies(sender)}
+		args = append(args, b.maxResults)
 		for _, i := range idx {
-			args = append(args, replies[i].id, replies[i].data)
+			r := &replies[i]
+			at := "0"
+			if r.rec != nil {
+				at = strconv.Itoa(len(keys) + 1)
+				keys = append(keys, r.rec...)
+			}
+			args = append(args, r.id, r.data, at, r.prefix, r.ret)
 		}
 		ctx := context.Background()
-		res, err := scriptReplyTimed.Exec(ctx, b.client,
-			[]string{b.keys.timeouts(sender), b.keys.timedMessages(sender), b.keys.replies(sender)}, args).ToArray()
+		res, err := scriptReplyTimed.Exec(ctx, b.client, keys, args).ToArray()
 		if err == nil && len(res) != len(idx) {
 			err = fmt.Errorf("redisbroker: reply: the script answered %d results for %d replies", len(res), len(idx))
 		}
@@ -257,14 +278,22 @@ var scriptReplyTimed = rueidis.NewLuaScript(`-- reply_timed
 -- KEYS[1] -> the sender's pending timeouts P:{S}:t
 -- KEYS[2] -> the sender's timed messages P:{S}:tm
 -- KEYS[3] -> the sender's reply stream P:{S}:r
--- ARGV    -> pairs: request id, encoded reply envelope
+-- KEYS[4..] -> for each request with a record: its record P:{R}:res:<id>,
+--            the index P:{R}:res and sizes P:{R}:resn of its receiver
+--            (results.go); on a Cluster, only those in the sender's slot
+-- ARGV[1] -> the cap on a receiver's retained bytes
+-- ARGV[2..] -> groups of five: request id, encoded reply envelope, the
+--            index in KEYS of its record's keys or "0" for none, the
+--            prefix of its receiver's records, its retention ms
 -- Accepts each reply only if its request is pending and Redis time is before
 -- its deadline, and only the first of two replies to one request; the
--- timeout monitor (expire) is the only other remover.
--- Returns one number per pair: 1 when accepted, 0 when late.
-` + luaNow + `
+-- timeout monitor (expire) is the only other remover. An accepted reply
+-- with a record is recorded there (field rep, resFinal), so that the
+-- record holds the reply exactly when the sender received it.
+-- Returns one number per group: 1 when accepted, 0 when late.
+` + luaNow + luaResult + `
 local ids = {}
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 5 do
   ids[#ids + 1] = ARGV[i]
 end
 local deadlines = redis.call('ZMSCORE', KEYS[1], unpack(ids))
@@ -284,7 +313,13 @@ if #won > 0 then
   redis.call('HDEL', KEYS[2], unpack(won))
   for i, id in ipairs(ids) do
     if out[i] == 1 then
-      redis.call('XADD', KEYS[3], '*', 'k', 'rep', 'i', id, 'm', ARGV[2 * i])
+      local a = 5 * i - 3
+      redis.call('XADD', KEYS[3], '*', 'k', 'rep', 'i', id, 'm', ARGV[a + 1])
+      local k = tonumber(ARGV[a + 2])
+      if k > 0 then
+        resFinal({rec = KEYS[k], idx = KEYS[k + 1], n = KEYS[k + 2], pre = ARGV[a + 3], cap = ARGV[1]}, id, '',
+          ARGV[a + 4], {'rep', ARGV[a + 1]}, {})
+      end
     end
   end
 end

@@ -34,9 +34,10 @@ func (b *Broker) execOK(res []rueidis.RedisResult) error {
 // bury moves the entry ref of s to its dead-letter stream.
 func (b *Broker) bury(ctx context.Context, s *streamKeys, ref, reason string, attempts int, bad bool) error {
 	stream, id, _ := b.splitRef(s, ref)
-	keys := []string{stream, s.dlq, s.retries, s.stream, s.high, s.low, s.holders, s.groups[0], s.groups[1], s.groups[2]}
+	keys := []string{stream, s.dlq, s.retries, s.stream, s.high, s.low, s.holders, s.groups[0], s.groups[1], s.groups[2],
+		s.retries, s.retries, s.retries}
 	_, err := b.buried(ctx, s.receiver, scriptBury.Exec(ctx, b.client, keys,
-		[]string{id, reason, strconv.Itoa(attempts), boolArg(bad), ref[:len(ref)-len(id)]}))
+		[]string{id, reason, strconv.Itoa(attempts), boolArg(bad), ref[:len(ref)-len(id)], "", "", "", ""}))
 	return b.failIf(ctx, s.op, err)
 }
 
@@ -328,8 +329,13 @@ func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Deliv
 		return broker.ErrLeaseLost
 	}
 	keys := append([]string{b.keys.queueAt(receiver, prio), b.keys.deadLetters(receiver), b.keys.retries(receiver)}, b.groupKeys(receiver)...)
+	res, prefix := b.resultKeys(receiver, d.Env.ID)
+	if d.Env.Retention <= 0 {
+		res = []string{keys[2], keys[2], keys[2]}
+	}
+	keys = append(keys, res...)
 	moved, err := b.buried(ctx, receiver, scriptBury.Exec(ctx, b.client, keys,
-		[]string{id, reason, strconv.Itoa(d.Attempt), "0", levelPrefix(prio)}))
+		[]string{id, reason, strconv.Itoa(d.Attempt), "0", levelPrefix(prio), retentionArg(d.Env.Retention), prefix, b.maxResults, d.Env.ID}))
 	if err != nil {
 		if isNoGroup(err) {
 			return broker.ErrLeaseLost
@@ -362,15 +368,26 @@ var scriptBury = rueidis.NewLuaScript(`-- bury
 -- ARGV[3] -> attempts so far
 -- ARGV[4] -> "1" if the entry does not decode, else "0"
 -- ARGV[5] -> the level's prefix: "h", "l", or "" (the normal level)
--- A keyed entry (field g) is settled for its key. Returns {moved, first}:
+-- KEYS[11..13] -> the message's record P:{R}:res:<id>, the index P:{R}:res
+--            and sizes P:{R}:resn (results.go), when ARGV[6] is set
+-- ARGV[6] -> the message's retention ms, or "" (no record written)
+-- ARGV[7] -> the records' prefix P:{R}:res:; ARGV[8] -> the receiver's
+--            cap on retained bytes; ARGV[9] -> the message id
+-- A keyed entry (field g) is settled for its key. A message moved with a
+-- retention has its record's final state written (dead-lettered, with
+-- the reason as its error, and the attempts). Returns {moved, first}:
 -- moved is 1 when moved, 0 when the entry was no longer in the stream;
 -- first is 1 when its key queued a message at the high or low level whose
 -- stream held nothing.
-` + luaNow + luaBury + luaDeferred + luaQueueMessage + luaGroups + `
+` + luaNow + luaBury + luaDeferred + luaQueueMessage + luaGroups + luaResult + `
 redis.call('ZREM', KEYS[3], ARGV[5] .. ARGV[1])
 local G = groupsAt(4)
 local n, key = bury(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 if key then gsettle(G, key, ARGV[5] .. ARGV[1]) end
+if n == 1 and ARGV[6] ~= '' then
+  resFinal({rec = KEYS[11], idx = KEYS[12], n = KEYS[13], pre = ARGV[7], cap = ARGV[8]}, ARGV[9], 'x', ARGV[6],
+    {'ec', 'dead_letter', 'et', ARGV[2]}, {'a', ARGV[3]})
+end
 return {n, G.first}
 `)
 

@@ -14,14 +14,15 @@
 //	flags     byte: bits 0 and 1 are the Route (bit 0: RouteNone, a
 //	          fire-and-forget message; bit 1: RouteInbox; neither:
 //	          RouteSender; not both), bit 2 says an IdempotencyKey
-//	          follows the headers, bit 3 a DedupKey after it; other bits
-//	          must be 0
+//	          follows the headers, bit 3 a DedupKey after it, bit 4 a
+//	          Retention after them; other bits must be 0
 //	Timeout   varint (nanoseconds)
 //	Headers   uvarint count, then count pairs of (key, value), each a
 //	          uvarint length and bytes, keys strictly ascending
 //	IdempotencyKey  uvarint length (> 0), bytes; only when flag bit 2
 //	          is set, so encodings without it are those of older versions
 //	DedupKey  uvarint length (> 0), bytes; only when flag bit 3 is set
+//	Retention uvarint (> 0, milliseconds); only when flag bit 4 is set
 //
 // The encoding is canonical: [Decode] accepts only what [Encode] produces
 // (minimal varints, sorted unique header keys, no trailing bytes), so for any
@@ -55,7 +56,8 @@ const (
 	flagRouteInbox = 2
 	flagIdempotent = 4
 	flagDedup      = 8
-	flagsKnown     = flagRouteNone | flagRouteInbox | flagIdempotent | flagDedup
+	flagRetention  = 16
+	flagsKnown     = flagRouteNone | flagRouteInbox | flagIdempotent | flagDedup | flagRetention
 )
 
 // ErrMalformed is wrapped by every error Decode returns.
@@ -95,6 +97,10 @@ func Encode(env *broker.Envelope) []byte {
 	if env.DedupKey != "" {
 		flags |= flagDedup
 	}
+	retention := env.Retention.Milliseconds()
+	if retention > 0 {
+		flags |= flagRetention
+	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, int64(env.Timeout))
 	b = binary.AppendUvarint(b, uint64(len(env.Headers)))
@@ -114,6 +120,9 @@ func Encode(env *broker.Envelope) []byte {
 	}
 	if env.DedupKey != "" {
 		b = appendString(b, env.DedupKey)
+	}
+	if retention > 0 {
+		b = binary.AppendUvarint(b, uint64(retention))
 	}
 	return b
 }
@@ -207,6 +216,13 @@ func decode[T encoded](data T) (broker.Envelope, error) {
 		if d.err == nil && env.DedupKey == "" {
 			d.fail("dedup key", "empty, with its flag set")
 		}
+	}
+	if flags&flagRetention != 0 {
+		ms := d.uvarint("retention")
+		if d.err == nil && (ms == 0 || ms > math.MaxInt64/uint64(time.Millisecond)) {
+			d.fail("retention", "zero or out of range, with its flag set")
+		}
+		env.Retention = time.Duration(ms) * time.Millisecond
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("envelope", fmt.Sprintf("%d trailing bytes", len(d.b)))

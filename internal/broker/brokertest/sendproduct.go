@@ -41,6 +41,7 @@ type sendCombo struct {
 	dedup, idem  bool
 	timed        bool
 	expire       bool
+	retain       bool // sent with a retention: every other combination
 	route        broker.Route
 	receiver     string
 	start        time.Time // broker time before the first send
@@ -49,7 +50,7 @@ type sendCombo struct {
 
 // String names the combination.
 func (c *sendCombo) String() string {
-	return fmt.Sprintf("due %s, priority %d, dedup %v, idempotent %v, timed %v, expiring %v, route %v", c.due, c.prio, c.dedup, c.idem, c.timed, c.expire, c.route)
+	return fmt.Sprintf("due %s, priority %d, dedup %v, idempotent %v, timed %v, expiring %v, retained %v, route %v", c.due, c.prio, c.dedup, c.idem, c.timed, c.expire, c.retain, c.route)
 }
 
 // later reports whether its messages are deferred.
@@ -96,6 +97,9 @@ func (c *sendCombo) params(content string) broker.SendParams {
 	if c.expire {
 		p.Expiry = productExpiry
 	}
+	if c.retain {
+		p.Retention = time.Hour
+	}
 	return p
 }
 
@@ -114,7 +118,8 @@ func sendCombos() []*sendCombo {
 								if timed && route == broker.RouteNone {
 									continue // refused: see testInvalidParams
 								}
-								cs = append(cs, &sendCombo{due: due, prio: prio, dedup: dedup, idem: idem, timed: timed, expire: expire, route: route, receiver: name("combo")})
+								cs = append(cs, &sendCombo{due: due, prio: prio, dedup: dedup, idem: idem, timed: timed, expire: expire, route: route,
+									retain: len(cs)%2 == 1, receiver: name("combo")})
 							}
 						}
 					}
@@ -149,6 +154,7 @@ func testSendProduct(t *testing.T, b broker.Broker) {
 		c.again.Result = sendP(t, b, c.again)
 		checkFirstSend(t, c, brokerNow(t, b))
 		checkAgain(t, c)
+		checkRetained(t, b, c, false)
 	}
 	// Before their due time, the deferred messages wait, counted.
 	for _, c := range combos {
@@ -345,7 +351,37 @@ func settleCombo(t *testing.T, b broker.Broker, c *sendCombo, ds []broker.Delive
 		}
 	}
 	for _, d := range ds {
+		if c.retain {
+			finish(t, b, broker.FinishResultParams{Receiver: c.receiver, ID: d.Env.ID, Ref: d.Ref, State: broker.ResultDone, Worker: "w", Attempt: d.Attempt, Retention: time.Hour})
+			continue
+		}
 		ack(t, b, c.receiver, d.Ref)
+	}
+	checkRetained(t, b, c, true)
+}
+
+// checkRetained checks the records of c's messages: a message stored
+// with a retention has one (queued until settled, final after), a send
+// that stored nothing, or one without a retention, none.
+func checkRetained(t *testing.T, b broker.Broker, c *sendCombo, settled bool) {
+	t.Helper()
+	for i, p := range []*broker.SendParams{&c.first, &c.again} {
+		stored := i == 0 || c.stored() == 2
+		rec, err := b.Result(ctxT(t), c.receiver, p.Env.ID)
+		switch {
+		case !c.retain || !stored:
+			if !errors.Is(err, broker.ErrNoResult) {
+				t.Fatalf("%v: message %d: record %+v, %v; want ErrNoResult", c, i, rec, err)
+			}
+		case err != nil:
+			t.Fatalf("%v: message %d: Result: %v", c, i, err)
+		case !settled && rec.State != broker.ResultQueued:
+			t.Fatalf("%v: message %d: record %+v before delivery, want queued", c, i, rec)
+		case settled && rec.State != broker.ResultDone:
+			t.Fatalf("%v: message %d: record %+v after it was settled, want done", c, i, rec)
+		case c.timed && !rec.Deadline.Equal(p.Result.Deadline):
+			t.Fatalf("%v: message %d: record's deadline %v, the send's %v", c, i, rec.Deadline, p.Result.Deadline)
+		}
 	}
 }
 

@@ -1,0 +1,247 @@
+package disker_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/diskerhq/disker"
+)
+
+// TestResultRetention follows retained messages to each final outcome: a
+// reply, a fire-and-forget message's handling with its progress, a dead
+// letter and a cancellation; the results then go after their retention.
+func TestResultRetention(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		worker, client := e.open(), e.open()
+		ctx := ctxTimeout(t, time.Minute)
+		progressed := make(chan error, 1)
+		if err := worker.Handle("res", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			switch string(m.Content) {
+			case "fail":
+				return nil, disker.NoRetry(errors.New("boom"))
+			case "progress":
+				err := m.Progress(ctx, []byte("half"))
+				if err == nil {
+					err = m.Progress(ctx, []byte("all"))
+				}
+				progressed <- err
+			}
+			return append([]byte("echo:"), m.Content...), nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.OnReply("res-sender", disker.ReplyHandlerFunc(func(context.Context, *disker.Message) {})); err != nil {
+			t.Fatal(err)
+		}
+		send := func(m disker.Message, opts ...disker.SendOption) string {
+			t.Helper()
+			m.Receiver = "res"
+			id, err := client.Send(ctx, m, append(opts, disker.WithRetention(time.Hour))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+
+		id := send(disker.Message{Sender: "res-sender", Content: []byte("hi")}, disker.WithTimeout(30*time.Second))
+		r, err := client.WaitResult(ctx, "res", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State != disker.ResultSucceeded || string(r.Reply) != "echo:hi" || r.Attempts != 1 || r.Worker != worker.ID() {
+			t.Fatalf("replied: %+v", r)
+		}
+		if r.SentAt.IsZero() || r.StartedAt.Before(r.SentAt.Add(-time.Second)) || r.FinishedAt.Before(r.StartedAt) || r.ExpiresAt.Before(r.FinishedAt) {
+			t.Fatalf("replied: times out of order: %+v", r)
+		}
+
+		id = send(disker.Message{Content: []byte("progress")})
+		if err := <-progressed; err != nil {
+			t.Fatalf("Progress: %v", err)
+		}
+		if r, err = client.WaitResult(ctx, "res", id); err != nil {
+			t.Fatal(err)
+		}
+		if r.State != disker.ResultSucceeded || string(r.Progress) != "all" || string(r.Reply) != "echo:progress" {
+			t.Fatalf("fire-and-forget with progress: %+v", r)
+		}
+
+		id = send(disker.Message{Content: []byte("fail")})
+		if r, err = client.WaitResult(ctx, "res", id); err != nil {
+			t.Fatal(err)
+		}
+		if r.State != disker.ResultDeadLettered || r.Err == nil || r.Err.Code != disker.CodeDeadLetter {
+			t.Fatalf("dead-lettered: %+v (err %+v)", r, r.Err)
+		}
+
+		id = send(disker.Message{Content: []byte("later")}, disker.WithDelay(time.Hour))
+		if r, err = client.Result(ctx, "res", id); err != nil || r.State != disker.ResultQueued || r.State.Final() {
+			t.Fatalf("deferred: %+v, %v", r, err)
+		}
+		if _, err := client.Cancel(ctx, "res", id); err != nil {
+			t.Fatal(err)
+		}
+		if r, err = client.Result(ctx, "res", id); err != nil || r.State != disker.ResultCancelled {
+			t.Fatalf("cancelled: %+v, %v", r, err)
+		}
+
+		plain, err := client.Send(ctx, disker.Message{Receiver: "res", Content: []byte("plain")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.Result(ctx, "res", plain); !errors.Is(err, disker.ErrResultNotFound) {
+			t.Fatalf("a message without a retention: %v, want ErrResultNotFound", err)
+		}
+		list, err := client.ListResults(ctx, "res", 10)
+		if err != nil || len(list) != 4 {
+			t.Fatalf("ListResults: %d results, %v; want 4", len(list), err)
+		}
+
+		short, err := client.Send(ctx, disker.Message{Receiver: "res", Content: []byte("short")}, disker.WithRetention(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.WaitResult(ctx, "res", short); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the short retention to pass", func() bool {
+			_, err := client.Result(ctx, "res", short)
+			return errors.Is(err, disker.ErrResultNotFound)
+		})
+	})
+}
+
+// TestResultReceiverDefault keeps results by the receiver's default
+// (WithResultRetention) for messages sent without one.
+func TestResultReceiverDefault(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		worker, client := e.open(), e.open()
+		ctx := ctxTimeout(t, time.Minute)
+		if err := worker.Handle("resdef", disker.HandlerFunc(echo), disker.WithResultRetention(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		id, err := client.Send(ctx, disker.Message{Receiver: "resdef", Content: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r *disker.Result
+		waitFor(t, 30*time.Second, "the default retention's result", func() bool {
+			r, err = client.Result(ctx, "resdef", id)
+			return err == nil && r.State.Final()
+		})
+		if r.State != disker.ResultSucceeded || r.Attempts != 1 {
+			t.Fatalf("%+v", r)
+		}
+	})
+}
+
+// TestResultValidation: bad retentions and progress outside a handler are
+// refused, and nothing is queued.
+func TestResultValidation(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		ctx := ctxTimeout(t, time.Minute)
+		for _, ret := range []time.Duration{0, -time.Second, time.Microsecond, disker.MaxRetention + time.Hour} {
+			if _, err := d.Send(ctx, disker.Message{Receiver: "resval"}, disker.WithRetention(ret)); err == nil {
+				t.Errorf("WithRetention(%v): no error", ret)
+			}
+		}
+		if err := d.Handle("resval", disker.HandlerFunc(echo), disker.WithResultRetention(0)); err == nil {
+			t.Error("WithResultRetention(0): no error")
+		}
+		st, err := d.Stats(ctx, "resval")
+		if err != nil || st.Queued != 0 {
+			t.Fatalf("queued %d, %v; want nothing", st.Queued, err)
+		}
+		if err := (&disker.Message{ID: "x"}).Progress(ctx, nil); !errors.Is(err, disker.ErrNotInHandler) {
+			t.Fatalf("Progress outside a handler: %v", err)
+		}
+		if _, err := d.Result(ctx, "resval", "not-an-id"); err == nil {
+			t.Fatal("Result of a bad id: no error")
+		}
+	})
+}
+
+// TestResultRacesTimeout races 2,000 timed replies with a retention
+// against their deadlines: each message's retained fate is the one
+// outcome its sender saw (a reply, or a timeout notice).
+func TestResultRacesTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
+	const n = 2000
+	eachBackend(t, func(t *testing.T, e *env) {
+		worker, client := e.open(), e.open()
+		if err := worker.Handle("resrace", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			time.Sleep(time.Duration(rand.N(2000)) * time.Microsecond)
+			return []byte("r"), nil
+		}), disker.WithConcurrency(64)); err != nil {
+			t.Fatal(err)
+		}
+		span := raceSpan(t, worker, client)
+		var mu sync.Mutex
+		outcomes := make(map[string][]byte, n)
+		inFlight := make(chan struct{}, 64)
+		record := func(id string, kind byte) {
+			mu.Lock()
+			outcomes[id] = append(outcomes[id], kind)
+			first := len(outcomes[id]) == 1
+			mu.Unlock()
+			if first {
+				<-inFlight
+			}
+		}
+		if err := client.OnReply("resracer", disker.ReplyHandlerFunc(func(_ context.Context, r *disker.Message) { record(r.InReplyTo, 'r') })); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.OnTimeout("resracer", disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) { record(m.ID, 't') })); err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, 3*time.Minute)
+		round := func(span time.Duration) (replies, timeouts int) {
+			ids := make([]string, 0, n)
+			for range n {
+				inFlight <- struct{}{}
+				timeout := time.Millisecond + rand.N(span-time.Millisecond)
+				id, err := client.Send(ctx, disker.Message{Sender: "resracer", Receiver: "resrace"}, disker.WithTimeout(timeout), disker.WithRetention(time.Hour))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, id)
+			}
+			for _, id := range ids {
+				r, err := client.WaitResult(ctx, "resrace", id)
+				if err != nil {
+					t.Fatalf("WaitResult %s: %v", id, err)
+				}
+				waitFor(t, time.Minute, "the sender's outcome", func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					return len(outcomes[id]) > 0
+				})
+				mu.Lock()
+				o := outcomes[id]
+				mu.Unlock()
+				switch {
+				case len(o) != 1:
+					t.Fatalf("message %s had outcomes %q, want exactly one", id, o)
+				case o[0] == 'r' && (r.State != disker.ResultSucceeded || string(r.Reply) != "r"):
+					t.Fatalf("message %s: the sender got the reply, the result says %v (reply %q)", id, r.State, r.Reply)
+				case o[0] == 't' && r.State != disker.ResultTimedOut:
+					t.Fatalf("message %s: the sender got a timeout, the result says %v (reply %q)", id, r.State, r.Reply)
+				case o[0] == 'r':
+					replies++
+				default:
+					timeouts++
+				}
+			}
+			t.Logf("timeouts up to %v: %d replies, %d timeouts, each retained as its sender saw it", span, replies, timeouts)
+			return replies, timeouts
+		}
+		raceUntilBoth(t, span, round)
+	})
+}
