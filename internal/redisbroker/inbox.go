@@ -98,16 +98,14 @@ type inboxResult struct {
 	err error // the flush panicked
 }
 
-// flushInbox runs cmds in one round trip, in order. It returns when the
-// round trip does, or when ctx (its leader's) ends first, at Close at the
-// latest; then each result is ctx's error, and the commands may still run
-// (see batcher).
-func (b *Broker) flushInbox(ctx context.Context, cmds []rueidis.Completed) []inboxResult {
-	out := make([]inboxResult, len(cmds))
+// flushInbox runs cmds in one round trip, in order, and sets their results
+// in out. It returns when the round trip does, or when ctx (its leader's)
+// ends first, at Close at the latest; then each result is ctx's error, and
+// the commands may still run (see batcher).
+func (b *Broker) flushInbox(ctx context.Context, cmds []rueidis.Completed, out []inboxResult) {
 	for i, r := range b.client.DoMulti(ctx, cmds...) {
 		out[i].res = r
 	}
-	return out
 }
 
 // KeepInbox opens inbox, or renews it: its reply stream, created if

@@ -111,10 +111,9 @@ type replyResult struct {
 
 // flushReplies settles replies in one round trip: one reply_timed call per
 // sender (in parallel when there are several), each for all of that
-// sender's replies. It waits for them whatever its leader's context (the
-// client bounds their I/O).
-func (b *Broker) flushReplies(_ context.Context, replies []timedReply) []replyResult {
-	out := make([]replyResult, len(replies))
+// sender's replies, and sets their results in out. It waits for them
+// whatever its leader's context (the client bounds their I/O).
+func (b *Broker) flushReplies(_ context.Context, replies []timedReply, out []replyResult) {
 	bySender := make(map[string][]int, 1)
 	var order []string
 	for i, r := range replies {
@@ -145,14 +144,13 @@ func (b *Broker) flushReplies(_ context.Context, replies []timedReply) []replyRe
 	}
 	if len(order) == 1 {
 		settle(order[0])
-		return out
+		return
 	}
 	var wg sync.WaitGroup
 	for _, sender := range order {
 		wg.Go(func() { settle(sender) })
 	}
 	wg.Wait()
-	return out
 }
 
 // ExpireTimeouts settles up to max of sender's pending timeouts whose
