@@ -38,21 +38,25 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 		return err
 	}
 	sender := reply.Receiver
-	data := rueidis.BinaryString(wire.Encode(reply))
 	var n int64
 	var err error
 	switch mode {
 	case broker.ReplyUntimed:
-		return b.failIf(ctx, "reply", b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(sender)).Id("*").FieldValue().
-			FieldValue("k", kindReply).FieldValue("i", reply.InReplyTo).FieldValue("m", data).Build()).Error())
+		enc := encode(reply)
+		res := b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(sender)).Id("*").FieldValue().
+			FieldValue("k", kindReply).FieldValue("i", reply.InReplyTo).FieldValue("m", enc.String()).Build())
+		enc.release(res.NonRedisError() == nil)
+		return b.failIf(ctx, "reply", res.Error())
 	case broker.ReplyTimed:
 		if err := ctx.Err(); err != nil {
 			return b.fail(ctx, "reply", err)
 		}
+		enc := encode(reply)
 		var r replyResult
-		if r, err = b.replies.do(ctx, timedReply{sender: sender, id: reply.InReplyTo, data: data}); err == nil {
+		if r, err = b.replies.do(ctx, timedReply{sender: sender, id: reply.InReplyTo, data: enc.String()}); err == nil {
 			n, err = r.accepted, r.err
 		}
+		enc.release(err == nil)
 	default:
 		return fmt.Errorf("redisbroker: reply mode %d is not a broker.ReplyMode", mode)
 	}
