@@ -1,7 +1,9 @@
 package redisbroker
 
 import (
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -32,6 +34,19 @@ func encode(env *broker.Envelope) encoding {
 // String returns the encoding as a string that shares its buffer: valid
 // until release.
 func (e encoding) String() string { return rueidis.BinaryString(*e.buf) }
+
+// encodeWithMS returns env encoded, as data, and t in unix ms, as msOf
+// writes it, in the same buffer: both strings are valid until release.
+func encodeWithMS(env *broker.Envelope, t time.Time) (e encoding, data, ms string) {
+	e = encode(env)
+	if t.IsZero() {
+		return e, e.String(), ""
+	}
+	n := len(*e.buf)
+	*e.buf = strconv.AppendInt(*e.buf, t.UnixMilli(), 10)
+	b := *e.buf
+	return e, rueidis.BinaryString(b[:n]), rueidis.BinaryString(b[n:])
+}
 
 // release gives the buffer back for reuse when answered: Redis answered the
 // command that carried it, so the client has written it and reads it no

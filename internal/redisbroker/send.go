@@ -84,8 +84,8 @@ func (b *Broker) sendRun(ctx context.Context, way sendWay, ps []broker.SendParam
 			// Alone: one command, not a pipeline of one (which costs the
 			// client a slice of commands and one of results).
 			p := &ps[0]
-			enc := encode(&p.Env)
-			cmd := b.xadd(&p.Env, enc.String(), msOf(p.Result.Deadline))
+			enc, data, deadline := encodeWithMS(&p.Env, p.Result.Deadline)
+			cmd := b.xadd(&p.Env, data, deadline)
 			var res rueidis.RedisResult
 			var err error
 			if p.Env.Route == broker.RouteInbox {
