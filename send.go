@@ -121,7 +121,7 @@ func (d *Disker) goSend(ctx context.Context, ps []broker.SendParams) *sendJob {
 	}
 	job := sendJobs.Get().(*sendJob)
 	job.d, job.ctx, job.ps = d, ctx, ps
-	go job.run()
+	go job.start()
 	return job
 }
 
@@ -133,6 +133,16 @@ type sendJob struct {
 	ctx  context.Context
 	ps   []broker.SendParams
 	done chan error
+	// start is run, bound to the job once: the go statement of a bound
+	// func value with no arguments allocates no closure per send.
+	start func()
+}
+
+// newSendJob returns a job that is not in use.
+func newSendJob() *sendJob {
+	j := &sendJob{done: make(chan error, 1)}
+	j.start = j.run
+	return j
 }
 
 func (j *sendJob) run() {
@@ -142,12 +152,12 @@ func (j *sendJob) run() {
 
 // release gives back j, whose error was read from done, for reuse.
 func (j *sendJob) release() {
-	*j = sendJob{done: j.done}
+	*j = sendJob{done: j.done, start: j.start}
 	sendJobs.Put(j)
 }
 
 var (
-	sendJobs   = sync.Pool{New: func() any { return &sendJob{done: make(chan error, 1)} }}
+	sendJobs   = sync.Pool{New: func() any { return newSendJob() }}
 	sendTimers = sync.Pool{New: func() any {
 		t := time.NewTimer(time.Hour)
 		t.Stop()

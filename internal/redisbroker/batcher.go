@@ -18,38 +18,72 @@ import (
 // A call still queued when its context ends leaves the queue; once its
 // round trip has started, it waits for it.
 //
-// flush makes one round trip for items and returns one result per item, in
-// order. It runs on the goroutine of one of the callers, the batch's
-// leader, one flush at a time, and must return (the client bounds its
-// I/O). It gets the leader's context: a flush may return when that ends,
-// with a result for each item that says so (the round trip's outcome then
-// unknown), so that the leader is not held past its context by a round
-// trip that hangs. Should it panic, the other callers of its batch get
-// failed(the panic value) and the batcher carries on; the panic goes on in
-// the caller that ran it.
+// flush makes one round trip for items and sets one result per item in
+// out (as long as items, zeroed), in order. It runs on the goroutine of
+// one of the callers, the batch's leader, one flush at a time, and must
+// return (the client bounds its I/O). It gets the leader's context: a
+// flush may return when that ends, with a result for each item that says
+// so (the round trip's outcome then unknown), so that the leader is not
+// held past its context by a round trip that hangs. Should it panic, the
+// other callers of its batch get failed(the panic value) and the batcher
+// carries on; the panic goes on in the caller that ran it. items and out
+// are the batcher's again once flush returned: flush keeps neither. The
+// batcher reuses items for the next flush only when the leader's context
+// had not ended by then, so that a round trip that flush left behind (its
+// commands still queued in the client) keeps its items.
 type batcher[T, R any] struct {
 	max    int
-	flush  func(ctx context.Context, items []T) []R
+	flush  func(ctx context.Context, items []T, out []R)
 	failed func(v any) R
 
 	mu    sync.Mutex
 	busy  bool // a flush is in flight
 	queue []*batchCall[T, R]
+	// spare is the array of a batch whose flush ended, for the queue to
+	// grow into again.
+	spare []*batchCall[T, R]
+
+	// items and out are the buffers of the next flush, owned by the
+	// flush in flight (one at a time).
+	items []T
+	out   []R
+
+	calls sync.Pool // of *batchCall[T, R], reused once their caller has the result
 }
 
 // batchCall is one caller's item, and its result once its flush returned.
 type batchCall[T, R any] struct {
-	item  T
-	res   R
-	done  chan struct{}      // closed when res is set, or when the caller is to lead
+	item T
+	res  R
+	// done gets one value when res is set, or when the caller is to lead;
+	// capacity 1, so that the call is reused with it.
+	done  chan struct{}
 	batch []*batchCall[T, R] // set for the caller that leads the next flush
 	// alone backs the batch of a call that goes alone (none in flight),
 	// which so costs no slice of its own.
 	alone [1]*batchCall[T, R]
 }
 
-func newBatcher[T, R any](max int, flush func(ctx context.Context, items []T) []R, failed func(v any) R) *batcher[T, R] {
+func newBatcher[T, R any](max int, flush func(ctx context.Context, items []T, out []R), failed func(v any) R) *batcher[T, R] {
 	return &batcher[T, R]{max: max, flush: flush, failed: failed}
+}
+
+// call returns a call of item, reused if one is free.
+func (b *batcher[T, R]) call(item T) *batchCall[T, R] {
+	c, _ := b.calls.Get().(*batchCall[T, R])
+	if c == nil {
+		c = &batchCall[T, R]{done: make(chan struct{}, 1)}
+	}
+	c.item = item
+	return c
+}
+
+// release gives c back for reuse, once nothing refers to it any more: its
+// result read, its done received (or never sent: a call that left the
+// queue, or went alone).
+func (b *batcher[T, R]) release(c *batchCall[T, R]) {
+	*c = batchCall[T, R]{done: c.done}
+	b.calls.Put(c)
 }
 
 // do sends item in the next round trip and returns its result. It returns
@@ -58,23 +92,28 @@ func newBatcher[T, R any](max int, flush func(ctx context.Context, items []T) []
 // for it, which ends when flush returns (see batcher: at the latest soon
 // after the context of the batch's leader, which may be this call's).
 func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
-	c := &batchCall[T, R]{item: item}
+	c := b.call(item)
 	b.mu.Lock()
 	if b.busy {
-		c.done = make(chan struct{})
+		if b.queue == nil {
+			b.queue, b.spare = b.spare, nil
+		}
 		b.queue = append(b.queue, c)
 		b.mu.Unlock()
 		select {
 		case <-c.done:
 		case <-ctx.Done():
 			if b.leave(c) {
+				b.release(c)
 				var zero R
 				return zero, ctx.Err()
 			}
 			<-c.done
 		}
 		if c.batch == nil {
-			return c.res, nil
+			res := c.res
+			b.release(c)
+			return res, nil
 		}
 	} else {
 		b.busy = true
@@ -83,7 +122,9 @@ func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
 		c.batch = c.alone[:]
 	}
 	b.run(ctx, c.batch)
-	return c.res, nil
+	res := c.res
+	b.release(c)
+	return res, nil
 }
 
 // leave takes c out of the queue and reports whether it was still there.
@@ -102,10 +143,13 @@ func (b *batcher[T, R]) leave(c *batchCall[T, R]) bool {
 // caller's context), hands the queue to the first caller in it, and wakes
 // the others of batch.
 func (b *batcher[T, R]) run(ctx context.Context, batch []*batchCall[T, R]) {
-	items := make([]T, len(batch))
-	for i, c := range batch {
-		items[i] = c.item
+	items := b.items[:0]
+	for _, c := range batch {
+		items = append(items, c.item)
 	}
+	out := b.out[:0]
+	out = append(out, make([]R, len(batch))...)
+	b.items, b.out = nil, nil
 	defer b.next(batch)
 	defer func() {
 		if v := recover(); v != nil {
@@ -115,9 +159,15 @@ func (b *batcher[T, R]) run(ctx context.Context, batch []*batchCall[T, R]) {
 			panic(v)
 		}
 	}()
-	res := b.flush(ctx, items)
+	b.flush(ctx, items, out)
 	for i, c := range batch {
-		c.res = res[i]
+		c.res = out[i]
+	}
+	clear(out)
+	b.out = out[:0]
+	if ctx.Err() == nil {
+		clear(items)
+		b.items = items[:0]
 	}
 }
 
@@ -138,9 +188,17 @@ func (b *batcher[T, R]) next(batch []*batchCall[T, R]) {
 	b.mu.Unlock()
 	if next != nil {
 		next[0].batch = next
-		close(next[0].done) // the next round trip starts before the wake-ups below
+		next[0].done <- struct{}{} // the next round trip starts before the wake-ups below
 	}
 	for _, c := range batch[1:] {
-		close(c.done)
+		c.done <- struct{}{}
+	}
+	if cap(batch) > 1 { // not the array of a call that went alone
+		clear(batch)
+		b.mu.Lock()
+		if cap(batch) > cap(b.spare) {
+			b.spare = batch[:0]
+		}
+		b.mu.Unlock()
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,13 +27,11 @@ func mustDo[T, R any](t *testing.T, b *batcher[T, R], item T) R {
 func TestBatcherLoneCallGoesAlone(t *testing.T) {
 	t.Parallel()
 	var flushes [][]int
-	b := newBatcher(10, func(_ context.Context, items []int) []int {
-		flushes = append(flushes, items)
-		out := make([]int, len(items))
+	b := newBatcher(10, func(_ context.Context, items []int, out []int) {
+		flushes = append(flushes, slices.Clone(items))
 		for i, v := range items {
 			out[i] = 2 * v
 		}
-		return out
 	}, func(any) int { return -1 })
 	for i := range 3 {
 		if got := mustDo(t, b, i); got != 2*i {
@@ -64,7 +63,7 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 	var inFlight, flushes atomic.Int32
 	var sizes []int
 	var mu sync.Mutex
-	b := newBatcher(max, func(_ context.Context, items []int) []string {
+	b := newBatcher(max, func(_ context.Context, items []int, out []string) {
 		if inFlight.Add(1) != 1 {
 			t.Error("two flushes in flight at once")
 		}
@@ -78,11 +77,9 @@ func TestBatcherMergesConcurrentCalls(t *testing.T) {
 		if len(items) > max {
 			t.Errorf("a flush of %d items, over max %d", len(items), max)
 		}
-		out := make([]string, len(items))
 		for i, v := range items {
 			out[i] = fmt.Sprint("r", v)
 		}
-		return out
 	}, func(v any) string { return fmt.Sprint("failed: ", v) })
 	first := make(chan string)
 	go func() { first <- mustDo(t, b, -1) }()
@@ -119,18 +116,16 @@ func TestBatcherPanic(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	var flushes atomic.Int32
-	b := newBatcher(10, func(_ context.Context, items []int) []string {
+	b := newBatcher(10, func(_ context.Context, items []int, out []string) {
 		if flushes.Add(1) == 1 {
 			<-release // hold the first flush until 1 and 2 queued
 		}
-		out := make([]string, len(items))
 		for i, v := range items {
 			if v == 1 {
 				panic("boom")
 			}
 			out[i] = fmt.Sprint("r", v)
 		}
-		return out
 	}, func(v any) string { return fmt.Sprint("failed: ", v) })
 	first := make(chan string)
 	go func() { first <- mustDo(t, b, 0) }()
@@ -170,14 +165,14 @@ func TestBatcherQueuedCallLeaves(t *testing.T) {
 	var flushes atomic.Int32
 	var mu sync.Mutex
 	var flushed [][]int
-	b := newBatcher(10, func(_ context.Context, items []int) []int {
+	b := newBatcher(10, func(_ context.Context, items []int, out []int) {
 		if flushes.Add(1) == 1 {
 			<-release
 		}
 		mu.Lock()
-		flushed = append(flushed, items)
+		flushed = append(flushed, slices.Clone(items))
 		mu.Unlock()
-		return items
+		copy(out, items)
 	}, func(any) int { return -1 })
 	first := make(chan int)
 	go func() { first <- mustDo(t, b, 0) }()
@@ -234,7 +229,8 @@ func TestFlushReplies(t *testing.T) {
 		{sender: "api", id: "nope", data: "e"},
 		{sender: "api", id: "api-m1", data: "f"},
 	}
-	got := b.flushReplies(context.Background(), items)
+	got := make([]replyResult, len(items))
+	b.flushReplies(context.Background(), items, got)
 	want := []int64{1, 1, 1, 0, 0, 1}
 	for i, r := range got {
 		if r.err != nil || r.accepted != want[i] {
@@ -271,10 +267,8 @@ func TestFlushInbox(t *testing.T) {
 		return b.client.B().Xadd().Key(key).Nomkstream().Id("*").FieldValue().FieldValue("v", v).Build()
 	}
 	do(t, rawClient(t, srv), "XADD", key, "*", "v", "0")
-	res := b.flushInbox(context.Background(), []rueidis.Completed{xadd(key, "1"), xadd(gone, "2"), xadd(key, "3")})
-	if len(res) != 3 {
-		t.Fatalf("%d results for 3 commands", len(res))
-	}
+	res := make([]inboxResult, 3)
+	b.flushInbox(context.Background(), []rueidis.Completed{xadd(key, "1"), xadd(gone, "2"), xadd(key, "3")}, res)
 	first, err1 := res[0].res.ToString()
 	_, err2 := res[1].res.ToString()
 	third, err3 := res[2].res.ToString()
@@ -292,7 +286,7 @@ func TestFlushInbox(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if r := b.flushInbox(context.Background(), []rueidis.Completed{xadd(key, "4")}); r[0].res.Error() == nil {
+	if b.flushInbox(context.Background(), []rueidis.Completed{xadd(key, "4")}, res[:1]); res[0].res.Error() == nil {
 		t.Fatal("a flush after Close succeeded")
 	}
 }
@@ -305,11 +299,11 @@ func TestInboxWritesMerge(t *testing.T) {
 	ctx := ctxT(t)
 	var mu sync.Mutex
 	var sizes []int
-	b.inboxWrites = newBatcher(maxBatch, func(lead context.Context, cmds []rueidis.Completed) []inboxResult {
+	b.inboxWrites = newBatcher(maxBatch, func(lead context.Context, cmds []rueidis.Completed, out []inboxResult) {
 		mu.Lock()
 		sizes = append(sizes, len(cmds))
 		mu.Unlock()
-		return b.flushInbox(lead, cmds)
+		b.flushInbox(lead, cmds, out)
 	}, func(v any) inboxResult { return inboxResult{err: fmt.Errorf("panic: %v", v)} })
 	const inbox, writers, each = "_inbox.merge", 32, 20
 	if err := b.KeepInbox(ctx, inbox, time.Minute); err != nil {
@@ -350,4 +344,21 @@ func TestInboxWritesMerge(t *testing.T) {
 		t.Fatalf("%d writes in %d round trips, %d of them merged: want %d writes, some merged", total, len(sizes), merged, writers*each)
 	}
 	t.Logf("%d writes in %d round trips", total, len(sizes))
+}
+
+// TestBatcherCallsAllocateNothing: a lone call reuses its call and the
+// flush's buffers, so the batcher itself allocates nothing per call.
+func TestBatcherCallsAllocateNothing(t *testing.T) {
+	b := newBatcher(10, func(_ context.Context, items []int, out []int) {
+		copy(out, items)
+	}, func(any) int { return -1 })
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() {
+		if r, err := b.do(ctx, 7); r != 7 || err != nil {
+			t.Fatalf("do(7) = %d, %v", r, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per lone call, want 0", allocs)
+	}
 }

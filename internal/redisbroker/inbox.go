@@ -7,6 +7,7 @@ package redisbroker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -15,7 +16,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/diskerhq/disker/internal/broker"
-	"github.com/diskerhq/disker/internal/wire"
 )
 
 // ReplyInbox appends reply to its inbox's reply stream (see appendInbox).
@@ -26,7 +26,9 @@ func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadlin
 	if err := b.checkReply(reply); err != nil {
 		return err
 	}
-	_, at, err := b.appendInbox(ctx, "reply", reply.Receiver, kindReply, reply.InReplyTo, rueidis.BinaryString(wire.Encode(reply)))
+	enc := encode(reply)
+	_, at, err := b.appendInbox(ctx, "reply", reply.Receiver, kindReply, reply.InReplyTo, enc.String())
+	enc.release(err == nil || errors.Is(err, broker.ErrLate))
 	if err == nil && !deadline.IsZero() && !at.Before(deadline) {
 		return broker.ErrLate
 	}
@@ -98,16 +100,14 @@ type inboxResult struct {
 	err error // the flush panicked
 }
 
-// flushInbox runs cmds in one round trip, in order. It returns when the
-// round trip does, or when ctx (its leader's) ends first, at Close at the
-// latest; then each result is ctx's error, and the commands may still run
-// (see batcher).
-func (b *Broker) flushInbox(ctx context.Context, cmds []rueidis.Completed) []inboxResult {
-	out := make([]inboxResult, len(cmds))
+// flushInbox runs cmds in one round trip, in order, and sets their results
+// in out. It returns when the round trip does, or when ctx (its leader's)
+// ends first, at Close at the latest; then each result is ctx's error, and
+// the commands may still run (see batcher).
+func (b *Broker) flushInbox(ctx context.Context, cmds []rueidis.Completed, out []inboxResult) {
 	for i, r := range b.client.DoMulti(ctx, cmds...) {
 		out[i].res = r
 	}
-	return out
 }
 
 // KeepInbox opens inbox, or renews it: its reply stream, created if

@@ -39,19 +39,22 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 		return err
 	}
 	sender := reply.Receiver
-	data := rueidis.BinaryString(wire.Encode(reply))
 	var n int64
 	var err error
 	switch mode {
 	case broker.ReplyUntimed:
-		return b.failIf(ctx, "reply", b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(sender)).Id("*").FieldValue().
-			FieldValue("k", kindReply).FieldValue("i", reply.InReplyTo).FieldValue("m", data).Build()).Error())
+		enc := encode(reply)
+		res := b.client.Do(ctx, b.client.B().Xadd().Key(b.keys.replies(sender)).Id("*").FieldValue().
+			FieldValue("k", kindReply).FieldValue("i", reply.InReplyTo).FieldValue("m", enc.String()).Build())
+		enc.release(res.NonRedisError() == nil)
+		return b.failIf(ctx, "reply", res.Error())
 	case broker.ReplyTimed:
 		if err := ctx.Err(); err != nil {
 			return b.fail(ctx, "reply", err)
 		}
+		enc := encode(reply)
 		var r replyResult
-		tr := timedReply{sender: sender, id: reply.InReplyTo, data: data}
+		tr := timedReply{sender: sender, id: reply.InReplyTo, data: enc.String()}
 		if reply.Retention > 0 && reply.Sender != "" && broker.CheckName("receiver", reply.Sender) == nil {
 			rec, prefix := b.resultKeys(reply.Sender, reply.InReplyTo)
 			if !b.cluster || keyslot.Of(rec[0]) == keyslot.Of(b.keys.timeouts(sender)) {
@@ -61,6 +64,7 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 		if r, err = b.replies.do(ctx, tr); err == nil {
 			n, err = r.accepted, r.err
 		}
+		enc.release(err == nil)
 	default:
 		return fmt.Errorf("redisbroker: reply mode %d is not a broker.ReplyMode", mode)
 	}
@@ -125,10 +129,9 @@ type replyResult struct {
 
 // flushReplies settles replies in one round trip: one reply_timed call per
 // sender (in parallel when there are several), each for all of that
-// sender's replies. It waits for them whatever its leader's context (the
-// client bounds their I/O).
-func (b *Broker) flushReplies(_ context.Context, replies []timedReply) []replyResult {
-	out := make([]replyResult, len(replies))
+// sender's replies, and sets their results in out. It waits for them
+// whatever its leader's context (the client bounds their I/O).
+func (b *Broker) flushReplies(_ context.Context, replies []timedReply, out []replyResult) {
 	bySender := make(map[string][]int, 1)
 	var order []string
 	for i, r := range replies {
@@ -166,14 +169,13 @@ func (b *Broker) flushReplies(_ context.Context, replies []timedReply) []replyRe
 	}
 	if len(order) == 1 {
 		settle(order[0])
-		return out
+		return
 	}
 	var wg sync.WaitGroup
 	for _, sender := range order {
 		wg.Go(func() { settle(sender) })
 	}
 	wg.Wait()
-	return out
 }
 
 // ExpireTimeouts settles up to max of sender's pending timeouts whose

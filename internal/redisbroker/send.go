@@ -84,14 +84,18 @@ func (b *Broker) sendRun(ctx context.Context, way sendWay, ps []broker.SendParam
 			// Alone: one command, not a pipeline of one (which costs the
 			// client a slice of commands and one of results).
 			p := &ps[0]
+			enc, data, deadline := encodeWithMS(&p.Env, p.Result.Deadline)
+			cmd := b.xadd(&p.Env, data, deadline)
+			var res rueidis.RedisResult
 			var err error
 			if p.Env.Route == broker.RouteInbox {
-				var res rueidis.RedisResult
-				if res, err = b.doInbox(ctx, b.xaddOf(p)); err == nil {
-					err = res.Error()
-				}
+				res, err = b.doInbox(ctx, cmd)
 			} else {
-				err = b.client.Do(ctx, b.xaddOf(p)).Error()
+				res = b.client.Do(ctx, cmd)
+			}
+			enc.release(err == nil && res.NonRedisError() == nil)
+			if err == nil {
+				err = res.Error()
 			}
 			b.xadded(ctx, p, err)
 			return

@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -65,7 +66,12 @@ var ErrMalformed = errors.New("wire: malformed envelope")
 
 // Encode returns the binary form of env. Header keys are written in
 // ascending order.
-func Encode(env *broker.Envelope) []byte {
+func Encode(env *broker.Envelope) []byte { return AppendEncode(nil, env) }
+
+// AppendEncode appends the binary form of env, as Encode returns it, to b
+// and returns the extended buffer: a caller that reuses its buffers
+// encodes without allocating.
+func AppendEncode(b []byte, env *broker.Envelope) []byte {
 	n := 1 + 1 + binary.MaxVarintLen64 + binary.MaxVarintLen32
 	for _, s := range [...]string{env.ID, env.Sender, env.Receiver, env.InReplyTo, env.ErrorCode, env.ErrorText, env.IdempotencyKey, env.DedupKey} {
 		n += binary.MaxVarintLen32 + len(s)
@@ -74,7 +80,7 @@ func Encode(env *broker.Envelope) []byte {
 	for k, v := range env.Headers {
 		n += 2*binary.MaxVarintLen32 + len(k) + len(v)
 	}
-	b := make([]byte, 0, n)
+	b = slices.Grow(b, n)
 	b = append(b, Version)
 	b = appendString(b, env.ID)
 	b = appendString(b, env.Sender)

@@ -204,3 +204,22 @@ var mapSink map[string]string
 func mapAllocs(n int) int {
 	return int(testing.AllocsPerRun(100, func() { mapSink = make(map[string]string, n) }))
 }
+
+// AppendEncode into a buffer with room writes what Encode returns, and
+// allocates nothing for an envelope without headers.
+func TestAppendEncodeReusesTheBuffer(t *testing.T) {
+	env := sample()
+	env.Headers = nil
+	want := Encode(&env)
+	buf := AppendEncode(nil, &env)
+	allocs := testing.AllocsPerRun(100, func() { buf = AppendEncode(buf[:0], &env) })
+	if !bytes.Equal(buf, want) {
+		t.Fatalf("AppendEncode = %x, want %x", buf, want)
+	}
+	if allocs != 0 {
+		t.Fatalf("AppendEncode into a buffer with room allocates %v times, want 0", allocs)
+	}
+	if got := AppendEncode([]byte("x"), &env); !bytes.Equal(got[1:], want) || got[0] != 'x' {
+		t.Fatalf("AppendEncode after a prefix = %x", got)
+	}
+}
