@@ -14,8 +14,8 @@
 //	flags     byte: bits 0 and 1 are the Route (bit 0: RouteNone, a
 //	          fire-and-forget message; bit 1: RouteInbox; neither:
 //	          RouteSender; not both), bit 2 says an IdempotencyKey
-//	          follows the headers, bit 3 a DedupKey after it; other bits
-//	          must be 0
+//	          follows the headers, bit 3 a DedupKey after it, bit 4 is
+//	          Stream (only with RouteInbox); other bits must be 0
 //	Timeout   varint (nanoseconds)
 //	Headers   uvarint count, then count pairs of (key, value), each a
 //	          uvarint length and bytes, keys strictly ascending
@@ -55,7 +55,8 @@ const (
 	flagRouteInbox = 2
 	flagIdempotent = 4
 	flagDedup      = 8
-	flagsKnown     = flagRouteNone | flagRouteInbox | flagIdempotent | flagDedup
+	flagStream     = 16
+	flagsKnown     = flagRouteNone | flagRouteInbox | flagIdempotent | flagDedup | flagStream
 )
 
 // ErrMalformed is wrapped by every error Decode returns.
@@ -94,6 +95,9 @@ func Encode(env *broker.Envelope) []byte {
 	}
 	if env.DedupKey != "" {
 		flags |= flagDedup
+	}
+	if env.Stream && env.Route == broker.RouteInbox {
+		flags |= flagStream
 	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, int64(env.Timeout))
@@ -174,6 +178,12 @@ func decode[T encoded](data T) (broker.Envelope, error) {
 		env.Route = broker.RouteSender
 	default:
 		d.fail("flags", "two routes set")
+	}
+	if flags&flagStream != 0 {
+		if env.Route != broker.RouteInbox {
+			d.fail("flags", "stream set without the inbox route")
+		}
+		env.Stream = true
 	}
 	env.Timeout = time.Duration(d.varint("timeout"))
 	count := d.uvarint("headers")
