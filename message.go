@@ -71,6 +71,12 @@ type Message struct {
 	// sent only while it is not cancelled, and a cancellation only takes
 	// one not settled.
 	settle *atomic.Int32
+	// stream is set on a delivered message from a RequestStream: its
+	// handler may send partial replies (Partial), and its replies settle
+	// the stream (see broker.Streams).
+	stream bool
+	// d is the instance that delivered the message, for Partial.
+	d *Disker
 }
 
 // SetReplyHeader sets header key to value on the reply to msg, a message
@@ -125,6 +131,8 @@ func (d *Disker) setMessage(m *Message, env *broker.Envelope, deadline time.Time
 		noReply:        env.Route == broker.RouteNone,
 		brokerDeadline: deadline,
 		idemKey:        env.IdempotencyKey,
+		stream:         env.Stream,
+		d:              d,
 	}
 	if env.ErrorCode != "" {
 		m.Error = &RemoteError{Code: env.ErrorCode, Text: env.ErrorText}
