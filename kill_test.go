@@ -108,6 +108,9 @@ func runChild() int {
 	if os.Getenv(childEnv) == "keyed" {
 		return runKeyedChild(d)
 	}
+	if os.Getenv(childEnv) == "stream-worker" {
+		return runStreamChild(d)
+	}
 	block := make(chan struct{})
 	if os.Getenv(childEnv) == "batch-worker" {
 		err = serveBatchChild(d, os.Getenv("DISKER_TEST_RECEIVER"), lease)

@@ -73,12 +73,16 @@ type Message struct {
 	settle *atomic.Int32
 	// retention is how long a delivered message's result is kept: its
 	// own (WithRetention), else its receiver's (WithResultRetention); 0
-	// for none. owner is the instance handling it (Progress), and
-	// sentReply the reply its sender received, once accepted, for the
+	// for none. owner is the instance handling it (Progress, Partial),
+	// and sentReply the reply its sender received, once accepted, for the
 	// record of its final outcome.
 	retention time.Duration
 	owner     *Disker
 	sentReply *broker.Envelope
+	// stream is set on a delivered message from a RequestStream: its
+	// handler may send partial replies (Partial), and its replies settle
+	// the stream (see broker.Streams).
+	stream bool
 }
 
 // SetReplyHeader sets header key to value on the reply to msg, a message
@@ -135,6 +139,7 @@ func (d *Disker) setMessage(m *Message, env *broker.Envelope, deadline time.Time
 		idemKey:        env.IdempotencyKey,
 		retention:      env.Retention,
 		owner:          d,
+		stream:         env.Stream,
 	}
 	if env.ErrorCode != "" {
 		m.Error = &RemoteError{Code: env.ErrorCode, Text: env.ErrorText}

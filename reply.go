@@ -144,6 +144,9 @@ func (d *Disker) countLate(msg *Message) error {
 // fire-and-forget message's reply goes nowhere: ErrLate.
 func (d *Disker) replyRoute(ctx context.Context, msg *Message, env *broker.Envelope) error {
 	switch {
+	case msg.route == broker.RouteInbox && msg.stream:
+		// Settles the stream: no partial follows the final reply.
+		return d.b.ReplyStream(ctx, env, msg.brokerDeadline)
 	case msg.route == broker.RouteInbox:
 		return d.b.ReplyInbox(ctx, env, msg.brokerDeadline)
 	case !msg.ExpectsReply():

@@ -537,28 +537,8 @@ func (q *request) sendEnd() time.Time {
 // error, which a reply accepted before the marker would belie. Close ends
 // the wait with ErrClosed.
 func (q *request) wait() (*Message, error) {
-	ended := q.ctx.Done()
-	var grace <-chan time.Time
-	for {
-		select {
-		case <-q.w.ready:
-			if e, ok := q.w.decide(q.deadline, q.marker.Ref); ok {
-				return q.settle(&e)
-			}
-		case <-q.d.closing:
-			return nil, ErrClosed
-		case <-ended:
-			ended = nil
-			if m, done, err := q.end(); done {
-				return m, err
-			}
-			t := time.NewTimer(max(time.Until(q.stop), 0))
-			defer t.Stop()
-			grace = t.C
-		case <-grace:
-			return nil, q.unknown(fmt.Errorf("the inbox's entries were not read by %v after the end", RequestGrace))
-		}
-	}
+	m, _, err := q.waitStream(nil, nil)
+	return m, err
 }
 
 // settle returns the Request's result from e, the inbox's entry that
@@ -603,7 +583,9 @@ func (q *request) end() (*Message, bool, error) {
 			return m, true, err
 		}
 	}
-	if q.timeout == 0 {
+	if q.timeout == 0 && !q.w.stream {
+		// A streamed request is settled all the same: its handler's
+		// partials stop at the marker.
 		return nil, true, q.ended()
 	}
 	if err := q.giveUp(); err != nil {
@@ -642,7 +624,8 @@ func (q *request) giveUp() error {
 	}
 	r, id, deadline, stop := q.r, q.id, q.deadline, q.stop
 	timedOut := q.ctx.Err() == context.DeadlineExceeded
-	marker, ok, err := within(r, stop, func() (broker.Reply, error) { return r.giveUp(id, deadline, timedOut, stop) })
+	stream := q.w.stream
+	marker, ok, err := within(r, stop, func() (broker.Reply, error) { return r.giveUp(id, deadline, timedOut, stream, stop) })
 	if !ok {
 		err = fmt.Errorf("the broker did not answer by %v after the end", RequestGrace)
 	}
@@ -712,7 +695,8 @@ func (r *requester) cancelOwn(w *waiter, receiver, id string, deadline, until ti
 	}
 }
 
-// giveUp appends Request id's marker to the inbox. When the Request's
+// giveUp appends Request id's marker to the inbox (and settles a streamed
+// request: see broker.Streams). When the Request's
 // deadline has passed (timedOut), it appends markers until one is at or
 // after the deadline by the broker's clock, which may be a little behind
 // the local one: that marker settles the request as timed out. While the
@@ -720,12 +704,18 @@ func (r *requester) cancelOwn(w *waiter, receiver, id string, deadline, until ti
 // in, a reply may still be accepted (so a replier may be told its reply
 // was accepted for a Request that returned a timeout: at-least-once
 // delivery allows it).
-func (r *requester) giveUp(id string, deadline time.Time, timedOut bool, stop time.Time) (broker.Reply, error) {
+func (r *requester) giveUp(id string, deadline time.Time, timedOut, stream bool, stop time.Time) (broker.Reply, error) {
 	d := r.d
 	var bo pacer
 	for {
 		ctx, cancel := context.WithDeadline(d.opCtx, stop)
-		m, err := d.b.GiveUp(ctx, r.name, id)
+		var m broker.Reply
+		var err error
+		if stream {
+			m, err = d.b.GiveUpStream(ctx, r.name, id)
+		} else {
+			m, err = d.b.GiveUp(ctx, r.name, id)
+		}
 		cancel()
 		switch {
 		case errors.Is(err, broker.ErrLate):
@@ -813,6 +803,24 @@ type waiter struct {
 	ready   chan struct{} // signalled when entries were added
 	// first backs entries while there is one, the common case: a reply.
 	first [1]broker.Reply
+	// stream is set for a RequestStream: decide keeps the partial replies
+	// it passes in parts, in order, for takeParts.
+	stream bool
+	parts  []broker.Reply
+}
+
+// takeParts returns the partial replies decide passed since the last
+// call, in order.
+func (w *waiter) takeParts() []broker.Reply {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ps := w.parts
+	w.parts = nil
+	if w.next == len(w.entries) {
+		// All looked at: a long stream's entries do not pile up.
+		w.entries, w.next = w.entries[:0], 0
+	}
+	return ps
 }
 
 func (w *waiter) add(r *broker.Reply) {
@@ -831,13 +839,18 @@ func (w *waiter) add(r *broker.Reply) {
 // decide looks at the entries not looked at yet, in order, for the one
 // that settles the Request: a reply appended before deadline (any reply
 // when there is none), or the Request's marker (ref marker, once it gave
-// up). Other entries are replies that came too late, and earlier markers.
+// up). Other entries are replies that came too late, earlier markers, and
+// partial replies (kept for a RequestStream: see takeParts).
 func (w *waiter) decide(deadline time.Time, marker string) (broker.Reply, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for ; w.next < len(w.entries); w.next++ {
 		e := w.entries[w.next]
 		switch {
+		case e.Kind == broker.KindPartial:
+			if w.stream {
+				w.parts = append(w.parts, e)
+			}
 		case e.Kind == broker.KindReply && (deadline.IsZero() || e.At.Before(deadline)):
 			return e, true
 		case e.Kind == broker.KindTimeout && marker != "" && e.Ref == marker:

@@ -30,6 +30,9 @@ var (
 	ErrUnavailable = errors.New("disker: broker unavailable")
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = errors.New("disker: broker closed")
+	// ErrPartialCap is returned by Streams.Partial when the attempt has
+	// appended PartialParams.Max partials already: nothing is written.
+	ErrPartialCap = errors.New("disker: too many partial replies")
 )
 
 // Envelope is a message as a broker stores and moves it.
@@ -78,6 +81,11 @@ type Envelope struct {
 	// lower one. The broker keeps it with the message (it is not part of
 	// the wire encoding) and sets it on deliveries and dead letters.
 	Priority int
+	// Stream is set on a message from an inbox (RouteInbox) whose
+	// requester reads partial replies: its partials and its final reply
+	// go through Streams, so that no partial follows the final outcome.
+	// It travels with the message.
+	Stream bool
 }
 
 // The priority levels of a message (Envelope.Priority).
@@ -116,6 +124,20 @@ const (
 	KindReply ReplyKind = 1
 	// KindTimeout is a timeout notice; Env is the original message.
 	KindTimeout ReplyKind = 2
+	// KindPartial is a partial reply to a streamed request (Streams.Partial)
+	// in an inbox's reply stream; Env.Content is its data, Env.InReplyTo
+	// the request id, and Reply.Attempt and Reply.Part say more.
+	KindPartial ReplyKind = 3
+)
+
+// PartKind tells what a partial reply (KindPartial) carries, so that more
+// than one kind of part can share a request's stream.
+type PartKind int
+
+// The kinds of partial reply.
+const (
+	// PartData is a piece of the reply, as the handler sends it.
+	PartData PartKind = 1
 )
 
 // ReplyMode tells Reply how to decide whether a reply is accepted.
@@ -150,6 +172,10 @@ type Reply struct {
 	// broker's precision (milliseconds for Redis). Within a reply stream it
 	// never decreases from one entry to the next.
 	At time.Time
+	// Attempt and Part are set on a partial reply (KindPartial): the
+	// delivery attempt of the handler that sent it, and its kind.
+	Attempt int
+	Part    PartKind
 }
 
 // DeadLetter is an entry of a receiver's dead-letter stream.
@@ -228,6 +254,7 @@ type Broker interface {
 	Queue
 	Replies
 	Inbox
+	Streams
 	DeadLetters
 	Locks
 	Registry
@@ -387,6 +414,42 @@ type Inbox interface {
 	// AckInbox removes entries of inbox's reply stream that were read: it
 	// may remove every entry up to the newest ref given.
 	AckInbox(ctx context.Context, inbox string, refs ...string) error
+}
+
+// Streams are the partial replies of a streamed request from an inbox (a
+// message with Envelope.Stream set): entries of the inbox's reply stream
+// before the request's final outcome, and never after it.
+//
+// A streamed request has a state of its own in the broker, in the inbox's
+// slot: the highest attempt that sent partials, how many that attempt
+// sent, and whether the request is settled. Partial appends a partial only
+// while the request is not settled, its deadline has not passed (broker
+// time) and no later attempt has sent partials; ReplyStream and
+// GiveUpStream append the final entry and settle the request in the same
+// atomic step. So every partial in the stream precedes the entry that
+// decides the request. The state lives while the inbox does, and is
+// renewed by each call.
+type Streams interface {
+	// Partial appends the partial p.Data of p.Kind from attempt p.Attempt
+	// to the reply stream of p.Inbox for request p.RequestID (entry Kind
+	// KindPartial). It returns ErrLate, and writes nothing, when the inbox
+	// is not open, the request is settled, or p.Deadline is not zero and
+	// the entry's time would not be before it; ErrLeaseLost when a later
+	// attempt has sent partials; ErrPartialCap when attempt p.Attempt has
+	// appended p.Max partials already.
+	Partial(ctx context.Context, p *PartialParams) error
+
+	// ReplyStream appends reply, the final reply to a streamed request, as
+	// ReplyInbox does, and settles the request, in one atomic step. It
+	// returns ErrLate, and writes nothing, when the inbox is not open, the
+	// request is settled already, or deadline is not zero and the entry's
+	// time would not be before it.
+	ReplyStream(ctx context.Context, reply *Envelope, deadline time.Time) error
+
+	// GiveUpStream is GiveUp for a streamed request: it appends the
+	// request's marker and settles the request, in one atomic step, so
+	// that no partial or reply follows the marker.
+	GiveUpStream(ctx context.Context, inbox, id string) (Reply, error)
 }
 
 // DeadLetters is a receiver's dead-letter stream.

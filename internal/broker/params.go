@@ -273,3 +273,38 @@ func notPositive[T int | time.Duration](field string, v T) error {
 func negative[T int | time.Duration](field string, v T) error {
 	return fmt.Errorf("broker: %s must be >= 0, got %v", field, v)
 }
+
+// PartialParams are the parameters of Streams.Partial.
+type PartialParams struct {
+	// Inbox is the requester's inbox (the message's Sender).
+	Inbox string
+	// RequestID is the id of the streamed request.
+	RequestID string
+	// Attempt is the delivery attempt of the handler that sends it; > 0.
+	Attempt int
+	// Kind is what the partial carries; PartData when 0.
+	Kind PartKind
+	// Data is the partial's content.
+	Data []byte
+	// Deadline is the request's deadline, broker time; zero for none.
+	Deadline time.Time
+	// Max is the most partials an attempt may append; > 0.
+	Max int
+}
+
+// Validate returns an error naming the first field that is not valid.
+func (p *PartialParams) Validate() error {
+	if err := CheckName("PartialParams.Inbox", p.Inbox); err != nil {
+		return err
+	}
+	if err := CheckName("PartialParams.RequestID", p.RequestID); err != nil {
+		return err
+	}
+	if err := CheckPositive("PartialParams.Attempt", p.Attempt); err != nil {
+		return err
+	}
+	if p.Kind < 0 || p.Kind > PartData {
+		return fmt.Errorf("broker: PartialParams.Kind %d is not a PartKind", p.Kind)
+	}
+	return CheckPositive("PartialParams.Max", p.Max)
+}

@@ -35,6 +35,12 @@ func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadlin
 // GiveUp appends a marker for request id to inbox's reply stream while the
 // inbox is open. See broker.Broker.
 func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, error) {
+	return b.giveUp(ctx, inbox, id, false)
+}
+
+// giveUp is GiveUp, which also settles the streamed request id when
+// stream is set (GiveUpStream).
+func (b *Broker) giveUp(ctx context.Context, inbox, id string, stream bool) (broker.Reply, error) {
 	if err := broker.CheckName("inbox", inbox); err != nil {
 		return broker.Reply{}, err
 	}
@@ -51,6 +57,9 @@ func (b *Broker) GiveUp(ctx context.Context, inbox, id string) (broker.Reply, er
 		return broker.Reply{}, broker.ErrLate
 	}
 	e := b.c.appendReply(inbox, raw, broker.KindTimeout, id)
+	if stream {
+		b.c.streamOf(inbox, id, e.at).done = true
+	}
 	return broker.Reply{Ref: e.ref, Kind: e.kind, RequestID: id, Env: env, At: e.at}, nil
 }
 
@@ -112,6 +121,7 @@ func (c *core) expireInboxes(now time.Time) {
 // on the stream wake and find a new, empty one. Callers hold mu.
 func (c *core) dropInbox(inbox string) {
 	delete(c.inboxes, inbox)
+	delete(c.streams, inbox)
 	if s := c.replies[inbox]; s != nil {
 		delete(c.replies, inbox)
 		s.wake()

@@ -198,6 +198,9 @@ type core struct {
 	// there is none). An expired inbox is dropped by the next lock.
 	inboxes    map[string]time.Time
 	nextExpiry time.Time
+	// streams holds the state of the streamed requests of each inbox
+	// (streams.go), by inbox and request id; made on first use.
+	streams map[string]*inboxStreams
 	// dedups holds the dedup keys by receiver and key (keyOf), paused the
 	// paused receivers, idems the idempotency keys by receiver and key.
 	// Expired keys are dropped when looked up, and all of them when the

@@ -211,7 +211,7 @@ func (c *core) leaseReply(s *stream, e *entry, g grant, out []broker.Reply) []br
 		// Only the broker writes reply entries, from envelopes it encoded.
 		panic("membroker: a reply entry does not decode: " + err.Error())
 	}
-	return append(out, broker.Reply{Ref: e.ref, Kind: e.kind, RequestID: e.requestID, Env: env, At: e.at})
+	return append(out, broker.Reply{Ref: e.ref, Kind: e.kind, RequestID: e.requestID, Env: env, At: e.at, Attempt: e.attempt, Part: e.part})
 }
 
 // AckReplies removes the entries refs of sender's reply stream. Unknown

@@ -21,6 +21,8 @@ type entry struct {
 
 	kind      broker.ReplyKind // reply entries
 	requestID string           // reply entries
+	attempt   int              // partial reply entries: the attempt that sent it
+	part      broker.PartKind  // partial reply entries: its kind
 	at        time.Time        // when appended (broker clock)
 
 	// Delivery state, as a Redis consumer group keeps it.

@@ -82,6 +82,12 @@ func (k keys) timedMessages(sender string) string { return k.named(sender, "tm")
 // replies is the sender's reply stream (consumer group "g").
 func (k keys) replies(sender string) string { return k.named(sender, "r") }
 
+// streamState is the hash of the state of streamed request id from inbox
+// (see broker.Streams): "a" the highest attempt that sent partials, "n"
+// how many it sent, "d" 1 once the request is settled. In the inbox's
+// slot; it expires with the inbox's reply stream.
+func (k keys) streamState(inbox, id string) string { return k.named(inbox, "s:"+id) }
+
 // replyRetries is the retries zset of the reply stream. Replies are never
 // retried, so it stays empty; the fetch script needs a key of the right slot.
 func (k keys) replyRetries(sender string) string { return k.named(sender, "rretries") }

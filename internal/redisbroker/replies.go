@@ -241,6 +241,11 @@ func (b *Broker) replyEntries(ctx context.Context, sender string, entries []entr
 			rep.Kind = broker.KindReply
 		case kindTimeout:
 			rep.Kind = broker.KindTimeout
+		case kindPartial:
+			if part, ok := partialEntry(sender, id, &e); ok && id != "" {
+				out = append(out, part)
+				continue
+			}
 		}
 		if rep.Kind == 0 || rep.RequestID == "" {
 			if err := b.bury(ctx, s, e.id, "malformed reply entry: no kind or request id", e.attempt, true); err != nil {

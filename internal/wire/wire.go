@@ -15,7 +15,8 @@
 //	          fire-and-forget message; bit 1: RouteInbox; neither:
 //	          RouteSender; not both), bit 2 says an IdempotencyKey
 //	          follows the headers, bit 3 a DedupKey after it, bit 4 a
-//	          Retention after them; other bits must be 0
+//	          Retention after them, bit 5 is Stream (only with
+//	          RouteInbox); other bits must be 0
 //	Timeout   varint (nanoseconds)
 //	Headers   uvarint count, then count pairs of (key, value), each a
 //	          uvarint length and bytes, keys strictly ascending
@@ -58,7 +59,8 @@ const (
 	flagIdempotent = 4
 	flagDedup      = 8
 	flagRetention  = 16
-	flagsKnown     = flagRouteNone | flagRouteInbox | flagIdempotent | flagDedup | flagRetention
+	flagStream     = 32
+	flagsKnown     = flagRouteNone | flagRouteInbox | flagIdempotent | flagDedup | flagRetention | flagStream
 )
 
 // ErrMalformed is wrapped by every error Decode returns.
@@ -106,6 +108,9 @@ func AppendEncode(b []byte, env *broker.Envelope) []byte {
 	retention := env.Retention.Milliseconds()
 	if retention > 0 {
 		flags |= flagRetention
+	}
+	if env.Stream && env.Route == broker.RouteInbox {
+		flags |= flagStream
 	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, int64(env.Timeout))
@@ -189,6 +194,12 @@ func decode[T encoded](data T) (broker.Envelope, error) {
 		env.Route = broker.RouteSender
 	default:
 		d.fail("flags", "two routes set")
+	}
+	if flags&flagStream != 0 {
+		if env.Route != broker.RouteInbox {
+			d.fail("flags", "stream set without the inbox route")
+		}
+		env.Stream = true
 	}
 	env.Timeout = time.Duration(d.varint("timeout"))
 	count := d.uvarint("headers")

@@ -35,6 +35,7 @@ func TestRoundTrip(t *testing.T) {
 		"full":         sample(),
 		"negative":     neg,
 		"idempotent":   {ID: "x", Receiver: "r", Route: broker.RouteInbox, IdempotencyKey: "order-42"},
+		"streamed":     {ID: "x", Receiver: "r", Route: broker.RouteInbox, Stream: true},
 		"deduplicated": {ID: "x", Receiver: "r", DedupKey: "nightly-report"},
 		"both keys":    {ID: "x", Receiver: "r", IdempotencyKey: "order-42", DedupKey: "nightly-report"},
 		"bigger":       {ID: "x", Content: bytes.Repeat([]byte{0xff}, 70000), Headers: map[string]string{strings.Repeat("k", 300): strings.Repeat("v", 200)}},

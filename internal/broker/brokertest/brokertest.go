@@ -87,6 +87,8 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"InboxLapses", testInboxLapses},
 		{"InboxRefresh", testInboxRefresh},
 		{"InboxClose", testInboxClose},
+		{"Streams", testStreams},
+		{"StreamsSettled", testStreamsSettled},
 		{"Lock", testLock},
 		{"Workers", testWorkers},
 		{"Receivers", testReceivers},
