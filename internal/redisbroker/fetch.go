@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -319,7 +320,7 @@ func (b *Broker) blockingCtx(ctx context.Context) (context.Context, blockingRele
 		parent = context.WithoutCancel(ctx)
 	}
 	bctx, cancel := context.WithCancel(parent)
-	r := blockingRelease{cancel: cancel, stopClosing: context.AfterFunc(b.closing, cancel)}
+	r := blockingRelease{reads: &b.blocking, cancel: cancel, id: b.blocking.add(cancel)}
 	if parent != ctx {
 		r.stopCtx = context.AfterFunc(ctx, cancel)
 	}
@@ -328,16 +329,67 @@ func (b *Broker) blockingCtx(ctx context.Context) (context.Context, blockingRele
 
 // blockingRelease releases the context of a blocking read (blockingCtx).
 type blockingRelease struct {
-	cancel               context.CancelFunc
-	stopCtx, stopClosing func() bool // stopCtx is nil when ctx is the parent
+	reads   *blockingReads
+	cancel  context.CancelFunc
+	id      uint64      // in reads
+	stopCtx func() bool // nil when ctx is the parent
 }
 
 func (r blockingRelease) release() {
-	r.stopClosing()
+	r.reads.remove(r.id)
 	if r.stopCtx != nil {
 		r.stopCtx()
 	}
 	r.cancel()
+}
+
+// blockingReads are the cancels of the blocking reads in progress, by an id
+// of their own, which close calls: a broker's reads so end at its Close
+// with no registration on a context of their own (context.AfterFunc costs
+// each read two allocations).
+type blockingReads struct {
+	mu      sync.Mutex
+	closed  bool
+	last    uint64
+	cancels map[uint64]context.CancelFunc
+}
+
+// add registers cancel and returns its id; after close it calls cancel at
+// once.
+func (r *blockingReads) add(cancel context.CancelFunc) uint64 {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		cancel()
+		return 0
+	}
+	if r.cancels == nil {
+		r.cancels = make(map[uint64]context.CancelFunc)
+	}
+	r.last++
+	id := r.last
+	r.cancels[id] = cancel
+	r.mu.Unlock()
+	return id
+}
+
+// remove forgets the cancel of id.
+func (r *blockingReads) remove(id uint64) {
+	r.mu.Lock()
+	delete(r.cancels, id)
+	r.mu.Unlock()
+}
+
+// close calls the cancels registered, and those added after at once.
+func (r *blockingReads) close() {
+	r.mu.Lock()
+	r.closed = true
+	cancels := r.cancels
+	r.cancels = nil
+	r.mu.Unlock()
+	for _, cancel := range cancels {
+		cancel()
+	}
 }
 
 // reclaim runs the fetch script; with due, it reclaims before it reads.

@@ -179,6 +179,9 @@ type Broker struct {
 	// commands in progress on its dedicated connections when it closes.
 	closing     context.Context
 	stopClosing context.CancelFunc
+	// blocking holds the cancels of the blocking reads in progress
+	// (blockingCtx), which Close calls.
+	blocking blockingReads
 }
 
 var _ broker.Broker = (*Broker)(nil)
@@ -348,6 +351,7 @@ func (b *Broker) Close() error {
 		b.hubsClosed = true
 		b.hubsMu.Unlock()
 		b.stopClosing()
+		b.blocking.close()
 		b.hubsWG.Wait() // their reads end with closing
 		b.client.Close()
 	})
