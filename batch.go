@@ -477,6 +477,13 @@ func (c *consumer) startBatch(bt *batch) (handed []*task, msgs []*Message, ctx c
 		d.setMessage(msg, &t.dl.Env, t.dl.Deadline, t.dl.Attempt)
 		msg.Group = t.dl.GroupKey
 		msg.settle = &t.settle
+		if msg.retention == 0 {
+			msg.retention = c.o.retention
+		}
+		if msg.retention > 0 {
+			t.dl.Env.Retention = msg.retention // for the steps that settle it
+			c.startResult(msg, &t.dl)
+		}
 		every = every && !msg.Deadline.IsZero()
 		if msg.Deadline.After(last) {
 			last = msg.Deadline

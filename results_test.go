@@ -136,6 +136,23 @@ func TestResultReceiverDefault(t *testing.T) {
 		if r.State != disker.ResultSucceeded || r.Attempts != 1 {
 			t.Fatalf("%+v", r)
 		}
+		// A batch handler's receiver too.
+		if err := worker.HandleBatch("resbatch", disker.BatchHandlerFunc(func(ctx context.Context, msgs []*disker.Message) ([]disker.Outcome, error) {
+			return make([]disker.Outcome, len(msgs)), nil
+		}), disker.WithResultRetention(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		id, err = client.Send(ctx, disker.Message{Receiver: "resbatch", Content: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the batch's result", func() bool {
+			r, err = client.Result(ctx, "resbatch", id)
+			return err == nil && r.State.Final()
+		})
+		if r.State != disker.ResultSucceeded || r.Attempts != 1 || r.StartedAt.IsZero() {
+			t.Fatalf("batch: %+v", r)
+		}
 	})
 }
 

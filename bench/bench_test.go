@@ -94,7 +94,7 @@ func TestDiskerSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTables(t, tables, 11)
+	checkTables(t, tables, 12)
 	// Every peer has its rows, but for one that could not run here (its
 	// table then says why): NATS is built into the harness and always runs;
 	// BullMQ needs node and its modules, River PostgreSQL's binaries.

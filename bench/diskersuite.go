@@ -84,6 +84,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			return nil, err
 		}
 	}
+	var retained map[string][]sample
+	if o.runsWorkload("retention") {
+		if retained, err = runRedisWorkload(ctx, o, "fire-and-forget with a retention", retentionImpls(nFF)); err != nil {
+			return nil, err
+		}
+	}
 	var batch map[string][]sample
 	if o.runsWorkload("batch") {
 		if batch, err = runRedisWorkload(ctx, o, "batch handlers", batchImpls(nFF)); err != nil {
@@ -130,6 +136,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	if batch != nil {
 		tables = append(tables, batchTable(batch, nFF))
+	}
+	if retained != nil {
+		tables = append(tables, retentionTable(retained, nFF))
 	}
 	return tables, nil
 }

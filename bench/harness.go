@@ -125,6 +125,9 @@ type sample struct {
 	// process, both sides of the workload; node's processes for BullMQ),
 	// for the Redis workloads and their peers.
 	serverCPU, clientCPU time.Duration
+	// redisBytes is Redis's used_memory growth per operation, for a
+	// workload that keeps state (retained results); 0 when not measured.
+	redisBytes float64
 	// setupServerCPU and setupClientCPU are the part of the CPU times
 	// that a run spent setting up what it measures (queueing a backlog),
 	// which runMeasured leaves out of serverCPU and clientCPU.

@@ -97,3 +97,32 @@ func TestMessagePage(t *testing.T) {
 		t.Errorf("an empty receiver: %d, want 400", code)
 	}
 }
+
+// TestRetainedResults: a message sent with a retention shows its result on
+// the message page (its state, attempts and reply, escaped), and its
+// receiver's page lists it among the completed ones, linked to it.
+func TestRetainedResults(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Config{})
+	ctx := context.Background()
+	id, err := f.dash.Send(ctx, disker.Message{Receiver: "jobs", Content: []byte("<b>ok</b>")}, disker.WithRetention(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.dash.WaitResult(ctx, "jobs", id); err != nil {
+		t.Fatal(err)
+	}
+	code, _, body := f.get(t, "/message?"+url.Values{"receiver": {"jobs"}, "id": {id}}.Encode())
+	if code != 200 || !strings.Contains(body, `<section id="result" data-state="succeeded">`) ||
+		!strings.Contains(body, `<dd id="result-attempts">1</dd>`) || !strings.Contains(body, `&#34;&lt;b&gt;ok&lt;/b&gt;&#34;`) {
+		t.Errorf("the message page of a retained result: %d\n%s", code, body)
+	}
+	code, _, body = f.get(t, "/receivers/jobs")
+	if code != 200 || !strings.Contains(body, `id="completed"`) || !strings.Contains(body, "id="+id) {
+		t.Errorf("the receiver page's completed messages: %d\n%s", code, body)
+	}
+	code, _, body = f.get(t, "/receivers/unserved")
+	if code != 200 || !strings.Contains(body, `id="completed-empty"`) {
+		t.Errorf("a receiver without retained results: %d\n%s", code, body)
+	}
+}

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/diskerhq/disker"
@@ -15,6 +16,10 @@ type messageData struct {
 	At           string
 	Receivers    []string // for the form's list
 	Scan         int
+	// Result is its retained result (WithRetention), nil if none; Started
+	// and Finished its times as the page shows them.
+	Result            *disker.Result
+	Started, Finished string
 }
 
 // stateWords are the message page's words for a state.
@@ -43,6 +48,14 @@ func (d *Dashboard) messagePage(w http.ResponseWriter, r *http.Request) {
 		data.Asked, data.Fate, data.State = true, f, stateWords[f.State]
 		if !f.At.IsZero() {
 			data.At = f.At.UTC().Format("2006-01-02 15:04:05 UTC")
+		}
+		res, err := d.cfg.Disker.Result(r.Context(), data.Receiver, data.ID)
+		switch {
+		case err == nil:
+			data.Result, data.Started, data.Finished = res, timeText(res.StartedAt), timeText(res.FinishedAt)
+		case !errors.Is(err, disker.ErrResultNotFound):
+			d.fail(w, err)
+			return
 		}
 	}
 	d.render(w, http.StatusOK, "message", d.page("Message", "message", data))

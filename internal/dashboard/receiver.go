@@ -3,12 +3,16 @@ package dashboard
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/diskerhq/disker"
 )
 
 // busiestShown is how many group keys a receiver's page lists.
 const busiestShown = 10
+
+// completedShown is how many retained results a receiver's page lists.
+const completedShown = 20
 
 // receiverData is a receiver's page: its line of the receivers page, and
 // its busiest group keys.
@@ -18,6 +22,14 @@ type receiverData struct {
 	DeadLetters int64
 	Groups      []groupLine
 	Shown       int // the most keys listed
+	// Completed are its latest final retained results (WithRetention).
+	Completed []resultLine
+}
+
+// resultLine is a retained result as a receiver's page lists it.
+type resultLine struct {
+	ID, State, Finished, Worker string
+	Attempts                    int
 }
 
 // groupLine is a group key as the page shows it, and the messages waiting
@@ -58,6 +70,15 @@ func (d *Dashboard) receiverPage(w http.ResponseWriter, r *http.Request) {
 	for _, l := range loads {
 		data.Groups = append(data.Groups, groupLine{Key: keyText(l), Waiting: l.Waiting})
 	}
+	done, err := d.cfg.Disker.ListResults(r.Context(), name, completedShown)
+	if err != nil {
+		d.fail(w, err)
+		return
+	}
+	for _, res := range done {
+		data.Completed = append(data.Completed, resultLine{ID: res.ID, State: res.State.String(), Attempts: res.Attempts,
+			Worker: res.Worker, Finished: timeText(res.FinishedAt)})
+	}
 	d.render(w, http.StatusOK, "receiver", d.page("Receiver "+name, "receivers", data))
 }
 
@@ -68,4 +89,12 @@ func keyText(l disker.GroupLoad) string {
 		return l.Key
 	}
 	return strconv.Quote(l.Key)
+}
+
+// timeText shows t in UTC to the second, "" for the zero time.
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
 }

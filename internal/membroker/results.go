@@ -98,12 +98,12 @@ func (c *core) recordSent(p *broker.SendParams, deadline, due, now time.Time) {
 func (c *core) finalResult(receiver, id string, st broker.ResultState, ret time.Duration, reply []byte, code, text string, set func(*broker.ResultRecord)) {
 	now := c.now()
 	r := c.result(receiver, id, now)
+	if r == nil && ret <= 0 {
+		return // no record, and none to make
+	}
 	rs := c.results(receiver)
 	rs.sweep(now)
 	if r == nil {
-		if ret <= 0 {
-			return
-		}
 		r = &memResult{rec: broker.ResultRecord{ID: id, Receiver: receiver, State: broker.ResultRunning, Retention: ret}}
 		rs.recs[id] = r
 	}
