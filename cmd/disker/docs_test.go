@@ -406,7 +406,7 @@ func (s *docSession) checkSynopsis(b docBlock, w []string) {
 func (s *docSession) start(b docBlock, line, kind string) {
 	s.t.Helper()
 	line = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(stripComment(line)), "&"))
-	for _, p := range s.procs {
+	for _, p := range slices.Clone(s.procs) { // stopProc deletes from s.procs
 		if p.kind == kind && kind != "worker" {
 			// Another way to run the same server: it takes the place
 			// of the one before.
