@@ -96,6 +96,13 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			return nil, err
 		}
 	}
+	var streamed map[string][]sample
+	nStream := nRR1 / 10
+	if o.runsWorkload("stream") {
+		if streamed, err = runRedisWorkload(ctx, o, "streamed requests", streamImpls(nStream)); err != nil {
+			return nil, err
+		}
+	}
 	var tables []Table
 	if ff != nil {
 		tables = append(tables, ffTable(ff, nFF, pe))
@@ -139,6 +146,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	if retained != nil {
 		tables = append(tables, retentionTable(retained, nFF))
+	}
+	if streamed != nil {
+		tables = append(tables, streamTable(streamed, nStream))
 	}
 	return tables, nil
 }

@@ -51,7 +51,7 @@ type Options struct {
 	// requesters), "dedup", "limits" (flow limits), "delayed"
 	// (fire-and-forget, each message due within a second), "groups"
 	// (keyed fire-and-forget), "batch" (a backlog handled one message or
-	// a batch per call), to iterate on one. The targets table needs ff, rr1 and rr32.
+	// a batch per call), "stream" (streamed requests), to iterate on one. The targets table needs ff, rr1 and rr32.
 	Workloads []string
 }
 

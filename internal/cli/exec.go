@@ -89,6 +89,7 @@ type execHandler struct {
 	timeout  time.Duration // per message; 0: none beyond the message's deadline
 	maxReply int           // bytes of stdout accepted
 	env      []string      // the command's environment, without the message's variables
+	stream   bool          // --stream: stdout's lines are partial replies to a streaming caller
 }
 
 // childEnv returns environ without Disker's own variables (DISKER_*: the
@@ -115,11 +116,21 @@ func (h *execHandler) Handle(ctx context.Context, msg *disker.Message) ([]byte, 
 		ctx, cancel = context.WithTimeoutCause(ctx, h.timeout, errExecTimeout)
 		defer cancel()
 	}
+	var lines *lineSender
+	if h.stream && msg.Streamed() {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		lines = &lineSender{ctx: ctx, msg: msg, max: h.maxReply, kill: cancel}
+	}
 	cmd := exec.CommandContext(ctx, h.argv[0], h.argv[1:]...)
 	cmd.Stdin = bytes.NewReader(msg.Content)
 	stdout := &limitedBuffer{max: h.maxReply}
 	stderr := &tailBuffer{max: stderrTail}
 	cmd.Stdout = stdout
+	if lines != nil {
+		cmd.Stdout = lines
+	}
 	cmd.Stderr = stderr
 	cmd.Env = append(slices.Clip(h.env),
 		"DISKER_MESSAGE_ID="+msg.ID,
@@ -130,6 +141,14 @@ func (h *execHandler) Handle(ctx context.Context, msg *disker.Message) ([]byte, 
 	setProcessGroup(cmd)
 	cmd.WaitDelay = 2 * time.Second
 	err := cmd.Run()
+	if lines != nil {
+		if err == nil {
+			lines.end()
+		}
+		if lines.err != nil {
+			return lines.result(h.argv[0])
+		}
+	}
 	if stdout.over {
 		return nil, disker.NoRetry(fmt.Errorf("%s: reply over %d bytes (the message size limit)", h.argv[0], h.maxReply))
 	}
@@ -154,6 +173,81 @@ func (h *execHandler) Handle(ctx context.Context, msg *disker.Message) ([]byte, 
 }
 
 var errExecTimeout = errors.New("exec timeout")
+
+// lineSender sends what a command writes to its stdout to a streaming
+// caller, one partial reply per line (without its line break). A partial
+// that fails stops the command (kill).
+type lineSender struct {
+	ctx  context.Context
+	msg  *disker.Message
+	max  int // bytes of a line
+	kill context.CancelCauseFunc
+	line []byte // the line being written
+	err  error  // the first failure; nothing is sent after it
+}
+
+// errLineFailed is the cause of the end of a command whose line could not
+// be sent.
+var errLineFailed = errors.New("a partial reply failed")
+
+func (s *lineSender) Write(p []byte) (int, error) {
+	n := len(p)
+	for s.err == nil && len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			s.line = append(s.line, p...)
+			s.check()
+			break
+		}
+		s.line = append(s.line, p[:i]...)
+		p = p[i+1:]
+		s.send()
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	return n, nil
+}
+
+// check fails the stream when the line is over the limit.
+func (s *lineSender) check() {
+	if len(s.line) > s.max {
+		s.fail(disker.NoRetry(fmt.Errorf("a line of stdout is over %d bytes (the message size limit)", s.max)))
+	}
+}
+
+// send sends the line as a partial reply.
+func (s *lineSender) send() {
+	if s.check(); s.err != nil {
+		return
+	}
+	if err := s.msg.Partial(s.ctx, s.line); err != nil {
+		s.fail(err)
+	}
+	s.line = s.line[:0]
+}
+
+// end sends the last line, if the output did not end with a line break.
+func (s *lineSender) end() {
+	if s.err == nil && len(s.line) > 0 {
+		s.send()
+	}
+}
+
+func (s *lineSender) fail(err error) {
+	s.err = err
+	s.kill(errLineFailed)
+}
+
+// result is the handler's outcome after a failure of the stream: none
+// when the caller has its outcome already or has gone (ErrLate: the
+// final reply would be refused too), else the error.
+func (s *lineSender) result(name string) ([]byte, error) {
+	if errors.Is(s.err, disker.ErrLate) {
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%s: %w", name, s.err)
+}
 
 // limitedBuffer keeps up to max bytes and notes whether more came.
 type limitedBuffer struct {

@@ -64,6 +64,10 @@ the same key, through any gateway, within 24 hours of the first, share one run
 of the worker and get its one response (the first's, waiting for it if it is
 still running). A client may so retry a POST safely.
 
+A request with "Accept: text/event-stream" gets the worker's partial replies
+("disker worker --stream") as server-sent events as they come, then one final
+event, "reply" or "error".
+
 Run several gateways and several workers on different machines, all on the
 same Redis, and you have a distributed HTTP tier. Hop-by-hop headers
 (Connection, Transfer-Encoding, ...) are not forwarded; X-Forwarded-For,
@@ -287,6 +291,12 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 		opts = append(opts, disker.WithGroup(key[0]))
 	}
 	msg := disker.Message{Receiver: g.receiver, Content: content, Headers: map[string]string{"request-id": reqID}}
+	if wantsEvents(r) {
+		if r.Header.Get("Idempotency-Key") != "" {
+			return g.fail(w, r, http.StatusBadRequest, "the Idempotency-Key header does not go with Accept: text/event-stream: requests with one key share one reply, not one stream", nil)
+		}
+		return g.serveEvents(ctx, w, r, msg, opts, reqID)
+	}
 	var reply *disker.Message
 	if g.asyncRetention > 0 && wantsAsync(r) {
 		var code int
@@ -297,40 +307,13 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 		reply, err = g.request(ctx, msg, opts...)
 	}
 	if err != nil {
-		var (
-			re *disker.RemoteError
-			ve *disker.ValidationError
-		)
-		switch {
-		case r.Context().Err() != nil:
+		if r.Context().Err() != nil {
 			// The client went away: nobody reads an answer.
 			g.log.Debug("client gone before the reply", "path", r.URL.Path)
 			return 499
-		case errors.Is(err, disker.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-			return g.fail(w, r, http.StatusGatewayTimeout, fmt.Sprintf("no reply from a worker of %q within %v", g.receiver, g.timeout), nil)
-		case isAuthError(err.Error()):
-			// Refused before it was queued: like an unreachable broker
-			// (the library says ErrUnavailable too), and the gateway's
-			// operator must act.
-			return g.fail(w, r, http.StatusServiceUnavailable, "the message broker refused the gateway's credentials", err)
-		case errors.Is(err, disker.ErrUnavailable):
-			return g.fail(w, r, http.StatusServiceUnavailable, "the message broker cannot be reached", err)
-		case errors.Is(err, disker.ErrClosed):
-			return g.fail(w, r, http.StatusServiceUnavailable, "the gateway is stopping", nil)
-		case errors.Is(err, disker.ErrCancelled):
-			// Cancelled by someone else (disker cancel) before a worker
-			// answered.
-			return g.fail(w, r, http.StatusServiceUnavailable, "the request was cancelled (disker cancel) before a worker answered", nil)
-		case errors.As(err, &re):
-			// The reason may name internal addresses: it goes to the log,
-			// the client gets the id to quote.
-			return g.fail(w, r, http.StatusBadGateway, "the request failed in the worker (request id "+reqID+")",
-				fmt.Errorf("%s (request id %s)", re.Text, reqID))
-		case errors.As(err, &ve):
-			return g.fail(w, r, http.StatusRequestEntityTooLarge, "the request cannot be sent: "+ve.Reason, nil)
-		default:
-			return g.fail(w, r, http.StatusInternalServerError, "the request could not be sent", err)
 		}
+		code, text, cause := g.failure(err, reqID)
+		return g.fail(w, r, code, text, cause)
 	}
 	resp, err := httpmsg.DecodeResponse(reply.Content)
 	if err != nil {
@@ -359,6 +342,40 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) int {
 	return resp.Status
 }
 
+// failure returns the status, the client's text and the error to log
+// (nil: none) of a request that failed with err; reqID is its id.
+func (g *gateway) failure(err error, reqID string) (int, string, error) {
+	var (
+		re *disker.RemoteError
+		ve *disker.ValidationError
+	)
+	switch {
+	case errors.Is(err, disker.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, fmt.Sprintf("no reply from a worker of %q within %v", g.receiver, g.timeout), nil
+	case isAuthError(err.Error()):
+		// Refused before it was queued: like an unreachable broker
+		// (the library says ErrUnavailable too), and the gateway's
+		// operator must act.
+		return http.StatusServiceUnavailable, "the message broker refused the gateway's credentials", err
+	case errors.Is(err, disker.ErrUnavailable):
+		return http.StatusServiceUnavailable, "the message broker cannot be reached", err
+	case errors.Is(err, disker.ErrClosed):
+		return http.StatusServiceUnavailable, "the gateway is stopping", nil
+	case errors.Is(err, disker.ErrCancelled):
+		// Cancelled by someone else (disker cancel) before a worker
+		// answered.
+		return http.StatusServiceUnavailable, "the request was cancelled (disker cancel) before a worker answered", nil
+	case errors.As(err, &re):
+		// The reason may name internal addresses: it goes to the log,
+		// the client gets the id to quote.
+		return http.StatusBadGateway, "the request failed in the worker (request id " + reqID + ")", fmt.Errorf("%s (request id %s)", re.Text, reqID)
+	case errors.As(err, &ve):
+		return http.StatusRequestEntityTooLarge, "the request cannot be sent: " + ve.Reason, nil
+	default:
+		return http.StatusInternalServerError, "the request could not be sent", err
+	}
+}
+
 // groupHeader is the header whose value is the request's group key
 // (disker.WithGroup): the requests of one key run one at a time, in the
 // order the gateway sent them.
@@ -366,15 +383,7 @@ const groupHeader = "Disker-Group"
 
 // fail answers with a plain-text error and logs it.
 func (g *gateway) fail(w http.ResponseWriter, r *http.Request, code int, text string, err error) int {
-	attrs := []any{"status", code, "method", r.Method, "path", r.URL.Path, "reason", text}
-	if err != nil {
-		attrs = append(attrs, "err", err)
-	}
-	level := slog.LevelWarn
-	if code < 500 {
-		level = slog.LevelInfo
-	}
-	g.log.Log(r.Context(), level, "request failed", attrs...)
+	g.logFailure(r, code, text, err)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)

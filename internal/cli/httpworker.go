@@ -22,6 +22,7 @@ type httpHandler struct {
 	base    *url.URL
 	client  *http.Client
 	maxBody int64
+	stream  bool // --stream: the body's chunks are partial replies to a streaming caller
 }
 
 func newHTTPHandler(base *url.URL, concurrency int, maxBody int64) *httpHandler {
@@ -70,6 +71,9 @@ func (h *httpHandler) Handle(ctx context.Context, msg *disker.Message) ([]byte, 
 		return nil, fmt.Errorf("forward to %s: %w", h.base.Redacted(), unwrapURLError(err))
 	}
 	defer resp.Body.Close()
+	if h.stream && msg.Streamed() {
+		return h.streamBody(ctx, msg, resp)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, h.maxBody+1))
 	if err != nil {
 		return nil, fmt.Errorf("read response from %s: %w", h.base.Redacted(), unwrapURLError(err))
@@ -80,6 +84,51 @@ func (h *httpHandler) Handle(ctx context.Context, msg *disker.Message) ([]byte, 
 			Status: http.StatusBadGateway,
 			Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
 			Body:   fmt.Appendf(nil, "disker worker: the service's response body is over --max-body (%d bytes)\n", h.maxBody),
+		}
+	}
+	content, err := httpmsg.EncodeResponse(out)
+	if err != nil {
+		return nil, disker.NoRetry(err)
+	}
+	return content, nil
+}
+
+// streamChunk is the most bytes of the response body one partial reply
+// carries.
+const streamChunk = 32 << 10
+
+// streamBody sends resp's body to msg's streaming caller as partial
+// replies, each what one read of the body gave (a chunk as the service
+// flushed it, up to streamChunk bytes), and returns the final reply: the
+// response's status and headers, with an empty body. A body over
+// --max-body ends the stream with a 502 response.
+func (h *httpHandler) streamBody(ctx context.Context, msg *disker.Message, resp *http.Response) ([]byte, error) {
+	out := &httpmsg.Response{Status: resp.StatusCode, Header: resp.Header}
+	buf := make([]byte, streamChunk)
+	var total int64
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if total += int64(n); total > h.maxBody {
+			out = &httpmsg.Response{
+				Status: http.StatusBadGateway,
+				Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}},
+				Body:   fmt.Appendf(nil, "disker worker: the service's response body is over --max-body (%d bytes)\n", h.maxBody),
+			}
+			break
+		}
+		if n > 0 {
+			switch err := msg.Partial(ctx, buf[:n]); {
+			case errors.Is(err, disker.ErrLate):
+				return nil, nil // the caller has its outcome, or has gone
+			case err != nil:
+				return nil, err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return nil, fmt.Errorf("read response from %s: %w", h.base.Redacted(), unwrapURLError(rerr))
 		}
 	}
 	content, err := httpmsg.EncodeResponse(out)

@@ -36,6 +36,7 @@ type workerOptions struct {
 	exclusive   bool
 	maxMsgSize  byteSize
 	execEnv     []string
+	stream      bool
 	global      int
 	rate        float64
 	burst       int
@@ -72,6 +73,14 @@ and the service's response, whatever its status, is the reply. Only a failure
 to get a response (connection refused, the message's deadline) is an error.
 The request carries X-Forwarded-For, X-Forwarded-Host, X-Disker-Message-Id and
 X-Disker-Attempt.
+
+With --stream, a message from a streaming caller (the gateway's requests that
+accept text/event-stream, or RequestStream in Go) gets its reply in pieces as
+they come: with --exec each line of the command's stdout, without its line
+break, is a partial reply, and the final reply is empty; with --http each
+chunk of the service's response body as it arrives is one, and the final
+reply is the response with its status and headers and an empty body. Other
+callers get the whole reply as without --stream.
 
 --global-concurrency N limits the messages of the receiver handled at once
 across every worker that serves it (give each the same N); --rate R limits
@@ -123,6 +132,7 @@ exits 0. A second signal exits at once.`),
 	fs.StringArrayVar(&o.execEnv, "exec-env", nil, "pass this DISKER_ variable of the worker's environment on to the --exec command (repeatable; by default none is)")
 	fs.DurationVar(&o.execTimeout, "exec-timeout", 0, "kill an --exec command that runs longer than this (0: only the message's own deadline)")
 	fs.StringVar(&o.httpURL, "http", "", "URL of the local HTTP service to forward each request to")
+	fs.BoolVar(&o.stream, "stream", false, "send a streaming caller the --exec command's stdout line by line, or the --http service's response body chunk by chunk, as partial replies")
 	fs.Var(&o.maxBody, "max-body", "with --http, the largest response body passed back; a larger one gets 502")
 	fs.IntVar(&o.concurrency, "concurrency", disker.DefaultConcurrency(), "how many messages to handle at a time")
 	fs.IntVar(&o.prefetch, "prefetch", 0, "messages to fetch ahead of free handler slots, waiting in line here (for many short jobs)")
@@ -213,7 +223,7 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 				return usagef("invalid --exec-env %q: want the name of a %s variable, such as DISKER_KEY_PREFIX", name, EnvPrefix)
 			}
 		}
-		h = &execHandler{argv: argv, timeout: o.execTimeout, maxReply: maxMsg, env: childEnv(os.Environ(), o.execEnv)}
+		h = &execHandler{argv: argv, timeout: o.execTimeout, maxReply: maxMsg, env: childEnv(os.Environ(), o.execEnv), stream: o.stream}
 		mode = "exec"
 	} else {
 		base, err := url.Parse(o.httpURL)
@@ -222,6 +232,7 @@ func (a *app) runWorker(ctx context.Context, o *workerOptions) error {
 		}
 		maxMsg = max(maxMsg, int(o.maxBody)+headRoom)
 		hh := newHTTPHandler(base, o.concurrency, int64(o.maxBody))
+		hh.stream = o.stream
 		hh.client.Transport = a.traceTransport(hh.client.Transport)
 		defer hh.client.CloseIdleConnections()
 		h, mode = hh, "http"

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,9 @@ func main() {
 	}
 }
 
+// knownWorkloads are the names -workloads takes.
+var knownWorkloads = []string{"ff", "ff256", "rr1", "rr32", "dedup", "limits", "delayed", "groups", "batch", "retention", "stream"}
+
 func run() error {
 	suite := flag.String("suite", "all", "which suite to run: executor, checkout, disker, cluster, footprint or all")
 	runs := flag.Int("runs", 5, "runs of each implementation per workload; the tables show the median")
@@ -43,7 +47,7 @@ func run() error {
 	out := flag.String("out", "", "also write the markdown to this file")
 	quiet := flag.Bool("q", false, "no progress lines on stderr")
 	cmdStats := flag.Bool("cmdstats", false, "show the Redis commands per operation of each Redis run in the progress lines, and the read and write system calls per operation of this process and of redis-server (where /proc/PID/io is readable)")
-	workloads := flag.String("workloads", "", "comma-separated Disker workloads to run (ff, ff256, rr1, rr32, dedup, limits, delayed, groups, batch, retention); empty runs all of them")
+	workloads := flag.String("workloads", "", "comma-separated Disker workloads to run ("+strings.Join(knownWorkloads, ", ")+"); empty runs all of them")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (this process: Disker, the peers and the bench; not redis-server) to this file")
 	installPeers := flag.Bool("install-peers", false, "install what the peers need that the harness can install itself (BullMQ's node modules, with npm ci, into the user's cache directory), say what else is missing, and exit")
 	flag.Parse()
@@ -86,8 +90,8 @@ func run() error {
 	o := bench.Options{Runs: *runs, Quick: *quick, CommandStats: *cmdStats}
 	if *workloads != "" {
 		for _, w := range strings.Split(*workloads, ",") {
-			if w != "ff" && w != "ff256" && w != "rr1" && w != "rr32" && w != "dedup" && w != "limits" && w != "delayed" && w != "groups" && w != "batch" && w != "retention" {
-				return fmt.Errorf("unknown workload %q in -workloads (want ff, ff256, rr1, rr32, dedup, limits, delayed, groups, batch or retention)", w)
+			if !slices.Contains(knownWorkloads, w) {
+				return fmt.Errorf("unknown workload %q in -workloads (want one of %s)", w, strings.Join(knownWorkloads, ", "))
 			}
 			o.Workloads = append(o.Workloads, w)
 		}
