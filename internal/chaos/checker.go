@@ -254,7 +254,9 @@ type opHistory struct {
 	acks     []Event
 	replies  []Event
 	cancels  []Event
-	dead     bool
+	// cancelCalls counts the Cancel calls begun (KindCancelCall).
+	cancelCalls int
+	dead        bool
 }
 
 // faultIndex answers whether a fault may explain what happened in a window.
@@ -360,7 +362,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 		}
 		var h *opHistory
 		switch e.Kind {
-		case KindSend, KindSent, KindSendFailed, KindOutcome, KindStart, KindEnd, KindAcked, KindReply, KindDeadLetter, KindCancel:
+		case KindSend, KindSent, KindSendFailed, KindOutcome, KindStart, KindEnd, KindAcked, KindReply, KindDeadLetter, KindCancelCall, KindCancel:
 			if e.Op == "" {
 				r.violate("a %s event of %s names no op", e.Kind, e.Proc)
 				continue
@@ -385,6 +387,8 @@ func Check(events []Event, opts CheckOptions) *Report {
 			h.acks = append(h.acks, e)
 		case KindReply:
 			h.replies = append(h.replies, e)
+		case KindCancelCall:
+			h.cancelCalls++
 		case KindCancel:
 			h.cancels = append(h.cancels, e)
 			r.Cancelled[e.Result]++
@@ -525,8 +529,13 @@ func checkLost(r *Report, op string, h *opHistory) {
 
 // cancelled reports whether a Cancel found the message (scheduled, queued
 // or in flight), or may have: one that failed (its answer lost to a
-// fault) may have taken effect. The message need not be handled then.
+// fault), or one begun whose end was never recorded (its producer was
+// killed during the call), may have taken effect. The message need not be
+// handled then.
 func (h *opHistory) cancelled() bool {
+	if h.cancelCalls > len(h.cancels) {
+		return true
+	}
 	for _, c := range h.cancels {
 		switch c.Result {
 		case CancelDeferred, CancelQueued, CancelInFlight, ResultError:

@@ -31,6 +31,11 @@ func (h *hist) sendDelayed(op string, at, delay int64) *hist {
 	return h.add(Event{T: ms(at + 1), Proc: "p0.g1", Kind: KindSent, Op: op, ID: "id-" + op})
 }
 
+// cancelCall records that the producer is about to Cancel op.
+func (h *hist) cancelCall(op string, at int64) *hist {
+	return h.add(Event{T: ms(at), Proc: "p0.g1", Kind: KindCancelCall, Op: op, ID: "id-" + op})
+}
+
 func (h *hist) cancel(op string, at int64, result string) *hist {
 	return h.add(Event{T: ms(at), Proc: "p0.g1", Kind: KindCancel, Op: op, ID: "id-" + op, Result: result})
 }
@@ -116,7 +121,17 @@ func TestCheck(t *testing.T) {
 		name: "delayed: lost when no Cancel found it",
 		events: func() []Event {
 			h := &hist{}
-			return h.sendDelayed("a", 0, 100).cancel("a", 120, CancelNotFound).final(0)
+			return h.sendDelayed("a", 0, 100).cancelCall("a", 119).cancel("a", 120, CancelNotFound).final(0)
+		},
+		check: func(r *Report) bool { return r.Lost == 1 },
+	}, {
+		name: "delayed: a Cancel begun whose producer was killed before it returned may have taken effect",
+		events: func() []Event {
+			h := &hist{}
+			h.sendDelayed("a", 0, 100).cancelCall("a", 57).fault(FaultKillProducer, "p0.g1", 102, 102)
+			// A message sent and never cancelled is lost all the same.
+			h.sendDelayed("b", 0, 100)
+			return h.final(0)
 		},
 		check: func(r *Report) bool { return r.Lost == 1 },
 	}, {

@@ -51,6 +51,10 @@ const (
 	// returned, by the worker's clock (Result: ok, or error with Err: it
 	// failed, and its retries too). Op is "id:" and the message's id.
 	KindAcked = "acked"
+	// KindCancelCall: a producer is about to call Cancel for Op (ID). A
+	// call with no KindCancel after it (its producer was killed during
+	// it) may have taken effect.
+	KindCancelCall = "cancel_call"
 	// KindCancel: a producer's Cancel of Op (ID) returned: Result is what
 	// it found (scheduled, queued, in_flight, not_found), or error.
 	KindCancel = "cancel"

@@ -271,6 +271,7 @@ func (p *producer) delayed(ctx context.Context, rng *rand.Rand, op, receiver str
 	case <-ctx.Done():
 		return
 	}
+	p.rec.Record(Event{Kind: KindCancelCall, Op: op, ID: id})
 	res, err := p.d.Cancel(sctx, receiver, id)
 	e := Event{Kind: KindCancel, Op: op, ID: id}
 	switch {
