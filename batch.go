@@ -481,7 +481,6 @@ func (c *consumer) startBatch(bt *batch) (handed []*task, msgs []*Message, ctx c
 			msg.retention = c.o.retention
 		}
 		if msg.retention > 0 {
-			t.dl.Env.Retention = msg.retention // for the steps that settle it
 			c.startResult(msg, &t.dl)
 		}
 		every = every && !msg.Deadline.IsZero()

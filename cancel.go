@@ -103,9 +103,11 @@ func (d *Disker) cancel(ctx context.Context, receiver, id string, notify bool) (
 	}
 	if notify && (res == CancelDeferred || res == CancelQueued) && c.Env.Sender != "" && c.Env.Route != broker.RouteNone {
 		msg := d.messageOf(&c.Env, c.Deadline, 0)
-		if err := d.reply(context.WithoutCancel(ctx), msg, nil, CodeCancelled, ErrCancelled.Error()); err != nil && !errors.Is(err, ErrLate) {
+		err := d.reply(context.WithoutCancel(ctx), msg, nil, CodeCancelled, ErrCancelled.Error())
+		if err != nil && !errors.Is(err, ErrLate) {
 			d.log.Warn("disker: cannot tell the sender that its message was cancelled", "receiver", receiver, "id", id, "error", err)
 		}
+		d.recordReply(context.WithoutCancel(ctx), msg)
 	}
 	return res, nil
 }

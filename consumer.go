@@ -647,23 +647,22 @@ func (c *consumer) drop(dl *broker.Delivery, expired bool) {
 		d.emit(Event{Kind: EventExpired, Receiver: c.name, Sender: dl.Env.Sender, MessageID: dl.Env.ID, Attempt: dl.Attempt})
 	}
 	attrs := logAttrs(c.name, dl.Env.ID, dl.Attempt)
-	if dl.Env.Retention == 0 {
-		dl.Env.Retention = c.o.retention
-	}
-	if msg := d.messageOf(&dl.Env, dl.Deadline, dl.Attempt); expired && msg.wantsReply() {
+	msg := d.messageOf(&dl.Env, dl.Deadline, dl.Attempt)
+	msg.retention = c.retentionOf(&dl.Env)
+	if expired && msg.wantsReply() {
 		if err := d.reply(d.opCtx, msg, nil, CodeExpired, ErrExpired.Error()); err != nil && !errors.Is(err, ErrLate) {
 			d.log.Warn("disker: cannot tell the sender that its message expired; it is dropped when it comes back", append(attrs, "error", err)...)
 			return
 		}
 	}
 	var err error
-	if ret := dl.Env.Retention; ret > 0 {
+	if ret := msg.retention; ret > 0 {
 		st, code, text := broker.ResultTimedOut, "", ""
 		if expired {
 			st, code, text = broker.ResultExpired, CodeExpired, ErrExpired.Error()
 		}
 		err = d.b.FinishResult(d.opCtx, &broker.FinishResultParams{Receiver: c.name, ID: dl.Env.ID, Ref: dl.Ref, State: st,
-			Worker: d.id, Attempt: dl.Attempt, ErrorCode: code, ErrorText: text, Retention: ret})
+			Worker: d.id, Attempt: dl.Attempt, Reply: msg.sentReply, ErrorCode: code, ErrorText: text, Retention: ret})
 	} else {
 		err = d.b.Drop(d.opCtx, c.name, dl.Ref)
 	}
@@ -758,7 +757,6 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 		msg.retention = c.o.retention
 	}
 	if msg.retention > 0 {
-		dl.Env.Retention = msg.retention // for the steps that settle it
 		c.startResult(msg, dl)
 	}
 	hctx := ctx
@@ -834,9 +832,11 @@ func (c *consumer) notifyCancelled(t *task) {
 	if !msg.wantsReply() {
 		return
 	}
+	msg.retention = c.retentionOf(&t.dl.Env)
 	if err := d.reply(d.opCtx, msg, nil, CodeCancelled, ErrCancelled.Error()); err != nil && !errors.Is(err, ErrLate) {
 		d.log.Warn("disker: cannot tell the sender that its message was cancelled", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
 	}
+	d.recordReply(d.opCtx, msg)
 }
 
 // dropReply counts the reply the handler returned to msg, a
@@ -950,7 +950,9 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 			reason = fmt.Sprintf("attempt %d failed with an error marked NoRetry: %v", msg.Attempt, err)
 		}
 		d.log.Error("disker: handler failed; message dead-lettered", append(attrs, "error", err)...)
-		if err := d.b.DeadLetter(d.opCtx, c.name, t.dl, reason); err != nil {
+		dl := t.dl // a copy: the lease keeper reads t.dl
+		dl.Env.Retention = msg.retention
+		if err := d.b.DeadLetter(d.opCtx, c.name, dl, reason); err != nil {
 			d.health.fail("dead letter", err)
 			d.log.Error("disker: cannot dead-letter the message; it will be delivered again", append(attrs, "error", err)...)
 			return
@@ -964,6 +966,7 @@ func (c *consumer) fail(t *task, msg *Message, err error, took time.Duration, de
 			if rerr := d.reply(d.opCtx, msg, nil, CodeDeadLetter, errorText(err)); rerr != nil && !errors.Is(rerr, ErrLate) {
 				d.log.Warn("disker: cannot send the dead-letter error reply", append(attrs, "error", rerr)...)
 			}
+			d.recordReply(d.opCtx, msg)
 		}
 		return
 	}
@@ -1148,7 +1151,7 @@ func logAttrs(receiver, id string, attempt int) []any {
 func (c *consumer) startResult(msg *Message, dl *broker.Delivery) {
 	d := c.d
 	err := d.b.StartResult(d.opCtx, &broker.StartResultParams{Receiver: c.name, ID: msg.ID, Worker: d.id, Attempt: msg.Attempt,
-		Retention: msg.retention, Deadline: dl.Deadline})
+		Retention: msg.retention, Deadline: dl.Deadline, Route: msg.route})
 	if err != nil {
 		d.health.fail("start result", err)
 		d.log.Warn("disker: cannot record the start of a message on its result", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
@@ -1177,4 +1180,13 @@ func (c *consumer) finishResult(t *task, msg *Message, rerr *RemoteError, late b
 		return
 	}
 	d.releaseDedup(c.name, &t.dl.Env)
+}
+
+// retentionOf is the retention of a delivered message: its own, else the
+// receiver's (WithResultRetention).
+func (c *consumer) retentionOf(env *broker.Envelope) time.Duration {
+	if env.Retention > 0 {
+		return env.Retention
+	}
+	return c.o.retention
 }

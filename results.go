@@ -223,9 +223,11 @@ func (d *Disker) ListResults(ctx context.Context, receiver string, max int) ([]*
 
 // resultOf turns a broker record into a Result. What the sender received
 // decides first: a reply recorded (its error code tells a dead letter, a
-// cancellation or an expiry told to the sender); else a cancellation;
-// else a deadline passed in broker time (the reply was not accepted by
-// then, so the sender got a timeout notice); else the receiver's state.
+// cancellation or an expiry told to the sender); else, for a timed
+// message from a named sender, a deadline passed in broker time (no reply
+// was accepted by then, so its pending timeout gave the sender a timeout
+// notice); else a cancellation (a Request's caller that gave up saw it
+// cancelled); else a deadline passed; else the receiver's state.
 func (d *Disker) resultOf(rec *broker.ResultRecord) *Result {
 	r := &Result{
 		ID: rec.ID, Receiver: rec.Receiver, Attempts: rec.Attempts, Worker: rec.Worker,
@@ -252,6 +254,8 @@ func (d *Disker) resultOf(rec *broker.ResultRecord) *Result {
 				r.State = ResultFailed
 			}
 		}
+	case timedOut && rec.Route == broker.RouteSender:
+		r.State = ResultTimedOut
 	case rec.State == broker.ResultCancelled:
 		r.State = ResultCancelled
 	case timedOut:
@@ -268,6 +272,24 @@ func (d *Disker) resultOf(rec *broker.ResultRecord) *Result {
 		r.FinishedAt = d.b.Local(rec.Deadline)
 	}
 	return r
+}
+
+// recordReply records the notice msg's sender received after msg was
+// settled (its cancellation, its dead letter), msg.sentReply once
+// accepted, on msg's retained result, when it has one: the broker
+// recorded it already where it accepted it when it could (one Redis
+// server); on a Cluster whose slots part the sender and the receiver, this
+// is the step that records it, and its record is final (cancelled,
+// dead-lettered) already, so nothing else changes.
+func (d *Disker) recordReply(ctx context.Context, msg *Message) {
+	if msg.retention <= 0 || msg.sentReply == nil {
+		return
+	}
+	err := d.b.FinishResult(ctx, &broker.FinishResultParams{Receiver: msg.Receiver, ID: msg.ID, State: broker.ResultDone,
+		Worker: d.id, Reply: msg.sentReply, Retention: msg.retention})
+	if err != nil {
+		d.log.Warn("disker: cannot record the cancellation notice on the message's result", "receiver", msg.Receiver, "id", msg.ID, "error", err)
+	}
 }
 
 // Progress records data as the latest progress of msg, a message this

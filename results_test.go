@@ -101,7 +101,7 @@ func TestResultRetention(t *testing.T) {
 			t.Fatalf("ListResults: %d results, %v; want 4", len(list), err)
 		}
 
-		short, err := client.Send(ctx, disker.Message{Receiver: "res", Content: []byte("short")}, disker.WithRetention(50*time.Millisecond))
+		short, err := client.Send(ctx, disker.Message{Receiver: "res", Content: []byte("short")}, disker.WithRetention(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,5 +260,104 @@ func TestResultRacesTimeout(t *testing.T) {
 			return replies, timeouts
 		}
 		raceUntilBoth(t, span, round)
+	})
+}
+
+// TestResultRacesCancel cancels 2,000 timed messages with a retention at
+// random moments of their handling, one in ten of them dead-lettered: each
+// one's retained fate is the one outcome its sender saw (the reply, the
+// cancelled or dead-letter error, or a timeout notice).
+func TestResultRacesCancel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stress test: runs without -short")
+	}
+	const n = 2000
+	eachBackend(t, func(t *testing.T, e *env) {
+		worker, client := e.open(), e.open()
+		if err := worker.Handle("rescancel", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			time.Sleep(time.Duration(rand.N(2000)) * time.Microsecond)
+			if m.Headers["dead"] != "" {
+				return nil, disker.NoRetry(errors.New("dead"))
+			}
+			return []byte("r"), nil
+		}), disker.WithConcurrency(64)); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		outcomes := make(map[string][]byte, n)
+		record := func(id string, kind byte) {
+			mu.Lock()
+			outcomes[id] = append(outcomes[id], kind)
+			mu.Unlock()
+		}
+		if err := client.OnReply("rescanceller", disker.ReplyHandlerFunc(func(_ context.Context, r *disker.Message) {
+			switch {
+			case r.Error == nil:
+				record(r.InReplyTo, 'r')
+			case r.Error.Code == disker.CodeCancelled:
+				record(r.InReplyTo, 'c')
+			case r.Error.Code == disker.CodeDeadLetter:
+				record(r.InReplyTo, 'd')
+			default:
+				record(r.InReplyTo, '?')
+			}
+		})); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.OnTimeout("rescanceller", disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) { record(m.ID, 't') })); err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, 3*time.Minute)
+		ids := make([]string, n)
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 64)
+		for i := range ids {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				msg := disker.Message{Sender: "rescanceller", Receiver: "rescancel"}
+				if i%10 == 0 {
+					msg.Headers = map[string]string{"dead": "1"}
+				}
+				id, err := client.Send(ctx, msg, disker.WithTimeout(5*time.Second), disker.WithRetention(time.Hour))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids[i] = id
+				time.Sleep(time.Duration(rand.N(3000)) * time.Microsecond)
+				if _, err := client.Cancel(ctx, "rescancel", id); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		want := map[byte]disker.ResultState{'r': disker.ResultSucceeded, 'c': disker.ResultCancelled, 'd': disker.ResultDeadLettered, 't': disker.ResultTimedOut}
+		count := map[disker.ResultState]int{}
+		for _, id := range ids {
+			waitFor(t, time.Minute, "the sender's outcome", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(outcomes[id]) > 0
+			})
+			r, err := client.WaitResult(ctx, "rescancel", id)
+			if err != nil {
+				t.Fatalf("WaitResult %s: %v", id, err)
+			}
+			mu.Lock()
+			o := outcomes[id]
+			mu.Unlock()
+			if len(o) != 1 || want[o[0]] != r.State {
+				t.Fatalf("message %s: the sender saw %q, the result says %v (%+v)", id, o, r.State, r)
+			}
+			count[r.State]++
+		}
+		t.Logf("outcomes, each retained as its sender saw it: %v", count)
+		if count[disker.ResultCancelled] == 0 || count[disker.ResultSucceeded] == 0 {
+			t.Fatalf("the race needs both cancellations and replies: %v", count)
+		}
 	})
 }

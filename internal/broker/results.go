@@ -109,6 +109,8 @@ type ResultRecord struct {
 	Sent, Started, Finished time.Time
 	// Deadline is the message's deadline, zero if none.
 	Deadline time.Time
+	// Route is the message's reply route (RouteNone when not known).
+	Route Route
 	// Reply is the reply its sender received, nil if none (yet).
 	Reply *Envelope
 	// ErrorCode and ErrorText say why the message failed, when it did
@@ -159,8 +161,10 @@ type StartResultParams struct {
 	// retention, and its receiver keeps results by default), creates one
 	// with this retention; 0 writes nothing then.
 	Retention time.Duration
-	// Deadline is the message's deadline, for a record created here.
+	// Deadline and Route are the message's deadline and reply route, for
+	// a record created here.
 	Deadline time.Time
+	Route    Route
 }
 
 // Validate returns an error naming the first field that is not valid.

@@ -85,7 +85,7 @@ func (c *core) recordSent(p *broker.SendParams, deadline, due, now time.Time) {
 	rs.sweep(now)
 	rs.recs[p.Env.ID] = &memResult{
 		rec: broker.ResultRecord{ID: p.Env.ID, Receiver: p.Env.Receiver, State: broker.ResultQueued, Sent: now,
-			Deadline: deadline, Retention: p.Retention},
+			Deadline: deadline, Route: p.Env.Route, Retention: p.Retention},
 		expires: due.Add(broker.PendingRetention + p.Retention),
 	}
 }
@@ -162,7 +162,7 @@ func (b *Broker) StartResult(ctx context.Context, p *broker.StartResultParams) e
 		if p.Retention <= 0 {
 			return nil
 		}
-		r = &memResult{rec: broker.ResultRecord{ID: p.ID, Receiver: p.Receiver, Deadline: p.Deadline, Retention: p.Retention}}
+		r = &memResult{rec: broker.ResultRecord{ID: p.ID, Receiver: p.Receiver, Deadline: p.Deadline, Route: p.Route, Retention: p.Retention}}
 		b.c.results(p.Receiver).recs[p.ID] = r
 	}
 	if r.rec.State.Final() || r.reply != nil {

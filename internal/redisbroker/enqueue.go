@@ -211,7 +211,7 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- outcome 1 queued, 2 deferred (id ARGV[2]); 3 duplicate (id: the dedup
 -- key's); 4 joined (id: the idempotency key's message, with its reply if
 -- stored); a message stored with a retention has its record written
--- (state q, sent now, its deadline), living PendingRetention after its
+-- (state q, sent now, its route, its deadline), living PendingRetention after its
 -- due time plus the retention; first is 1 when the message was queued at the high or low
 -- level and that level's stream held nothing before (see levelsChanged).
 ` + luaNow + luaDeferred + luaQueueMessage + luaGroupsLazy + `
@@ -309,7 +309,7 @@ if ARGV[12] == '1' then
   redis.call('HSET', KEYS[9], id, env)
 end
 if ARGV[18] ~= '' then
-  redis.call('HSET', KEYS[16], 'st', 'q', 's', nowStr, 'ret', ARGV[18])
+  redis.call('HSET', KEYS[16], 'st', 'q', 's', nowStr, 'ret', ARGV[18], 'rt', route)
   if deadline >= 0 then redis.call('HSET', KEYS[16], 'd', fmt(deadline)) end
   redis.call('PEXPIRE', KEYS[16], fmt(due - now + tonumber(ARGV[19]) + tonumber(ARGV[18])))
 end

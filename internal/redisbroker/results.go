@@ -111,6 +111,7 @@ var scriptResultStart = rueidis.NewLuaScript(`-- result_start
 -- ARGV[3] -> retention ms: creates a missing record with it; "" does not
 -- ARGV[4] -> deadline, unix ms, or "" (for a record created here)
 -- ARGV[5] -> how long a record lives without a final outcome, ms
+-- ARGV[6] -> the route "n", "s" or "i" (for a record created here)
 -- A final record is left as it is. Returns 1 when written, 0 if not.
 ` + luaNow + `
 local cur = redis.call('HMGET', KEYS[1], 'st', 'ret')
@@ -119,7 +120,7 @@ local ret = cur[2]
 if not cur[1] then
   if ARGV[3] == '' then return 0 end
   ret = ARGV[3]
-  redis.call('HSET', KEYS[1], 'ret', ret)
+  redis.call('HSET', KEYS[1], 'ret', ret, 'rt', ARGV[6])
   if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'd', ARGV[4]) end
 end
 redis.call('HSET', KEYS[1], 'st', 'r', 'w', ARGV[1], 'a', ARGV[2])
@@ -187,7 +188,7 @@ func (b *Broker) StartResult(ctx context.Context, p *broker.StartResultParams) e
 		return err
 	}
 	err := scriptResultStart.Exec(ctx, b.client, []string{b.keys.result(p.Receiver, p.ID)},
-		[]string{p.Worker, strconv.Itoa(p.Attempt), retentionArg(p.Retention), msOf(p.Deadline), msString(broker.PendingRetention)}).Error()
+		[]string{p.Worker, strconv.Itoa(p.Attempt), retentionArg(p.Retention), msOf(p.Deadline), msString(broker.PendingRetention), routeArg(p.Route)}).Error()
 	return b.failIf(ctx, "start result", err)
 }
 
@@ -343,6 +344,20 @@ func (b *Broker) readResults(ctx context.Context, receiver string, ids []string)
 	return out, nil
 }
 
+// routeArg is route as the scripts write it: "n", "s" or "i".
+func routeArg(route broker.Route) string {
+	switch route {
+	case broker.RouteSender:
+		return "s"
+	case broker.RouteInbox:
+		return "i"
+	}
+	return "n"
+}
+
+// resultRoutes are the routes of a record's field rt.
+var resultRoutes = map[string]broker.Route{"s": broker.RouteSender, "i": broker.RouteInbox}
+
 // resultStates are the states of a record's field st.
 var resultStates = map[string]broker.ResultState{"q": broker.ResultQueued, "r": broker.ResultRunning, "d": broker.ResultDone,
 	"x": broker.ResultDeadLettered, "c": broker.ResultCancelled, "e": broker.ResultExpired, "t": broker.ResultTimedOut}
@@ -359,11 +374,9 @@ func decodeResult(receiver, id string, h map[string]string) (broker.ResultRecord
 	rec.Started, _ = unixMS(h["b"])
 	rec.Finished, _ = unixMS(h["f"])
 	rec.Deadline, _ = unixMS(h["d"])
+	rec.Route = resultRoutes[h["rt"]]
 	if ret, err := strconv.ParseInt(h["ret"], 10, 64); err == nil {
 		rec.Retention = time.Duration(ret) * time.Millisecond
-	}
-	if !rec.State.Final() && rec.Reply == nil {
-		rec.Finished = time.Time{}
 	}
 	if p, ok := h["p"]; ok {
 		rec.Progress = []byte(p)
@@ -374,6 +387,9 @@ func decodeResult(receiver, id string, h map[string]string) (broker.ResultRecord
 			return rec, fmt.Errorf("the reply: %w", err)
 		}
 		rec.Reply = &env
+	}
+	if !rec.State.Final() && rec.Reply == nil {
+		rec.Finished = time.Time{} // a start after a final write of resFinal's would not clear it
 	}
 	return rec, nil
 }
