@@ -217,7 +217,9 @@ func (r *requester) close(ctx context.Context) {
 // worker holds it, Request waits (within RequestGrace) for the worker's
 // outcome: the reply if the handler replied before the cancellation reached
 // the worker, else ctx's error, and then the handler's reply is refused
-// with ErrLate. When the broker cannot be
+// with ErrLate; when the worker has not answered by then, the outcome is
+// unknown (ErrOutcomeUnknown, which matches ctx's error too): its reply may
+// still be accepted. When the broker cannot be
 // reached, Request returns an error matching ErrUnavailable at once, unless
 // the connection broke after the message was written: then the message may
 // have been queued all the same, so Request waits for its deadline and
@@ -573,13 +575,14 @@ func (q *request) end() (*Message, bool, error) {
 	now := time.Now()
 	q.ending()
 	if q.ctx.Err() == context.Canceled {
-		// Six tenths of the grace at most, and a tenth of it left to
-		// give up.
+		// Six tenths of the grace at most to cancel, and a tenth of it
+		// left to give up; a worker that holds the message has until
+		// stop to answer.
 		until := now.Add(RequestGrace * 6 / 10)
 		if last := q.stop.Add(-RequestGrace / 10); last.Before(until) {
 			until = last
 		}
-		if m, done, err := q.cancelOwn(until); done {
+		if m, done, err := q.cancelOwn(until, q.stop); done {
 			return m, true, err
 		}
 	}
@@ -599,10 +602,22 @@ func (q *request) end() (*Message, bool, error) {
 // the worker that holds one settles it, with its reply or a cancelled
 // notice, whichever came first there, so that the Request and the replier
 // agree. done is true when that decided the result: the reply, or ctx's
-// error. Otherwise the request is settled in its inbox as any other.
-func (q *request) cancelOwn(until time.Time) (*Message, bool, error) {
-	e, ok := q.r.cancelOwn(&q.w, q.receiver, q.id, q.deadline, until)
+// error. Otherwise the request is settled in its inbox as any other, but
+// for a message a worker holds that did not answer by stop: its reply may
+// still be accepted (the inbox takes a reply until the deadline), so the
+// outcome is unknown (ErrOutcomeUnknown). A streamed request's marker
+// settles it for good (later replies are refused), so it gives up as any
+// other.
+func (q *request) cancelOwn(until, stop time.Time) (*Message, bool, error) {
+	wait := stop
+	if q.w.stream {
+		wait = until
+	}
+	e, ok, inFlight := q.r.cancelOwn(&q.w, q.receiver, q.id, q.deadline, until, wait)
 	if !ok {
+		if inFlight && !q.w.stream {
+			return nil, true, q.unknown(errors.New("the worker that holds the message did not answer its cancellation"))
+		}
 		return nil, false, nil
 	}
 	if e.Kind == broker.KindReply && !isCancelledNotice(&e) {
@@ -654,12 +669,13 @@ func (q *request) ended() error {
 // cancelOwn cancels message id of receiver, sent by a Request (waiting
 // as w) whose context was cancelled, within until. When the message was
 // not delivered yet, no reply can come: it returns a marker-kind entry
-// and true. When a worker holds it, it waits until until for the worker's
+// and true. When a worker holds it, it waits until wait for the worker's
 // outcome, the first reply before deadline (the reply, or the worker's
 // cancelled notice), and returns it and true. Otherwise (not found: the
-// reply, if any, is on its way; or no answer in time) it returns false,
-// and the Request settles the request in its inbox as before.
-func (r *requester) cancelOwn(w *waiter, receiver, id string, deadline, until time.Time) (broker.Reply, bool) {
+// reply, if any, is on its way; or no answer in time, inFlight) it
+// returns false, and the Request settles the request in its inbox as
+// before.
+func (r *requester) cancelOwn(w *waiter, receiver, id string, deadline, until, wait time.Time) (e broker.Reply, ok, inFlight bool) {
 	d := r.d
 	res, ok, err := within(r, until, func() (CancelResult, error) {
 		ctx, cancel := context.WithDeadline(d.opCtx, until)
@@ -670,27 +686,27 @@ func (r *requester) cancelOwn(w *waiter, receiver, id string, deadline, until ti
 		if err != nil {
 			d.log.Debug("disker: cannot cancel the message of a cancelled Request", "receiver", receiver, "id", id, "error", err)
 		}
-		return broker.Reply{}, false
+		return broker.Reply{}, false, false
 	}
 	switch res {
 	case CancelQueued, CancelDeferred:
-		return broker.Reply{Kind: broker.KindTimeout, RequestID: id}, true
+		return broker.Reply{Kind: broker.KindTimeout, RequestID: id}, true, false
 	case CancelInFlight:
 	default:
-		return broker.Reply{}, false
+		return broker.Reply{}, false, false
 	}
-	t := time.NewTimer(max(time.Until(until), 0))
+	t := time.NewTimer(max(time.Until(wait), 0))
 	defer t.Stop()
 	for {
 		if e, ok := w.decide(deadline, ""); ok {
-			return e, true
+			return e, true, true
 		}
 		select {
 		case <-w.ready:
 		case <-t.C:
-			return broker.Reply{}, false
+			return broker.Reply{}, false, true
 		case <-d.closing:
-			return broker.Reply{}, false
+			return broker.Reply{}, false, true
 		}
 	}
 }
