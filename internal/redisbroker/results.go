@@ -362,9 +362,6 @@ func decodeResult(receiver, id string, h map[string]string) (broker.ResultRecord
 	if ret, err := strconv.ParseInt(h["ret"], 10, 64); err == nil {
 		rec.Retention = time.Duration(ret) * time.Millisecond
 	}
-	if !rec.State.Final() && rec.Reply == nil {
-		rec.Finished = time.Time{}
-	}
 	if p, ok := h["p"]; ok {
 		rec.Progress = []byte(p)
 	}
@@ -374,6 +371,12 @@ func decodeResult(receiver, id string, h map[string]string) (broker.ResultRecord
 			return rec, fmt.Errorf("the reply: %w", err)
 		}
 		rec.Reply = &env
+	}
+	// A record that is not final has a finish time only with the reply
+	// its sender received (the timed reply script writes both, before the
+	// worker's FinishResult).
+	if !rec.State.Final() && rec.Reply == nil {
+		rec.Finished = time.Time{}
 	}
 	return rec, nil
 }
