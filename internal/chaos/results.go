@@ -15,8 +15,8 @@ import (
 	"github.com/diskerhq/disker"
 )
 
-// KindResult: at the end, a producer looked up the retained result of Op
-// (ID): Result is its state (disker.ResultState's name), ResultNotFound
+// KindResult is the kind of the event of a retained result: at the end, a
+// producer looked up the result of Op (ID): Result is its state (disker.ResultState's name), ResultNotFound
 // or error (Err); Reply its reply's content; Key its error's code.
 const KindResult = "result"
 
