@@ -73,3 +73,30 @@ func TestProgressStreamed(t *testing.T) {
 		}
 	})
 }
+
+// TestResultDeadLetteredRequest: a Request dead-lettered before its
+// deadline keeps its dead letter as its result after the deadline passed:
+// its sender got the dead-letter error, not a timeout.
+func TestResultDeadLetteredRequest(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		worker, client := e.open(), e.open()
+		if err := worker.Handle("poison", disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
+			return nil, disker.NoRetry(errors.New("poison"))
+		})); err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, time.Minute)
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := client.Request(rctx, disker.Message{Receiver: "poison"}, disker.WithRetention(time.Hour))
+		var remote *disker.RemoteError
+		if !errors.As(err, &remote) || remote.Code != disker.CodeDeadLetter {
+			t.Fatalf("Request: %v, want the dead-letter error", err)
+		}
+		<-rctx.Done()
+		r, err := client.WaitResult(ctx, "poison", remote.MessageID)
+		if err != nil || r.State != disker.ResultDeadLettered {
+			t.Fatalf("the result after the deadline: %+v, %v; want dead_lettered", r, err)
+		}
+	})
+}

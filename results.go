@@ -224,7 +224,8 @@ func (d *Disker) ListResults(ctx context.Context, receiver string, max int) ([]*
 // resultOf turns a broker record into a Result. What the sender received
 // decides first: a reply recorded (its error code tells a dead letter, a
 // cancellation or an expiry told to the sender); else a cancellation;
-// else a deadline passed in broker time (the reply was not accepted by
+// else a dead letter recorded before the deadline; else a deadline passed
+// in broker time (the reply was not accepted by
 // then, so the sender got a timeout notice); else the receiver's state.
 func (d *Disker) resultOf(rec *broker.ResultRecord) *Result {
 	r := &Result{
@@ -254,6 +255,11 @@ func (d *Disker) resultOf(rec *broker.ResultRecord) *Result {
 		}
 	case rec.State == broker.ResultCancelled:
 		r.State = ResultCancelled
+	case rec.State == broker.ResultDeadLettered && !rec.Finished.IsZero() && (rec.Deadline.IsZero() || rec.Finished.Before(rec.Deadline)):
+		// Dead-lettered before its deadline: its sender was sent the
+		// dead-letter error then (a Request's inbox reply is not recorded
+		// where it is accepted).
+		r.State = ResultDeadLettered
 	case timedOut:
 		r.State = ResultTimedOut
 	default:
