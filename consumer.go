@@ -758,6 +758,9 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 	}
 	if msg.retention > 0 {
 		c.startResult(msg, dl)
+		if c.tooLate(dl, time.Now()) {
+			return // its deadline passed while its start was recorded
+		}
 	}
 	hctx := ctx
 	if !deadline.IsZero() {

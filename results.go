@@ -227,7 +227,9 @@ func (d *Disker) ListResults(ctx context.Context, receiver string, max int) ([]*
 // message from a named sender, a deadline passed in broker time (no reply
 // was accepted by then, so its pending timeout gave the sender a timeout
 // notice); else a cancellation (a Request's caller that gave up saw it
-// cancelled); else a deadline passed; else the receiver's state.
+// cancelled); else a dead letter recorded before the deadline (its sender
+// was sent the dead-letter error then); else a deadline passed; else the
+// receiver's state.
 func (d *Disker) resultOf(rec *broker.ResultRecord) *Result {
 	r := &Result{
 		ID: rec.ID, Receiver: rec.Receiver, Attempts: rec.Attempts, Worker: rec.Worker,
@@ -258,6 +260,11 @@ func (d *Disker) resultOf(rec *broker.ResultRecord) *Result {
 		r.State = ResultTimedOut
 	case rec.State == broker.ResultCancelled:
 		r.State = ResultCancelled
+	case rec.State == broker.ResultDeadLettered && !rec.Finished.IsZero() && (rec.Deadline.IsZero() || rec.Finished.Before(rec.Deadline)):
+		// Dead-lettered before its deadline: its sender was sent the
+		// dead-letter error then (a Request's inbox reply is not recorded
+		// where it is accepted).
+		r.State = ResultDeadLettered
 	case timedOut:
 		r.State = ResultTimedOut
 	default:
@@ -292,17 +299,27 @@ func (d *Disker) recordReply(ctx context.Context, msg *Message) {
 	}
 }
 
-// Progress records data as the latest progress of msg, a message this
-// instance is handling, on its retained result (WithRetention,
-// WithResultRetention), where Result finds it until the final outcome
-// replaces nothing of it: the result keeps the latest progress. Call it
-// from the handler, before it returns. A message without a retention
-// records nothing: Progress returns nil.
+// Progress reports data as the progress of msg, a message this instance
+// is handling. Call it from the handler, before it returns. It goes to
+// two places, each where it applies:
+//
+//   - a message with a retained result (WithRetention,
+//     WithResultRetention) records it there, where Result finds it: the
+//     result keeps the latest progress, with the final outcome too;
+//   - a message from a RequestStream (see Streamed) sends it to its
+//     caller, whose iterator yields it in order with the partial replies,
+//     with Part.Progress set. It counts toward MaxPartials.
+//
+// A message with neither records and sends nothing: Progress returns
+// nil. A message with both records it first, then sends it.
 //
 // It returns ErrNotInHandler for a Message not being handled here,
 // ErrResultFinal once the handler returned or the message's outcome is
-// decided (replied, cancelled), and an error when data is over
-// MaxProgressSize.
+// decided (replied, cancelled; for a streamed message, also when the
+// broker refuses the progress as late, its deadline passed or its caller
+// gone: the error matches ErrLate as well), an error
+// when data is over MaxProgressSize, and for a streamed message the
+// errors of Partial (ErrPartialCap, ErrLeaseLost).
 func (msg *Message) Progress(ctx context.Context, data []byte) error {
 	switch {
 	case msg == nil || msg.settle == nil || msg.owner == nil:
@@ -311,9 +328,19 @@ func (msg *Message) Progress(ctx context.Context, data []byte) error {
 		return invalid("data", "%d bytes is over the limit of %d (MaxProgressSize)", len(data), MaxProgressSize)
 	case msg.settle.Load() != taskRunning:
 		return ErrResultFinal
-	case msg.retention <= 0:
+	}
+	if msg.retention > 0 {
+		d := msg.owner
+		if err := d.record("progress", d.b.SetProgress(ctx, msg.Receiver, msg.ID, data)); err != nil {
+			return err
+		}
+	}
+	if !msg.stream {
 		return nil
 	}
-	d := msg.owner
-	return d.record("progress", d.b.SetProgress(ctx, msg.Receiver, msg.ID, data))
+	err := msg.partial(ctx, broker.PartProgress, data)
+	if errors.Is(err, ErrLate) {
+		return fmt.Errorf("disker: progress of message %s: its request has its final outcome, or its caller has gone: %w (%w)", msg.ID, ErrResultFinal, ErrLate)
+	}
+	return err
 }

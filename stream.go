@@ -12,8 +12,10 @@ import (
 )
 
 // MaxPartials is the most partial replies (Message.Partial) one delivery
-// attempt of a message may send: the next one returns an error matching
-// ErrPartialCap and is not sent. A redelivery (a new attempt) counts anew.
+// attempt of a message may send, its progress streamed to the caller
+// (Message.Progress) counted with them: the next one returns an error
+// matching ErrPartialCap and is not sent. A redelivery (a new attempt)
+// counts anew.
 const MaxPartials = 10_000
 
 // Errors of streamed requests. Check them with errors.Is.
@@ -28,11 +30,16 @@ var (
 	ErrPartialCap = broker.ErrPartialCap
 )
 
-// Part is one item of a RequestStream: a partial reply, or the final reply.
+// Part is one item of a RequestStream: a partial reply, the handler's
+// progress, or the final reply.
 type Part struct {
 	// Content is a partial reply's data, as the handler sent it
-	// (Message.Partial); nil on the final reply.
+	// (Message.Partial), or its progress when Progress is set; nil on the
+	// final reply.
 	Content []byte
+	// Progress is set when Content is the handler's progress
+	// (Message.Progress), not a piece of the reply.
+	Progress bool
 	// Attempt is the delivery attempt of the handler that sent the
 	// partial: 1, and one more for each redelivery (see Restart).
 	Attempt int
@@ -107,7 +114,8 @@ func (msg *Message) partial(ctx context.Context, kind broker.PartKind, data []by
 
 // RequestStream sends msg to msg.Receiver as Request does, and returns the
 // iterator of its replies: each partial reply the handler sends
-// (Message.Partial) in order, then exactly one final item, the last: the
+// (Message.Partial) and each progress it reports (Message.Progress, with
+// Part.Progress set) in order, then exactly one final item, the last: the
 // reply (Part.Reply, with a nil error), or the error Request would return
 // (a *RemoteError, an error matching ErrTimeout, ctx's error, ...). The
 // final outcome is decided as Request's is, and a partial is never
@@ -201,10 +209,11 @@ type streamState struct {
 // whether the caller wants more.
 func (s *streamState) yieldParts(q *request, yield func(Part, error) bool) bool {
 	for _, e := range q.w.takeParts() {
-		if e.Part != broker.PartData {
+		if e.Part != broker.PartData && e.Part != broker.PartProgress {
 			continue
 		}
-		p := Part{Content: e.Env.Content, Attempt: e.Attempt, Restart: s.attempt != 0 && e.Attempt > s.attempt}
+		p := Part{Content: e.Env.Content, Progress: e.Part == broker.PartProgress, Attempt: e.Attempt,
+			Restart: s.attempt != 0 && e.Attempt > s.attempt}
 		s.attempt = e.Attempt
 		if !yield(p, nil) {
 			return false

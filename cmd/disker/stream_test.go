@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/diskerhq/disker"
 )
 
 // sseEvent is one server-sent event.
@@ -142,4 +146,47 @@ func TestGatewayEventsExec(t *testing.T) {
 	}
 	f.Close()
 	checkEvents(t, r, sseEvent{"partial", "1.2", "two"}, sseEvent{"partial", "1.3", "three"}, sseEvent{"reply", "", ""})
+}
+
+// TestGatewayEventsProgress serves the gateway's receiver with a Go handler
+// that reports progress between partial replies: a client that accepts
+// server-sent events gets each progress as an event "progress" in order
+// with the partials, the first before the handler goes on.
+func TestGatewayEventsProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	d, err := disker.New(context.Background(), disker.Config{RedisURL: e.redisURL, KeyPrefix: e.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		d.Close(ctx)
+	})
+	release := make(chan struct{})
+	if err := d.Handle("prog", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		if err := m.Progress(ctx, []byte("1/2")); err != nil {
+			return nil, err
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if err := m.Partial(ctx, []byte("half")); err != nil {
+			return nil, err
+		}
+		if err := m.Progress(ctx, []byte("2/2")); err != nil {
+			return nil, err
+		}
+		return []byte("all"), nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	_, g := e.startGateway("--receiver", "prog", "--timeout", "30s")
+	r := openEvents(t, g+"/")
+	checkEvents(t, r, sseEvent{"progress", "", "1/2"})
+	close(release)
+	checkEvents(t, r, sseEvent{"partial", "1.1", "half"}, sseEvent{"progress", "", "2/2"}, sseEvent{"reply", "", "all"})
 }

@@ -138,6 +138,9 @@ type PartKind int
 const (
 	// PartData is a piece of the reply, as the handler sends it.
 	PartData PartKind = 1
+	// PartProgress is the handler's progress (disker's Message.Progress),
+	// not a piece of the reply.
+	PartProgress PartKind = 2
 )
 
 // ReplyMode tells Reply how to decide whether a reply is accepted.

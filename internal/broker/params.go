@@ -303,7 +303,7 @@ func (p *PartialParams) Validate() error {
 	if err := CheckPositive("PartialParams.Attempt", p.Attempt); err != nil {
 		return err
 	}
-	if p.Kind < 0 || p.Kind > PartData {
+	if p.Kind < 0 || p.Kind > PartProgress {
 		return fmt.Errorf("broker: PartialParams.Kind %d is not a PartKind", p.Kind)
 	}
 	return CheckPositive("PartialParams.Max", p.Max)

@@ -170,6 +170,7 @@ func checkFeatures(r *Report, events []Event, ops map[string]*opHistory, fi faul
 	c.pool()
 	c.groups()
 	c.schedules()
+	c.results(events)
 	return c.f
 }
 

@@ -161,7 +161,7 @@ func RunProducer(cfg ProcConfig) error {
 		if m.Error != nil {
 			result = ResultRemoteError
 		}
-		rec.Record(Event{Kind: KindOutcome, Op: opOfReply(m), ID: m.InReplyTo, Result: result})
+		rec.Record(Event{Kind: KindOutcome, Op: opOfReply(m), ID: m.InReplyTo, Result: result, Reply: string(m.Content)})
 	})); err != nil {
 		return err
 	}
@@ -183,6 +183,7 @@ func RunProducer(cfg ProcConfig) error {
 	wg.Wait()
 	rec.Record(Event{Kind: KindIdle})
 	waitSignal(syscall.SIGINT, syscall.SIGTERM)
+	p.results.lookUp(d, rec)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return d.Close(ctx)
@@ -199,9 +200,10 @@ func opOfReply(m *disker.Message) string {
 }
 
 type producer struct {
-	cfg ProcConfig
-	d   *disker.Disker
-	rec *Recorder
+	cfg     ProcConfig
+	d       *disker.Disker
+	rec     *Recorder
+	results retainedOps // the retained messages (results.go)
 }
 
 // loop runs operations until ctx ends: a mix of fire-and-forget sends,
@@ -234,6 +236,7 @@ func (p *producer) send(op, receiver, mode string, timeout time.Duration) {
 	if mode != ModeFireAndForget {
 		msg.Sender = Sender
 		opts = append(opts, disker.WithTimeout(timeout))
+		opts = append(opts, retention(op)...)
 	}
 	p.rec.Record(Event{Kind: KindSend, Op: op, Mode: mode, Timeout: int64(timeout)})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -244,6 +247,9 @@ func (p *producer) send(op, receiver, mode string, timeout time.Duration) {
 		return
 	}
 	p.rec.Record(Event{Kind: KindSent, Op: op, ID: id})
+	if mode != ModeFireAndForget {
+		p.results.keep(op, receiver, id)
+	}
 }
 
 // delayed sends a fire-and-forget message WithDelay (1 to 300ms), and
@@ -294,15 +300,17 @@ func (p *producer) request(op, receiver string, timeout time.Duration) {
 	defer cancel()
 	dl, _ := ctx.Deadline()
 	p.rec.Record(Event{Kind: KindSend, Op: op, Mode: ModeRequest, Timeout: int64(timeout), Deadline: dl.UnixNano()})
-	reply, err := p.d.Request(ctx, disker.Message{Receiver: receiver, Content: []byte(op)})
+	reply, err := p.d.Request(ctx, disker.Message{Receiver: receiver, Content: []byte(op)}, retention(op)...)
 	var remote *disker.RemoteError
 	switch {
 	case err == nil:
-		p.rec.Record(Event{Kind: KindOutcome, Op: op, ID: reply.InReplyTo, Result: ResultReply})
+		p.rec.Record(Event{Kind: KindOutcome, Op: op, ID: reply.InReplyTo, Result: ResultReply, Reply: string(reply.Content)})
+		p.results.keep(op, receiver, reply.InReplyTo)
 	case errors.Is(err, disker.ErrTimeout):
 		p.rec.Record(Event{Kind: KindOutcome, Op: op, Result: ResultTimeout, Err: err.Error()})
 	case errors.As(err, &remote):
 		p.rec.Record(Event{Kind: KindOutcome, Op: op, Result: ResultRemoteError, Err: err.Error()})
+		p.results.keep(op, receiver, remote.MessageID)
 	default:
 		// Not sent (Redis unreachable at once), or its outcome unknown
 		// (ErrOutcomeUnknown: Redis did not answer in time to settle it):

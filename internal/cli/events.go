@@ -2,7 +2,7 @@ package cli
 
 // The gateway's server-sent events: a request that accepts
 // text/event-stream gets its worker's partial replies as they come, then
-// the final one (see docs/streams.md).
+// the final one, with the handler's progress between (see docs/streams.md).
 
 import (
 	"bytes"
@@ -33,7 +33,8 @@ func wantsEvents(r *http.Request) bool {
 
 // serveEvents answers r with server-sent events: msg is sent with
 // RequestStream, and each partial reply becomes an event "partial" (id
-// ATTEMPT.N), each restart of a redelivered message an event "restart"
+// ATTEMPT.N), each progress of the handler (Message.Progress) an event
+// "progress" (no id), each restart of a redelivered message an event "restart"
 // (data: its attempt), and the final outcome one event "reply" (the body
 // of the worker's HTTP response, or the reply as it is when it is not
 // one) or "error" (the text the gateway would answer without events; an
@@ -73,8 +74,12 @@ func (g *gateway) serveEvents(ctx context.Context, w http.ResponseWriter, r *htt
 				n = 0
 				writeEvent(&buf, "restart", "", []byte(strconv.Itoa(part.Attempt)))
 			}
-			n++
-			writeEvent(&buf, "partial", fmt.Sprintf("%d.%d", part.Attempt, n), part.Content)
+			if part.Progress {
+				writeEvent(&buf, "progress", "", part.Content)
+			} else {
+				n++
+				writeEvent(&buf, "partial", fmt.Sprintf("%d.%d", part.Attempt, n), part.Content)
+			}
 		}
 		if _, werr := w.Write(buf.Bytes()); werr != nil {
 			return 499 // the client went away: leaving the loop gives the request up

@@ -65,8 +65,8 @@ of the worker and get its one response (the first's, waiting for it if it is
 still running). A client may so retry a POST safely.
 
 A request with "Accept: text/event-stream" gets the worker's partial replies
-("disker worker --stream") as server-sent events as they come, then one final
-event, "reply" or "error".
+("disker worker --stream") as server-sent events as they come ("partial"), and
+a Go handler's progress ("progress"), then one final event, "reply" or "error".
 
 Run several gateways and several workers on different machines, all on the
 same Redis, and you have a distributed HTTP tier. Hop-by-hop headers

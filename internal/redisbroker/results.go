@@ -388,8 +388,12 @@ func decodeResult(receiver, id string, h map[string]string) (broker.ResultRecord
 		}
 		rec.Reply = &env
 	}
+	// A record that is not final has a finish time only with the reply
+	// its sender received (the timed reply script writes both, before the
+	// worker's FinishResult); a start after a final write of resFinal's
+	// would not clear it.
 	if !rec.State.Final() && rec.Reply == nil {
-		rec.Finished = time.Time{} // a start after a final write of resFinal's would not clear it
+		rec.Finished = time.Time{}
 	}
 	return rec, nil
 }

@@ -76,6 +76,11 @@ func testResults(t *testing.T, b broker.Broker) {
 	if err := reply(t, b, rep, broker.ReplyTimed); err != nil {
 		t.Fatal(err)
 	}
+	// The reply is the outcome its sender saw, with its time, before the
+	// worker's FinishResult.
+	if rec = result(t, b, r, timed.ID); rec.Reply != nil && rec.Finished.IsZero() {
+		t.Fatalf("after the reply, before the ack: %+v, a reply and no finish time", rec)
+	}
 	finish(t, b, broker.FinishResultParams{Receiver: r, ID: timed.ID, Ref: d.Ref, State: broker.ResultDone, Worker: "w1", Attempt: 1, Reply: rep, Retention: ret})
 	rec = result(t, b, r, timed.ID)
 	if rec.State != broker.ResultDone || rec.Reply == nil || string(rec.Reply.Content) != "answer" || rec.Finished.IsZero() || string(rec.Progress) != "half" {

@@ -36,7 +36,7 @@ func streamedRequest(t *testing.T, b broker.Broker, timeout time.Duration) (*bro
 }
 
 // testStreams shows a streamed request's partials: in order with their
-// attempts and kinds, before the final reply, which settles the request
+// attempts and kinds (data, progress), before the final reply, which settles the request
 // so that no partial or reply follows it; an attempt's cap; an older
 // attempt refused once a later one streamed; the stream flag delivered.
 func testStreams(t *testing.T, b broker.Broker) {
@@ -52,6 +52,16 @@ func testStreams(t *testing.T, b broker.Broker) {
 		t.Fatalf("third partial of an attempt capped at 2: got %v, want ErrPartialCap", err)
 	}
 	mustPartial(t, b, env, 2, "A", deadline) // a new attempt counts anew
+	progress := broker.PartialParams{Inbox: env.Sender, RequestID: env.ID, Attempt: 2, Kind: broker.PartProgress,
+		Data: []byte("50%"), Deadline: deadline, Max: 100}
+	if err := b.Partial(ctx, &progress); err != nil {
+		t.Fatalf("Partial of kind PartProgress: %v", err)
+	}
+	bad := progress
+	bad.Kind = broker.PartProgress + 1
+	if err := b.Partial(ctx, &bad); err == nil {
+		t.Fatalf("Partial of kind %d: no error", bad.Kind)
+	}
 	if err := partial(t, b, env, 1, "stale", deadline, 100); !errors.Is(err, broker.ErrLeaseLost) {
 		t.Fatalf("partial of attempt 1 after attempt 2's: got %v, want ErrLeaseLost", err)
 	}
@@ -70,7 +80,9 @@ func testStreams(t *testing.T, b broker.Broker) {
 		kind    broker.ReplyKind
 		attempt int
 		content string
-	}{{broker.KindPartial, 1, "a"}, {broker.KindPartial, 1, "b"}, {broker.KindPartial, 2, "A"}, {broker.KindReply, 0, "done"}}
+		part    broker.PartKind
+	}{{broker.KindPartial, 1, "a", broker.PartData}, {broker.KindPartial, 1, "b", broker.PartData}, {broker.KindPartial, 2, "A", broker.PartData},
+		{broker.KindPartial, 2, "50%", broker.PartProgress}, {broker.KindReply, 0, "done", 0}}
 	if len(rs) != len(want) {
 		t.Fatalf("ReadInbox: got %d entries %+v, want %d", len(rs), rs, len(want))
 	}
@@ -79,14 +91,14 @@ func testStreams(t *testing.T, b broker.Broker) {
 		if r.Kind != w.kind || r.Attempt != w.attempt || string(r.Env.Content) != w.content || r.RequestID != env.ID || r.Ref == "" {
 			t.Fatalf("entry %d: got kind %v attempt %d content %q request %s, want %+v", i, r.Kind, r.Attempt, r.Env.Content, r.RequestID, w)
 		}
-		if r.Kind == broker.KindPartial && (r.Part != broker.PartData || r.Env.InReplyTo != env.ID) {
+		if r.Kind == broker.KindPartial && (r.Part != w.part || r.Env.InReplyTo != env.ID) {
 			t.Fatalf("partial %d: got part %v, InReplyTo %q", i, r.Part, r.Env.InReplyTo)
 		}
 		if !r.At.Before(deadline) {
 			t.Fatalf("entry %d is at %v, not before the deadline %v", i, r.At, deadline)
 		}
 	}
-	checkEnv(t, "final reply", rs[3].Env, final)
+	checkEnv(t, "final reply", rs[4].Env, final)
 	checkOrder(t, rs)
 	ackInbox(t, b, env.Sender, rs)
 	ack(t, b, env.Receiver, d.Ref)
