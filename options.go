@@ -49,6 +49,9 @@ type sendOptions struct {
 
 	retention    time.Duration // WithRetention
 	retentionSet bool
+
+	batch    string // WithBatch
+	batchSet bool
 }
 
 // MaxDelay is the longest delay WithDelay accepts (100 years); WithDeliverAt
@@ -142,6 +145,10 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithDeliverAt", "%v is out of range (years 1970 to 9999)", o.at)
 	case o.retentionSet && (o.retention < time.Millisecond || o.retention > MaxRetention):
 		return invalid("WithRetention", "must be from 1ms to %v (MaxRetention), got %v", MaxRetention, o.retention)
+	case o.batchSet && checkBatchID("WithBatch", o.batch) != nil:
+		return checkBatchID("WithBatch", o.batch)
+	case o.batchSet && (o.groupSet || o.debounce):
+		return invalid("WithBatch", "does not go with WithGroup or WithDebounce: a child's outcome is recorded in the step that settles it")
 	case o.retentionSet && o.debounce:
 		return invalid("WithRetention", "a message that a later send replaces (WithDebounce) is never settled: it has no result to keep")
 	case o.expirySet && o.expireAtSet:

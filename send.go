@@ -41,6 +41,12 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 		putSend(one)
 		return "", err
 	}
+	if o.batchSet {
+		if err := d.addChildren(ctx, ps); err != nil {
+			putSend(one)
+			return "", err
+		}
+	}
 	detached, err := d.sendApart(ctx, ps)
 	if detached {
 		return "", err // the send has ps, one, still
@@ -48,6 +54,9 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 	defer putSend(one)
 	if err != nil {
 		return "", err
+	}
+	if o.batchSet {
+		d.dropUnsent(ps)
 	}
 	afterSent(ps, func(int) func(string) { return o.onSent })
 	return sendResult(&ps[0])
@@ -260,9 +269,13 @@ func (d *Disker) sendEach(ctx context.Context, msgs []Outgoing, opts []SendOptio
 		}
 		hooks[i] = o.onSent
 	}
+	if err := d.addChildren(ctx, ps); err != nil {
+		return nil, err
+	}
 	if _, err := d.sendApart(ctx, ps); err != nil {
 		return nil, err
 	}
+	d.dropUnsent(ps)
 	afterSent(ps, func(i int) func(string) { return hooks[i] })
 	ids := make([]string, len(ps))
 	errs := make([]error, len(ps))
@@ -352,6 +365,12 @@ func (o *sendOptions) params(p *broker.SendParams, m *Message, route broker.Rout
 		p.ExpireAt = o.expireAt
 	}
 	p.Retention = o.retention
+	if o.batchSet {
+		p.Batch = o.batch
+		if p.Retention == 0 {
+			p.Retention = DefaultBatchRetention
+		}
+	}
 }
 
 // checkContent checks m's Receiver and Content, which every send needs.
