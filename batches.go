@@ -195,7 +195,7 @@ type BatchInfo struct {
 	Cancelled bool
 	// Children is the number of children added; the others count them by
 	// final outcome, each once. Settled is their sum.
-	Children, Settled                                          int
+	Children, Settled                                           int
 	Succeeded, Failed, DeadLettered, Cancels, Expired, TimedOut int
 	// CompletionSent and FailureSent say which message the completed
 	// batch queued (neither: OnlyIfAllSucceed with a failed child and no
