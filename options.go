@@ -52,6 +52,8 @@ type sendOptions struct {
 
 	batch    string // WithBatch
 	batchSet bool
+
+	then *thenStep // WithThen
 }
 
 // MaxDelay is the longest delay WithDelay accepts (100 years); WithDeliverAt
@@ -149,6 +151,10 @@ func (o *sendOptions) check(hasSender bool) error {
 		return checkBatchID("WithBatch", o.batch)
 	case o.batchSet && (o.groupSet || o.debounce):
 		return invalid("WithBatch", "does not go with WithGroup or WithDebounce: a child's outcome is recorded in the step that settles it")
+	case o.then != nil && o.batchSet:
+		return invalid("WithThen", "does not go with WithBatch: the message is the child of its chain's batch")
+	case o.then != nil && (o.groupSet || o.debounce):
+		return invalid("WithThen", "does not go with WithGroup or WithDebounce: a step's outcome is recorded in the step that settles it")
 	case o.retentionSet && o.debounce:
 		return invalid("WithRetention", "a message that a later send replaces (WithDebounce) is never settled: it has no result to keep")
 	case o.expirySet && o.expireAtSet:

@@ -41,6 +41,12 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 		putSend(one)
 		return "", err
 	}
+	if o.then != nil {
+		if err := d.startChain(ctx, &ps[0], &o); err != nil {
+			putSend(one)
+			return "", err
+		}
+	}
 	if o.batchSet {
 		if err := d.addChildren(ctx, ps); err != nil {
 			putSend(one)
@@ -57,6 +63,11 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 	}
 	if o.batchSet {
 		d.dropUnsent(ps)
+	}
+	if o.then != nil && ps[0].Result.Err == nil {
+		if _, err := call(d, "chain", func() (broker.BatchInfo, error) { return d.b.SealBatch(ctx, ps[0].Batch) }); err != nil {
+			return "", err
+		}
 	}
 	afterSent(ps, func(int) func(string) { return o.onSent })
 	return sendResult(&ps[0])
@@ -264,6 +275,9 @@ func (d *Disker) sendEach(ctx context.Context, msgs []Outgoing, opts []SendOptio
 	hooks := make([]func(string), len(msgs))
 	for i := range msgs {
 		o := sendOptionsOf(&base, msgs[i].Options)
+		if o.then != nil {
+			return nil, indexed(invalid("WithThen", "goes with Send only"), fmt.Sprintf(msgField, i), fmt.Sprintf("msgs[%d]", i))
+		}
 		if err := d.prepare(&ps[i], &msgs[i].Message, &o); err != nil {
 			return nil, indexed(err, fmt.Sprintf(msgField, i), fmt.Sprintf("msgs[%d]", i))
 		}

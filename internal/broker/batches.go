@@ -135,6 +135,11 @@ type CreateBatchParams struct {
 	// did not succeed in OnlyIfAllSucceed mode: a fire-and-forget message
 	// to the same receiver as Completion.
 	Failure *Envelope
+	// CompletionBatch, when not empty, makes Completion a child of that
+	// batch (a chain's next step): queueing it writes its retained result
+	// with the batch id, in the same step, so that its settlement counts
+	// there. Completion.Retention must then be > 0.
+	CompletionBatch string
 	// Retention is how long the batch is kept after it completed; > 0,
 	// at most MaxRetention. Until then it is kept PendingRetention after
 	// its last change on top of it.
@@ -156,6 +161,14 @@ func (p *CreateBatchParams) Validate() error {
 		}
 		if err := checkBatchMessage("CreateBatchParams.Failure", p.Failure, recv); err != nil {
 			return err
+		}
+	}
+	if p.CompletionBatch != "" {
+		if err := CheckBatchID("CreateBatchParams.CompletionBatch", p.CompletionBatch); err != nil {
+			return err
+		}
+		if p.Completion.Retention <= 0 {
+			return notPositive("CreateBatchParams.Completion.Retention (CompletionBatch)", p.Completion.Retention)
 		}
 	}
 	if p.Retention <= 0 {

@@ -13,11 +13,14 @@ import (
 type memBatch struct {
 	info       broker.BatchInfo
 	completion []byte
-	failure    []byte
-	retention  time.Duration
-	expires    time.Time
-	waiting    map[string]string
-	counted    map[string]bool
+	// next is the completion's send when it is a child of another batch
+	// (CreateBatchParams.CompletionBatch), nil otherwise.
+	next      *broker.SendParams
+	failure   []byte
+	retention time.Duration
+	expires   time.Time
+	waiting   map[string]string
+	counted   map[string]bool
 }
 
 // batch returns the live batch id, dropping it if it expired. Callers
@@ -78,6 +81,9 @@ func (c *core) fireBatch(bt *memBatch, now time.Time) {
 		fired = broker.FiredNone
 	} else {
 		recv, _, _ := broker.ParseBatchID(info.ID)
+		if fired == broker.FiredCompletion && bt.next != nil {
+			c.recordSent(bt.next, time.Time{}, now, now)
+		}
 		c.place(c.queue(recv), recv, "", &entry{ref: c.nextRef(), raw: raw, at: now}, now)
 	}
 	info.State, info.Fired, info.Completed = broker.BatchCompleted, fired, now
@@ -104,6 +110,9 @@ func (b *Broker) CreateBatch(ctx context.Context, p *broker.CreateBatchParams) e
 		waiting: make(map[string]string), counted: make(map[string]bool)}
 	if p.Failure != nil {
 		bt.failure, bt.info.FailureID = encode(p.Failure), p.Failure.ID
+	}
+	if p.CompletionBatch != "" {
+		bt.next = &broker.SendParams{Env: p.Completion, Retention: p.Completion.Retention, Batch: p.CompletionBatch}
 	}
 	c.batches[p.ID] = bt
 	return nil

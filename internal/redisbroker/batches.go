@@ -56,8 +56,11 @@ func (b *Broker) batchKeys(id string) []string {
 // sealed ("s") and every child settled, it queues the completion (or,
 // in all-succeed mode with a child that did not succeed, the failure
 // message, if any) to q, marks the batch completed ("f", field fired
-// "c", "f" or "n") and lets both keys expire after its retention.
-const luaBatchFire = `
+// "c", "f" or "n") and lets both keys expire after its retention. A
+// completion that is a child of another batch (field cbt: a chain's next
+// step) gets its retained record P:{C}:res:<cid> (named from q, a key of
+// its slot) with that batch id, as enqueue writes a child's.
+var luaBatchFire = `
 local function batchFire(meta, children, q)
   local m = redis.call('HMGET', meta, 'st', 'n', 's', 'all', 'd', 'cenv', 'fenv', 'ret')
   if m[1] ~= 's' or tonumber(m[2]) ~= tonumber(m[3]) then return 0 end
@@ -65,6 +68,12 @@ local function batchFire(meta, children, q)
   if m[4] == '1' and tonumber(m[5] or '0') ~= tonumber(m[2]) then fired = 'f' end
   if fired == 'c' then
     redis.call('XADD', q, '*', 'm', m[6])
+    local c = redis.call('HMGET', meta, 'cbt', 'cret', 'cid')
+    if c[1] and c[1] ~= '' then
+      local rec = string.sub(q, 1, -2) .. 'res:' .. c[3]
+      redis.call('HSET', rec, 'st', 'q', 's', nowStr, 'ret', c[2], 'bt', c[1])
+      redis.call('PEXPIRE', rec, tonumber(c[2]) + ` + msString(broker.PendingRetention) + `)
+    end
   elseif m[7] ~= '' then
     redis.call('XADD', q, '*', 'm', m[7])
   else
@@ -84,11 +93,13 @@ var scriptBatchCreate = rueidis.NewLuaScript(`-- batch_create
 -- ARGV[2], ARGV[3] -> the encoded completion and failure ("" for none)
 -- ARGV[4] -> retention ms; ARGV[5] -> the life of a batch not completed, ms
 -- ARGV[6], ARGV[7] -> the completion's and the failure's ids
+-- ARGV[8], ARGV[9] -> the batch of the completion ("" for none) and the
+--                     completion's retention ms
 -- Returns 1, or 0 when the batch exists.
 ` + luaNow + `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'st', 'o', 'all', ARGV[1], 'cenv', ARGV[2], 'fenv', ARGV[3], 'ret', ARGV[4],
-  'n', 0, 's', 0, 'cid', ARGV[6], 'fid', ARGV[7], 'c0', nowStr)
+  'n', 0, 's', 0, 'cid', ARGV[6], 'fid', ARGV[7], 'c0', nowStr, 'cbt', ARGV[8], 'cret', ARGV[9])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]) + tonumber(ARGV[5]))
 return 1
 `)
@@ -184,7 +195,7 @@ func (b *Broker) CreateBatch(ctx context.Context, p *broker.CreateBatchParams) e
 	}
 	n, err := scriptBatchCreate.Exec(ctx, b.client, []string{b.keys.batch(p.ID)}, []string{boolArg(p.OnlyIfAllSucceed),
 		rueidis.BinaryString(wire.Encode(&p.Completion)), fenv, msString(p.Retention), msString(broker.PendingRetention),
-		p.Completion.ID, fid}).AsInt64()
+		p.Completion.ID, fid, p.CompletionBatch, retentionArg(p.Completion.Retention)}).AsInt64()
 	switch {
 	case err != nil:
 		return b.fail(ctx, "create batch", err)
