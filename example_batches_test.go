@@ -60,3 +60,29 @@ func ExampleBatch_Seal() {
 	// completed true
 	// disker: the batch is sealed: no child can be added
 }
+
+// A chain of three steps: each is sent when the one before succeeded.
+func ExampleWithThen() {
+	ctx := context.Background()
+	d := openExample("example-then", disker.Config{})
+	defer d.Close(ctx)
+	done := make(chan struct{})
+	_ = d.Handle("pipeline", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		fmt.Println(string(m.Content))
+		if string(m.Content) == "publish" {
+			close(done)
+		}
+		return nil, nil
+	}))
+	_, err := d.Send(ctx, disker.Message{Receiver: "pipeline", Content: []byte("fetch")},
+		disker.WithThen(disker.Message{Receiver: "pipeline", Content: []byte("transform")},
+			disker.WithThen(disker.Message{Receiver: "pipeline", Content: []byte("publish")})))
+	if err != nil {
+		panic(err)
+	}
+	<-done
+	// Output:
+	// fetch
+	// transform
+	// publish
+}
