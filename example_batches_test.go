@@ -2,7 +2,9 @@ package disker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/diskerhq/disker"
@@ -85,4 +87,91 @@ func ExampleWithThen() {
 	// fetch
 	// transform
 	// publish
+}
+
+// Children go to any receivers, one by one (Send) or many at a time
+// (SendEach); WithBatch adds a child through any send, by the batch id.
+func ExampleBatch_Send() {
+	ctx := context.Background()
+	d := openExample("example-batch-send", disker.Config{})
+	defer d.Close(ctx)
+	b, _ := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "report-ready"}})
+	_, err1 := b.Send(ctx, disker.Message{Receiver: "sales"})
+	_, err2 := b.SendEach(ctx, []disker.Outgoing{{Message: disker.Message{Receiver: "stock"}}, {Message: disker.Message{Receiver: "stock"}}})
+	_, err3 := d.Send(ctx, disker.Message{Receiver: "returns"}, disker.WithBatch(b.ID()))
+	info, _ := d.Batch(ctx, b.ID())
+	fmt.Println(err1, err2, err3, info.Children, info.State)
+	// Output:
+	// <nil> <nil> <nil> 4 open
+}
+
+// CancelBatch cancels the children not settled; the batch then completes,
+// with them counted as cancelled.
+func ExampleDisker_CancelBatch() {
+	ctx := context.Background()
+	d := openExample("example-cancel-batch", disker.Config{})
+	defer d.Close(ctx)
+	b, _ := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "export-done"}})
+	_, _ = b.Send(ctx, disker.Message{Receiver: "export"}, disker.WithDelay(time.Hour))
+	info, err := d.CancelBatch(ctx, b.ID())
+	fmt.Println(err, info.State, info.Cancelled, info.Cancels, info.CompletionSent)
+	// Output:
+	// <nil> completed true 1 true
+}
+
+// A batch's id names its completion's receiver.
+func ExampleBatch_ID() {
+	ctx := context.Background()
+	d := openExample("example-batch-id", disker.Config{})
+	defer d.Close(ctx)
+	b, _ := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "invoices-sent"}})
+	fmt.Println(strings.HasPrefix(b.ID(), "invoices-sent/"))
+	// Output:
+	// true
+}
+
+// SendEach adds many children in as few round trips as it can.
+func ExampleBatch_SendEach() {
+	ctx := context.Background()
+	d := openExample("example-batch-send-each", disker.Config{})
+	defer d.Close(ctx)
+	b, _ := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "mail-done"}})
+	ids, err := b.SendEach(ctx, []disker.Outgoing{{Message: disker.Message{Receiver: "mail"}}, {Message: disker.Message{Receiver: "sms"}}})
+	fmt.Println(len(ids), err)
+	// Output:
+	// 2 <nil>
+}
+
+// Batch reads a batch's state and counts; an unknown id has none.
+func ExampleDisker_Batch() {
+	ctx := context.Background()
+	d := openExample("example-disker-batch", disker.Config{})
+	defer d.Close(ctx)
+	b, _ := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "sync-done"}})
+	info, _ := d.Batch(ctx, b.ID())
+	fmt.Println(info.State, info.Children)
+	_, err := d.Batch(ctx, "sync-done/unknown")
+	fmt.Println(errors.Is(err, disker.ErrBatchNotFound))
+	// Output:
+	// open 0
+	// true
+}
+
+// WithBatch adds a child through any send, by the batch's id.
+func ExampleWithBatch() {
+	ctx := context.Background()
+	d := openExample("example-with-batch", disker.Config{})
+	defer d.Close(ctx)
+	b, _ := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "crawl-done"}})
+	_, err := d.Send(ctx, disker.Message{Receiver: "crawl"}, disker.WithBatch(b.ID()), disker.WithPriority(disker.PriorityHigh))
+	fmt.Println(err)
+	// Output:
+	// <nil>
+}
+
+// The states of a batch, by name.
+func ExampleBatchState_String() {
+	fmt.Println(disker.BatchOpen, disker.BatchSealed, disker.BatchCompleted)
+	// Output:
+	// open sealed completed
 }

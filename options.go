@@ -92,6 +92,9 @@ func sendOptionsOf(base *sendOptions, opts []SendOption) sendOptions {
 // Sender, or Request's inbox; false for fire-and-forget). The
 // *ValidationError it returns names the option.
 func (o *sendOptions) check(hasSender bool) error {
+	if err := o.checkChild(); err != nil {
+		return err
+	}
 	switch {
 	case o.timeout < 0:
 		return invalid("WithTimeout", "must be >= 0, got %v", o.timeout)
@@ -147,14 +150,6 @@ func (o *sendOptions) check(hasSender bool) error {
 		return invalid("WithDeliverAt", "%v is out of range (years 1970 to 9999)", o.at)
 	case o.retentionSet && (o.retention < time.Millisecond || o.retention > MaxRetention):
 		return invalid("WithRetention", "must be from 1ms to %v (MaxRetention), got %v", MaxRetention, o.retention)
-	case o.batchSet && checkBatchID("WithBatch", o.batch) != nil:
-		return checkBatchID("WithBatch", o.batch)
-	case o.batchSet && (o.groupSet || o.debounce):
-		return invalid("WithBatch", "does not go with WithGroup or WithDebounce: a child's outcome is recorded in the step that settles it")
-	case o.then != nil && o.batchSet:
-		return invalid("WithThen", "does not go with WithBatch: the message is the child of its chain's batch")
-	case o.then != nil && (o.groupSet || o.debounce):
-		return invalid("WithThen", "does not go with WithGroup or WithDebounce: a step's outcome is recorded in the step that settles it")
 	case o.retentionSet && o.debounce:
 		return invalid("WithRetention", "a message that a later send replaces (WithDebounce) is never settled: it has no result to keep")
 	case o.expirySet && o.expireAtSet:
@@ -408,4 +403,20 @@ func WithExpireAt(t time.Time) SendOption {
 // it is called for each message accepted, in order.
 func WithOnSent(f func(id string)) SendOption {
 	return func(o *sendOptions) { o.onSent = f }
+}
+
+// checkChild checks the options of a batch's child or a chain's step
+// (WithBatch, WithThen).
+func (o *sendOptions) checkChild() error {
+	switch {
+	case o.batchSet && checkBatchID("WithBatch", o.batch) != nil:
+		return checkBatchID("WithBatch", o.batch)
+	case o.batchSet && (o.groupSet || o.debounce):
+		return invalid("WithBatch", "does not go with WithGroup or WithDebounce: a child's outcome is recorded in the step that settles it")
+	case o.then != nil && o.batchSet:
+		return invalid("WithThen", "does not go with WithBatch: the message is the child of its chain's batch")
+	case o.then != nil && (o.groupSet || o.debounce):
+		return invalid("WithThen", "does not go with WithGroup or WithDebounce: a step's outcome is recorded in the step that settles it")
+	}
+	return nil
 }
