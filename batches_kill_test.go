@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -59,8 +60,10 @@ type completionSeen struct {
 // batch's completion runs exactly once (one message id; a redelivery of it
 // is the same id), never before its last child settled (each child's
 // retained result is final when the completion runs), with counts equal to
-// the children's outcomes. It runs 60 batches; DISKER_BATCHES_LONG=1 runs
-// 1,000.
+// the children's outcomes. Chains of 10 steps across the same workers
+// reach their last step exactly once (each step is queued only by the
+// success of the one before). It runs 60 batches; DISKER_BATCHES_LONG=1
+// runs 1,000.
 func TestBatchesUnderKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills processes: runs without -short")
@@ -165,6 +168,41 @@ func TestBatchesUnderKills(t *testing.T) {
 		}
 	}
 
+	// Chains of 10 across the worker processes' receivers, whose last step
+	// comes back here.
+	const nChains = 10
+	chainEnds := make(map[string]map[string]bool) // chain -> its last step's message ids
+	chainsDone := make(chan struct{})
+	err = d.Handle("bk-chain-end", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		c := string(m.Content)
+		if chainEnds[c] == nil {
+			chainEnds[c] = make(map[string]bool)
+		}
+		chainEnds[c][m.ID] = true
+		if len(chainEnds) == nChains {
+			select {
+			case <-chainsDone:
+			default:
+				close(chainsDone)
+			}
+		}
+		return nil, nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := range nChains {
+		opts := []disker.SendOption{disker.WithThen(disker.Message{Receiver: "bk-chain-end", Content: []byte(strconv.Itoa(c))})}
+		for k := 8; k >= 1; k-- {
+			opts = []disker.SendOption{disker.WithThen(disker.Message{Receiver: recvs[k%len(recvs)], Content: []byte("ok")}, opts...)}
+		}
+		if _, err := d.Send(ctx, disker.Message{Receiver: recvs[0], Content: []byte("ok")}, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// Faults: workers killed and restarted at random, Redis killed once.
 	for k := range 8 {
 		time.Sleep(150 * time.Millisecond)
@@ -181,9 +219,19 @@ func TestBatchesUnderKills(t *testing.T) {
 		mu.Lock()
 		t.Fatalf("%d of %d batches completed", len(seen), nBatches)
 	}
+	select {
+	case <-chainsDone:
+	case <-ctx.Done():
+		t.Fatalf("%d of %d chains reached their last step", len(chainEnds), nChains)
+	}
 	time.Sleep(500 * time.Millisecond) // room for a completion queued twice to show
 	mu.Lock()
 	defer mu.Unlock()
+	for c, ids := range chainEnds {
+		if len(ids) != 1 {
+			t.Errorf("chain %s: its last step was queued %d times, want once", c, len(ids))
+		}
+	}
 	for id, s := range seen {
 		want := map[disker.ResultState]int{}
 		for _, m := range children[id] {
