@@ -88,6 +88,8 @@ func runChild() int {
 		runIdemChild(d)
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 3
+	case "batch-children":
+		return runBatchChildren(d)
 	}
 	if requester {
 		fmt.Println("ready")

@@ -49,6 +49,11 @@ type sendOptions struct {
 
 	retention    time.Duration // WithRetention
 	retentionSet bool
+
+	batch    string // WithBatch
+	batchSet bool
+
+	then *thenStep // WithThen
 }
 
 // MaxDelay is the longest delay WithDelay accepts (100 years); WithDeliverAt
@@ -87,6 +92,9 @@ func sendOptionsOf(base *sendOptions, opts []SendOption) sendOptions {
 // Sender, or Request's inbox; false for fire-and-forget). The
 // *ValidationError it returns names the option.
 func (o *sendOptions) check(hasSender bool) error {
+	if err := o.checkChild(); err != nil {
+		return err
+	}
 	switch {
 	case o.timeout < 0:
 		return invalid("WithTimeout", "must be >= 0, got %v", o.timeout)
@@ -395,4 +403,20 @@ func WithExpireAt(t time.Time) SendOption {
 // it is called for each message accepted, in order.
 func WithOnSent(f func(id string)) SendOption {
 	return func(o *sendOptions) { o.onSent = f }
+}
+
+// checkChild checks the options of a batch's child or a chain's step
+// (WithBatch, WithThen).
+func (o *sendOptions) checkChild() error {
+	switch {
+	case o.batchSet && checkBatchID("WithBatch", o.batch) != nil:
+		return checkBatchID("WithBatch", o.batch)
+	case o.batchSet && (o.groupSet || o.debounce):
+		return invalid("WithBatch", "does not go with WithGroup or WithDebounce: a child's outcome is recorded in the step that settles it")
+	case o.then != nil && o.batchSet:
+		return invalid("WithThen", "does not go with WithBatch: the message is the child of its chain's batch")
+	case o.then != nil && (o.groupSet || o.debounce):
+		return invalid("WithThen", "does not go with WithGroup or WithDebounce: a step's outcome is recorded in the step that settles it")
+	}
+	return nil
 }

@@ -41,6 +41,18 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 		putSend(one)
 		return "", err
 	}
+	if o.then != nil {
+		if err := d.startChain(ctx, &ps[0], &o); err != nil {
+			putSend(one)
+			return "", err
+		}
+	}
+	if o.batchSet {
+		if err := d.addChildren(ctx, ps); err != nil {
+			putSend(one)
+			return "", err
+		}
+	}
 	detached, err := d.sendApart(ctx, ps)
 	if detached {
 		return "", err // the send has ps, one, still
@@ -48,6 +60,14 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 	defer putSend(one)
 	if err != nil {
 		return "", err
+	}
+	if o.batchSet {
+		d.dropUnsent(ps)
+	}
+	if o.then != nil && ps[0].Result.Err == nil {
+		if _, err := call(d, "chain", func() (broker.BatchInfo, error) { return d.b.SealBatch(ctx, ps[0].Batch) }); err != nil {
+			return "", err
+		}
 	}
 	afterSent(ps, func(int) func(string) { return o.onSent })
 	return sendResult(&ps[0])
@@ -255,14 +275,21 @@ func (d *Disker) sendEach(ctx context.Context, msgs []Outgoing, opts []SendOptio
 	hooks := make([]func(string), len(msgs))
 	for i := range msgs {
 		o := sendOptionsOf(&base, msgs[i].Options)
+		if o.then != nil {
+			return nil, indexed(invalid("WithThen", "goes with Send only"), fmt.Sprintf(msgField, i), fmt.Sprintf("msgs[%d]", i))
+		}
 		if err := d.prepare(&ps[i], &msgs[i].Message, &o); err != nil {
 			return nil, indexed(err, fmt.Sprintf(msgField, i), fmt.Sprintf("msgs[%d]", i))
 		}
 		hooks[i] = o.onSent
 	}
+	if err := d.addChildren(ctx, ps); err != nil {
+		return nil, err
+	}
 	if _, err := d.sendApart(ctx, ps); err != nil {
 		return nil, err
 	}
+	d.dropUnsent(ps)
 	afterSent(ps, func(i int) func(string) { return hooks[i] })
 	ids := make([]string, len(ps))
 	errs := make([]error, len(ps))
@@ -352,6 +379,12 @@ func (o *sendOptions) params(p *broker.SendParams, m *Message, route broker.Rout
 		p.ExpireAt = o.expireAt
 	}
 	p.Retention = o.retention
+	if o.batchSet {
+		p.Batch = o.batch
+		if p.Retention == 0 {
+			p.Retention = DefaultBatchRetention
+		}
+	}
 }
 
 // checkContent checks m's Receiver and Content, which every send needs.

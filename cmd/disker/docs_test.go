@@ -791,7 +791,7 @@ func TestDocTables(t *testing.T) {
 		{"dlq.md", "## Flags", [][]string{{"dlq", "list"}, {"dlq", "retry"}, {"dlq", "purge"}}},
 		{"gateway.md", "## Flags", [][]string{{"gateway"}}}, {"pause.md", "## Flags", [][]string{{"pause"}, {"resume"}}},
 		{"send.md", "## Flags", [][]string{{"send"}}}, {"stats.md", "## Flags", [][]string{{"stats"}}},
-		{"results.md", "## Flags", [][]string{{"result"}}},
+		{"results.md", "## Flags", [][]string{{"result"}}}, {"batches.md", "## Flags", [][]string{{"batch"}}},
 		{"worker.md", "## Flags", [][]string{{"worker"}}},
 	} {
 		page, commands := c.page, c.commands

@@ -270,6 +270,7 @@ type Broker interface {
 	Cancels
 	Groups
 	Results
+	Batches
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.

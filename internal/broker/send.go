@@ -131,6 +131,12 @@ type SendParams struct {
 	// (Duplicate, Joined) records nothing.
 	Retention time.Duration
 
+	// Batch, when not empty, makes the message a child of that batch (see
+	// Batches): its final outcome is recorded for the batch by the step
+	// that settles it, which needs its retained result: Retention > 0.
+	// The child must have been registered (Batches.AddBatchChildren).
+	Batch string
+
 	// Result is set by Send.
 	Result SendResult
 }
@@ -265,6 +271,12 @@ func (p *SendParams) Validate() error {
 		return fmt.Errorf("broker: SendParams.Retention %v is over the limit of %v", p.Retention, MaxRetention)
 	case p.Retention > 0 && p.DebounceKey != "":
 		return errors.New("broker: SendParams.Retention: a debounced message may be replaced and never settle: it keeps no result")
+	case p.Batch != "" && CheckBatchID("SendParams.Batch", p.Batch) != nil:
+		return CheckBatchID("SendParams.Batch", p.Batch)
+	case p.Batch != "" && p.Retention <= 0:
+		return errors.New("broker: SendParams.Batch: a child reports its outcome through its retained result: Retention must be > 0")
+	case p.Batch != "" && p.GroupKey != "":
+		return errors.New("broker: SendParams.Batch: a keyed message's result is written after its acknowledgement, not in the same step: no GroupKey")
 	case len(p.DedupKey) > MaxKeyLen:
 		return fmt.Errorf("broker: SendParams.DedupKey is %d bytes, over %d", len(p.DedupKey), MaxKeyLen)
 	case p.DedupKey != "" && p.DedupTTL <= 0:

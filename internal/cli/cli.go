@@ -257,6 +257,7 @@ failure, 2 usage error.`,
 		a.schedulesCommand(),
 		a.cancelCommand(),
 		a.resultCommand(),
+		a.batchCommand(),
 		a.dashboardCommand(),
 		a.versionCommand(),
 	)

@@ -231,6 +231,8 @@ type core struct {
 	// maxResults the cap on each one's bytes.
 	resultSets map[string]*resultSet
 	maxResults int64
+	// batches holds the batches by id (batches.go).
+	batches map[string]*memBatch
 }
 
 func newCore(opts Options) *core {
@@ -255,6 +257,7 @@ func newCore(opts Options) *core {
 		groupSets: make(map[string]*groupSet),
 
 		resultSets: make(map[string]*resultSet),
+		batches:    make(map[string]*memBatch),
 		maxResults: opts.MaxResultBytes,
 	}
 	if c.maxResults <= 0 {

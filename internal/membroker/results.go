@@ -41,6 +41,8 @@ type memResult struct {
 	expires time.Time
 	size    int64
 	indexed bool // final: counted in bytes
+	// batch is the batch of a child (SendParams.Batch), "" if none.
+	batch string
 }
 
 // results returns receiver's records, made on first use. Callers hold mu.
@@ -87,13 +89,16 @@ func (c *core) recordSent(p *broker.SendParams, deadline, due, now time.Time) {
 		rec: broker.ResultRecord{ID: p.Env.ID, Receiver: p.Env.Receiver, State: broker.ResultQueued, Sent: now,
 			Deadline: deadline, Route: p.Env.Route, Retention: p.Retention},
 		expires: due.Add(broker.PendingRetention + p.Retention),
+		batch:   p.Batch,
 	}
 }
 
 // finalResult writes the final state st of receiver's record id, as the
 // Redis broker's resFinal does: st unless the record is final already
 // (ResultState 0: leave it), reply, code and text unless set, then the
-// record expires its retention from now and counts against the cap.
+// record expires its retention from now and counts against the cap. A
+// batch child's first final state is counted in its batch in the same
+// step (reportBatch).
 // ret creates a missing record (0: nothing is written). Callers hold mu.
 func (c *core) finalResult(receiver, id string, st broker.ResultState, ret time.Duration, reply []byte, code, text string, set func(*broker.ResultRecord)) {
 	now := c.now()
@@ -110,7 +115,8 @@ func (c *core) finalResult(receiver, id string, st broker.ResultState, ret time.
 	if ret <= 0 {
 		ret = r.rec.Retention
 	}
-	if st != 0 && !r.rec.State.Final() {
+	settles := st != 0 && !r.rec.State.Final()
+	if settles {
 		r.rec.State = st
 	}
 	if r.reply == nil && len(reply) > 0 {
@@ -121,6 +127,9 @@ func (c *core) finalResult(receiver, id string, st broker.ResultState, ret time.
 	}
 	if set != nil {
 		set(&r.rec)
+	}
+	if settles && r.batch != "" {
+		c.reportBatch(r.batch, id, st, r.rec.ErrorCode != "" || r.rec.ErrorText != "")
 	}
 	if r.rec.Finished.IsZero() {
 		r.rec.Finished = now

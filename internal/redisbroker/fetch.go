@@ -476,6 +476,7 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	b.sweepBatchReports(ctx, p.Receiver)
 	st := b.queueState(p.Receiver)
 	s := &st.keys
 	entries, err := b.fetch(ctx, st, p)

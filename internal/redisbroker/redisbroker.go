@@ -123,6 +123,8 @@ type Broker struct {
 	cluster bool
 	// maxResults is Config.MaxResultBytes, as a script argument.
 	maxResults string
+	// batchSweeps paces the hand-over of batch outboxes by Fetch.
+	batchSweeps batchSweeps
 
 	// reclaimEvery, pruneIdle and pruneEvery are the constants of those
 	// names, but for tests.

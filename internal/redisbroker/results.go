@@ -31,6 +31,13 @@ import (
 // passed leave the index (100 at most per call), then those closest to
 // their end go until the receiver's bytes are under the cap. Evicted
 // records are the receiver's, named from R.pre: keys of its slot.
+//
+// A record of a batch's child (field bt, the batch id) that becomes final
+// here gets its outcome ("d" done, "f" done with an error, or st) written
+// to the receiver's batch outbox, P:{R}:resbo (named from R.idx: a key of
+// its slot), in the same step, as "<batch id> <outcome>" under its id:
+// the outbox is then handed to the batch (batches.go). resFinal returns 2
+// then, else 1.
 const luaResult = `
 local resFinalStates = {d = true, x = true, c = true, e = true, t = true}
 local function resForget(R, id, total)
@@ -56,6 +63,16 @@ local function resFinal(R, id, st, ret, keep, set)
   end
   for i = 1, #set, 2 do
     redis.call('HSET', R.rec, set[i], set[i + 1])
+  end
+  local reported = 1
+  if st ~= '' and not resFinalStates[cur[1]] then
+    local f = redis.call('HMGET', R.rec, 'bt', 'ec', 'et')
+    if f[1] then
+      local o = st
+      if o == 'd' and ((f[2] or '') ~= '' or (f[3] or '') ~= '') then o = 'f' end
+      redis.call('HSET', R.idx .. 'bo', id, f[1] .. ' ' .. o)
+      reported = 2
+    end
   end
   redis.call('HSETNX', R.rec, 'f', nowStr)
   local r = tonumber(ret)
@@ -84,7 +101,7 @@ local function resFinal(R, id, st, ret, keep, set)
     redis.call('PEXPIRE', R.idx, at)
     redis.call('PEXPIRE', R.n, at)
   end
-  return 1
+  return reported
 end
 `
 
@@ -148,7 +165,8 @@ var scriptResultFinish = rueidis.NewLuaScript(`-- result_finish
 -- ARGV[11] -> the encoded reply its sender received, or ""
 -- ARGV[12], ARGV[13] -> error code and text, or ""
 -- XACK, ZREM and XDEL of the entry (and INCR of the count when dropped
--- and deleted), then resFinal. Returns 1.
+-- and deleted), then resFinal. Returns resFinal's answer: 2 when a batch
+-- child's outcome went to the batch outbox, else 1 (0: no record).
 ` + luaNow + luaResult + `
 if ARGV[2] ~= '' then
   redis.call('XACK', KEYS[4], 'g', ARGV[2])
@@ -161,8 +179,7 @@ end
 local R = {rec = KEYS[1], idx = KEYS[2], n = KEYS[3], pre = ARGV[7], cap = ARGV[8]}
 local set = {'w', ARGV[9]}
 if ARGV[10] ~= '0' then set[3], set[4] = 'a', ARGV[10] end
-resFinal(R, ARGV[1], ARGV[5], ARGV[6], {'rep', ARGV[11], 'ec', ARGV[12], 'et', ARGV[13]}, set)
-return 1
+return resFinal(R, ARGV[1], ARGV[5], ARGV[6], {'rep', ARGV[11], 'ec', ARGV[12], 'et', ARGV[13]}, set)
 `)
 
 // scriptResultProgress records the latest progress of a message.
@@ -224,10 +241,15 @@ func (b *Broker) FinishResult(ctx context.Context, p *broker.FinishResultParams)
 		rep = rueidis.BinaryString(wire.Encode(p.Reply))
 	}
 	st := map[broker.ResultState]string{broker.ResultDone: "d", broker.ResultExpired: "e", broker.ResultTimedOut: "t"}[p.State]
-	err := scriptResultFinish.Exec(ctx, b.client, keys, []string{p.ID, id, ref, boolArg(p.State == broker.ResultExpired), st,
-		msString(p.Retention), prefix, b.maxResults, p.Worker, strconv.Itoa(p.Attempt), rep, p.ErrorCode, p.ErrorText}).Error()
+	n, err := scriptResultFinish.Exec(ctx, b.client, keys, []string{p.ID, id, ref, boolArg(p.State == broker.ResultExpired), st,
+		msString(p.Retention), prefix, b.maxResults, p.Worker, strconv.Itoa(p.Attempt), rep, p.ErrorCode, p.ErrorText}).AsInt64()
 	if err != nil && !isNoGroup(err) {
 		return b.fail(ctx, "finish result", err)
+	}
+	if n == 2 {
+		// A batch child settled: its report is in the outbox already;
+		// handing it over now is only sooner (see SettleBatchReports).
+		_ = b.SettleBatchReports(ctx, p.Receiver)
 	}
 	return nil
 }

@@ -117,6 +117,8 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"ResultsExpire", testResultsExpire},
 		{"ResultsRace", testResultsRace},
 		{"Cancel", testCancel},
+		{"Batches", testBatches},
+		{"BatchEdges", testBatchEdges},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
 		{"SchedulePutList", testSchedulePutList},

@@ -1,0 +1,395 @@
+package redisbroker
+
+// Batches (broker.Batches). A batch lives in the slot of its completion's
+// receiver C (the batch id is "<C>/<unique>"): the hash P:{C}:bt:<id>
+// (its state and counts, its completion and failure messages) and the
+// hash P:{C}:bt:<id>:c of its children (child id -> "w<receiver>" while
+// waiting, its outcome letter once settled). The step that counts the
+// last settled child of a sealed batch adds the completion to C's queue:
+// same slot, one script, so it is queued exactly once.
+//
+// A child reports in two steps, each atomic and each repeatable: the
+// script that settles it (resFinal) writes "<batch id> <outcome>" under
+// its id to its receiver's outbox P:{R}:resbo, in its receiver's slot;
+// then SettleBatchReports hands each outbox entry to its batch
+// (scriptBatchReport, which counts a child id once) and only then
+// deletes it. A crash between the two leaves the entry in the outbox,
+// and the next SettleBatchReports of the receiver, by any instance,
+// hands it over again: counted once, lost never. The same two steps run
+// on one server and on a Cluster, where R and C may be in two slots.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/wire"
+)
+
+// batch is the hash of batch id (see the file's comment).
+func (k keys) batch(id string) string {
+	c, u, _ := broker.ParseBatchID(id)
+	return k.named(c, "bt:"+u)
+}
+
+// batchChildren is the hash of batch id's children.
+func (k keys) batchChildren(id string) string { return k.batch(id) + ":c" }
+
+// batchOutbox is receiver's batch outbox: child id -> "<batch id>
+// <outcome>", written by resFinal (as its index's name + "bo").
+func (k keys) batchOutbox(receiver string) string { return k.resultIndex(receiver) + "bo" }
+
+// batchKeys are the keys of the batch scripts: the batch, its children,
+// and its completion receiver's queue.
+func (b *Broker) batchKeys(id string) []string {
+	c, _, _ := broker.ParseBatchID(id)
+	return []string{b.keys.batch(id), b.keys.batchChildren(id), b.keys.queue(c)}
+}
+
+// luaBatchFire defines batchFire(meta, children, q): when the batch is
+// sealed ("s") and every child settled, it queues the completion (or,
+// in all-succeed mode with a child that did not succeed, the failure
+// message, if any) to q, marks the batch completed ("f", field fired
+// "c", "f" or "n") and lets both keys expire after its retention. A
+// completion that is a child of another batch (field cbt: a chain's next
+// step) gets its retained record P:{C}:res:<cid> (named from q, a key of
+// its slot) with that batch id, as enqueue writes a child's.
+var luaBatchFire = `
+local function batchFire(meta, children, q)
+  local m = redis.call('HMGET', meta, 'st', 'n', 's', 'all', 'd', 'cenv', 'fenv', 'ret')
+  if m[1] ~= 's' or tonumber(m[2]) ~= tonumber(m[3]) then return 0 end
+  local fired = 'c'
+  if m[4] == '1' and tonumber(m[5] or '0') ~= tonumber(m[2]) then fired = 'f' end
+  if fired == 'c' then
+    redis.call('XADD', q, '*', 'm', m[6])
+    local c = redis.call('HMGET', meta, 'cbt', 'cret', 'cid')
+    if c[1] and c[1] ~= '' then
+      local rec = string.sub(q, 1, -2) .. 'res:' .. c[3]
+      redis.call('HSET', rec, 'st', 'q', 's', nowStr, 'ret', c[2], 'bt', c[1])
+      redis.call('PEXPIRE', rec, tonumber(c[2]) + ` + msString(broker.PendingRetention) + `)
+    end
+  elseif m[7] ~= '' then
+    redis.call('XADD', q, '*', 'm', m[7])
+  else
+    fired = 'n'
+  end
+  redis.call('HSET', meta, 'st', 'f', 'fired', fired, 'at', nowStr)
+  redis.call('PEXPIRE', meta, m[8])
+  redis.call('PEXPIRE', children, m[8])
+  return 1
+end
+`
+
+// scriptBatchCreate creates a batch.
+var scriptBatchCreate = rueidis.NewLuaScript(`-- batch_create
+-- KEYS[1] -> the batch P:{C}:bt:<id>
+-- ARGV[1] -> "1" in all-succeed mode, else "0"
+-- ARGV[2], ARGV[3] -> the encoded completion and failure ("" for none)
+-- ARGV[4] -> retention ms; ARGV[5] -> the life of a batch not completed, ms
+-- ARGV[6], ARGV[7] -> the completion's and the failure's ids
+-- ARGV[8], ARGV[9] -> the batch of the completion ("" for none) and the
+--                     completion's retention ms
+-- Returns 1, or 0 when the batch exists.
+` + luaNow + `
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'st', 'o', 'all', ARGV[1], 'cenv', ARGV[2], 'fenv', ARGV[3], 'ret', ARGV[4],
+  'n', 0, 's', 0, 'cid', ARGV[6], 'fid', ARGV[7], 'c0', nowStr, 'cbt', ARGV[8], 'cret', ARGV[9])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]) + tonumber(ARGV[5]))
+return 1
+`)
+
+// scriptBatchAdd registers children.
+var scriptBatchAdd = rueidis.NewLuaScript(`-- batch_add
+-- KEYS[1], KEYS[2] -> the batch and its children
+-- ARGV[1] -> the life of a batch not completed, ms
+-- ARGV[2..] -> child id, receiver pairs
+-- Returns 1; -1 when there is no batch, -2 when it is not open.
+local st = redis.call('HMGET', KEYS[1], 'st', 'ret')
+if not st[1] then return -1 end
+if st[1] ~= 'o' then return -2 end
+local n = 0
+for i = 2, #ARGV, 2 do
+  n = n + redis.call('HSETNX', KEYS[2], ARGV[i], 'w' .. ARGV[i + 1])
+end
+redis.call('HINCRBY', KEYS[1], 'n', n)
+local life = tonumber(ARGV[1]) + tonumber(st[2])
+redis.call('PEXPIRE', KEYS[1], life)
+redis.call('PEXPIRE', KEYS[2], life)
+return 1
+`)
+
+// scriptBatchRemove forgets a waiting child that was not sent.
+var scriptBatchRemove = rueidis.NewLuaScript(`-- batch_remove
+-- KEYS[1..3] -> the batch, its children, the completion's queue
+-- ARGV[1] -> child id
+-- Returns 1 when removed, else 0.
+` + luaNow + luaBatchFire + `
+local v = redis.call('HGET', KEYS[2], ARGV[1])
+if not v or string.sub(v, 1, 1) ~= 'w' then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'n', -1)
+batchFire(KEYS[1], KEYS[2], KEYS[3])
+return 1
+`)
+
+// scriptBatchReport records a child's outcome: once per child id.
+var scriptBatchReport = rueidis.NewLuaScript(`-- batch_report
+-- KEYS[1..3] -> the batch, its children, the completion's queue
+-- ARGV[1] -> child id; ARGV[2] -> its outcome: d, f, x, c, e or t
+-- A child counted already is not counted again; a child not registered
+-- (its registration was lost) is counted as added. Then batchFire.
+-- Returns 1, or 0 when the batch is gone.
+` + luaNow + luaBatchFire + `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local v = redis.call('HGET', KEYS[2], ARGV[1])
+if v and string.sub(v, 1, 1) ~= 'w' then return 1 end
+if not v then redis.call('HINCRBY', KEYS[1], 'n', 1) end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('HINCRBY', KEYS[1], 's', 1)
+redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+batchFire(KEYS[1], KEYS[2], KEYS[3])
+return 1
+`)
+
+// scriptBatchSeal seals a batch, or cancels it.
+var scriptBatchSeal = rueidis.NewLuaScript(`-- batch_seal
+-- KEYS[1..3] -> the batch, its children, the completion's queue
+-- ARGV[1] -> "1" cancels too: marks the batch cancelled
+-- Seals an open batch, then batchFire. Returns 1, or 0 when there is no
+-- batch; when cancelling, the waiting children as id, receiver pairs.
+` + luaNow + luaBatchFire + `
+local st = redis.call('HGET', KEYS[1], 'st')
+if not st then return 0 end
+if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'x', '1') end
+if st == 'o' then redis.call('HSET', KEYS[1], 'st', 's') end
+batchFire(KEYS[1], KEYS[2], KEYS[3])
+if ARGV[1] ~= '1' then return 1 end
+local out = {}
+local h = redis.call('HGETALL', KEYS[2])
+for i = 1, #h, 2 do
+  if string.sub(h[i + 1], 1, 1) == 'w' then
+    out[#out + 1] = h[i]
+    out[#out + 1] = string.sub(h[i + 1], 2)
+  end
+end
+return out
+`)
+
+// CreateBatch creates an open batch with one script.
+func (b *Broker) CreateBatch(ctx context.Context, p *broker.CreateBatchParams) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	fenv, fid := "", ""
+	if p.Failure != nil {
+		fenv, fid = rueidis.BinaryString(wire.Encode(p.Failure)), p.Failure.ID
+	}
+	n, err := scriptBatchCreate.Exec(ctx, b.client, []string{b.keys.batch(p.ID)}, []string{boolArg(p.OnlyIfAllSucceed),
+		rueidis.BinaryString(wire.Encode(&p.Completion)), fenv, msString(p.Retention), msString(broker.PendingRetention),
+		p.Completion.ID, fid, p.CompletionBatch, retentionArg(p.Completion.Retention)}).AsInt64()
+	switch {
+	case err != nil:
+		return b.fail(ctx, "create batch", err)
+	case n == 0:
+		return broker.ErrBatchExists
+	}
+	return nil
+}
+
+// AddBatchChildren registers children with one script.
+func (b *Broker) AddBatchChildren(ctx context.Context, id string, children []broker.BatchChild) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := broker.CheckBatchChildren(id, children); err != nil {
+		return err
+	}
+	args := make([]string, 1, 1+2*len(children))
+	args[0] = msString(broker.PendingRetention)
+	for _, c := range children {
+		args = append(args, c.ID, c.Receiver)
+	}
+	n, err := scriptBatchAdd.Exec(ctx, b.client, b.batchKeys(id)[:2], args).AsInt64()
+	switch {
+	case err != nil:
+		return b.fail(ctx, "add to batch", err)
+	case n == -1:
+		return broker.ErrNoBatch
+	case n == -2:
+		return broker.ErrBatchSealed
+	}
+	return nil
+}
+
+// RemoveBatchChild forgets a waiting child with one script.
+func (b *Broker) RemoveBatchChild(ctx context.Context, id, childID string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := errors.Join(broker.CheckBatchID("batch id", id), broker.CheckName("child id", childID)); err != nil {
+		return err
+	}
+	err := scriptBatchRemove.Exec(ctx, b.client, b.batchKeys(id), []string{childID}).Error()
+	return b.failIf(ctx, "remove from batch", err)
+}
+
+// SealBatch seals batch id with one script, then reads it.
+func (b *Broker) SealBatch(ctx context.Context, id string) (broker.BatchInfo, error) {
+	if err := b.check(); err != nil {
+		return broker.BatchInfo{}, err
+	}
+	if err := broker.CheckBatchID("batch id", id); err != nil {
+		return broker.BatchInfo{}, err
+	}
+	n, err := scriptBatchSeal.Exec(ctx, b.client, b.batchKeys(id), []string{"0"}).AsInt64()
+	switch {
+	case err != nil:
+		return broker.BatchInfo{}, b.fail(ctx, "seal batch", err)
+	case n == 0:
+		return broker.BatchInfo{}, broker.ErrNoBatch
+	}
+	return b.Batch(ctx, id)
+}
+
+// CancelBatch marks batch id cancelled and sealed with one script, and
+// returns its waiting children.
+func (b *Broker) CancelBatch(ctx context.Context, id string) ([]broker.BatchChild, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if err := broker.CheckBatchID("batch id", id); err != nil {
+		return nil, err
+	}
+	res := scriptBatchSeal.Exec(ctx, b.client, b.batchKeys(id), []string{"1"})
+	if n, err := res.AsInt64(); err == nil && n == 0 {
+		return nil, broker.ErrNoBatch
+	}
+	v, err := res.AsStrSlice()
+	if err != nil {
+		return nil, b.fail(ctx, "cancel batch", err)
+	}
+	out := make([]broker.BatchChild, 0, len(v)/2)
+	for i := 0; i+1 < len(v); i += 2 {
+		out = append(out, broker.BatchChild{ID: v[i], Receiver: v[i+1]})
+	}
+	return out, nil
+}
+
+// Batch reads batch id and Redis time.
+func (b *Broker) Batch(ctx context.Context, id string) (broker.BatchInfo, error) {
+	if err := b.check(); err != nil {
+		return broker.BatchInfo{}, err
+	}
+	if err := broker.CheckBatchID("batch id", id); err != nil {
+		return broker.BatchInfo{}, err
+	}
+	h, err := b.client.Do(ctx, b.client.B().Hgetall().Key(b.keys.batch(id)).Build()).AsStrMap()
+	if err != nil {
+		return broker.BatchInfo{}, b.fail(ctx, "batch", err)
+	}
+	if len(h) == 0 {
+		return broker.BatchInfo{}, broker.ErrNoBatch
+	}
+	return decodeBatch(id, h), nil
+}
+
+// batchStates are the states of a batch's field st.
+var batchStates = map[string]broker.BatchState{"o": broker.BatchOpen, "s": broker.BatchSealed, "f": broker.BatchCompleted}
+
+// batchFired are the values of a batch's field fired.
+var batchFired = map[string]broker.BatchFired{"c": broker.FiredCompletion, "f": broker.FiredFailure}
+
+// decodeBatch reads a batch's hash.
+func decodeBatch(id string, h map[string]string) broker.BatchInfo {
+	num := func(f string) int { n, _ := strconv.Atoi(h[f]); return n }
+	info := broker.BatchInfo{ID: id, State: batchStates[h["st"]], OnlyIfAllSucceed: h["all"] == "1", Cancelled: h["x"] == "1",
+		Fired: batchFired[h["fired"]], CompletionID: h["cid"], FailureID: h["fid"],
+		Counts: broker.BatchCounts{Children: num("n"), Succeeded: num("d"), Failed: num("f"), DeadLettered: num("x"),
+			Cancelled: num("c"), Expired: num("e"), TimedOut: num("t")}}
+	info.Created, _ = unixMS(h["c0"])
+	info.Completed, _ = unixMS(h["at"])
+	return info
+}
+
+// batchOutboxScan is the most outbox entries SettleBatchReports reads at
+// once.
+const batchOutboxScan = 500
+
+// SettleBatchReports hands receiver's outbox entries to their batches:
+// for each, the batch's report script (which counts a child once), then
+// HDEL of the entry. See the file's comment.
+func (b *Broker) SettleBatchReports(ctx context.Context, receiver string) error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	if err := broker.CheckName("receiver", receiver); err != nil {
+		return err
+	}
+	out := b.keys.batchOutbox(receiver)
+	for {
+		kv, err := b.client.Do(ctx, b.client.B().Hscan().Key(out).Cursor(0).Count(batchOutboxScan).Build()).AsScanEntry()
+		if err != nil {
+			return b.fail(ctx, "batch reports", err)
+		}
+		if len(kv.Elements) == 0 {
+			return nil
+		}
+		done := make([]string, 0, len(kv.Elements)/2)
+		for i := 0; i+1 < len(kv.Elements); i += 2 {
+			child := kv.Elements[i]
+			id, outcome, ok := strings.Cut(kv.Elements[i+1], " ")
+			if ok && broker.CheckBatchID("batch id", id) == nil {
+				if err := scriptBatchReport.Exec(ctx, b.client, b.batchKeys(id), []string{child, outcome}).Error(); err != nil {
+					return b.fail(ctx, "batch report", err)
+				}
+			}
+			done = append(done, child)
+		}
+		if err := b.client.Do(ctx, b.client.B().Hdel().Key(out).Field(done...).Build()).Error(); err != nil {
+			return b.fail(ctx, "batch reports", err)
+		}
+		if kv.Cursor == 0 && len(kv.Elements) < 2*batchOutboxScan {
+			return nil
+		}
+	}
+}
+
+// batchSweepEvery is how often Fetch hands its receiver's batch outbox
+// over: the entries a settling instance left there when it stopped
+// between its two steps.
+const batchSweepEvery = time.Second
+
+// batchSweeps is when each receiver's outbox was last handed over by this
+// broker (local time: it only paces the work).
+type batchSweeps struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// sweepBatchReports runs SettleBatchReports for receiver at most once per
+// batchSweepEvery; its error is left to the next sweep.
+func (b *Broker) sweepBatchReports(ctx context.Context, receiver string) {
+	now := time.Now()
+	s := &b.batchSweeps
+	s.mu.Lock()
+	if s.last == nil {
+		s.last = make(map[string]time.Time)
+	}
+	due := now.Sub(s.last[receiver]) >= batchSweepEvery
+	if due {
+		s.last[receiver] = now
+	}
+	s.mu.Unlock()
+	if due {
+		_ = b.SettleBatchReports(ctx, receiver)
+	}
+}
