@@ -61,6 +61,8 @@ var usageCases = map[string]usageCase{
 	"schedule list":   {args: []string{"schedule", "list"}},
 	"schedule remove": {args: []string{"schedule", "remove", "s"}, open: true, required: []requiredPart{{[]string{"s"}, "NAME"}}},
 	"cancel":          {args: []string{"cancel", "--receiver", "r", validID}, open: true, required: []requiredPart{{[]string{"--receiver", "r"}, "--receiver"}, {[]string{validID}, "ID"}}},
+	"result":          {args: []string{"result", "r", validID}, required: []requiredPart{{[]string{validID}, "ID"}}},
+	"batch":           {args: []string{"batch", "r/" + validID}, required: []requiredPart{{[]string{"r/" + validID}, "ID"}}},
 	"pause":           {args: []string{"pause", "r"}, required: []requiredPart{{[]string{"r"}, "RECEIVER"}}, envUnused: map[string]string{"receiver": "RECEIVER is on the command line"}},
 	"resume":          {args: []string{"resume", "r"}, required: []requiredPart{{[]string{"r"}, "RECEIVER"}}, envUnused: map[string]string{"receiver": "RECEIVER is on the command line"}},
 	"send": {args: []string{"send", "--to", "r", "hi"}, required: []requiredPart{

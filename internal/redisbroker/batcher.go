@@ -28,9 +28,9 @@ import (
 // other callers of its batch get failed(the panic value) and the batcher
 // carries on; the panic goes on in the caller that ran it. items and out
 // are the batcher's again once flush returned: flush keeps neither. The
-// batcher reuses items for the next flush only when the leader's context
-// had not ended by then, so that a round trip that flush left behind (its
-// commands still queued in the client) keeps its items.
+// batcher reuses out, never items: the client may still read the commands
+// of a round trip after it answered (its writer, after a connection
+// error), or after flush left it behind (its leader's context ended).
 type batcher[T, R any] struct {
 	max    int
 	flush  func(ctx context.Context, items []T, out []R)
@@ -43,10 +43,9 @@ type batcher[T, R any] struct {
 	// grow into again.
 	spare []*batchCall[T, R]
 
-	// items and out are the buffers of the next flush, owned by the
-	// flush in flight (one at a time).
-	items []T
-	out   []R
+	// out is the results' buffer of the next flush, owned by the flush
+	// in flight (one at a time).
+	out []R
 
 	calls sync.Pool // of *batchCall[T, R], reused once their caller has the result
 }
@@ -143,13 +142,13 @@ func (b *batcher[T, R]) leave(c *batchCall[T, R]) bool {
 // caller's context), hands the queue to the first caller in it, and wakes
 // the others of batch.
 func (b *batcher[T, R]) run(ctx context.Context, batch []*batchCall[T, R]) {
-	items := b.items[:0]
+	items := make([]T, 0, len(batch))
 	for _, c := range batch {
 		items = append(items, c.item)
 	}
 	out := b.out[:0]
 	out = append(out, make([]R, len(batch))...)
-	b.items, b.out = nil, nil
+	b.out = nil
 	defer b.next(batch)
 	defer func() {
 		if v := recover(); v != nil {
@@ -165,10 +164,6 @@ func (b *batcher[T, R]) run(ctx context.Context, batch []*batchCall[T, R]) {
 	}
 	clear(out)
 	b.out = out[:0]
-	if ctx.Err() == nil {
-		clear(items)
-		b.items = items[:0]
-	}
 }
 
 // next hands the queue to the first caller in it and wakes the others of

@@ -346,9 +346,10 @@ func TestInboxWritesMerge(t *testing.T) {
 	t.Logf("%d writes in %d round trips", total, len(sizes))
 }
 
-// TestBatcherCallsAllocateNothing: a lone call reuses its call and the
-// flush's buffers, so the batcher itself allocates nothing per call.
-func TestBatcherCallsAllocateNothing(t *testing.T) {
+// TestBatcherCallAllocatesItsItems: a lone call reuses its call and the
+// flush's results, so the batcher allocates per call only the items it
+// hands to flush, which the client may read after it answered.
+func TestBatcherCallAllocatesItsItems(t *testing.T) {
 	b := newBatcher(10, func(_ context.Context, items []int, out []int) {
 		copy(out, items)
 	}, func(any) int { return -1 })
@@ -358,7 +359,7 @@ func TestBatcherCallsAllocateNothing(t *testing.T) {
 			t.Fatalf("do(7) = %d, %v", r, err)
 		}
 	})
-	if allocs != 0 {
-		t.Fatalf("%v allocations per lone call, want 0", allocs)
+	if allocs > 1 {
+		t.Fatalf("%v allocations per lone call, want 1 at most (its items)", allocs)
 	}
 }
