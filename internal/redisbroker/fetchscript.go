@@ -27,8 +27,8 @@ return n
 // ARGV[9] (a key of the receiver's slot, as resFinal's evictions are),
 // with the index and sizes KEYS[15..16] and the cap ARGV[10]. Its
 // functions are made at its first call in a script run: a fetch that
-// dead-letters nothing does not pay for them.
-const luaDeadResult = `
+// dead-letters nothing does not pay for them. A var, as luaResult may be.
+var luaDeadResult = `
 local deadResult
 do
   local write
