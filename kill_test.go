@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -56,7 +58,8 @@ const childRequestTimeout = 8 * time.Second
 // prints "ready" and makes one Request to that receiver with a timeout of
 // childRequestTimeout. A "long-worker" is a worker with longLease that
 // heartbeats every holderHeartbeat. A "batch-worker" is a worker with a
-// batch handler (serveBatchChild).
+// batch handler (serveBatchChild). A worker's WithMaxAttempts is
+// DISKER_TEST_MAX_ATTEMPTS, when set.
 func runChild() int {
 	cfg := disker.Config{
 		RedisURL:  os.Getenv("DISKER_TEST_URL"),
@@ -117,11 +120,15 @@ func runChild() int {
 	if os.Getenv(childEnv) == "batch-worker" {
 		err = serveBatchChild(d, os.Getenv("DISKER_TEST_RECEIVER"), lease)
 	} else {
+		opts := []disker.HandleOption{disker.WithLease(lease)}
+		if n, err := strconv.Atoi(os.Getenv("DISKER_TEST_MAX_ATTEMPTS")); err == nil {
+			opts = append(opts, disker.WithMaxAttempts(n))
+		}
 		err = d.Handle(os.Getenv("DISKER_TEST_RECEIVER"), disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
 			fmt.Printf("started %s %d\n", m.ID, m.Attempt)
 			<-block
 			return nil, nil
-		}), disker.WithLease(lease))
+		}), opts...)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
@@ -166,6 +173,85 @@ func TestKilledHolderReclaimedByHeartbeat(t *testing.T) {
 	d, id := killHolder(t, e, "long-worker", "held")
 	if m := recv(t, serve(t, d, "held", longLease), 30*time.Second, "the redelivery of a dead holder's message"); m.ID != id || m.Attempt != 2 {
 		t.Fatalf("redelivered %s attempt %d, want %s attempt 2", m.ID, m.Attempt, id)
+	}
+}
+
+// TestKilledWorkersDeadLetterResult kills the worker process that runs a
+// message twice (SIGKILL), with WithMaxAttempts(2): the next worker's
+// fetch dead-letters it, and its retained result becomes final there,
+// dead-lettered after 2 attempts, as does that of a batch's only child,
+// whose batch completes.
+func TestKilledWorkersDeadLetterResult(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	t.Parallel()
+	e := newEnv(t, true, redisURL(t))
+	const receiver = "doomed"
+	d := e.open()
+	ctx := ctxTimeout(t, time.Minute)
+	b, err := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "doomed-done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := d.Send(ctx, disker.Message{Receiver: receiver, Content: []byte("kept")}, disker.WithRetention(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	member, err := b.Send(ctx, disker.Message{Receiver: receiver, Content: []byte("child")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := func() *child {
+		c := startChild(t, e, "worker", receiver, "", "DISKER_TEST_MAX_ATTEMPTS=2")
+		if l := recv(t, c.lines, 30*time.Second, "the child to be ready"); l != "ready" {
+			t.Fatalf("child said %q, want ready", l)
+		}
+		return c
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		c := start()
+		started := map[string]bool{}
+		for len(started) < 2 {
+			l := recv(t, c.lines, 30*time.Second, "the child to start both messages")
+			id, n, _ := strings.Cut(strings.TrimPrefix(l, "started "), " ")
+			if (id != kept && id != member) || n != strconv.Itoa(attempt) {
+				t.Fatalf("child said %q, want attempt %d of %s or %s", l, attempt, kept, member)
+			}
+			started[id] = true
+		}
+		c.kill(t)
+	}
+	c := start()
+	for _, id := range []string{kept, member} {
+		res, err := d.WaitResult(ctx, receiver, id)
+		if err != nil {
+			t.Fatalf("WaitResult %s: %v", id, err)
+		}
+		if res.State != disker.ResultDeadLettered || res.Attempts != 2 || res.Err == nil || !strings.Contains(res.Err.Text, "lease expired") {
+			t.Fatalf("the result of %s: %+v, want dead-lettered after 2 attempts", id, res)
+		}
+	}
+	waitFor(t, 30*time.Second, "the batch to complete", func() bool {
+		info, err := d.Batch(ctx, b.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State == disker.BatchCompleted && (info.DeadLettered != 1 || info.Settled != 1 || !info.CompletionSent) {
+			t.Fatalf("the completed batch: %+v, want its child dead-lettered", info)
+		}
+		return info.State == disker.BatchCompleted
+	})
+	if dls, err := d.DeadLetters(ctx, receiver, 10); err != nil || len(dls) != 2 {
+		t.Fatalf("DeadLetters: %+v, %v; want the 2 messages", dls, err)
+	}
+	select {
+	case l := <-c.lines:
+		t.Fatalf("the third worker said %q: a delivery beyond 2 attempts", l)
+	default:
 	}
 }
 

@@ -25,7 +25,9 @@ type FetchParams struct {
 	// Lease is how long the deliveries stay with Consumer; > 0.
 	Lease time.Duration
 	// MaxAttempts dead-letters a message delivered this many times
-	// instead of delivering it again; 0 (or less) means no limit.
+	// instead of delivering it again, writing its record's final state
+	// (ResultDeadLettered, with the attempts) in the same step when it has
+	// one; 0 (or less) means no limit.
 	MaxAttempts int
 	// Wake, when set, lets a Fetch that finds nothing and would wait for
 	// new entries return at once, with none, leaving the wait registered

@@ -190,7 +190,7 @@ type FinishResultParams struct {
 	Ref string
 	// State is the final state: ResultDone, ResultExpired or
 	// ResultTimedOut (dead letters and cancellations are recorded by
-	// DeadLetter and Cancel).
+	// DeadLetter, Fetch past MaxAttempts, and Cancel).
 	State ResultState
 	// Worker and Attempt are the worker's id and the attempt's number.
 	Worker  string

@@ -77,7 +77,9 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 				}
 				if maxAttempts > 0 && e.count >= maxAttempts {
 					c.removeSettled(receiver, s, e.ref, now)
-					c.deadLetter(receiver, e, fmt.Sprintf("gave up after %d deliveries (max attempts %d): lease expired or retried", e.count, maxAttempts), now)
+					reason := fmt.Sprintf("gave up after %d deliveries (max attempts %d): lease expired or retried", e.count, maxAttempts)
+					c.deadLetter(receiver, e, reason, now)
+					c.deadResult(receiver, e, reason)
 					continue
 				}
 				if d, ok := c.lease(receiver, s, e, grant{consumer, now, lease}); ok {
@@ -98,6 +100,18 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 		return nil, err
 	}
 	return out, nil
+}
+
+// deadResult writes the final state of the retained record of e's
+// message, if it has one: dead-lettered (by Fetch, after its attempts),
+// with reason as its error, and its attempts. Callers hold mu.
+func (c *core) deadResult(receiver string, e *entry, reason string) {
+	env, err := decode(e.raw)
+	if err != nil {
+		return
+	}
+	c.finalResult(receiver, env.ID, broker.ResultDeadLettered, 0, nil, "dead_letter", reason,
+		func(r *broker.ResultRecord) { r.Attempts = e.count })
 }
 
 // grant is a delivery's terms: to whom, when, and for how long.

@@ -38,6 +38,12 @@ type streamKeys struct {
 	// groups are the keys of the groups hash and zsets P:{R}:g, gw and gt
 	// (groups.go); of a reply stream, keys of its slot never written.
 	groups [3]string
+	// results are the keys of the results' index and sizes P:{R}:res and
+	// resn, and resultPrefix the records' prefix P:{R}:res: (results.go),
+	// for the fetch script's dead letters (queues only: "" for a reply
+	// stream, which has no records).
+	results      [2]string
+	resultPrefix string
 	// streams is stream alone, the streams of a blocking read of it (set
 	// by newStreamState).
 	streams [1]string
@@ -48,8 +54,9 @@ func (b *Broker) makeQueueKeys(receiver string) streamKeys {
 	return streamKeys{op: "fetch", receiver: receiver, stream: b.keys.queue(receiver), dlq: b.keys.deadLetters(receiver), retries: b.keys.retries(receiver), holders: b.keys.holders(receiver),
 		high: b.keys.queueAt(receiver, broker.PriorityHigh), low: b.keys.queueAt(receiver, broker.PriorityLow), record: true,
 		deferred: b.keys.deferred(receiver), deferredMsgs: b.keys.deferredMessages(receiver), promote: true,
-		legacy: [3]string{b.keys.legacyDeferred(receiver), b.keys.legacyDeferredMessages(receiver), b.keys.legacyRetries(receiver)},
-		groups: [3]string{b.keys.groups(receiver), b.keys.groupWaits(receiver), b.keys.groupTimes(receiver)}}
+		legacy:  [3]string{b.keys.legacyDeferred(receiver), b.keys.legacyDeferredMessages(receiver), b.keys.legacyRetries(receiver)},
+		groups:  [3]string{b.keys.groups(receiver), b.keys.groupWaits(receiver), b.keys.groupTimes(receiver)},
+		results: [2]string{b.keys.resultIndex(receiver), b.keys.resultSizes(receiver)}, resultPrefix: b.keys.result(receiver, "")}
 }
 
 // fetch returns up to p.Max entries of st's stream for p.Consumer, as
@@ -404,13 +411,17 @@ func (b *Broker) reclaim(ctx context.Context, st *streamState, p *broker.FetchPa
 		prune = msString(b.pruneIdle)
 	}
 	keys := []string{stream, s.dlq, s.retries, s.holders, s.high, s.low, s.retries, s.retries, s.retries, s.retries, s.retries,
-		s.groups[0], s.groups[1], s.groups[2]}
+		s.groups[0], s.groups[1], s.groups[2], s.retries, s.retries}
 	if s.promote {
 		keys[6], keys[7] = s.deferred, s.deferredMsgs
 		keys[8], keys[9], keys[10] = s.legacy[0], s.legacy[1], s.legacy[2]
 	}
+	if s.resultPrefix != "" {
+		keys[14], keys[15] = s.results[0], s.results[1]
+	}
 	start := time.Now()
-	args := []string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, boolArg(s.record), boolArg(due), boolArg(s.promote)}
+	args := []string{p.Consumer, strconv.Itoa(p.Max), msString(p.Lease), strconv.Itoa(max0(p.MaxAttempts)), prune, boolArg(s.record), boolArg(due), boolArg(s.promote),
+		s.resultPrefix, b.maxResults}
 	if due && s.record {
 		args = append(args, b.departedWorkers()...)
 	}
@@ -428,8 +439,14 @@ func (b *Broker) reclaim(ctx context.Context, st *streamState, p *broker.FetchPa
 	if levels&4 != 0 {
 		// A key queued a message at a level whose stream held nothing.
 		b.levelsChanged(ctx, s.receiver)
-		levels &^= 4
 	}
+	if levels&8 != 0 {
+		// A batch child was dead-lettered: its report is in the outbox
+		// already; handing it over now is only sooner (see
+		// SettleBatchReports).
+		_ = b.SettleBatchReports(ctx, s.receiver)
+	}
+	levels &^= 4 | 8
 	if s.record {
 		st.setLevels(int(levels))
 	}

@@ -18,6 +18,50 @@ end
 return n
 `)
 
+// luaDeadResult defines deadResult(m, reason, attempts): the final write
+// (resFinal, luaResult) of the retained record of m, the encoded envelope
+// of a message the fetch script dead-lettered: dead-lettered, with reason
+// as its error, and attempts. It returns resFinal's answer (2: a batch
+// child's outcome went to the outbox), or 0 when there is no record or m
+// is not an envelope. The record is named from the records' prefix
+// ARGV[9] (a key of the receiver's slot, as resFinal's evictions are),
+// with the index and sizes KEYS[15..16] and the cap ARGV[10]. Its
+// functions are made at its first call in a script run: a fetch that
+// dead-letters nothing does not pay for them. A var, as luaResult may be.
+var luaDeadResult = `
+local deadResult
+do
+  local write
+  deadResult = function(m, reason, attempts)
+    if not write then
+` + luaResult + `
+      -- envID is the id of m (internal/wire: the version byte 1, then
+      -- the id's length as a uvarint and its bytes), or nil.
+      local function envID(m)
+        if string.byte(m, 1) ~= 1 then return nil end
+        local n, mul, i = 0, 1, 2
+        while true do
+          local c = string.byte(m, i)
+          if not c or mul > 2 ^ 28 then return nil end
+          n, i = n + (c % 128) * mul, i + 1
+          if c < 128 then break end
+          mul = mul * 128
+        end
+        if n == 0 or i + n - 1 > #m then return nil end
+        return string.sub(m, i, i + n - 1)
+      end
+      write = function(m, reason, attempts)
+        local id = envID(m)
+        if not id then return 0 end
+        return resFinal({rec = ARGV[9] .. id, idx = KEYS[15], n = KEYS[16], pre = ARGV[9], cap = ARGV[10]}, id, 'x', '',
+          {'ec', 'dead_letter', 'et', reason}, {'a', attempts})
+      end
+    end
+    return write(m, reason, attempts)
+  end
+end
+`
+
 // scriptFetch reclaims and reads entries of a receiver's queue (its
 // priority levels, highest first) or of a reply stream for a consumer.
 var scriptFetch = rueidis.NewLuaScript(`-- fetch
@@ -35,7 +79,7 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- ARGV[3] -> lease in ms, recorded as this consumer's: a pending entry is
 --            reclaimed once idle for its holder's lease (this one when the
 --            holder recorded none), or at once when its holder left the
---            registry of workers (ARGV[9..])
+--            registry of workers (ARGV[11..])
 -- ARGV[4] -> max attempts: an entry already delivered this many times is
 --            dead-lettered instead of reclaimed; 0 means no limit
 -- ARGV[5] -> prune idle ms: when > 0, first delete the group's consumers that
@@ -54,7 +98,11 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 --            (groups.go): promote queues the keyed messages due behind
 --            their keys, and a keyed entry dead-lettered is settled for
 --            its key (for a reply stream, keys never written)
--- ARGV[9..] -> the workers that left the registry (their heartbeat lapsed,
+-- KEYS[15..16] -> the results' index P:{R}:res and sizes P:{R}:resn
+--            (results.go); for a reply stream, keys never written
+-- ARGV[9] -> the records' prefix P:{R}:res: (a reply stream: "", no
+--            records); ARGV[10] -> the receiver's cap on retained bytes
+-- ARGV[11..] -> the workers that left the registry (their heartbeat lapsed,
 --            or they deregistered), each followed by when it left (unix
 --            ms), as the caller's last heartbeat saw them: the entries
 --            they were delivered in a millisecond before the one they left
@@ -68,10 +116,15 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- Serves the levels in order, high, normal, low (a level stream that holds
 -- nothing is skipped): in each, reclaimed entries then new ones, until max.
 -- Creates the group "g" of a stream (from its start, MKSTREAM) if missing.
+-- An entry dead-lettered whose message has a retained record gets its
+-- final state there in this step (deadResult: dead-lettered, with the
+-- reason as its error, and the attempts), and a batch child's outcome goes
+-- to the batch outbox.
 -- Returns {dead, levels, next, busy, e1, e2, ...}: dead is how many entries
 -- were dead-lettered; levels is 1 when the high level stream holds entries,
 -- +2 when the low one does, +4 when a key queued a message at a level
--- whose stream held nothing (see levelsChanged); next is the due time
+-- whose stream held nothing (see levelsChanged), +8 when a batch child's
+-- outcome went to the batch outbox; next is the due time
 -- (unix ms) of the first message still deferred or key to look at again
 -- (-1 when none); busy is 1 when, after this run,
 -- the stream has pending entries (leased to any consumer, these e
@@ -79,8 +132,9 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 -- else 0: a stream that is not busy needs no reclaim until something is
 -- delivered from it; each e is {ref, attempt, field1, value1, ...}, where
 -- ref is the entry id, prefixed "h" or "l" at those levels.
-` + luaNow + luaBury + luaPromote + luaMigrate + `
+` + luaNow + luaBury + luaPromote + luaMigrate + luaDeadResult + `
 local base, dlq, retries, hold = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local reported = false
 local consumer, max, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local maxAttempts, pruneIdle = tonumber(ARGV[4]), tonumber(ARGV[5])
 local reclaim = ARGV[7] == '1'
@@ -137,7 +191,7 @@ if reclaim then
       if v < minLease then minLease = v end
     end
   end
-  for j = 9, #ARGV - 1, 2 do
+  for j = 11, #ARGV - 1, 2 do
     local who = ARGV[j]
     if leases[who] and who ~= consumer and not lapsed[who] then
       dead[#dead + 1] = who
@@ -220,9 +274,13 @@ local function serve(stream, prefix)
         redis.call('XACK', base, 'g', id)
         redis.call('HINCRBY', hold, 'wakes', -redis.call('XDEL', base, id))
       elseif maxAttempts > 0 and count >= maxAttempts then
-        local n, key = bury(stream, dlq, id, 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried', count, '0', prefix)
+        local reason = 'gave up after ' .. count .. ' deliveries (max attempts ' .. maxAttempts .. '): lease expired or retried'
+        local n, key, m = bury(stream, dlq, id, reason, count, '0', prefix)
         out[1] = out[1] + n
         if key then groupsLib().gsettle(G, key, ref) end
+        if n == 1 and ARGV[9] ~= '' and deadResult(m, reason, tostring(count)) == 2 then
+          reported = true
+        end
       else
         local c = redis.call('XCLAIM', stream, 'g', consumer, 0, id)
         if c[1] then
@@ -265,6 +323,7 @@ if scanned == #levels then
 end
 local levelsNow = out[2]
 if G.first == 1 then out[2] = out[2] + 4 end
+if reported then out[2] = out[2] + 8 end
 if levelsNow ~= 0 or #out > 4 or redis.call('ZCARD', retries) > 0 then
   out[4] = 1
 else

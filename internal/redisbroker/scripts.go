@@ -26,9 +26,9 @@ local nowStr = string.format('%.0f', now)
 
 // luaBury defines bury(stream, dlq, id, reason, attempts, bad, prio): it
 // moves entry id of stream to the dead-letter stream dlq (XADD + XACK +
-// XDEL) and returns 1 and the entry's group key (field g, or nil), or 0
-// when the entry is no longer in the stream (it is then only removed from
-// the group's pending list). bad forces the entry to be marked
+// XDEL) and returns 1, the entry's group key (field g, or nil) and the
+// message it moved (field m), or 0 when the entry is no longer in the
+// stream (it is then only removed from the group's pending list). bad forces the entry to be marked
 // undecodable. The entry's deadline, expiry, group key and id (fields d,
 // x, g and i) are kept. An entry without an m field is kept whole, as
 // JSON. prio ("h", "l", or "" for the normal level) is kept in field p,
@@ -67,7 +67,7 @@ local function bury(stream, dlq, id, reason, attempts, bad, prio)
   end
   redis.call('XADD', unpack(args))
   redis.call('XDEL', stream, id)
-  return 1, kept.g
+  return 1, kept.g, m
 end
 `
 

@@ -116,6 +116,8 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Results", testResults},
 		{"ResultsExpire", testResultsExpire},
 		{"ResultsRace", testResultsRace},
+		{"ResultsLeasesLost", testResultsLeasesLost},
+		{"BatchLeasesLost", testBatchLeasesLost},
 		{"Cancel", testCancel},
 		{"Batches", testBatches},
 		{"BatchEdges", testBatchEdges},
