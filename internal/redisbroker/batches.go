@@ -166,7 +166,7 @@ var scriptBatchSeal = rueidis.NewLuaScript(`-- batch_seal
 ` + luaNow + luaBatchFire + `
 local st = redis.call('HGET', KEYS[1], 'st')
 if not st then return 0 end
-if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'x', '1') end
+if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'cx', '1') end
 if st == 'o' then redis.call('HSET', KEYS[1], 'st', 's') end
 batchFire(KEYS[1], KEYS[2], KEYS[3])
 if ARGV[1] ~= '1' then return 1 end
@@ -311,7 +311,7 @@ var batchFired = map[string]broker.BatchFired{"c": broker.FiredCompletion, "f": 
 // decodeBatch reads a batch's hash.
 func decodeBatch(id string, h map[string]string) broker.BatchInfo {
 	num := func(f string) int { n, _ := strconv.Atoi(h[f]); return n }
-	info := broker.BatchInfo{ID: id, State: batchStates[h["st"]], OnlyIfAllSucceed: h["all"] == "1", Cancelled: h["x"] == "1",
+	info := broker.BatchInfo{ID: id, State: batchStates[h["st"]], OnlyIfAllSucceed: h["all"] == "1", Cancelled: h["cx"] == "1",
 		Fired: batchFired[h["fired"]], CompletionID: h["cid"], FailureID: h["fid"],
 		Counts: broker.BatchCounts{Children: num("n"), Succeeded: num("d"), Failed: num("f"), DeadLettered: num("x"),
 			Cancelled: num("c"), Expired: num("e"), TimedOut: num("t")}}
