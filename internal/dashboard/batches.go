@@ -3,6 +3,7 @@ package dashboard
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -28,6 +29,7 @@ type batchLine struct {
 	Waiting  int    // children not settled
 	Percent  int    // settled, of the children: 0..100
 	Bar      []barPart
+	Outcomes string // the non-zero counts of the settled, in words
 	Created  string
 	Done     string // when it completed, "" until then
 }
@@ -54,6 +56,20 @@ func viewBatch(b *disker.BatchInfo) batchLine {
 		l.Percent = b.Settled * 100 / b.Children
 	case b.State == disker.BatchCompleted:
 		l.Percent = 100
+	}
+	var outs []string
+	for _, o := range []struct {
+		n    int
+		word string
+	}{{b.Succeeded, "succeeded"}, {b.Failed, "failed"}, {b.DeadLettered, "dead-lettered"}, {b.TimedOut, "timed out"},
+		{b.Cancels, "cancelled"}, {b.Expired, "expired"}} {
+		if o.n > 0 {
+			outs = append(outs, strconv.Itoa(o.n)+" "+o.word)
+		}
+	}
+	l.Outcomes = strings.Join(outs, ", ")
+	if l.Outcomes == "" {
+		l.Outcomes = "-"
 	}
 	x := 0.0
 	for _, p := range []barPart{
