@@ -201,6 +201,10 @@ type BatchInfo struct {
 	// batch queued (neither: OnlyIfAllSucceed with a failed child and no
 	// failure message).
 	CompletionSent, FailureSent bool
+	// CompletionID and FailureID are the message ids of the completion
+	// and of the failure message ("" when there is none), sent to the
+	// receiver the batch id names once the batch completed.
+	CompletionID, FailureID string
 	// Created and Completed are broker times (Completed zero until then).
 	Created, Completed time.Time
 }
@@ -212,6 +216,7 @@ func batchInfoOf(b *broker.BatchInfo) *BatchInfo {
 		Children: c.Children, Settled: c.Settled(), Succeeded: c.Succeeded, Failed: c.Failed, DeadLettered: c.DeadLettered,
 		Cancels: c.Cancelled, Expired: c.Expired, TimedOut: c.TimedOut,
 		CompletionSent: b.Fired == broker.FiredCompletion, FailureSent: b.Fired == broker.FiredFailure,
+		CompletionID: b.CompletionID, FailureID: b.FailureID,
 		Created: b.Created, Completed: b.Completed}
 }
 

@@ -153,6 +153,9 @@ type Result struct {
 	Progress []byte
 	// ExpiresAt is when the result goes.
 	ExpiresAt time.Time
+	// Batch is the id of the batch the message is a child of (WithBatch,
+	// Batch.Send, a chain's step), "" if none.
+	Batch string
 }
 
 // Result returns the retained result of message id, sent to receiver with
@@ -234,7 +237,7 @@ func (d *Disker) resultOf(rec *broker.ResultRecord) *Result {
 	r := &Result{
 		ID: rec.ID, Receiver: rec.Receiver, Attempts: rec.Attempts, Worker: rec.Worker,
 		SentAt: d.b.Local(rec.Sent), StartedAt: d.b.Local(rec.Started), FinishedAt: d.b.Local(rec.Finished),
-		Deadline: d.b.Local(rec.Deadline), Progress: rec.Progress, ExpiresAt: d.b.Local(rec.Expires),
+		Deadline: d.b.Local(rec.Deadline), Progress: rec.Progress, ExpiresAt: d.b.Local(rec.Expires), Batch: rec.Batch,
 	}
 	if rec.ErrorCode != "" || rec.ErrorText != "" {
 		r.Err = &RemoteError{Code: rec.ErrorCode, Text: rec.ErrorText, MessageID: rec.ID}

@@ -94,7 +94,7 @@ func TestDiskerSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTables(t, tables, 13)
+	checkTables(t, tables, 14)
 	// Every peer has its rows, but for one that could not run here (its
 	// table then says why): NATS is built into the harness and always runs;
 	// BullMQ needs node and its modules, River PostgreSQL's binaries.
@@ -213,7 +213,7 @@ func TestDiskerSuiteCommandStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Count(out.String(), "redis commands per op:")
-	want := len(ffImpls(1)) + len(ffManyImpls(1)) + 2*len(rrImpls(1, 1)) + len(dedupImpls(1)) + len(limitsImpls(1)) + len(delayedImpls(1)) + len(groupsImpls(1)) + len(batchImpls(1)) + len(retentionImpls(1)) + len(streamImpls(1))
+	want := len(ffImpls(1)) + len(ffManyImpls(1)) + 2*len(rrImpls(1, 1)) + len(dedupImpls(1)) + len(limitsImpls(1)) + len(delayedImpls(1)) + len(groupsImpls(1)) + len(batchImpls(1)) + len(retentionImpls(1)) + len(batchesImpls(1)) + len(streamImpls(1))
 	if _, err := bullmqReady(); err == nil {
 		want++ // BullMQ runs on the workload's redis-server
 	}

@@ -96,6 +96,12 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 			return nil, err
 		}
 	}
+	var batches map[string][]sample
+	if o.runsWorkload("batches") {
+		if batches, err = runRedisWorkload(ctx, o, "batches", batchesImpls(nFF)); err != nil {
+			return nil, err
+		}
+	}
 	var streamed map[string][]sample
 	nStream := nRR1 / 10
 	if o.runsWorkload("stream") {
@@ -146,6 +152,9 @@ func DiskerSuite(ctx context.Context, o Options) ([]Table, error) {
 	}
 	if retained != nil {
 		tables = append(tables, retentionTable(retained, nFF))
+	}
+	if batches != nil {
+		tables = append(tables, batchesTable(batches, nFF))
 	}
 	if streamed != nil {
 		tables = append(tables, streamTable(streamed, nStream))

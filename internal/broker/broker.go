@@ -271,6 +271,7 @@ type Broker interface {
 	Groups
 	Results
 	Batches
+	BatchIndex
 
 	// Close releases the broker's resources. Calls after Close return
 	// ErrClosed.

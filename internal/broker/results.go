@@ -118,6 +118,9 @@ type ResultRecord struct {
 	ErrorCode, ErrorText string
 	// Progress is the latest progress recorded (SetProgress), nil if none.
 	Progress []byte
+	// Batch is the id of the batch the message is a child of
+	// (SendParams.Batch), "" if none.
+	Batch string
 	// Retention is how long the record is kept after the final outcome.
 	Retention time.Duration
 	// Expires is when the record goes (broker time).

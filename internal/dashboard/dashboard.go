@@ -108,6 +108,8 @@ type Dashboard struct {
 	mux    *http.ServeMux
 	csrf   *http.CrossOriginProtection
 	secret [32]byte // of the CSRF tokens
+	// batchNotes logs each unreadable batch record once.
+	batchNotes notes
 }
 
 // New checks cfg and returns a Dashboard whose poll loop is running.
@@ -175,6 +177,8 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /{$}", d.receiversPage)
 	m.HandleFunc("GET /workers", d.workersPage)
 	m.HandleFunc("GET /message", d.messagePage)
+	m.HandleFunc("GET /batches", d.batchesPage)
+	m.HandleFunc("GET /batch", d.batchPage)
 	m.HandleFunc("GET /receivers/{name}", d.receiverPage)
 	m.HandleFunc("GET /receivers/{name}/dead-letters", d.deadLettersPage)
 	m.HandleFunc("GET /receivers/{name}/dead-letters/{action}", d.confirmPage)

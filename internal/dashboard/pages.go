@@ -475,10 +475,18 @@ func (d *Dashboard) act(w http.ResponseWriter, r *http.Request) {
 func parseTemplates() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
 		"path": url.PathEscape,
+		"batchTable": func(base string, bs []batchLine) any {
+			return struct {
+				Base    string
+				Batches []batchLine
+			}{base, bs}
+		},
+		"openScanned": func() int { return openScan },
+		"indexCap":    func() int { return disker.BatchIndexCap },
 	}
 	out := map[string]*template.Template{}
-	for _, name := range []string{"receivers", "receiver", "workers", "deadletters", "confirm", "message"} {
-		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+	for _, name := range []string{"receivers", "receiver", "workers", "deadletters", "confirm", "message", "batches", "batch"} {
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/parts.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: templates: %w", err)
 		}

@@ -24,6 +24,11 @@ type receiverData struct {
 	Shown       int // the most keys listed
 	// Completed are its latest final retained results (WithRetention).
 	Completed []resultLine
+	// Batches are its latest batches (those whose completion it
+	// receives).
+	Batches []batchLine
+	// Unreadable are the batch records left out of Batches.
+	Unreadable []string
 }
 
 // resultLine is a retained result as a receiver's page lists it.
@@ -79,6 +84,12 @@ func (d *Dashboard) receiverPage(w http.ResponseWriter, r *http.Request) {
 		data.Completed = append(data.Completed, resultLine{ID: res.ID, State: res.State.String(), Attempts: res.Attempts,
 			Worker: res.Worker, Finished: timeText(res.FinishedAt)})
 	}
+	bs, skipped, err := d.receiverBatchLines(r, name)
+	if err != nil {
+		d.fail(w, err)
+		return
+	}
+	data.Batches, data.Unreadable = bs, skipped
 	d.render(w, http.StatusOK, "receiver", d.page("Receiver "+name, "receivers", data))
 }
 

@@ -115,6 +115,7 @@ func (b *Broker) CreateBatch(ctx context.Context, p *broker.CreateBatchParams) e
 		bt.next = &broker.SendParams{Env: p.Completion, Retention: p.Completion.Retention, Batch: p.CompletionBatch}
 	}
 	c.batches[p.ID] = bt
+	c.indexBatch(p.ID)
 	return nil
 }
 

@@ -233,6 +233,11 @@ type core struct {
 	maxResults int64
 	// batches holds the batches by id (batches.go).
 	batches map[string]*memBatch
+	// batchIndex holds, by completion receiver, the latest batch ids
+	// created, the oldest first, and batchSeq numbers their creations
+	// (batchindex.go).
+	batchIndex map[string][]indexedBatch
+	batchSeq   uint64
 }
 
 func newCore(opts Options) *core {

@@ -260,7 +260,7 @@ func (b *Broker) Result(ctx context.Context, receiver, id string) (broker.Result
 func (r *memResult) out(now time.Time) (broker.ResultRecord, error) {
 	rec := r.rec
 	rec.Progress = slices.Clone(rec.Progress)
-	rec.Now, rec.Expires = now, r.expires
+	rec.Now, rec.Expires, rec.Batch = now, r.expires, r.batch
 	if r.reply != nil {
 		env, err := decode(r.reply)
 		if err != nil {

@@ -88,19 +88,21 @@ end
 
 // scriptBatchCreate creates a batch.
 var scriptBatchCreate = rueidis.NewLuaScript(`-- batch_create
--- KEYS[1] -> the batch P:{C}:bt:<id>
+-- KEYS[1] -> the batch P:{C}:bt:<id>; KEYS[2] -> C's index of batches P:{C}:bts
 -- ARGV[1] -> "1" in all-succeed mode, else "0"
 -- ARGV[2], ARGV[3] -> the encoded completion and failure ("" for none)
 -- ARGV[4] -> retention ms; ARGV[5] -> the life of a batch not completed, ms
 -- ARGV[6], ARGV[7] -> the completion's and the failure's ids
 -- ARGV[8], ARGV[9] -> the batch of the completion ("" for none) and the
 --                     completion's retention ms
+-- ARGV[10..12] -> the batch id, the index's cap and life ms (batchIndex)
 -- Returns 1, or 0 when the batch exists.
-` + luaNow + `
+` + luaNow + luaBatchIndex + `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'st', 'o', 'all', ARGV[1], 'cenv', ARGV[2], 'fenv', ARGV[3], 'ret', ARGV[4],
   'n', 0, 's', 0, 'cid', ARGV[6], 'fid', ARGV[7], 'c0', nowStr, 'cbt', ARGV[8], 'cret', ARGV[9])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]) + tonumber(ARGV[5]))
+batchIndex(KEYS[2], ARGV[10], ARGV[11], ARGV[12])
 return 1
 `)
 
@@ -166,7 +168,7 @@ var scriptBatchSeal = rueidis.NewLuaScript(`-- batch_seal
 ` + luaNow + luaBatchFire + `
 local st = redis.call('HGET', KEYS[1], 'st')
 if not st then return 0 end
-if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'x', '1') end
+if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'cx', '1') end
 if st == 'o' then redis.call('HSET', KEYS[1], 'st', 's') end
 batchFire(KEYS[1], KEYS[2], KEYS[3])
 if ARGV[1] ~= '1' then return 1 end
@@ -193,9 +195,10 @@ func (b *Broker) CreateBatch(ctx context.Context, p *broker.CreateBatchParams) e
 	if p.Failure != nil {
 		fenv, fid = rueidis.BinaryString(wire.Encode(p.Failure)), p.Failure.ID
 	}
-	n, err := scriptBatchCreate.Exec(ctx, b.client, []string{b.keys.batch(p.ID)}, []string{boolArg(p.OnlyIfAllSucceed),
+	c, _, _ := broker.ParseBatchID(p.ID)
+	n, err := scriptBatchCreate.Exec(ctx, b.client, []string{b.keys.batch(p.ID), b.keys.batchIndex(c)}, append([]string{boolArg(p.OnlyIfAllSucceed),
 		rueidis.BinaryString(wire.Encode(&p.Completion)), fenv, msString(p.Retention), msString(broker.PendingRetention),
-		p.Completion.ID, fid, p.CompletionBatch, retentionArg(p.Completion.Retention)}).AsInt64()
+		p.Completion.ID, fid, p.CompletionBatch, retentionArg(p.Completion.Retention)}, batchIndexArgs(p.ID)...)).AsInt64()
 	switch {
 	case err != nil:
 		return b.fail(ctx, "create batch", err)
@@ -311,7 +314,7 @@ var batchFired = map[string]broker.BatchFired{"c": broker.FiredCompletion, "f": 
 // decodeBatch reads a batch's hash.
 func decodeBatch(id string, h map[string]string) broker.BatchInfo {
 	num := func(f string) int { n, _ := strconv.Atoi(h[f]); return n }
-	info := broker.BatchInfo{ID: id, State: batchStates[h["st"]], OnlyIfAllSucceed: h["all"] == "1", Cancelled: h["x"] == "1",
+	info := broker.BatchInfo{ID: id, State: batchStates[h["st"]], OnlyIfAllSucceed: h["all"] == "1", Cancelled: h["cx"] == "1",
 		Fired: batchFired[h["fired"]], CompletionID: h["cid"], FailureID: h["fid"],
 		Counts: broker.BatchCounts{Children: num("n"), Succeeded: num("d"), Failed: num("f"), DeadLettered: num("x"),
 			Cancelled: num("c"), Expired: num("e"), TimedOut: num("t")}}

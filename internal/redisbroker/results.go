@@ -387,7 +387,7 @@ var resultStates = map[string]broker.ResultState{"q": broker.ResultQueued, "r": 
 // decodeResult reads a record's hash.
 func decodeResult(receiver, id string, h map[string]string) (broker.ResultRecord, error) {
 	rec := broker.ResultRecord{ID: id, Receiver: receiver, State: resultStates[h["st"]], Worker: h["w"],
-		ErrorCode: h["ec"], ErrorText: h["et"]}
+		ErrorCode: h["ec"], ErrorText: h["et"], Batch: h["bt"]}
 	if rec.State == 0 {
 		return rec, fmt.Errorf("unknown state %q", h["st"])
 	}

@@ -38,7 +38,7 @@ func main() {
 }
 
 // knownWorkloads are the names -workloads takes.
-var knownWorkloads = []string{"ff", "ff256", "rr1", "rr32", "dedup", "limits", "delayed", "groups", "batch", "retention", "stream"}
+var knownWorkloads = []string{"ff", "ff256", "rr1", "rr32", "dedup", "limits", "delayed", "groups", "batch", "retention", "batches", "stream"}
 
 func run() error {
 	suite := flag.String("suite", "all", "which suite to run: executor, checkout, disker, cluster, footprint or all")

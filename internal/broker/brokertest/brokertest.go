@@ -121,6 +121,8 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Cancel", testCancel},
 		{"Batches", testBatches},
 		{"BatchEdges", testBatchEdges},
+		{"BatchIndex", testBatchIndex},
+		{"BatchCancelledFlag", testBatchCancelledFlag},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
 		{"SchedulePutList", testSchedulePutList},
