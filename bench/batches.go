@@ -175,8 +175,8 @@ func batchesTable(res map[string][]sample, n int) Table {
 			"throughput over the row's (above 1 means the row is slower). A child is sent with the batch's retention " +
 			"(24 h): the second row is that retention alone. Before its send, each child is registered with its batch " +
 			"(one batch_add script per Send); its settlement writes its outcome to its receiver's batch outbox, then the " +
-			"settling instance hands over every entry it finds in that outbox (an HSCAN, a batch_report script per entry, " +
-			"an HDEL), its own and those of the children settling beside it; the batch row's CPU and commands include " +
+			"settling instance hands its own entry to the batch (an HGET, a batch_report script, an HDEL); the batch row's " +
+			"CPU and commands include " +
 			"its batches' creation, seal and completion. \"Redis commands/msg\" is INFO commandstats' calls per message (the " +
 			"commands a script runs counted apart from the script). The completion's latency runs from the later of the " +
 			"last child's handler return and the Seal call's return to the start of the completion's handler."},

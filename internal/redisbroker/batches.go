@@ -11,9 +11,11 @@ package redisbroker
 // A child reports in two steps, each atomic and each repeatable: the
 // script that settles it (resFinal) writes "<batch id> <outcome>" under
 // its id to its receiver's outbox P:{R}:resbo, in its receiver's slot;
-// then SettleBatchReports hands each outbox entry to its batch
-// (scriptBatchReport, which counts a child id once) and only then
-// deletes it. A crash between the two leaves the entry in the outbox,
+// then it is handed to its batch (scriptBatchReport, which counts a
+// child id once) and only then deleted: at once by the settling instance
+// for its own entry (settleBatchChild), and by SettleBatchReports, which
+// Fetch runs at most once a second per receiver, for any entry left
+// behind. A crash between the two steps leaves the entry in the outbox,
 // and the next SettleBatchReports of the receiver, by any instance,
 // hands it over again: counted once, lost never. The same two steps run
 // on one server and on a Cluster, where R and C may be in two slots.
@@ -364,6 +366,30 @@ func (b *Broker) SettleBatchReports(ctx context.Context, receiver string) error 
 			return nil
 		}
 	}
+}
+
+// settleBatchChild hands child's outbox entry, if any, to its batch: the
+// prompt handover of the instance that settled child. Other entries are
+// left to their own settlers and to the sweep (SettleBatchReports), so
+// that handlers settling side by side do not each hand over all of them.
+func (b *Broker) settleBatchChild(ctx context.Context, receiver, child string) error {
+	out := b.keys.batchOutbox(receiver)
+	v, err := b.client.Do(ctx, b.client.B().Hget().Key(out).Field(child).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return nil
+	}
+	if err != nil {
+		return b.fail(ctx, "batch report", err)
+	}
+	if id, outcome, ok := strings.Cut(v, " "); ok && broker.CheckBatchID("batch id", id) == nil {
+		if err := scriptBatchReport.Exec(ctx, b.client, b.batchKeys(id), []string{child, outcome}).Error(); err != nil {
+			return b.fail(ctx, "batch report", err)
+		}
+	}
+	if err := b.client.Do(ctx, b.client.B().Hdel().Key(out).Field(child).Build()).Error(); err != nil {
+		return b.fail(ctx, "batch report", err)
+	}
+	return nil
 }
 
 // batchSweepEvery is how often Fetch hands its receiver's batch outbox

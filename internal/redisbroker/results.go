@@ -249,7 +249,7 @@ func (b *Broker) FinishResult(ctx context.Context, p *broker.FinishResultParams)
 	if n == 2 {
 		// A batch child settled: its report is in the outbox already;
 		// handing it over now is only sooner (see SettleBatchReports).
-		_ = b.SettleBatchReports(ctx, p.Receiver)
+		_ = b.settleBatchChild(ctx, p.Receiver, p.ID)
 	}
 	return nil
 }
