@@ -12,16 +12,12 @@ import (
 // whether they are paused: one round trip to the broker for all of them,
 // which reads the namespace's pause epoch (on Redis one GET), a value that
 // every Pause and Resume changes after it set its flag. Only when the
-// epoch changed (and every 120 polls all the same, and for receivers added
-// since the last poll) does it read the flags of its receivers too (on
-// Redis one pipeline of EXISTS, one per receiver). A Pause or Resume
-// therefore reaches every instance within this interval and a round trip.
+// epoch changed (and for receivers added since the last poll) does it
+// read the flags of its receivers too (on Redis one pipeline of EXISTS,
+// one per receiver): an idle instance reads one value per poll, whatever
+// its receivers. A Pause or Resume therefore reaches every instance within
+// this interval and a round trip.
 const PausePollInterval = 250 * time.Millisecond
-
-// pauseFullEvery is how many polls of the pause epoch may pass before the
-// flags are read all the same (see PausePollInterval): they cover a Pause
-// that set its flag but failed to change the epoch.
-const pauseFullEvery = 120
 
 // Pause pauses receiver on every instance: from within PausePollInterval
 // (and a round trip) of Pause returning, no instance starts a message of
@@ -30,6 +26,10 @@ const pauseFullEvery = 120
 // fetched but not started stay with it, leased, and start after Resume.
 // The pause lasts until Resume, whatever instances come and go; pausing a
 // paused receiver does nothing. ReceiverStats.Paused reports it.
+//
+// A Pause that returns an error may have set the receiver's flag without
+// changing the pause epoch that tells the instances to read it: they see
+// the pause at the next Pause or Resume of any receiver. Call it again.
 //
 // receiver need not be served by this instance. A bad name is a
 // *ValidationError naming "receiver".
@@ -40,7 +40,8 @@ func (d *Disker) Pause(ctx context.Context, receiver string) error {
 // Resume undoes Pause: every instance that serves receiver starts its
 // messages again, within PausePollInterval (and a round trip) of Resume
 // returning, from where they stopped. Resuming a receiver that is not
-// paused does nothing.
+// paused does nothing. A Resume that returns an error may, like a Pause,
+// take effect only at the next Pause or Resume: call it again.
 func (d *Disker) Resume(ctx context.Context, receiver string) error {
 	return d.setPaused(ctx, receiver, false)
 }
@@ -66,9 +67,9 @@ func (d *Disker) setPaused(ctx context.Context, receiver string, paused bool) er
 }
 
 // runPauseWatch reads, every PausePollInterval, the pause epoch, and when
-// it changed (see PausePollInterval) whether the receivers this instance
-// serves are paused, and pauses or resumes their consumers, until ctx
-// ends. With no receivers it reads nothing.
+// it changed (see PausePollInterval), or after a poll that failed, whether
+// the receivers this instance serves are paused, and pauses or resumes
+// their consumers, until ctx ends. With no receivers it reads nothing.
 func (d *Disker) runPauseWatch(ctx context.Context) {
 	t := time.NewTicker(PausePollInterval)
 	defer t.Stop()
@@ -79,8 +80,13 @@ func (d *Disker) runPauseWatch(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := w.poll(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
-			d.health.fail("paused", err)
+		if err := w.poll(ctx); err != nil {
+			// The broker may have lost writes meanwhile (a failover), an
+			// epoch's among them: the next poll reads every flag.
+			w.read = false
+			if ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
+				d.health.fail("paused", err)
+			}
 		}
 	}
 }
@@ -90,15 +96,14 @@ type pauseWatch struct {
 	d     *Disker
 	epoch string          // the epoch at the last read of all the flags
 	read  bool            // the flags were read at least once
-	polls int             // polls since the last read of all the flags
 	known map[string]bool // the receivers whose flag was read
 	names []string
 	cs    []*consumer
 }
 
 // poll reads the pause epoch, then the flags of every receiver if the
-// epoch changed or pauseFullEvery polls passed, else only those of the
-// receivers added since the last poll.
+// epoch changed, else only those of the receivers added since the last
+// poll.
 func (w *pauseWatch) poll(ctx context.Context) error {
 	w.names, w.cs = w.names[:0], w.cs[:0]
 	w.d.mu.Lock()
@@ -114,8 +119,7 @@ func (w *pauseWatch) poll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.polls++
-	full := !w.read || epoch != w.epoch || w.polls >= pauseFullEvery
+	full := !w.read || epoch != w.epoch
 	if full {
 		clear(w.known)
 	} else {
@@ -141,7 +145,7 @@ func (w *pauseWatch) poll(ctx context.Context) error {
 		w.known[w.names[i]] = true
 	}
 	if full {
-		w.epoch, w.read, w.polls = epoch, true, 0
+		w.epoch, w.read = epoch, true
 	}
 	return nil
 }

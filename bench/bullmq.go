@@ -119,7 +119,7 @@ func bullmqReady() (string, error) {
 // bullmqImpl is BullMQ's row of fire-and-forget, on the workload's
 // redis-server.
 func bullmqImpl(pe *peers, n int) redisImpl {
-	return redisImpl{name: nameBullMQ, run: func(ctx context.Context, s *redisServer) (sample, error) {
+	return redisImpl{name: nameBullMQ, peers: pe, run: func(ctx context.Context, s *redisServer) (sample, error) {
 		dir, err := bullmqReady()
 		if err != nil {
 			return sample{}, pe.missing(nameBullMQ, err)

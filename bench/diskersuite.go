@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"syscall"
@@ -262,7 +263,9 @@ func rrTable(rr1, rr32 map[string][]sample, nRR1, nRR32 int, pe *peers) Table {
 // implementations round robin, with FLUSHALL before every run. Each run
 // measures the CPU and counts the work of the clients and of the server:
 // the redis-server's, or for a row with a server of its own (a peer's),
-// that server's.
+// that server's. A peer's run that fails (its process ends, its server
+// gives up under the load) leaves its row out, with the reason (see
+// peers.failed); any other failure ends the workload.
 func runRedisWorkload(ctx context.Context, o Options, workload string, ims []redisImpl) (map[string][]sample, error) {
 	srv, err := startRedis()
 	if err != nil {
@@ -272,7 +275,11 @@ func runRedisWorkload(ctx context.Context, o Options, workload string, ims []red
 	var impls []impl
 	for _, im := range ims {
 		impls = append(impls, impl{name: im.name, run: func(ctx context.Context) (sample, error) {
-			return runMeasured(ctx, o, workload, srv, im)
+			s, err := runMeasured(ctx, o, workload, srv, im)
+			if err != nil && im.peers != nil && ctx.Err() == nil && !errors.Is(err, errNotRun) {
+				return s, im.peers.failed(im.name, workload, err)
+			}
+			return s, err
 		}})
 	}
 	return runAlternating(ctx, o, workload, impls)

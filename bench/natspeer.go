@@ -170,7 +170,7 @@ func (s *natsServer) ioCalls() (ioCalls, bool) {
 // with explicit acks.
 func natsImpls(pe *peers, n int) []redisImpl {
 	row := func(name string, storage jetstream.StorageType) redisImpl {
-		return redisImpl{name: name, server: natsProbe(pe, name), run: func(ctx context.Context, _ *redisServer) (sample, error) {
+		return redisImpl{name: name, peers: pe, server: natsProbe(pe, name), run: func(ctx context.Context, _ *redisServer) (sample, error) {
 			return ffJetStream(ctx, pe, storage, n)
 		}}
 	}
@@ -289,7 +289,7 @@ func ffJetStream(ctx context.Context, pe *peers, storage jetstream.StorageType, 
 // (no JetStream) to rrWorkers subscribers of one queue group, which echo
 // the content.
 func natsRequestImpl(pe *peers, n, r int) redisImpl {
-	return redisImpl{name: nameNATSRequest, server: natsProbe(pe, nameNATSRequest), run: func(ctx context.Context, _ *redisServer) (sample, error) {
+	return redisImpl{name: nameNATSRequest, peers: pe, server: natsProbe(pe, nameNATSRequest), run: func(ctx context.Context, _ *redisServer) (sample, error) {
 		return rrNATS(ctx, pe, n, r)
 	}}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -12,7 +13,8 @@ import (
 // on the workload's redis-server), NATS JetStream and NATS request/reply
 // (a nats-server embedded in this program, run as a child process of it),
 // River (on a private PostgreSQL). A peer that needs something missing on
-// the machine does not run; its table says why.
+// the machine does not run, and one whose run fails is left out: its table
+// says why.
 
 // Names of the peers' rows.
 const (
@@ -38,11 +40,12 @@ type peers struct {
 	pg      *pgServer
 	pgErr   error
 
-	// notRun maps a row's name to why it did not run.
-	notRun map[string]string
+	// notRun maps a row's name to why it has no figures: "not run: ..." or
+	// "failed in <workload>: ...", each reason once.
+	notRun map[string][]string
 }
 
-func newPeers(o Options) *peers { return &peers{o: o, notRun: map[string]string{}} }
+func newPeers(o Options) *peers { return &peers{o: o, notRun: map[string][]string{}} }
 
 // close stops the servers that were started.
 func (p *peers) close() {
@@ -62,16 +65,29 @@ func (p *peers) close() {
 // missing records that row cannot run, prints why, and returns the error
 // that tells runAlternating to go on without it.
 func (p *peers) missing(row string, why error) error {
-	reason := why.Error()
-	if _, seen := p.notRun[row]; !seen {
-		p.notRun[row] = reason
+	return p.leaveOut(row, "not run: "+why.Error())
+}
+
+// failed records that a run of row failed in workload, prints why, and
+// returns the error that tells runAlternating to go on without the row:
+// its figures are missing, like those of a row that cannot run.
+func (p *peers) failed(row, workload string, why error) error {
+	return p.leaveOut(row, fmt.Sprintf("failed in %s: %v", workload, why))
+}
+
+// leaveOut records why row has no figures (each reason once: a row that
+// failed in two workloads has both), prints it, and returns the error that
+// tells runAlternating to go on without it.
+func (p *peers) leaveOut(row, why string) error {
+	if !slices.Contains(p.notRun[row], why) {
+		p.notRun[row] = append(p.notRun[row], why)
 		if p.o.Progress != nil {
-			fmt.Fprintf(p.o.Progress, "  %s: not run: %s\n", row, reason)
+			fmt.Fprintf(p.o.Progress, "  %s: %s\n", row, why)
 		} else {
-			fmt.Fprintf(os.Stderr, "bench: %s: not run: %s\n", row, reason)
+			fmt.Fprintf(os.Stderr, "bench: %s: %s\n", row, why)
 		}
 	}
-	return fmt.Errorf("%w: %s", errNotRun, reason)
+	return fmt.Errorf("%w: %s", errNotRun, why)
 }
 
 // natsServer returns the suite's nats-server, starting it on first use.
@@ -90,7 +106,7 @@ func (p *peers) notes(rows ...string) []string {
 	var out []string
 	for _, r := range rows {
 		if why, ok := p.notRun[r]; ok {
-			out = append(out, fmt.Sprintf("%s: not run: %s.", r, strings.TrimSuffix(why, ".")))
+			out = append(out, fmt.Sprintf("%s: %s.", r, strings.TrimSuffix(strings.Join(why, "; "), ".")))
 		}
 	}
 	return out

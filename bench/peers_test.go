@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,5 +72,38 @@ func TestProcStat(t *testing.T) {
 	}
 	if treeCPU(os.Getpid()) < st.cpu {
 		t.Fatal("the tree's CPU is less than its root's")
+	}
+}
+
+// TestFailingPeerLeavesItsRowOut checks that a peer's run that fails (here
+// its program is not where the row looks for it) leaves the peer's row out
+// of the table with the reason, printed and in a note, while the workload
+// goes on: Disker's row runs every time.
+func TestFailingPeerLeavesItsRowOut(t *testing.T) {
+	var progress strings.Builder
+	o := Options{Runs: 2, Tiny: true, Quick: true, Progress: &progress}
+	pe := newPeers(o)
+	const n = 200
+	bad := filepath.Join(t.TempDir(), "no-such-node")
+	peer := redisImpl{name: nameBullMQ, peers: pe, run: func(context.Context, *redisServer) (sample, error) {
+		return sample{}, exec.Command(bad, "bullmq.mjs", "producer").Run()
+	}}
+	res, err := runRedisWorkload(context.Background(), o, "fire-and-forget", []redisImpl{ffImpls(n)[0], peer})
+	if err != nil {
+		t.Fatalf("the workload ended with the peer's failure: %v", err)
+	}
+	if len(res[nameDisker]) != 2 || len(res[nameBullMQ]) != 0 {
+		t.Fatalf("samples: Disker %d, the failing peer %d; want 2 and 0", len(res[nameDisker]), len(res[nameBullMQ]))
+	}
+	why := nameBullMQ + ": failed in fire-and-forget: fork/exec " + bad + ": no such file or directory"
+	if !strings.Contains(progress.String(), why+"\n") {
+		t.Fatalf("the progress does not say why the peer has no row; want %q in:\n%s", why, progress.String())
+	}
+	tb := ffTable(res, n, pe)
+	if countRows(tb, nameBullMQ) != 0 || countRows(tb, nameDisker) != 1 {
+		t.Fatalf("rows %v", tb.Rows)
+	}
+	if !strings.Contains(tb.Markdown(), why+".") {
+		t.Fatalf("the table does not say why the peer has no row:\n%s", tb.Markdown())
 	}
 }

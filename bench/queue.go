@@ -104,6 +104,10 @@ type redisImpl struct {
 	// workload's redis-server; an error wrapping errNotRun says why the
 	// row cannot run here.
 	server func() (serverProbe, error)
+	// peers is set for a peer's row: a run of it that fails is the row's
+	// failure, not the suite's (runRedisWorkload leaves the row out, its
+	// table says why, and the workload goes on with the other rows).
+	peers *peers
 }
 
 func ffImpls(n int) []redisImpl {

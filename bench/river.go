@@ -18,7 +18,7 @@ import (
 
 // riverImpl is River's row of fire-and-forget.
 func riverImpl(pe *peers, n int) redisImpl {
-	return redisImpl{name: nameRiver, server: func() (serverProbe, error) {
+	return redisImpl{name: nameRiver, peers: pe, server: func() (serverProbe, error) {
 		pg, err := pe.riverDB()
 		if err != nil {
 			return nil, pe.missing(nameRiver, err)

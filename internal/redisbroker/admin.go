@@ -87,6 +87,7 @@ func (b *Broker) Heartbeat(ctx context.Context, info broker.WorkerInfo, ttl time
 		return fmt.Errorf("redisbroker: heartbeat: %w", err)
 	}
 	b.offset.Measure(sent, time.UnixMicro(us), got)
+	b.heartbeatTTL.Store(int64(ttl))
 	if fresh == 1 {
 		departed := make([]string, 0, len(res)-3)
 		for i := 3; i+1 < len(res); i += 2 {

@@ -14,8 +14,8 @@ package redisbroker
 // then it is handed to its batch (scriptBatchReport, which counts a
 // child id once) and only then deleted: at once by the settling instance
 // for its own entry (settleBatchChild), and by SettleBatchReports, which
-// Fetch runs at most once a second per receiver, for any entry left
-// behind. A crash between the two steps leaves the entry in the outbox,
+// a reclaiming Fetch runs at most once a second per receiver, for any
+// entry left behind (batchSweepEvery). A crash between the two steps leaves the entry in the outbox,
 // and the next SettleBatchReports of the receiver, by any instance,
 // hands it over again: counted once, lost never. The same two steps run
 // on one server and on a Cluster, where R and C may be in two slots.
@@ -392,9 +392,14 @@ func (b *Broker) settleBatchChild(ctx context.Context, receiver, child string) e
 	return nil
 }
 
-// batchSweepEvery is how often Fetch hands its receiver's batch outbox
-// over: the entries a settling instance left there when it stopped
-// between its two steps.
+// batchSweepEvery is how often, at most, a Fetch that reclaims hands its
+// receiver's batch outbox over: the entries a settling instance left
+// there when it stopped between its two steps. Like the reclaim of the
+// leases that instance held, it comes with the reclaiming fetches: of a
+// busy receiver every reclaimEvery, of a quiet one after a worker left
+// the registry (the reclaim epoch), or after a hand-over of this broker
+// failed (forgetBatchSweep). An idle receiver so costs no scan of its
+// outbox by time.
 const batchSweepEvery = time.Second
 
 // batchSweeps is when each receiver's outbox was last handed over by this
@@ -404,9 +409,11 @@ type batchSweeps struct {
 	last map[string]time.Time
 }
 
-// sweepBatchReports runs SettleBatchReports for receiver at most once per
-// batchSweepEvery; its error is left to the next sweep.
-func (b *Broker) sweepBatchReports(ctx context.Context, receiver string) {
+// sweepBatchReports runs SettleBatchReports for st's receiver at most
+// once per batchSweepEvery; one that fails is tried again at the next
+// fetch of the receiver (forgetBatchSweep).
+func (b *Broker) sweepBatchReports(ctx context.Context, st *streamState) {
+	receiver := st.keys.receiver
 	now := time.Now()
 	s := &b.batchSweeps
 	s.mu.Lock()
@@ -418,7 +425,18 @@ func (b *Broker) sweepBatchReports(ctx context.Context, receiver string) {
 		s.last[receiver] = now
 	}
 	s.mu.Unlock()
-	if due {
-		_ = b.SettleBatchReports(ctx, receiver)
+	if due && b.SettleBatchReports(ctx, receiver) != nil {
+		b.forgetBatchSweep(receiver)
 	}
+}
+
+// forgetBatchSweep makes the next fetch of receiver reclaim, and hand its
+// batch outbox over then, however recent the last hand-over: one failed
+// (a report may wait in the outbox).
+func (b *Broker) forgetBatchSweep(receiver string) {
+	s := &b.batchSweeps
+	s.mu.Lock()
+	delete(s.last, receiver)
+	s.mu.Unlock()
+	b.forceReclaim(b.keys.queue(receiver))
 }

@@ -64,9 +64,11 @@ func (b *Broker) makeQueueKeys(receiver string) streamKeys {
 // after this broker's Retry, or when the group is missing) it runs the
 // fetch script, which reclaims expired leases and due retries,
 // dead-letters entries past maxAttempts and reads new entries; of a quiet
-// stream (see idleReclaimMax), at most once per lease or idleReclaimMax,
-// and at once when the reclaim epoch changed (a worker left the registry,
-// or a message was sent at another priority level: see Heartbeat).
+// stream (see idleReclaimMax), at once when the reclaim epoch changed (a
+// worker left the registry, or a message was sent at another priority
+// level: see Heartbeat), and by time, at most once per lease or
+// idleReclaimMax, only where the epoch does not cover it
+// (quietUntilForced).
 // Otherwise it reads new entries with one pipelined XREADGROUP without
 // BLOCK, or, when block > 0, the stream was drained at the last fetch and
 // one of the broker's direct reads is free, with one blocking XREADGROUP
@@ -101,7 +103,7 @@ func (b *Broker) fetchEntries(ctx context.Context, st *streamState, p *broker.Fe
 		}
 	}
 	start := time.Now() // before it looks: see waiter.start
-	plan := st.plan(p.Consumer, fetchInputs{now: start, block: p.Block, lease: p.Lease, every: b.reclaimEvery})
+	plan := st.plan(p.Consumer, b.inputs(st, start, p.Block, p.Lease))
 	script, reclaim, levels := plan.script, plan.reclaim, plan.levels
 	var entries []entry
 	if plan.direct && p.Wake == nil {
@@ -399,12 +401,16 @@ func (r *blockingReads) close() {
 	}
 }
 
-// reclaim runs the fetch script; with due, it reclaims before it reads.
+// reclaim runs the fetch script; with due, it reclaims before it reads,
+// and, of a queue, first hands its batch outbox over (sweepBatchReports).
 // It returns the script's answer of which level streams hold entries, and
 // records in st that answer, whether the stream is quiet (setQuiet) and
 // the due time of the first message sent for later.
 func (b *Broker) reclaim(ctx context.Context, st *streamState, p *broker.FetchParams, due bool) ([]entry, int64, int, error) {
 	s := &st.keys
+	if due && s.record {
+		b.sweepBatchReports(ctx, st)
+	}
 	op, stream := s.op, s.stream
 	prune := "0"
 	if due && st.dueForPrune(time.Now(), b.pruneEvery) {
@@ -483,9 +489,10 @@ func (b *Broker) localDue(ms int64) int64 {
 // reclaimEvery (100ms) after that moment, or right after a Retry through
 // this broker; a Fetch blocked in Redis notices it when its block time
 // ends. From a stream that was quiet for this broker (see idleReclaimMax),
-// an entry another broker's consumer took since is reclaimed up to the
-// quiet period after its lease expired, or at the first Fetch after the
-// heartbeat that saw its holder leave the registry.
+// an entry another broker's consumer took since is reclaimed at the first
+// Fetch after the heartbeat that saw its holder leave the registry, and,
+// where that does not cover it (quietUntilForced), up to the quiet period
+// after its lease expired.
 func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Delivery, error) {
 	if err := b.check(); err != nil {
 		return nil, err
@@ -493,7 +500,6 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	b.sweepBatchReports(ctx, p.Receiver)
 	st := b.queueState(p.Receiver)
 	s := &st.keys
 	entries, err := b.fetch(ctx, st, p)

@@ -36,6 +36,21 @@ type fetchInputs struct {
 	// every is the period of the reclaim of a busy stream (the broker's
 	// reclaimEvery).
 	every time.Duration
+	// watched, when > 0, is about how soon a dead holder of the stream's
+	// entries leaves the registry of workers: the ttl of the broker's
+	// heartbeat, for a queue, whose fetch script reclaims a departed
+	// worker's entries at once; 0 for a reply stream, or a broker that
+	// does not heartbeat (Broker.inputs).
+	watched time.Duration
+}
+
+// inputs returns the inputs of a fetch of st that began at now.
+func (b *Broker) inputs(st *streamState, now time.Time, block, lease time.Duration) fetchInputs {
+	in := fetchInputs{now: now, block: block, lease: lease, every: b.reclaimEvery}
+	if st.keys.record {
+		in.watched = time.Duration(b.heartbeatTTL.Load())
+	}
+	return in
 }
 
 // fetchPlan is what a fetch does (fetchEntries carries it out). Its steps,
@@ -70,7 +85,9 @@ type fetchPlan struct {
 //
 //   - The fetch script runs when the reclaim is due (at most every
 //     in.every for a busy stream, idleReclaim for a quiet one; at once
-//     after a forced reclaim, or when the consumer's lease changed), while
+//     after a forced reclaim, or when the consumer's lease changed; a
+//     quiet stream that is watched, with a lease at least in.watched, only
+//     then: see quietUntilForced), while
 //     level streams hold entries (it serves the levels highest first, and
 //     reclaims only when due), and when the first message sent for later
 //     is due (it queues it). A reclaim due by time is claimed: the next one
@@ -88,7 +105,7 @@ type fetchPlan struct {
 func planFetch(s streamSnapshot, in fetchInputs) fetchPlan {
 	p := fetchPlan{levels: s.levels, wait: in.block > 0}
 	now := in.now.UnixNano()
-	if now >= s.reclaimAt {
+	if now >= s.reclaimAt && !quietUntilForced(s, in) {
 		every := in.every
 		if s.quiet {
 			every = idleReclaim(in.lease, in.every)
@@ -107,6 +124,18 @@ func planFetch(s streamSnapshot, in fetchInputs) fetchPlan {
 	}
 	p.read = !(p.wait && s.drained && s.idle)
 	return p
+}
+
+// quietUntilForced reports whether a quiet stream's reclaim waits until
+// it is forced (reclaimAt 0: the reclaim epoch moved, this broker retried
+// an entry, a fetch failed), rather than for its time. Its entries are
+// then held by nobody, or by workers that renew their leases: those of a
+// worker that dies are reclaimed once it left the registry (in.watched,
+// and a heartbeat or two), about when a lease no shorter than in.watched
+// would have run out, or sooner. So an idle receiver runs no script of its
+// own, however many an instance serves.
+func quietUntilForced(s streamSnapshot, in fetchInputs) bool {
+	return s.quiet && s.reclaimAt != 0 && in.watched > 0 && in.lease >= in.watched
 }
 
 // fetchWait is how a fetch that found nothing waits: a blocking read of

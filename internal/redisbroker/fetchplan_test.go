@@ -20,6 +20,10 @@ func TestPlanFetch(t *testing.T) {
 	in := fetchInputs{now: now, block: block, lease: lease, every: every}
 	noBlock := in
 	noBlock.block = 0
+	// watched: a queue of a broker whose heartbeat's ttl is under the
+	// lease; watchedLate: over it.
+	watched, watchedLate := in, in
+	watched.watched, watchedLate.watched = 3*time.Second, 2*lease
 	// between: a busy stream between two reclaims, nothing sent for later.
 	between := streamSnapshot{reclaimAt: at(50 * time.Millisecond), nextDue: noneDue}
 	with := func(f func(*streamSnapshot)) streamSnapshot {
@@ -45,6 +49,16 @@ func TestPlanFetch(t *testing.T) {
 			fetchPlan{script: true, reclaim: true, claim: at(every), wait: true}},
 		{"quiet stream, long lease: next in idleReclaimMax", with(func(s *streamSnapshot) { s.reclaimAt, s.quiet = at(0), true }), fetchInputs{now: now, block: block, lease: time.Hour, every: every},
 			fetchPlan{script: true, reclaim: true, claim: at(idleReclaimMax), wait: true}},
+		{"quiet watched queue, reclaim time passed: no script", with(func(s *streamSnapshot) { s.reclaimAt, s.quiet, s.drained, s.idle = at(-time.Minute), true, true, true }), watched,
+			fetchPlan{direct: true, directBlock: block, wait: true}},
+		{"quiet watched queue, forced: the script", with(func(s *streamSnapshot) { s.reclaimAt, s.quiet = 0, true }), watched,
+			fetchPlan{script: true, reclaim: true, claim: at(lease), wait: true}},
+		{"quiet watched queue, lease changed: the script", with(func(s *streamSnapshot) { s.reclaimAt, s.quiet, s.leaseChanged = at(-time.Minute), true, true }), watched,
+			fetchPlan{script: true, reclaim: true, wait: true}},
+		{"quiet queue watched less often than its lease: by time", with(func(s *streamSnapshot) { s.reclaimAt, s.quiet = at(-time.Second), true }), watchedLate,
+			fetchPlan{script: true, reclaim: true, claim: at(lease), wait: true}},
+		{"busy watched queue, reclaim due: the script", with(func(s *streamSnapshot) { s.reclaimAt = at(0) }), watched,
+			fetchPlan{script: true, reclaim: true, claim: at(every), wait: true}},
 		{"quiet stream between reclaims: a read", with(func(s *streamSnapshot) { s.reclaimAt, s.quiet = at(10*time.Second), true }), in,
 			fetchPlan{read: true, wait: true}},
 		{"forced reclaim", with(func(s *streamSnapshot) { s.reclaimAt = 0 }), in,

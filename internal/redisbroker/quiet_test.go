@@ -206,3 +206,66 @@ func TestDepartedWorkerKeepsLaterDeliveries(t *testing.T) {
 		t.Fatalf("Fetch of another worker = %+v, want m1 reclaimed (attempt 2), not m2", ds)
 	}
 }
+
+// A quiet queue of a broker that heartbeats, fetched with a lease at
+// least its heartbeat's ttl, runs no fetch script when its lease's period
+// passes; the entries of a holder that dies are reclaimed from it after
+// the heartbeat that saw the holder leave the registry.
+func TestQuietWatchedQueueReclaimsOnDeparture(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	other := newBrokerOn(t, srv, Config{KeyPrefix: b.keys.prefix})
+	ctx := ctxT(t)
+	const lease = 300 * time.Millisecond
+	fetch := func(br *Broker, consumer string) []broker.Delivery {
+		t.Helper()
+		ds, err := br.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: consumer, Max: 10, Block: 20 * time.Millisecond, Lease: lease})
+		if err != nil {
+			t.Fatalf("Fetch: %v", err)
+		}
+		return ds
+	}
+	beat := func() {
+		if err := b.Heartbeat(ctx, broker.WorkerInfo{ID: "live", Receivers: []string{"r"}}, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat()
+	st := b.queueState("r")
+	if ds := fetch(b, "live"); len(ds) != 0 {
+		t.Fatalf("Fetch of an empty queue = %v", ds)
+	}
+	due := st.reclaimAt.Load()
+	if !st.quiet.Load() {
+		t.Fatal("the queue is not quiet after an empty fetch")
+	}
+	for time.Now().UnixNano() <= due+int64(lease) {
+		beat()
+		fetch(b, "live")
+	}
+	if got := st.reclaimAt.Load(); got != due {
+		t.Fatalf("the quiet queue's reclaim moved from %d to %d: a fetch ran the script by time", due, got)
+	}
+	if err := other.Heartbeat(ctx, broker.WorkerInfo{ID: "dead", Receivers: []string{"r"}}, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sendEnv(ctx, other, env("m1", "r")); err != nil {
+		t.Fatal(err)
+	}
+	if ds := fetch(other, "dead"); len(ds) != 1 {
+		t.Fatalf("Fetch of the other worker = %v, want m1", ds)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		beat()
+		if ds := fetch(b, "live"); len(ds) > 0 {
+			if ds[0].Env.ID != "m1" || ds[0].Attempt != 2 {
+				t.Fatalf("Fetch = %+v, want m1 reclaimed (attempt 2)", ds)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the departed holder's message was not reclaimed within 10s")
+		}
+	}
+}

@@ -100,10 +100,13 @@ const reclaimEvery = 100 * time.Millisecond
 // stream: one that, at the last run of the script through this broker,
 // had no pending entry (leased to anybody), no retry waiting and no entry
 // at another priority level, and of which this broker has fetched nothing
-// since. Such a stream runs the script once per lease of its fetches, at
-// most every idleReclaimMax (and at once when a worker leaves the
-// registry or a message is queued at another priority level: see
-// Heartbeat), instead of every reclaimEvery.
+// since. Such a stream runs the script at once when a worker leaves the
+// registry or a message is queued at another priority level (the reclaim
+// epoch: see Heartbeat), and otherwise, instead of every reclaimEvery,
+// once per lease of its fetches, at most every idleReclaimMax; a queue
+// fetched by a broker that heartbeats, with a lease at least its
+// heartbeat's ttl, not by time at all: a dead holder of its entries leaves
+// the registry before its lease would run out (see planFetch).
 const idleReclaimMax = 30 * time.Second
 
 // pruneIdle is how long a consumer of a group must have held nothing and
@@ -143,6 +146,10 @@ type Broker struct {
 	// departed is the workers that left the registry, each followed by
 	// when it left, as the last heartbeat read them (see keys.departed).
 	departed atomic.Pointer[[]string]
+	// heartbeatTTL is the ttl of this broker's last heartbeat, ns (0: it
+	// made none): how soon, about, a dead holder of a queue's entries
+	// leaves the registry (see fetchInputs.watched).
+	heartbeatTTL atomic.Int64
 	// sendQueues keeps the (normal level) queue keys of the receivers this
 	// broker sends to, inboxReplies the reply-stream keys of the inboxes
 	// it replies to or reads.

@@ -249,7 +249,10 @@ func (b *Broker) FinishResult(ctx context.Context, p *broker.FinishResultParams)
 	if n == 2 {
 		// A batch child settled: its report is in the outbox already;
 		// handing it over now is only sooner (see SettleBatchReports).
-		_ = b.settleBatchChild(ctx, p.Receiver, p.ID)
+		// One that failed is left to the receiver's next fetch.
+		if b.settleBatchChild(ctx, p.Receiver, p.ID) != nil {
+			b.forgetBatchSweep(p.Receiver)
+		}
 	}
 	return nil
 }

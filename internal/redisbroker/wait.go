@@ -119,7 +119,7 @@ func (b *Broker) extend(w *waiter, now time.Time) bool {
 		return false
 	}
 	snap := w.st.snapshot()
-	plan := planFetch(snap, fetchInputs{now: now, block: w.block, lease: w.lease, every: b.reclaimEvery})
+	plan := planFetch(snap, b.inputs(w.st, now, w.block, w.lease))
 	if plan.script || plan.read || plan.levels != 0 || !plan.wait {
 		return false
 	}
