@@ -127,16 +127,17 @@ func started(h *opHistory) (int64, int) {
 	return firstStart(h), len(ids)
 }
 
-// finalEnd returns the earliest end of op that settled it for good, and
-// whether it was a success: an end ok; a failure of an op that fatal says
-// its handler fails for good (NoRetry); any end of a last attempt.
-func (c *features) finalEnd(op string, fatal func(uint32) bool) (int64, bool, bool) {
+// finalEnd returns the earliest end of op, a batch's child, that settled
+// it for good, and whether it was a success: an end ok; a failure of an op
+// that the plain handler fails for good (poisoned: NoRetry); any end of a
+// last attempt.
+func (c *features) finalEnd(op string) (int64, bool, bool) {
 	h := c.ops[op]
 	if h == nil {
 		return 0, false, false
 	}
 	var t int64
-	ok, found, fails := false, false, fatal(opHash(op))
+	ok, found, fails := false, false, poisoned(opHash(op))
 	for _, e := range h.ends {
 		final := e.Result == ResultOK || (e.Result == ResultFailed && fails) || e.Attempt >= maxAttempts
 		if final && (!found || e.T < t) {
@@ -199,7 +200,7 @@ func (c *features) batch(op string, b batchChecks) {
 		if k == "" || c.ops[k].sent == nil {
 			continue // its send failed: it may not be stored, and its batch not wait for it
 		}
-		end, _, found := c.finalEnd(k, poisoned)
+		end, _, found := c.finalEnd(k)
 		if !found || end > first+int64(orderSlack) {
 			c.broke(brokeBatchEarly, first, "batch %s: its completion started at %v, before child %s's final end (%s)", op, c.at(first), k, c.endAt(end, found))
 			break
@@ -223,7 +224,7 @@ func (c *features) endAt(t int64, found bool) string {
 // were used up, it has no final outcome and does not report.
 func (c *features) waitsForDeadLetter(kids []string) bool {
 	return slices.ContainsFunc(kids, func(k string) bool {
-		_, _, found := c.finalEnd(k, poisoned)
+		_, _, found := c.finalEnd(k)
 		return c.ops[k].dead && !found
 	})
 }
@@ -236,7 +237,7 @@ func (c *features) waitsForDeadLetter(kids []string) bool {
 func (c *features) batchCounts(op string, kids []string, reads []Event) {
 	succeeded := 0
 	for _, k := range kids {
-		_, ok, found := c.finalEnd(k, poisoned)
+		_, ok, found := c.finalEnd(k)
 		if !found {
 			return // judged by brokeBatchEarly
 		}
