@@ -164,9 +164,7 @@ func (c *features) firstSuccess(op string) (int64, bool) {
 // batch judges the batch of op: one completion message, started after
 // every child acknowledged at its send had its final end, with counts
 // equal to the children's outcomes; and a completion for a batch whose
-// Seal returned nil and whose children were all acknowledged, unless a
-// child was dead-lettered with no final end (its attempts used up by lost
-// leases: it never reports, and the batch waits, as documented).
+// Seal returned nil and whose children were all acknowledged.
 func (c *features) batch(op string, b batchChecks) {
 	h := c.ops[op]
 	kids := b.children[op]
@@ -180,11 +178,7 @@ func (c *features) batch(op string, b batchChecks) {
 	}
 	first, ids := started(h)
 	if ids == 0 {
-		switch {
-		case !sealed || !all:
-		case c.waitsForDeadLetter(kids):
-			c.explained(brokeBatchMissing, "child_dead_lettered")
-		default:
+		if sealed && all {
 			c.broke(brokeBatchMissing, h.send.T, "batch %s (%s): sealed, its %d children acknowledged, and its completion never started", op, h.sent.ID, len(kids))
 		}
 		return
@@ -201,6 +195,12 @@ func (c *features) batch(op string, b batchChecks) {
 			continue // its send failed: it may not be stored, and its batch not wait for it
 		}
 		end, _, found := c.finalEnd(k)
+		if !found && c.ops[k].dead {
+			// Dead-lettered by a fetch after its leases lapsed: its
+			// settlement has no record.
+			c.f.Exercised["batch_children_dead_by_fetch"]++
+			continue
+		}
 		if !found || end > first+int64(orderSlack) {
 			c.broke(brokeBatchEarly, first, "batch %s: its completion started at %v, before child %s's final end (%s)", op, c.at(first), k, c.endAt(end, found))
 			break
@@ -219,35 +219,20 @@ func (c *features) endAt(t int64, found bool) string {
 	return fmt.Sprintf("at %v", c.at(t))
 }
 
-// waitsForDeadLetter reports whether one of kids is a dead letter with no
-// final end: moved to the dead-letter stream by a fetch after its attempts
-// were used up, it has no final outcome and does not report.
-func (c *features) waitsForDeadLetter(kids []string) bool {
-	return slices.ContainsFunc(kids, func(k string) bool {
-		_, _, found := c.finalEnd(k)
-		return c.ops[k].dead && !found
-	})
-}
-
 // batchCounts: each read of the batch by its completion's handler shows
 // every child settled, and as many successes and failures as the
-// children's final ends; a child whose last attempt ended otherwise than
-// its handler decides (a lost lease, a stop) is counted as the broker
-// saw it, so the read is not judged.
+// children's outcomes: a dead letter failed (poisoned, or dead-lettered by
+// a fetch after its leases lapsed, even after an end ok whose
+// acknowledgement did not land), any other child as its final end says.
 func (c *features) batchCounts(op string, kids []string, reads []Event) {
 	succeeded := 0
 	for _, k := range kids {
 		_, ok, found := c.finalEnd(k)
-		if !found {
+		switch {
+		case c.ops[k].dead:
+		case !found:
 			return // judged by brokeBatchEarly
-		}
-		for _, e := range c.ops[k].ends {
-			if e.Attempt >= maxAttempts && e.Result != ResultOK && !poisoned(opHash(k)) {
-				c.explained(brokeBatchCounts, "attempts_used_up")
-				return
-			}
-		}
-		if ok {
+		case ok:
 			succeeded++
 		}
 	}

@@ -161,11 +161,22 @@ func TestCheckBatches(t *testing.T) {
 			(*h)[0].N = 2
 		},
 	}, {
-		name: "a sealed batch waiting for a child dead-lettered after lost leases",
+		name: "a batch whose child was dead-lettered by a fetch after lost leases",
+		events: func(h *hist) {
+			h.batchOf("b", 3, 0, true).frun("b.0", "w1.g1", 1, 10, 20, ResultOK).frun("b.1", "w2.g1", 1, 10, 40, ResultLeaseLost).dead("b.1")
+			// Ended well, its acknowledgement lost, then dead-lettered.
+			h.frun("b.2", "w0.g1", 1, 10, 30, ResultOK).dead("b.2")
+			h.completion("b", "c1", 1, 3000, ResultOK, &BatchCounts{Children: 3, Succeeded: 1, DeadLettered: 2})
+		},
+		check: func(f *FeatureReport) bool {
+			return f.Exercised["batch_children_dead_by_fetch"] == 1 && f.Exercised["batch_counts_checked"] == 1
+		},
+	}, {
+		name: "a sealed batch whose child was dead-lettered by a fetch, never completed",
 		events: func(h *hist) {
 			h.batchOf("b", 2, 0, true).frun("b.0", "w1.g1", 1, 10, 20, ResultOK).frun("b.1", "w2.g1", 1, 10, 40, ResultLeaseLost).dead("b.1")
 		},
-		explained: brokeBatchMissing + ":child_dead_lettered",
+		broken: brokeBatchMissing,
 	}, {
 		name: "a chain run step after step",
 		events: func(h *hist) {
