@@ -62,7 +62,8 @@ type Report struct {
 	DeadLetters int `json:"dead_letters"`
 
 	// Lost (invariant) counts acknowledged fire-and-forget and batch sends
-	// that no handler completed and that are not dead letters.
+	// (SendBatch, a batch's children, a chain's first step) that no
+	// handler completed and that are not dead letters.
 	Lost int `json:"lost"`
 	// LostInFailover counts, with CheckOptions.FailoverLoss, messages
 	// whose invariants broke in a failover (lost, no outcome, two
@@ -430,7 +431,7 @@ func Check(events []Event, opts CheckOptions) *Report {
 			continue
 		}
 		switch {
-		case h.send.Mode == ModeRequest: // Request returns no id: neither
+		case h.send.Mode == ModeRequest, h.send.Mode == ModeChainNext: // no id returned, or no send of its own: neither
 		case h.sent != nil:
 			r.Acked++
 		default:
@@ -510,9 +511,14 @@ func (fi faultIndex) failoverWindow(sent int64) (best time.Duration, found bool)
 	return best, found
 }
 
+// untimed are the modes of the sends that must be handled or
+// dead-lettered once acknowledged: fire-and-forget and SendBatch
+// messages, delayed ones, batches' children and chains' first steps.
+var untimed = map[string]bool{ModeFireAndForget: true, ModeBatch: true, ModeDelayed: true, ModeBatchChild: true, ModeChain: true}
+
 // checkLost: an acknowledged untimed message must be handled or dead-lettered.
 func checkLost(r *Report, op string, h *opHistory) {
-	if h.sent == nil || (h.send.Mode != ModeFireAndForget && h.send.Mode != ModeBatch && h.send.Mode != ModeDelayed) {
+	if h.sent == nil || !untimed[h.send.Mode] {
 		return
 	}
 	if h.dead || h.cancelled() {

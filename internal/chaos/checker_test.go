@@ -473,6 +473,7 @@ func TestHistoryRoundTrip(t *testing.T) {
 	}
 	a.Record(Event{T: ms(2), Kind: KindSent, Op: "x"})
 	b.Record(Event{T: ms(3), Kind: KindStart, Op: "x", Attempt: 1})
+	b.Record(Event{T: ms(4), Kind: KindBatchCounts, Op: "x", Counts: &BatchCounts{Children: 3, Succeeded: 2, DeadLettered: 1}})
 	a.Record(Event{T: ms(1), Kind: KindSend, Op: "x", Mode: ModeFireAndForget})
 	a.Close()
 	b.Close()
@@ -492,7 +493,7 @@ func TestHistoryRoundTrip(t *testing.T) {
 	for _, e := range events {
 		kinds = append(kinds, e.Proc+":"+e.Kind)
 	}
-	want := []string{"p0.g1:send", "p0.g1:sent", "w0.g1:start"}
+	want := []string{"p0.g1:send", "p0.g1:sent", "w0.g1:start", "w0.g1:batch_counts"}
 	if len(kinds) != len(want) {
 		t.Fatalf("events %v, want %v", kinds, want)
 	}
@@ -500,5 +501,8 @@ func TestHistoryRoundTrip(t *testing.T) {
 		if kinds[i] != want[i] {
 			t.Fatalf("events %v, want %v", kinds, want)
 		}
+	}
+	if c := events[3].Counts; c == nil || *c != (BatchCounts{Children: 3, Succeeded: 2, DeadLettered: 1}) {
+		t.Errorf("counts read back %+v", c)
 	}
 }

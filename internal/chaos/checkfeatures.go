@@ -171,6 +171,7 @@ func checkFeatures(r *Report, events []Event, ops map[string]*opHistory, fi faul
 	c.groups()
 	c.schedules()
 	c.results(events)
+	c.batches()
 	return c.f
 }
 
@@ -198,7 +199,7 @@ func (c *features) collect(events []Event) {
 				ru.end, ru.result = e.T, e.Result
 				delete(open, runKey(e))
 			}
-		case KindPause, KindResume, KindTick, KindGivenBack, KindPoolState, KindIdemOutcome:
+		case KindPause, KindResume, KindTick, KindGivenBack, KindPoolState, KindIdemOutcome, KindSeal, KindBatchCounts:
 			c.events[e.Kind] = append(c.events[e.Kind], e)
 		}
 	}

@@ -84,7 +84,7 @@ const (
 // featureReceivers are the receivers of the features whose messages are
 // producers' operations (the harness waits for them to drain, and records
 // their dead letters).
-var featureReceivers = []string{recvPaused, recvGlobal, recvRate, recvPool, recvGroup1, recvGroupN, recvIdem}
+var featureReceivers = []string{recvPaused, recvGlobal, recvRate, recvPool, recvGroup1, recvGroupN, recvIdem, recvBatchDone, recvChain}
 
 // settledReceivers are the receivers the harness drains at the end.
 func settledReceivers() []string {
@@ -152,10 +152,10 @@ func workerHandler(d *disker.Disker, rec *Recorder, work time.Duration, failures
 			return nil, ctx.Err()
 		}
 		switch {
-		case failures && hash%100 == 7:
+		case failures && poisoned(hash):
 			end(ResultFailed)
 			return nil, disker.NoRetry(errors.New("chaos: poison message"))
-		case failures && hash%20 == 3 && m.Attempt == 1:
+		case failures && failsFirst(hash, m.Attempt):
 			end(ResultFailed)
 			return nil, errors.New("chaos: first attempt fails")
 		}
@@ -305,6 +305,8 @@ func serveFeatures(d *disker.Disker, rec *Recorder, cfg ProcConfig) error {
 		{recvGroupN, workerHandler(d, rec, groupWork, true), []disker.HandleOption{disker.WithGroupConcurrency(groupLimit)}},
 		{recvIdem, idemHandler(d, rec, cfg.Name), nil},
 		{recvTicks, tickHandler(rec), nil},
+		{recvBatchDone, completionHandler(d, rec), nil},
+		{recvChain, chainHandler(rec), nil},
 	}
 	for _, h := range handlers {
 		if err := d.Handle(h.receiver, h.h, handleOptions(h.opts...)...); err != nil {
@@ -427,6 +429,8 @@ func (p *producer) startFeatures(ctx context.Context, wg *sync.WaitGroup) {
 		{p.rated, 6 * time.Second},
 		{p.pooled, 300 * time.Millisecond},
 		{p.grouped, 400 * time.Millisecond},
+		{p.batched, 600 * time.Millisecond},
+		{p.chained, 600 * time.Millisecond},
 	}
 	for i, l := range loops {
 		rng := rand.New(rand.NewPCG(p.cfg.Seed, uint64(100+i)))
@@ -472,16 +476,26 @@ func (p *producer) sendBatch(receiver string, es []Event, opts ...disker.SendOpt
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ids, err := p.d.SendBatch(ctx, msgs, opts...)
+	ops := make([]string, len(es))
+	for i, e := range es {
+		ops[i] = e.Op
+	}
+	p.recordSent(ops, ids, err)
+}
+
+// recordSent records the result of each of ops, the messages of one
+// SendBatch or SendEach call that returned ids and err.
+func (p *producer) recordSent(ops, ids []string, err error) {
 	var be *disker.BatchError
 	errors.As(err, &be)
-	for i, e := range es {
+	for i, op := range ops {
 		switch {
 		case i < len(ids) && ids[i] != "":
-			p.rec.Record(Event{Kind: KindSent, Op: e.Op, ID: ids[i]})
+			p.rec.Record(Event{Kind: KindSent, Op: op, ID: ids[i]})
 		case be != nil && i < len(be.Errs) && be.Errs[i] != nil:
-			p.rec.Record(Event{Kind: KindSendFailed, Op: e.Op, Err: be.Errs[i].Error()})
+			p.rec.Record(Event{Kind: KindSendFailed, Op: op, Err: be.Errs[i].Error()})
 		case err != nil:
-			p.rec.Record(Event{Kind: KindSendFailed, Op: e.Op, Err: err.Error()})
+			p.rec.Record(Event{Kind: KindSendFailed, Op: op, Err: err.Error()})
 		}
 	}
 }

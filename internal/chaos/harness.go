@@ -455,7 +455,8 @@ func (h *harness) settle() (bool, int64, string, error) {
 }
 
 // quiet reports whether every producer is idle and the history shows no
-// message still open.
+// message still open, nor a batch or a chain waiting for its next
+// message.
 func (h *harness) quiet() bool {
 	events, err := ReadHistory(h.opts.Dir)
 	if err != nil {
@@ -473,7 +474,7 @@ func (h *harness) quiet() bool {
 		}
 	}
 	r := Check(events, CheckOptions{FailoverLoss: h.opts.Topology == TopologySentinel})
-	return r.Lost == 0 && r.NoOutcome == 0
+	return r.Lost == 0 && r.NoOutcome == 0 && r.Features.Broken[brokeBatchMissing] == 0 && r.Features.Broken[brokeChainStalled] == 0
 }
 
 // stopAll stops every process gracefully (SIGINT), and kills what has not

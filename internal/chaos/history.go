@@ -147,6 +147,8 @@ type Event struct {
 	Key      string `json:"key,omitempty"`
 	Reply    string `json:"reply,omitempty"`
 	Tick     int64  `json:"tick,omitempty"`
+	// Counts are a batch's counts (KindBatchCounts).
+	Counts *BatchCounts `json:"counts,omitempty"`
 }
 
 // Recorder appends a process's events to its history file, one write per

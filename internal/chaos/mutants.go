@@ -41,7 +41,7 @@ type Edit struct {
 }
 
 // Mutants are the planted bugs of `make chaos-mutants`.
-var Mutants = []Mutant{skipAcks, ackFirst, dropReplies, stealLeases, groupOverlap, resultNoReply}
+var Mutants = []Mutant{skipAcks, ackFirst, dropReplies, stealLeases, groupOverlap, resultNoReply, earlyCompletion}
 
 var skipAcks = Mutant{
 	Name: "skip_acks",

@@ -74,8 +74,19 @@ func run(o chaos.MutantOptions, only string) int {
 	return code
 }
 
-// summary gives the report's broken invariants.
+// summary gives the report's broken invariants, the features' among
+// them.
 func summary(r *chaos.Report) string {
-	return fmt.Sprintf("lost %d, no outcome %d, two outcomes %d, disagreements %d, late starts %d, unexplained duplicates %d %v, pending %d, settled %v, ok %v",
-		r.Lost, r.NoOutcome, r.MultiOutcome, r.Disagreements, r.LateStarts, r.Duplicates["unexplained"], r.Unexplained, r.PendingAtEnd, r.Settled, r.OK())
+	var features []string
+	if r.Features != nil {
+		for k, n := range r.Features.Broken {
+			if n > 0 {
+				features = append(features, fmt.Sprintf("%s %d", k, n))
+			}
+		}
+	}
+	slices.Sort(features)
+	return fmt.Sprintf("lost %d, no outcome %d, two outcomes %d, disagreements %d, late starts %d, unexplained duplicates %d %v, pending %d, settled %v, features broken [%s], ok %v",
+		r.Lost, r.NoOutcome, r.MultiOutcome, r.Disagreements, r.LateStarts, r.Duplicates["unexplained"], r.Unexplained, r.PendingAtEnd, r.Settled,
+		strings.Join(features, ", "), r.OK())
 }
