@@ -119,6 +119,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Cancel", testCancel},
 		{"Batches", testBatches},
 		{"BatchEdges", testBatchEdges},
+		{"BatchChains", testBatchChains},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
 		{"SchedulePutList", testSchedulePutList},
