@@ -117,6 +117,12 @@ const (
 	// when its message expired (WithExpiry) before any worker started it.
 	// A RemoteError with it matches ErrExpired.
 	CodeExpired = "expired"
+	// CodeReplyTooLarge is the code of the error in the retained result of
+	// a chain's step whose reply was to go on to the next step (WithThen)
+	// but is over the broker's cap on a receiver's retained bytes
+	// (Config.MaxResultBytes): the step counts as failed, and the chain
+	// stops.
+	CodeReplyTooLarge = broker.CodeReplyTooLarge
 )
 
 // ErrExpired matches the RemoteError (CodeExpired) that the sender of a

@@ -156,7 +156,7 @@ type CreateBatchParams struct {
 	// without a reply gives the completion no content. A child whose reply
 	// is over the broker's cap on a receiver's retained bytes
 	// (MaxResultBytes) does not succeed: its result gets the error
-	// CodeReplyTooLarge, and it counts as failed.
+	// CodeReplyTooLarge instead of the reply, and it counts as failed.
 	ReplyAsContent bool
 	// Retention is how long the batch is kept after it completed; > 0,
 	// at most MaxRetention. Until then it is kept PendingRetention after

@@ -138,6 +138,7 @@ func (c *core) finalResult(receiver, id string, st broker.ResultState, ret time.
 		if st == broker.ResultDone && !failed && r.batchReply {
 			if int64(len(r.reply)) > c.maxResults {
 				r.rec.ErrorCode, r.rec.ErrorText, failed = broker.CodeReplyTooLarge, broker.ReplyTooLargeText, true
+				r.reply = nil
 			} else {
 				passed = r.reply
 			}

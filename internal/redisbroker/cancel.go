@@ -51,6 +51,9 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 	if state == 0 {
 		return broker.Cancelled{State: broker.CancelNotFound}, nil
 	}
+	// A cancelled batch child's report is in the outbox: hand it over now
+	// rather than at the receiver's next sweep (see SettleBatchReports).
+	_ = b.SettleBatchReports(ctx, r)
 	m, _ := v[1].ToString()
 	d, _ := v[2].ToString()
 	c := broker.Cancelled{State: broker.CancelState(state)}

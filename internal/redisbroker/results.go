@@ -39,7 +39,8 @@ import (
 // the outbox is then handed to the batch (batches.go). A record whose
 // reply goes to its batch (field bp, SendParams.BatchReply) that is done
 // adds " <its reply>" (the encoded reply, or nothing): a reply over the
-// cap makes it failed instead (CodeReplyTooLarge). resFinal returns 2
+// cap makes it failed instead (CodeReplyTooLarge), and is not kept.
+// resFinal returns 2
 // then, else 1.
 var luaResult = `
 local resFinalStates = {d = true, x = true, c = true, e = true, t = true}
@@ -77,6 +78,7 @@ local function resFinal(R, id, st, ret, keep, set)
       if o == 'd' and f[4] then
         if #(f[5] or '') > tonumber(R.cap) then
           redis.call('HSET', R.rec, 'ec', '` + broker.CodeReplyTooLarge + `', 'et', ` + strconv.Quote(broker.ReplyTooLargeText) + `)
+          redis.call('HDEL', R.rec, 'rep')
           entry = f[1] .. ' f'
         else
           entry = entry .. ' ' .. (f[5] or '')
