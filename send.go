@@ -276,7 +276,7 @@ func (d *Disker) sendEach(ctx context.Context, msgs []Outgoing, opts []SendOptio
 	for i := range msgs {
 		o := sendOptionsOf(&base, msgs[i].Options)
 		if o.then != nil {
-			return nil, indexed(invalid("WithThen", "goes with Send only"), fmt.Sprintf(msgField, i), fmt.Sprintf("msgs[%d]", i))
+			return nil, indexed(invalid("WithThen", "goes with Send and Batch.Send, not with SendBatch or SendEach"), fmt.Sprintf(msgField, i), fmt.Sprintf("msgs[%d]", i))
 		}
 		if err := d.prepare(&ps[i], &msgs[i].Message, &o); err != nil {
 			return nil, indexed(err, fmt.Sprintf(msgField, i), fmt.Sprintf("msgs[%d]", i))
