@@ -111,7 +111,10 @@ const (
 	CodeDeadLetter = "dead_letter"
 	// CodeCancelled is the code of the error reply sent to a waiting sender
 	// when its message was cancelled (Cancel) before its handler replied.
-	// A RemoteError with it matches ErrCancelled.
+	// A RemoteError with it matches ErrCancelled. It is also the code in
+	// the retained result of a chain's step never sent because a step
+	// before it did not succeed (WithThen), and of a batch's completion
+	// never sent that is another batch's child.
 	CodeCancelled = "cancelled"
 	// CodeExpired is the code of the error reply sent to a waiting sender
 	// when its message expired (WithExpiry) before any worker started it.
