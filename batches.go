@@ -125,7 +125,7 @@ func (d *Disker) NewBatch(ctx context.Context, opts BatchOptions) (*Batch, error
 	case co.then != nil || co.batchSet:
 		p.Completion.Retention = ret
 	}
-	if err := d.createFollowed(ctx, &p, co.then, outer); err != nil {
+	if _, err := d.createFollowed(ctx, &p, co.then, outer); err != nil {
 		return nil, err
 	}
 	return &Batch{d: d, id: id, retention: ret}, nil
@@ -354,13 +354,18 @@ func (d *Disker) dropUnsent(ps []broker.SendParams) {
 		if p.Batch == "" {
 			continue
 		}
-		r := &p.Result
-		notStored := r.Outcome == broker.Duplicate || r.Outcome == broker.Joined ||
-			(r.Outcome == broker.SendFailed && r.Err != nil && !errors.Is(r.Err, ErrUnavailable) && !errors.Is(r.Err, context.Canceled) && !errors.Is(r.Err, context.DeadlineExceeded))
-		if notStored {
+		if notStored(&p.Result) {
 			ctx, cancel := context.WithTimeout(context.Background(), SendTimeout)
 			_ = d.b.RemoveBatchChild(ctx, p.Batch, p.Env.ID)
 			cancel()
 		}
 	}
+}
+
+// notStored reports whether a send's result says its message was not
+// stored: refused, or a duplicate. A send whose error wraps
+// ErrUnavailable, or ctx's, may have been stored.
+func notStored(r *broker.SendResult) bool {
+	return r.Outcome == broker.Duplicate || r.Outcome == broker.Joined ||
+		(r.Outcome == broker.SendFailed && r.Err != nil && !errors.Is(r.Err, ErrUnavailable) && !errors.Is(r.Err, context.Canceled) && !errors.Is(r.Err, context.DeadlineExceeded))
 }

@@ -82,11 +82,18 @@ func checkRetention(field string, o sendOptions) error {
 	return nil
 }
 
+// chainHead is what thenBatch made: the id of the batch whose completion
+// is the step's message, whether that message takes the reply of its
+// batch's child, and the chain's last step (the child of outer).
+type chainHead struct {
+	id    string
+	takes bool
+	last  string
+}
+
 // thenBatch creates the batches of the chain from step, the last first,
-// the last step being the child of batch outer ("" for none), and returns
-// the id of the batch whose completion is step's message, and whether
-// that message takes the reply of its batch's child.
-func (d *Disker) thenBatch(ctx context.Context, step *thenStep, outer string) (string, bool, error) {
+// the last step being the child of batch outer ("" for none).
+func (d *Disker) thenBatch(ctx context.Context, step *thenStep, outer string) (chainHead, error) {
 	o := sendOptionsOf(nil, step.opts)
 	ret := o.retention
 	if ret == 0 {
@@ -97,21 +104,24 @@ func (d *Disker) thenBatch(ctx context.Context, step *thenStep, outer string) (s
 	comp.Retention = ret
 	takes := len(step.next.Content) == 0
 	p := broker.CreateBatchParams{ID: id, Completion: comp, OnlyIfAllSucceed: true, Retention: ret, ReplyAsContent: takes}
-	return id, takes, d.createFollowed(ctx, &p, o.then, outer)
+	last, err := d.createFollowed(ctx, &p, o.then, outer)
+	return chainHead{id: id, takes: takes, last: last}, err
 }
 
 // createFollowed creates batch p, whose completion starts the chain then
 // (nil for none) and, or, is the child of batch outer ("" for none): the
 // chain's batches first, then the completion is registered with the batch
 // it is a child of (the chain's first, or outer), then p is created, and
-// the chain's first batch is sealed.
-func (d *Disker) createFollowed(ctx context.Context, p *broker.CreateBatchParams, then *thenStep, outer string) error {
-	inner, takes := outer, false
+// the chain's first batch is sealed. It returns the id of the chain's last
+// step (p's completion when then is nil).
+func (d *Disker) createFollowed(ctx context.Context, p *broker.CreateBatchParams, then *thenStep, outer string) (string, error) {
+	inner, takes, last := outer, false, p.Completion.ID
 	if then != nil {
-		var err error
-		if inner, takes, err = d.thenBatch(ctx, then, outer); err != nil {
-			return err
+		h, err := d.thenBatch(ctx, then, outer)
+		if err != nil {
+			return "", err
 		}
+		inner, takes, last = h.id, h.takes, h.last
 	}
 	p.CompletionBatch, p.CompletionBatchReply = inner, takes
 	_, err := call(d, "create batch", func() (struct{}, error) {
@@ -132,28 +142,35 @@ func (d *Disker) createFollowed(ctx context.Context, p *broker.CreateBatchParams
 		_, err := d.b.SealBatch(ctx, inner)
 		return struct{}{}, err
 	})
-	return err
+	return last, err
 }
 
 // startChain creates the batches of the chain of p, sent with o, and
 // makes p the child of the first: o gets WithBatch, p its batch and
 // retention. A batch o names (WithBatch) gets the chain's last step as
-// its child.
-func (d *Disker) startChain(ctx context.Context, p *broker.SendParams, o *sendOptions) error {
+// its child; startChain returns a function that forgets it there, for a
+// first message that was not stored.
+func (d *Disker) startChain(ctx context.Context, p *broker.SendParams, o *sendOptions) (unsent func(), err error) {
 	if err := d.checkThen(o.then); err != nil {
-		return err
+		return nil, err
 	}
 	outer := ""
 	if o.batchSet {
 		outer = o.batch
 	}
-	id, takes, err := d.thenBatch(ctx, o.then, outer)
+	h, err := d.thenBatch(ctx, o.then, outer)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	o.batch, o.batchSet, p.Batch, p.BatchReply = id, true, id, takes
+	o.batch, o.batchSet, p.Batch, p.BatchReply = h.id, true, h.id, h.takes
 	if p.Retention == 0 {
 		p.Retention = DefaultBatchRetention
 	}
-	return nil
+	return func() {
+		if outer != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), SendTimeout)
+			_ = d.b.RemoveBatchChild(ctx, outer, h.last)
+			cancel()
+		}
+	}, nil
 }

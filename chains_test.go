@@ -329,5 +329,35 @@ func TestBatchNesting(t *testing.T) {
 		if info, err := d.Batch(ctx, inner.ID()); err != nil || info.CompletionSent {
 			t.Fatalf("the failed nested batch: %+v, %v", info, err)
 		}
+
+		// A chain sent twice with one dedup key: the second is a duplicate,
+		// its chain never starts, and the batch counts the first only.
+		b, err = d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "nest-done", Content: []byte("dedup")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			_, err := b.Send(ctx, disker.Message{Receiver: "nest-work", Content: []byte("once")},
+				disker.WithThen(disker.Message{Receiver: "nest-work"}), disker.WithDedupKey("once", time.Minute))
+			var de *disker.DuplicateError
+			if err != nil && !errors.As(err, &de) {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want = []string{"nest-done:dedup", "nest-work:nest-work", "nest-work:once"}
+		if ran := drain(3); !slices.Equal(ran, want) {
+			t.Fatalf("the deduplicated chain ran %v, want %v", ran, want)
+		}
+		if info := waitBatch(t, d, b.ID()); info.Children != 1 || info.Succeeded != 1 {
+			t.Fatalf("the batch of a deduplicated chain: %+v", info)
+		}
+		select {
+		case s := <-got:
+			t.Fatalf("%s ran after the batch completed", s)
+		default:
+		}
 	})
 }
