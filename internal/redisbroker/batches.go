@@ -145,7 +145,8 @@ end
 // "c", "f" or "n") and lets both keys expire after its retention. A
 // completion that takes its child's reply (field rac,
 // CreateBatchParams.ReplyAsContent) is queued with it (field rin, see
-// scriptBatchReport). A completion with a retention (field cret: a
+// scriptBatchReport; a reply that does not decode leaves the completion
+// as given). A completion with a retention (field cret: a
 // chain's step, a nested batch's completion) gets its retained record
 // P:{C}:res:<cid> (named from q, a key of its slot), with the batch it is
 // a child of (field cbt, "" for none; and field bp when its reply goes
@@ -165,7 +166,10 @@ local function batchFire(meta, children, q, cap)
   local out = 1
   if fired == 'c' then
     local env = m[6]
-    if m[9] == '1' then env = wireWithReply(env, m[10] or '') end
+    if m[9] == '1' then
+      local ok, spliced = pcall(wireWithReply, env, m[10] or '')
+      if ok then env = spliced end
+    end
     redis.call('XADD', q, '*', 'm', env)
     if c[2] and c[2] ~= '' then
       local rec = base .. ':' .. c[3]

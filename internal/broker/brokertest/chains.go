@@ -2,6 +2,7 @@ package brokertest
 
 import (
 	"maps"
+	"strings"
 	"testing"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -102,13 +103,14 @@ func runStep(t *testing.T, b broker.Broker, r string, want *broker.Envelope, rep
 func testBatchChains(t *testing.T, b broker.Broker) {
 	ctx := ctxT(t)
 	r1, r2, r3, r4 := name("c1"), name("c2"), name("c3"), name("c4")
-	two := &broker.Envelope{ID: name("msg"), Receiver: r2, Headers: map[string]string{"a": "own", "z": "own"}}
+	two := &broker.Envelope{ID: name("msg"), Receiver: r2, Headers: map[string]string{"a": "own", "z": "own", "y": strings.Repeat("w", 150)}}
 	three := &broker.Envelope{ID: name("msg"), Receiver: r3}
 	four := &broker.Envelope{ID: name("msg"), Receiver: r4, Content: []byte("given"), Headers: map[string]string{"k": "v"}}
 	steps := newChain(t, b, "", two, three, four)
 	sendFirst(t, b, r1, steps)
-	reply := &broker.Envelope{ID: name("msg"), Receiver: "x", Content: []byte("reply of 1"),
-		Headers: map[string]string{"a": "theirs", "b": "theirs", "ünï": "theirs", "": "empty name"}}
+	// Lengths over 127 take varints of two bytes.
+	reply := &broker.Envelope{ID: name("msg"), Receiver: "x", Content: []byte("reply of 1 " + strings.Repeat("x", 300)),
+		Headers: map[string]string{"a": "theirs", "b": "theirs", "ünï": "theirs", "": "empty name", "long": strings.Repeat("v", 200)}}
 	runStep(t, b, r1, nil, reply, false)
 	// Step 2 takes the reply: its content, the headers merged, its own
 	// winning.
