@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"reflect"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -55,6 +56,16 @@ type BatchOptions struct {
 	// results (Disker.Result) are kept after the completion; 0 means
 	// DefaultBatchRetention; at most MaxRetention.
 	Retention time.Duration
+	// CompletionOptions are the options of Completion, which may be
+	// WithRetention (its result is retained), WithThen (the completion
+	// starts a chain: the next steps follow it when it succeeds, and may
+	// take its reply) and WithBatch (a nested batch: the completion is a
+	// child of that batch, and counts there as cancelled when it is not
+	// sent, in OnlyIfAllSucceed mode with a child that did not succeed).
+	// With WithThen and WithBatch, the chain the completion starts is that
+	// batch's child. With WithThen or WithBatch, the completion's result
+	// is retained for Retention unless WithRetention says otherwise.
+	CompletionOptions []SendOption
 }
 
 // Batch is a batch of messages with a completion that is queued exactly
@@ -93,6 +104,10 @@ func (d *Disker) NewBatch(ctx context.Context, opts BatchOptions) (*Batch, error
 	case ret < time.Millisecond || ret > MaxRetention:
 		return nil, invalid("BatchOptions.Retention", "must be from 1ms to %v (MaxRetention), got %v", MaxRetention, ret)
 	}
+	co := sendOptionsOf(nil, opts.CompletionOptions)
+	if err := d.checkCompletionOptions(co); err != nil {
+		return nil, err
+	}
 	id := broker.NewBatchID(opts.Completion.Receiver, newID())
 	p := broker.CreateBatchParams{ID: id, Completion: batchEnvelope(id, &opts.Completion, "completion"),
 		OnlyIfAllSucceed: opts.OnlyIfAllSucceed, Retention: ret}
@@ -100,10 +115,39 @@ func (d *Disker) NewBatch(ctx context.Context, opts BatchOptions) (*Batch, error
 		f := batchEnvelope(id, opts.Failure, "failure")
 		p.Failure = &f
 	}
-	if _, err := call(d, "create batch", func() (struct{}, error) { return struct{}{}, d.b.CreateBatch(ctx, &p) }); err != nil {
+	outer := ""
+	if co.batchSet {
+		outer = co.batch
+	}
+	switch {
+	case co.retentionSet:
+		p.Completion.Retention = co.retention
+	case co.then != nil || co.batchSet:
+		p.Completion.Retention = ret
+	}
+	if _, err := d.createFollowed(ctx, &p, co.then, outer); err != nil {
 		return nil, err
 	}
 	return &Batch{d: d, id: id, retention: ret}, nil
+}
+
+// checkCompletionOptions checks BatchOptions.CompletionOptions.
+func (d *Disker) checkCompletionOptions(o sendOptions) error {
+	const field = "BatchOptions.CompletionOptions"
+	rest := o
+	rest.then, rest.retention, rest.retentionSet, rest.batch, rest.batchSet = nil, 0, false, "", false
+	if !reflect.DeepEqual(rest, sendOptions{}) {
+		return invalid(field, "may only be WithRetention, WithThen and WithBatch")
+	}
+	if err := checkRetention(field, o); err != nil {
+		return err
+	}
+	if o.batchSet {
+		if err := checkBatchID(field, o.batch); err != nil {
+			return err
+		}
+	}
+	return d.checkThen(o.then)
 }
 
 // checkBatchMessage checks a completion or failure message.
@@ -161,8 +205,11 @@ func (b *Batch) Seal(ctx context.Context) (*BatchInfo, error) {
 // final outcome counts for the batch. The send first adds the child to the
 // batch, and fails with ErrBatchSealed or ErrBatchNotFound, sending
 // nothing, when it cannot. A child needs a retained result: without
-// WithRetention it is kept for DefaultBatchRetention. WithGroup does not
-// go with WithBatch.
+// WithRetention it is kept for DefaultBatchRetention. With WithThen, the
+// chain is the batch's child: its last step's outcome counts there (or
+// cancelled, when the chain stopped before it). WithBatch goes with Send,
+// SendBatch and SendEach, not with Request, WithGroup or WithDebounce; in
+// BatchOptions.CompletionOptions it nests a batch in another.
 func WithBatch(id string) SendOption {
 	return func(o *sendOptions) { o.batch, o.batchSet = id, true }
 }
@@ -312,13 +359,18 @@ func (d *Disker) dropUnsent(ps []broker.SendParams) {
 		if p.Batch == "" {
 			continue
 		}
-		r := &p.Result
-		notStored := r.Outcome == broker.Duplicate || r.Outcome == broker.Joined ||
-			(r.Outcome == broker.SendFailed && r.Err != nil && !errors.Is(r.Err, ErrUnavailable) && !errors.Is(r.Err, context.Canceled) && !errors.Is(r.Err, context.DeadlineExceeded))
-		if notStored {
+		if notStored(&p.Result) {
 			ctx, cancel := context.WithTimeout(context.Background(), SendTimeout)
 			_ = d.b.RemoveBatchChild(ctx, p.Batch, p.Env.ID)
 			cancel()
 		}
 	}
+}
+
+// notStored reports whether a send's result says its message was not
+// stored: refused, or a duplicate. A send whose error wraps
+// ErrUnavailable, or ctx's, may have been stored.
+func notStored(r *broker.SendResult) bool {
+	return r.Outcome == broker.Duplicate || r.Outcome == broker.Joined ||
+		(r.Outcome == broker.SendFailed && r.Err != nil && !errors.Is(r.Err, ErrUnavailable) && !errors.Is(r.Err, context.Canceled) && !errors.Is(r.Err, context.DeadlineExceeded))
 }

@@ -20,13 +20,26 @@ type thenStep struct {
 // WithThen makes a chain: when the message succeeds (its handler returns
 // no error), next is queued, exactly once, by the step that counts the
 // message's success; when it fails (dead-lettered, failed, cancelled,
-// expired, timed out) next is never queued, and the failure is in the
-// message's retained result (Result). next goes with its own opts, which
-// may hold only WithRetention and a WithThen of its own: a chain of any
-// length up to MaxChainLength, decided one step after the other. next is
-// fire-and-forget (no Sender); its content is as given (the reply of the
-// step before is in that step's retained result). WithThen goes with Send
-// only.
+// expired, timed out) next is never queued, its retained result says
+// cancelled (CodeCancelled), and the failure is in the message's retained
+// result (Result). next goes with its own opts, which may hold only
+// WithRetention and a WithThen of its own: a chain of any length up to
+// MaxChainLength, decided one step after the other. next is
+// fire-and-forget (no Sender).
+//
+// A next message with no content (nil or empty) takes the reply of the
+// step before: its content, and its headers under next's own (next's win
+// on a name in both); a step that succeeded without a reply gives it no
+// content. A next message with content keeps it, and its own headers
+// only. The reply goes on in the broker's step that counts the step
+// before; a reply over the broker's cap on a receiver's retained bytes
+// (Config.MaxResultBytes) cannot, and its step counts as failed
+// (CodeReplyTooLarge), which stops the chain.
+//
+// WithThen goes with Send (and Batch.Send), and with the options of a
+// batch's completion (BatchOptions.CompletionOptions). With WithBatch, the
+// chain as a whole is the batch's child: its last step's outcome counts
+// there, or cancelled when the chain stopped before it.
 //
 // A chain is made of batches of one child (see NewBatch): each step is
 // the only child of a batch whose completion, sent only if it succeeded,
@@ -50,27 +63,38 @@ func (d *Disker) checkThen(step *thenStep) error {
 		rest := o
 		rest.then, rest.retention, rest.retentionSet = nil, 0, false
 		if !reflect.DeepEqual(rest, sendOptions{}) {
-			return invalid("WithThen", "the next message's options may only be WithRetention and WithThen")
+			return invalid("WithThen", "the next message's options may only be WithRetention and WithThen (give WithBatch to the chain's first message: the chain is then the batch's child)")
 		}
-		if o.retentionSet && (o.retention < time.Millisecond || o.retention > MaxRetention) {
-			return invalid("WithThen", "the next message's WithRetention must be from 1ms to %v (MaxRetention)", MaxRetention)
+		if err := checkRetention("WithThen", o); err != nil {
+			return err
 		}
 		step = o.then
 	}
 	return nil
 }
 
-// thenBatch creates the batches of the chain from step, the last first,
-// and returns the id of the batch whose completion is step's message.
-func (d *Disker) thenBatch(ctx context.Context, step *thenStep) (string, error) {
-	o := sendOptionsOf(nil, step.opts)
-	inner := ""
-	if o.then != nil {
-		var err error
-		if inner, err = d.thenBatch(ctx, o.then); err != nil {
-			return "", err
-		}
+// checkRetention checks the WithRetention of a message the broker sends
+// (a chain's step, a completion); field names where it is given.
+func checkRetention(field string, o sendOptions) error {
+	if o.retentionSet && (o.retention < time.Millisecond || o.retention > MaxRetention) {
+		return invalid(field, "WithRetention must be from 1ms to %v (MaxRetention)", MaxRetention)
 	}
+	return nil
+}
+
+// chainHead is what thenBatch made: the id of the batch whose completion
+// is the step's message, whether that message takes the reply of its
+// batch's child, and the chain's last step (the child of outer).
+type chainHead struct {
+	id    string
+	takes bool
+	last  string
+}
+
+// thenBatch creates the batches of the chain from step, the last first,
+// the last step being the child of batch outer ("" for none).
+func (d *Disker) thenBatch(ctx context.Context, step *thenStep, outer string) (chainHead, error) {
+	o := sendOptionsOf(nil, step.opts)
 	ret := o.retention
 	if ret == 0 {
 		ret = DefaultBatchRetention
@@ -78,37 +102,75 @@ func (d *Disker) thenBatch(ctx context.Context, step *thenStep) (string, error) 
 	id := broker.NewBatchID(step.next.Receiver, newID())
 	comp := batchEnvelope(id, &step.next, "completion")
 	comp.Retention = ret
-	p := broker.CreateBatchParams{ID: id, Completion: comp, OnlyIfAllSucceed: true, Retention: ret, CompletionBatch: inner}
-	_, err := call(d, "chain", func() (struct{}, error) {
-		if err := d.b.CreateBatch(ctx, &p); err != nil {
+	takes := len(step.next.Content) == 0
+	p := broker.CreateBatchParams{ID: id, Completion: comp, OnlyIfAllSucceed: true, Retention: ret, ReplyAsContent: takes}
+	last, err := d.createFollowed(ctx, &p, o.then, outer)
+	return chainHead{id: id, takes: takes, last: last}, err
+}
+
+// createFollowed creates batch p, whose completion starts the chain then
+// (nil for none) and, or, is the child of batch outer ("" for none): the
+// chain's batches first, then the completion is registered with the batch
+// it is a child of (the chain's first, or outer), then p is created, and
+// the chain's first batch is sealed. It returns the id of the chain's last
+// step (p's completion when then is nil).
+func (d *Disker) createFollowed(ctx context.Context, p *broker.CreateBatchParams, then *thenStep, outer string) (string, error) {
+	inner, takes, last := outer, false, p.Completion.ID
+	if then != nil {
+		h, err := d.thenBatch(ctx, then, outer)
+		if err != nil {
+			return "", err
+		}
+		inner, takes, last = h.id, h.takes, h.last
+	}
+	p.CompletionBatch, p.CompletionBatchReply = inner, takes
+	_, err := call(d, "create batch", func() (struct{}, error) {
+		if inner != "" {
+			if err := d.b.AddBatchChildren(ctx, inner, []broker.BatchChild{{ID: p.Completion.ID, Receiver: p.Completion.Receiver}}); err != nil {
+				return struct{}{}, err
+			}
+		}
+		if err := d.b.CreateBatch(ctx, p); err != nil {
+			if inner != "" {
+				_ = d.b.RemoveBatchChild(ctx, inner, p.Completion.ID)
+			}
 			return struct{}{}, err
 		}
-		if inner == "" {
+		if inner == "" || inner == outer {
 			return struct{}{}, nil
-		}
-		if err := d.b.AddBatchChildren(ctx, inner, []broker.BatchChild{{ID: comp.ID, Receiver: comp.Receiver}}); err != nil {
-			return struct{}{}, err
 		}
 		_, err := d.b.SealBatch(ctx, inner)
 		return struct{}{}, err
 	})
-	return id, err
+	return last, err
 }
 
 // startChain creates the batches of the chain of p, sent with o, and
 // makes p the child of the first: o gets WithBatch, p its batch and
-// retention.
-func (d *Disker) startChain(ctx context.Context, p *broker.SendParams, o *sendOptions) error {
+// retention. A batch o names (WithBatch) gets the chain's last step as
+// its child; startChain returns a function that forgets it there, for a
+// first message that was not stored.
+func (d *Disker) startChain(ctx context.Context, p *broker.SendParams, o *sendOptions) (unsent func(), err error) {
 	if err := d.checkThen(o.then); err != nil {
-		return err
+		return nil, err
 	}
-	id, err := d.thenBatch(ctx, o.then)
+	outer := ""
+	if o.batchSet {
+		outer = o.batch
+	}
+	h, err := d.thenBatch(ctx, o.then, outer)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	o.batch, o.batchSet, p.Batch = id, true, id
+	o.batch, o.batchSet, p.Batch, p.BatchReply = h.id, true, h.id, h.takes
 	if p.Retention == 0 {
 		p.Retention = DefaultBatchRetention
 	}
-	return nil
+	return func() {
+		if outer != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), SendTimeout)
+			_ = d.b.RemoveBatchChild(ctx, outer, h.last)
+			cancel()
+		}
+	}, nil
 }

@@ -1,9 +1,11 @@
 package disker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -37,7 +39,7 @@ func TestChains(t *testing.T) {
 			ran = append(ran, string(m.Content))
 			mu.Unlock()
 			switch string(m.Content) {
-			case "10", "23":
+			case "10":
 				close(last)
 			case "33":
 				return nil, disker.NoRetry(errors.New("step 33 fails"))
@@ -59,25 +61,28 @@ func TestChains(t *testing.T) {
 		ran = nil
 		mu.Unlock()
 
-		// Step 33 fails: 34 and 35 never run. A chain sent after it ends
-		// in step 23, which shows the receiver went on.
-		last = make(chan struct{})
+		// Step 33 fails: 34 and 35 never run. The chain is the child of a
+		// batch, which completes when the chain settled: its last step
+		// cancelled, never sent.
+		b, err := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "chain-watch"}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		first, opts = chainOf("chain-step", 31, 35)
-		if _, err := d.Send(ctx, first, opts...); err != nil {
+		if _, err := b.Send(ctx, first, opts...); err != nil {
 			t.Fatal(err)
 		}
-		first, opts = chainOf("chain-step", 21, 23)
-		if _, err := d.Send(ctx, first, opts...); err != nil {
+		if _, err := b.Seal(ctx); err != nil {
 			t.Fatal(err)
 		}
-		<-last
-		time.Sleep(200 * time.Millisecond) // a step 34 queued by mistake would run by now
+		info := waitBatch(t, d, b.ID())
+		if info.Cancels != 1 || info.Children != 1 {
+			t.Fatalf("the batch of a chain that stopped: %+v, want its one child cancelled", info)
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		for _, s := range ran {
-			if s == "34" || s == "35" {
-				t.Fatalf("steps ran %v: the chain went on after step 33 failed", ran)
-			}
+		if got := fmt.Sprint(ran); got != "[31 32 33]" {
+			t.Fatalf("steps ran %s, want 31 to 33: the chain stops after step 33 failed", got)
 		}
 
 		bad := []disker.SendOption{
@@ -93,6 +98,266 @@ func TestChains(t *testing.T) {
 		}
 		if st, err := d.Stats(ctx, "chain-bad"); err != nil || st.Length != 0 {
 			t.Fatalf("after bad chains: %+v, %v", st, err)
+		}
+	})
+}
+
+// waitBatch waits until batch id completed, and returns it.
+func waitBatch(t *testing.T, d *disker.Disker, id string) *disker.BatchInfo {
+	t.Helper()
+	var info *disker.BatchInfo
+	waitFor(t, 30*time.Second, "batch "+id+" completes", func() bool {
+		var err error
+		if info, err = d.Batch(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		return info.State == disker.BatchCompleted
+	})
+	return info
+}
+
+// stepSeen is what a step's handler saw.
+type stepSeen struct {
+	content string
+	headers map[string]string
+}
+
+// TestChainReplies: a step given no content takes the reply of the step
+// before, its content and its headers under the step's own; a step that
+// succeeded without a reply passes no content; a step given content keeps
+// it; a reply over the cap on retained bytes stops the chain, its step
+// failed with CodeReplyTooLarge.
+func TestChainReplies(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open(func(c *disker.Config) { c.MaxResultBytes = 4 << 10 })
+		ctx := t.Context()
+		seen := make(chan stepSeen, 10)
+		err := d.Handle("chain-reply", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			h := map[string]string{}
+			for k, v := range m.Headers {
+				if k != disker.HeaderBatch && k != disker.HeaderBatchOutcome {
+					h[k] = v
+				}
+			}
+			seen <- stepSeen{content: string(m.Content), headers: h}
+			switch c := string(m.Content); c {
+			case "quiet":
+				return nil, nil
+			case "huge":
+				return bytes.Repeat([]byte("x"), 8<<10), nil
+			default:
+				m.SetReplyHeader("from", c)
+				m.SetReplyHeader("own", "the reply's")
+				return []byte(c + "."), nil
+			}
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := func(content string, headers map[string]string, opts ...disker.SendOption) disker.SendOption {
+			var c []byte
+			if content != "" {
+				c = []byte(content)
+			}
+			return disker.WithThen(disker.Message{Receiver: "chain-reply", Content: c, Headers: headers}, opts...)
+		}
+		_, err = d.Send(ctx, disker.Message{Receiver: "chain-reply", Content: []byte("a")},
+			next("", map[string]string{"own": "the step's"},
+				next("", nil,
+					next("given", nil,
+						next("quiet", nil,
+							next("", nil))))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []stepSeen{
+			{"a", map[string]string{}},
+			{"a.", map[string]string{"from": "a", "own": "the step's"}},
+			{"a..", map[string]string{"from": "a.", "own": "the reply's"}},
+			{"given", map[string]string{}},
+			{"quiet", map[string]string{}},
+			{"", map[string]string{}},
+		}
+		for i, w := range want {
+			got := <-seen
+			if got.content != w.content || fmt.Sprint(got.headers) != fmt.Sprint(w.headers) {
+				t.Fatalf("step %d saw %+v, want %+v", i+1, got, w)
+			}
+		}
+
+		// A reply over the cap: the step fails, the chain stops.
+		b, err := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "chain-reply-watch"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := b.Send(ctx, disker.Message{Receiver: "chain-reply", Content: []byte("huge")}, next("", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if info := waitBatch(t, d, b.ID()); info.Cancels != 1 {
+			t.Fatalf("the batch of a chain whose reply is too large: %+v", info)
+		}
+		if got := <-seen; got.content != "huge" {
+			t.Fatalf("saw %+v", got)
+		}
+		r, err := d.Result(ctx, "chain-reply", id)
+		if err != nil || r.State != disker.ResultFailed || r.Err == nil || r.Err.Code != disker.CodeReplyTooLarge || r.Reply != nil {
+			t.Fatalf("the result of a step whose reply is too large: %+v, %v", r, err)
+		}
+		select {
+		case got := <-seen:
+			t.Fatalf("a step ran after a reply too large: %+v", got)
+		default:
+		}
+	})
+}
+
+// TestBatchNesting: a batch of chains counts each chain once, by its last
+// step (cancelled when it stopped before); a batch's completion starts a
+// chain that takes its reply; a batch nested in another counts there by
+// its completion.
+func TestBatchNesting(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		ctx := t.Context()
+		got := make(chan string, 20)
+		for _, r := range []string{"nest-work", "nest-done", "nest-album", "nest-publish", "nest-inner", "nest-top"} {
+			err := d.Handle(r, disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+				c := string(m.Content)
+				got <- m.Receiver + ":" + c
+				if c == "fail" {
+					return nil, disker.NoRetry(errors.New("it fails"))
+				}
+				return []byte(m.Receiver), nil
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		drain := func(n int) []string {
+			out := make([]string, n)
+			for i := range out {
+				out[i] = <-got
+			}
+			slices.Sort(out)
+			return out
+		}
+
+		// A batch of three chains; one stops at its first step.
+		b, err := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "nest-done", Content: []byte("chains")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []string{"one", "two", "fail"} {
+			if _, err := b.Send(ctx, disker.Message{Receiver: "nest-work", Content: []byte(c)},
+				disker.WithThen(disker.Message{Receiver: "nest-work"})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"nest-done:chains", "nest-work:fail", "nest-work:nest-work", "nest-work:nest-work", "nest-work:one", "nest-work:two"}
+		if ran := drain(6); !slices.Equal(ran, want) {
+			t.Fatalf("the batch of chains ran %v, want %v", ran, want)
+		}
+		if info := waitBatch(t, d, b.ID()); info.Succeeded != 2 || info.Cancels != 1 || !info.CompletionSent {
+			t.Fatalf("the batch of chains: %+v", info)
+		}
+
+		// A batch whose completion starts a chain, which takes its reply;
+		// and that batch nested in another: the top batch completes after
+		// the inner batch's completion.
+		top, err := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "nest-top", Content: []byte("top")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		album, err := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "nest-album", Content: []byte("album")},
+			CompletionOptions: []disker.SendOption{disker.WithThen(disker.Message{Receiver: "nest-publish"}), disker.WithBatch(top.ID())}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := top.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []string{"img1", "img2"} {
+			if _, err := album.Send(ctx, disker.Message{Receiver: "nest-work", Content: []byte(c)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := album.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want = []string{"nest-album:album", "nest-publish:nest-album", "nest-top:top", "nest-work:img1", "nest-work:img2"}
+		if ran := drain(5); !slices.Equal(ran, want) {
+			t.Fatalf("the nested batches ran %v, want %v", ran, want)
+		}
+		if info := waitBatch(t, d, top.ID()); info.Succeeded != 1 || info.Children != 1 {
+			t.Fatalf("the top batch: %+v", info)
+		}
+
+		// A nested batch whose children failed: its completion is never
+		// sent, and counts as cancelled in the top batch.
+		top, err = d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "nest-top", Content: []byte("top2")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, err := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "nest-inner", Content: []byte("inner")},
+			OnlyIfAllSucceed: true, CompletionOptions: []disker.SendOption{disker.WithBatch(top.ID())}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := top.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inner.Send(ctx, disker.Message{Receiver: "nest-work", Content: []byte("fail")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inner.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want = []string{"nest-top:top2", "nest-work:fail"}
+		if ran := drain(2); !slices.Equal(ran, want) {
+			t.Fatalf("the failed nested batch ran %v, want %v", ran, want)
+		}
+		if info := waitBatch(t, d, top.ID()); info.Cancels != 1 || !info.CompletionSent {
+			t.Fatalf("the top batch over a failed one: %+v", info)
+		}
+		if info, err := d.Batch(ctx, inner.ID()); err != nil || info.CompletionSent {
+			t.Fatalf("the failed nested batch: %+v, %v", info, err)
+		}
+
+		// A chain sent twice with one dedup key: the second is a duplicate,
+		// its chain never starts, and the batch counts the first only.
+		b, err = d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "nest-done", Content: []byte("dedup")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			_, err := b.Send(ctx, disker.Message{Receiver: "nest-work", Content: []byte("once")},
+				disker.WithThen(disker.Message{Receiver: "nest-work"}), disker.WithDedupKey("once", time.Minute))
+			var de *disker.DuplicateError
+			if err != nil && !errors.As(err, &de) {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want = []string{"nest-done:dedup", "nest-work:nest-work", "nest-work:once"}
+		if ran := drain(3); !slices.Equal(ran, want) {
+			t.Fatalf("the deduplicated chain ran %v, want %v", ran, want)
+		}
+		if info := waitBatch(t, d, b.ID()); info.Children != 1 || info.Succeeded != 1 {
+			t.Fatalf("the batch of a deduplicated chain: %+v", info)
+		}
+		select {
+		case s := <-got:
+			t.Fatalf("%s ran after the batch completed", s)
+		default:
 		}
 	})
 }

@@ -111,12 +111,21 @@ const (
 	CodeDeadLetter = "dead_letter"
 	// CodeCancelled is the code of the error reply sent to a waiting sender
 	// when its message was cancelled (Cancel) before its handler replied.
-	// A RemoteError with it matches ErrCancelled.
+	// A RemoteError with it matches ErrCancelled. It is also the code in
+	// the retained result of a chain's step never sent because a step
+	// before it did not succeed (WithThen), and of a batch's completion
+	// never sent that is another batch's child.
 	CodeCancelled = "cancelled"
 	// CodeExpired is the code of the error reply sent to a waiting sender
 	// when its message expired (WithExpiry) before any worker started it.
 	// A RemoteError with it matches ErrExpired.
 	CodeExpired = "expired"
+	// CodeReplyTooLarge is the code of the error in the retained result of
+	// a chain's step whose reply was to go on to the next step (WithThen)
+	// but is over the broker's cap on a receiver's retained bytes
+	// (Config.MaxResultBytes): the step counts as failed, and the chain
+	// stops.
+	CodeReplyTooLarge = broker.CodeReplyTooLarge
 )
 
 // ErrExpired matches the RemoteError (CodeExpired) that the sender of a

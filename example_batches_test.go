@@ -1,10 +1,12 @@
 package disker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/diskerhq/disker"
@@ -87,6 +89,77 @@ func ExampleWithThen() {
 	// fetch
 	// transform
 	// publish
+}
+
+// A step with no content takes the reply of the step before: its content,
+// and its headers under the step's own.
+func ExampleWithThen_reply() {
+	ctx := context.Background()
+	d := openExample("example-then-reply", disker.Config{})
+	defer d.Close(ctx)
+	done := make(chan struct{})
+	_ = d.Handle("shout", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		m.SetReplyHeader("lang", "en")
+		return bytes.ToUpper(m.Content), nil
+	}))
+	_ = d.Handle("print", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		fmt.Println(string(m.Content), m.Headers["lang"], m.Headers["to"])
+		close(done)
+		return nil, nil
+	}))
+	_, err := d.Send(ctx, disker.Message{Receiver: "shout", Content: []byte("hello")},
+		disker.WithThen(disker.Message{Receiver: "print", Headers: map[string]string{"to": "stdout"}}))
+	if err != nil {
+		panic(err)
+	}
+	<-done
+	// Output:
+	// HELLO en stdout
+}
+
+// A batch of chains whose completion starts a chain: each image is
+// resized, then its thumbnail made from what resize returned; when every
+// image is done, the album is built, then published from what the album's
+// handler returned.
+func ExampleBatchOptions_completionOptions() {
+	ctx := context.Background()
+	d := openExample("example-batch-nesting", disker.Config{})
+	defer d.Close(ctx)
+	published := make(chan string)
+	var thumbs atomic.Int64
+	for _, r := range []string{"resize", "thumbnail", "build-album", "publish"} {
+		_ = d.Handle(r, disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			switch r {
+			case "thumbnail":
+				thumbs.Add(1)
+			case "build-album":
+				return []byte(fmt.Sprintf("album of %d thumbnails", thumbs.Load())), nil
+			case "publish":
+				published <- string(m.Content)
+			}
+			return append([]byte(r+" "), m.Content...), nil
+		}))
+	}
+	b, err := d.NewBatch(ctx, disker.BatchOptions{
+		Completion:        disker.Message{Receiver: "build-album"},
+		OnlyIfAllSucceed:  true,
+		CompletionOptions: []disker.SendOption{disker.WithThen(disker.Message{Receiver: "publish"})},
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, img := range []string{"a.png", "b.png", "c.png"} {
+		if _, err := b.Send(ctx, disker.Message{Receiver: "resize", Content: []byte(img)},
+			disker.WithThen(disker.Message{Receiver: "thumbnail"})); err != nil {
+			panic(err)
+		}
+	}
+	if _, err := b.Seal(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println(<-published)
+	// Output:
+	// album of 3 thumbnails
 }
 
 // Children go to any receivers, one by one (Send) or many at a time

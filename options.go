@@ -413,8 +413,6 @@ func (o *sendOptions) checkChild() error {
 		return checkBatchID("WithBatch", o.batch)
 	case o.batchSet && (o.groupSet || o.debounce):
 		return invalid("WithBatch", "does not go with WithGroup or WithDebounce: a child's outcome is recorded in the step that settles it")
-	case o.then != nil && o.batchSet:
-		return invalid("WithThen", "does not go with WithBatch: the message is the child of its chain's batch")
 	case o.then != nil && (o.groupSet || o.debounce):
 		return invalid("WithThen", "does not go with WithGroup or WithDebounce: a step's outcome is recorded in the step that settles it")
 	}

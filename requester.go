@@ -316,8 +316,13 @@ func (d *Disker) newRequest(msg Message, opts []SendOption) (*request, error) {
 	if err := o.check(true); err != nil { // the inbox is the sender
 		return nil, err
 	}
-	if o.debounce {
+	switch {
+	case o.debounce:
 		return nil, invalid("WithDebounce", "a later send may replace the message, which then has no reply of its own to wait for: it goes with Send, not with Request")
+	case o.then != nil:
+		return nil, invalid("WithThen", "goes with Send: a Request waits for its own reply, not for a chain")
+	case o.batchSet:
+		return nil, invalid("WithBatch", "goes with Send, SendBatch and SendEach, not with Request")
 	}
 	q := &request{d: d, r: d.rq, receiver: msg.Receiver, onSent: o.onSent, withTimeout: o.timeout}
 	if o.later() {

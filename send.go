@@ -41,8 +41,10 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 		putSend(one)
 		return "", err
 	}
+	var unsent func()
 	if o.then != nil {
-		if err := d.startChain(ctx, &ps[0], &o); err != nil {
+		var err error
+		if unsent, err = d.startChain(ctx, &ps[0], &o); err != nil {
 			putSend(one)
 			return "", err
 		}
@@ -64,7 +66,13 @@ func (d *Disker) Send(ctx context.Context, msg Message, opts ...SendOption) (str
 	if o.batchSet {
 		d.dropUnsent(ps)
 	}
-	if o.then != nil && ps[0].Result.Err == nil {
+	switch {
+	case unsent != nil && notStored(&ps[0].Result):
+		// A duplicate, or refused: the chain never starts (its first batch
+		// stays open, empty, until it expires), and its last step leaves
+		// the batch it is a child of.
+		unsent()
+	case unsent != nil && ps[0].Result.Err == nil:
 		if _, err := call(d, "chain", func() (broker.BatchInfo, error) { return d.b.SealBatch(ctx, ps[0].Batch) }); err != nil {
 			return "", err
 		}
@@ -276,7 +284,7 @@ func (d *Disker) sendEach(ctx context.Context, msgs []Outgoing, opts []SendOptio
 	for i := range msgs {
 		o := sendOptionsOf(&base, msgs[i].Options)
 		if o.then != nil {
-			return nil, indexed(invalid("WithThen", "goes with Send only"), fmt.Sprintf(msgField, i), fmt.Sprintf("msgs[%d]", i))
+			return nil, indexed(invalid("WithThen", "goes with Send and Batch.Send, not with SendBatch or SendEach"), fmt.Sprintf(msgField, i), fmt.Sprintf("msgs[%d]", i))
 		}
 		if err := d.prepare(&ps[i], &msgs[i].Message, &o); err != nil {
 			return nil, indexed(err, fmt.Sprintf(msgField, i), fmt.Sprintf("msgs[%d]", i))

@@ -320,3 +320,103 @@ func TestMaxMessageSizeAboveDefault(t *testing.T) {
 		wantValidation(t, err, "Message.Content")
 	})
 }
+
+// TestChainAndBatchRefusals: each combination of WithBatch and WithThen
+// that is not supported, and a chain or a completion with a bad message
+// or option, is refused at the send with a clear error, and nothing is
+// queued.
+func TestChainAndBatchRefusals(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open(func(c *disker.Config) { c.MaxMessageSize = 16 })
+		ctx := ctxTimeout(t, 20*time.Second)
+		done := disker.Message{Receiver: "refused-done"}
+		b, err := d.NewBatch(ctx, disker.BatchOptions{Completion: done})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Sealed empty, it queues its completion at once.
+		sealed, err := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "refused-sealed"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sealed.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		next := disker.Message{Receiver: "refused-next"}
+		then := disker.WithThen(next)
+		tooLong := disker.WithThen(next)
+		for range disker.MaxChainLength - 1 {
+			tooLong = disker.WithThen(next, tooLong)
+		}
+		msg := disker.Message{Receiver: "refused-r"}
+		send := func(opts ...disker.SendOption) func() error {
+			return func() error { _, err := d.Send(ctx, msg, opts...); return err }
+		}
+		newBatch := func(opts ...disker.SendOption) func() error {
+			return func() error {
+				_, err := d.NewBatch(ctx, disker.BatchOptions{Completion: done, CompletionOptions: opts})
+				return err
+			}
+		}
+		for _, tc := range []struct {
+			what  string
+			field string // the *ValidationError's, or "" for want
+			want  error
+			call  func() error
+		}{
+			{"WithBatch and WithGroup", "WithBatch", nil, send(disker.WithBatch(b.ID()), disker.WithGroup("k"))},
+			{"WithBatch and WithDebounce", "WithBatch", nil, send(disker.WithBatch(b.ID()), disker.WithDebounce("k", time.Second, time.Minute))},
+			{"WithBatch of a malformed id", "WithBatch", nil, send(disker.WithBatch("no-slash"))},
+			{"WithThen and WithGroup", "WithThen", nil, send(then, disker.WithGroup("k"))},
+			{"WithThen and WithDebounce", "WithThen", nil, send(then, disker.WithDebounce("k", time.Second, time.Minute))},
+			{"WithThen with SendEach", "WithThen", nil, func() error {
+				_, err := d.SendEach(ctx, []disker.Outgoing{{Message: msg, Options: []disker.SendOption{then}}})
+				return err
+			}},
+			{"WithThen with SendBatch", "WithThen", nil, func() error { _, err := d.SendBatch(ctx, []disker.Message{msg}, then); return err }},
+			{"WithThen with Batch.SendEach", "WithThen", nil, func() error { _, err := b.SendEach(ctx, []disker.Outgoing{{Message: msg}}, then); return err }},
+			{"WithThen with Request", "WithThen", nil, func() error { _, err := d.Request(ctx, msg, then); return err }},
+			{"WithBatch with Request", "WithBatch", nil, func() error { _, err := d.Request(ctx, msg, disker.WithBatch(b.ID())); return err }},
+			{"WithThen with RequestStream", "WithThen", nil, func() error {
+				for _, err := range d.RequestStream(ctx, msg, then) {
+					return err
+				}
+				return nil
+			}},
+			{"next without a receiver", "WithThen.next.Receiver", nil, send(disker.WithThen(disker.Message{}))},
+			{"next to a bad receiver", "WithThen.next.Receiver", nil, send(disker.WithThen(disker.Message{Receiver: "a b"}))},
+			{"next too big", "WithThen.next.Content", nil, send(disker.WithThen(disker.Message{Receiver: "refused-next", Content: make([]byte, 17)}))},
+			{"next with a Sender", "WithThen.next.Sender", nil, send(disker.WithThen(disker.Message{Receiver: "refused-next", Sender: "s"}))},
+			{"a bad step further on", "WithThen.next.Receiver", nil, send(disker.WithThen(next, disker.WithThen(disker.Message{Receiver: "a*"})))},
+			{"next with WithDelay", "WithThen", nil, send(disker.WithThen(next, disker.WithDelay(time.Second)))},
+			{"next with WithBatch", "WithThen", nil, send(disker.WithThen(next, disker.WithBatch(b.ID())))},
+			{"next with a retention of 0", "WithThen", nil, send(disker.WithThen(next, disker.WithRetention(0)))},
+			{"a chain too long", "WithThen", nil, send(tooLong)},
+			{"a chain into a sealed batch", "", disker.ErrBatchSealed, send(then, disker.WithBatch(sealed.ID()))},
+			{"a chain into an unknown batch", "", disker.ErrBatchNotFound, send(then, disker.WithBatch("refused-done/nope"))},
+			{"a completion with WithDelay", "BatchOptions.CompletionOptions", nil, newBatch(disker.WithDelay(time.Second))},
+			{"a completion with a malformed WithBatch", "BatchOptions.CompletionOptions", nil, newBatch(disker.WithBatch("no-slash"))},
+			{"a completion with a bad next step", "WithThen.next.Receiver", nil, newBatch(disker.WithThen(disker.Message{}))},
+			{"a completion nested in a sealed batch", "", disker.ErrBatchSealed, newBatch(disker.WithBatch(sealed.ID()))},
+		} {
+			t.Run(tc.what, func(t *testing.T) {
+				err := tc.call()
+				if tc.want != nil {
+					if !errors.Is(err, tc.want) {
+						t.Fatalf("err = %v, want %v", err, tc.want)
+					}
+					return
+				}
+				wantValidation(t, err, tc.field)
+			})
+		}
+		for _, r := range []string{"refused-r", "refused-next", "refused-done"} {
+			if st, err := d.Stats(ctx, r); err != nil || st.Length != 0 || st.Deferred != 0 {
+				t.Fatalf("%s after refused sends: %+v, %v", r, st, err)
+			}
+		}
+		if info, err := d.Batch(ctx, b.ID()); err != nil || info.Children != 0 {
+			t.Fatalf("the batch after refused sends: %+v, %v", info, err)
+		}
+	})
+}

@@ -136,10 +136,28 @@ type CreateBatchParams struct {
 	// to the same receiver as Completion.
 	Failure *Envelope
 	// CompletionBatch, when not empty, makes Completion a child of that
-	// batch (a chain's next step): queueing it writes its retained result
-	// with the batch id, in the same step, so that its settlement counts
-	// there. Completion.Retention must then be > 0.
+	// batch (a chain's next step, a batch nested in another): queueing it
+	// writes its retained result with the batch id, in the same step, so
+	// that its settlement counts there. A batch that completes without
+	// queueing Completion (its failure message, or nothing) settles it
+	// all the same, in the same step: its retained result is written
+	// cancelled (ErrorCode CodeCancelled, ErrorText NotSentText) and
+	// counts as cancelled there, so that the batches after it complete
+	// too. Completion.Retention must then be > 0.
 	CompletionBatch string
+	// CompletionBatchReply, with CompletionBatch, sends the completion's
+	// reply to that batch with its outcome (SendParams.BatchReply).
+	CompletionBatchReply bool
+	// ReplyAsContent queues Completion, which has no content, with the
+	// content of the reply of the batch's child that succeeded, and the
+	// reply's headers under its own (its own win on a name in both): a
+	// chain's next step. The batch has one child, sent with
+	// SendParams.BatchReply, and OnlyIfAllSucceed: a child that succeeded
+	// without a reply gives the completion no content. A child whose reply
+	// is over the broker's cap on a receiver's retained bytes
+	// (MaxResultBytes) does not succeed: its result gets the error
+	// CodeReplyTooLarge instead of the reply, and it counts as failed.
+	ReplyAsContent bool
 	// Retention is how long the batch is kept after it completed; > 0,
 	// at most MaxRetention. Until then it is kept PendingRetention after
 	// its last change on top of it.
@@ -171,6 +189,12 @@ func (p *CreateBatchParams) Validate() error {
 			return notPositive("CreateBatchParams.Completion.Retention (CompletionBatch)", p.Completion.Retention)
 		}
 	}
+	if p.CompletionBatchReply && p.CompletionBatch == "" {
+		return errors.New("broker: CreateBatchParams.CompletionBatchReply is set without CompletionBatch")
+	}
+	if p.ReplyAsContent && (len(p.Completion.Content) > 0 || !p.OnlyIfAllSucceed) {
+		return errors.New("broker: CreateBatchParams.ReplyAsContent needs a Completion without content, and OnlyIfAllSucceed")
+	}
 	if p.Retention <= 0 {
 		return notPositive("CreateBatchParams.Retention", p.Retention)
 	}
@@ -188,6 +212,24 @@ func checkBatchMessage(field string, env *Envelope, recv string) error {
 	}
 	return nil
 }
+
+// Codes the broker writes in a retained result (ResultRecord.ErrorCode).
+const (
+	// CodeCancelled: a batch's completion that was never sent, as its
+	// batch did not succeed (CreateBatchParams.CompletionBatch).
+	CodeCancelled = "cancelled"
+	// CodeReplyTooLarge: a child's reply that was to go to its batch
+	// (SendParams.BatchReply) is over the cap on its receiver's retained
+	// bytes: the child counts as failed.
+	CodeReplyTooLarge = "reply_too_large"
+)
+
+// NotSentText is the error text of a completion never sent
+// (CreateBatchParams.CompletionBatch).
+const NotSentText = "disker: never sent: the batch or chain step before it did not succeed"
+
+// ReplyTooLargeText is the error text of CodeReplyTooLarge.
+const ReplyTooLargeText = "disker: the reply is over the cap on the receiver's retained bytes (MaxResultBytes): it cannot go on to the next step"
 
 // NewBatchID returns the id of a batch whose completion goes to
 // receiver: "<receiver>/<unique>". unique must not be empty.

@@ -136,6 +136,11 @@ type SendParams struct {
 	// that settles it, which needs its retained result: Retention > 0.
 	// The child must have been registered (Batches.AddBatchChildren).
 	Batch string
+	// BatchReply, with Batch, sends the child's reply (content and
+	// headers, as its retained result keeps it) to the batch with its
+	// outcome, in the same step, for a completion that takes it
+	// (CreateBatchParams.ReplyAsContent: a chain's next step).
+	BatchReply bool
 
 	// Result is set by Send.
 	Result SendResult
@@ -275,6 +280,8 @@ func (p *SendParams) Validate() error {
 		return CheckBatchID("SendParams.Batch", p.Batch)
 	case p.Batch != "" && p.Retention <= 0:
 		return errors.New("broker: SendParams.Batch: a child reports its outcome through its retained result: Retention must be > 0")
+	case p.BatchReply && p.Batch == "":
+		return errors.New("broker: SendParams.BatchReply is set without Batch")
 	case p.Batch != "" && p.GroupKey != "":
 		return errors.New("broker: SendParams.Batch: a keyed message's result is written after its acknowledgement, not in the same step: no GroupKey")
 	case len(p.DedupKey) > MaxKeyLen:

@@ -3,6 +3,7 @@ package membroker
 import (
 	"context"
 	"errors"
+	"maps"
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
@@ -13,14 +14,19 @@ import (
 type memBatch struct {
 	info       broker.BatchInfo
 	completion []byte
-	// next is the completion's send when it is a child of another batch
-	// (CreateBatchParams.CompletionBatch), nil otherwise.
-	next      *broker.SendParams
-	failure   []byte
-	retention time.Duration
-	expires   time.Time
-	waiting   map[string]string
-	counted   map[string]bool
+	// next is the completion's send when it has a retention (a chain's
+	// step, a nested batch's completion, with CompletionBatch), nil
+	// otherwise: its record is written when the batch completes.
+	next *broker.SendParams
+	// replyAsContent: the completion takes the reply of the child that
+	// succeeded (replyIn, encoded; nil: none).
+	replyAsContent bool
+	replyIn        []byte
+	failure        []byte
+	retention      time.Duration
+	expires        time.Time
+	waiting        map[string]string
+	counted        map[string]bool
 }
 
 // batch returns the live batch id, dropping it if it expired. Callers
@@ -35,8 +41,9 @@ func (c *core) batch(id string, now time.Time) *memBatch {
 }
 
 // reportBatch counts child id's outcome o in its batch, once, in the step
-// that settled it (finalResult). Callers hold mu.
-func (c *core) reportBatch(id, child string, o broker.ResultState, failed bool) {
+// that settled it (finalResult), with its reply when it goes to the batch
+// (nil: none). Callers hold mu.
+func (c *core) reportBatch(id, child string, o broker.ResultState, failed bool, reply []byte) {
 	now := c.now()
 	bt := c.batch(id, now)
 	if bt == nil || bt.counted[child] {
@@ -53,6 +60,9 @@ func (c *core) reportBatch(id, child string, o broker.ResultState, failed bool) 
 		n.Failed++
 	case o == broker.ResultDone:
 		n.Succeeded++
+		if reply != nil {
+			bt.replyIn = reply
+		}
 	case o == broker.ResultDeadLettered:
 		n.DeadLettered++
 	case o == broker.ResultCancelled:
@@ -77,17 +87,26 @@ func (c *core) fireBatch(bt *memBatch, now time.Time) {
 	if info.OnlyIfAllSucceed && info.Counts.Succeeded != info.Counts.Children {
 		raw, fired = bt.failure, broker.FiredFailure
 	}
-	if raw == nil {
+	recv, _, _ := broker.ParseBatchID(info.ID)
+	switch {
+	case raw == nil:
 		fired = broker.FiredNone
-	} else {
-		recv, _, _ := broker.ParseBatchID(info.ID)
-		if fired == broker.FiredCompletion && bt.next != nil {
-			c.recordSent(bt.next, time.Time{}, now, now)
-		}
+	case fired == broker.FiredCompletion && bt.replyAsContent && bt.replyIn != nil:
+		raw = withReply(raw, bt.replyIn)
+	}
+	if raw != nil {
 		c.place(c.queue(recv), recv, "", &entry{ref: c.nextRef(), raw: raw, at: now}, now)
 	}
+	bt.replyIn = nil
 	info.State, info.Fired, info.Completed = broker.BatchCompleted, fired, now
 	bt.expires = now.Add(bt.retention)
+	if bt.next != nil {
+		c.recordSent(bt.next, time.Time{}, now, now)
+		if fired != broker.FiredCompletion {
+			// Never sent: settled cancelled, for the batch it is a child of.
+			c.finalResult(recv, bt.next.Env.ID, broker.ResultCancelled, bt.next.Retention, nil, broker.CodeCancelled, broker.NotSentText, nil)
+		}
+	}
 }
 
 // CreateBatch creates an open batch. See broker.Batches.
@@ -111,9 +130,11 @@ func (b *Broker) CreateBatch(ctx context.Context, p *broker.CreateBatchParams) e
 	if p.Failure != nil {
 		bt.failure, bt.info.FailureID = encode(p.Failure), p.Failure.ID
 	}
-	if p.CompletionBatch != "" {
-		bt.next = &broker.SendParams{Env: p.Completion, Retention: p.Completion.Retention, Batch: p.CompletionBatch}
+	if p.Completion.Retention > 0 {
+		bt.next = &broker.SendParams{Env: p.Completion, Retention: p.Completion.Retention, Batch: p.CompletionBatch,
+			BatchReply: p.CompletionBatchReply}
 	}
+	bt.replyAsContent = p.ReplyAsContent
 	c.batches[p.ID] = bt
 	c.indexBatch(p.ID)
 	return nil
@@ -233,4 +254,22 @@ func (b *Broker) SettleBatchReports(ctx context.Context, receiver string) error 
 		return err
 	}
 	return broker.CheckName("receiver", receiver)
+}
+
+// withReply is the encoded completion raw, which has no content, with the
+// content of the encoded reply rep and its headers under raw's own (raw's
+// win on a name in both), as the Redis broker's wireWithReply makes it.
+func withReply(raw, rep []byte) []byte {
+	env, err1 := decode(raw)
+	r, err2 := decode(rep)
+	if err1 != nil || err2 != nil {
+		return raw
+	}
+	env.Content = r.Content
+	if len(r.Headers) > 0 {
+		h := maps.Clone(r.Headers)
+		maps.Copy(h, env.Headers)
+		env.Headers = h
+	}
+	return encode(&env)
 }

@@ -41,8 +41,10 @@ type memResult struct {
 	expires time.Time
 	size    int64
 	indexed bool // final: counted in bytes
-	// batch is the batch of a child (SendParams.Batch), "" if none.
-	batch string
+	// batch is the batch of a child (SendParams.Batch), "" if none;
+	// batchReply sends its reply there (SendParams.BatchReply).
+	batch      string
+	batchReply bool
 }
 
 // results returns receiver's records, made on first use. Callers hold mu.
@@ -88,8 +90,9 @@ func (c *core) recordSent(p *broker.SendParams, deadline, due, now time.Time) {
 	rs.recs[p.Env.ID] = &memResult{
 		rec: broker.ResultRecord{ID: p.Env.ID, Receiver: p.Env.Receiver, State: broker.ResultQueued, Sent: now,
 			Deadline: deadline, Route: p.Env.Route, Retention: p.Retention},
-		expires: due.Add(broker.PendingRetention + p.Retention),
-		batch:   p.Batch,
+		expires:    due.Add(broker.PendingRetention + p.Retention),
+		batch:      p.Batch,
+		batchReply: p.BatchReply,
 	}
 }
 
@@ -98,7 +101,8 @@ func (c *core) recordSent(p *broker.SendParams, deadline, due, now time.Time) {
 // (ResultState 0: leave it), reply, code and text unless set, then the
 // record expires its retention from now and counts against the cap. A
 // batch child's first final state is counted in its batch in the same
-// step (reportBatch).
+// step (reportBatch), with its reply when it goes there (batchReply; over
+// the cap, the child fails with CodeReplyTooLarge instead).
 // ret creates a missing record (0: nothing is written). Callers hold mu.
 func (c *core) finalResult(receiver, id string, st broker.ResultState, ret time.Duration, reply []byte, code, text string, set func(*broker.ResultRecord)) {
 	now := c.now()
@@ -129,7 +133,17 @@ func (c *core) finalResult(receiver, id string, st broker.ResultState, ret time.
 		set(&r.rec)
 	}
 	if settles && r.batch != "" {
-		c.reportBatch(r.batch, id, st, r.rec.ErrorCode != "" || r.rec.ErrorText != "")
+		failed := r.rec.ErrorCode != "" || r.rec.ErrorText != ""
+		var passed []byte
+		if st == broker.ResultDone && !failed && r.batchReply {
+			if int64(len(r.reply)) > c.maxResults {
+				r.rec.ErrorCode, r.rec.ErrorText, failed = broker.CodeReplyTooLarge, broker.ReplyTooLargeText, true
+				r.reply = nil
+			} else {
+				passed = r.reply
+			}
+		}
+		c.reportBatch(r.batch, id, st, failed, passed)
 	}
 	if r.rec.Finished.IsZero() {
 		r.rec.Finished = now

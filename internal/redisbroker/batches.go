@@ -54,37 +54,150 @@ func (b *Broker) batchKeys(id string) []string {
 	return []string{b.keys.batch(id), b.keys.batchChildren(id), b.keys.queue(c)}
 }
 
-// luaBatchFire defines batchFire(meta, children, q): when the batch is
-// sealed ("s") and every child settled, it queues the completion (or,
+// luaWire defines wireWithReply(env, rep): env, an encoded envelope (the
+// wire package's format) with no content, with the content of rep (an
+// encoded reply; "" leaves env as it is) and rep's headers merged under
+// env's own (env's win on a name in both), in the canonical encoding:
+// header names in ascending byte order.
+const luaWire = `
+local function wireUvarint(s, i)
+  local n, m = 0, 1
+  while true do
+    local c = string.byte(s, i)
+    i = i + 1
+    if c < 128 then return n + c * m, i end
+    n = n + (c - 128) * m
+    m = m * 128
+  end
+end
+local function wireUvarintOf(n)
+  local t = {}
+  while n >= 128 do
+    t[#t + 1] = string.char(n % 128 + 128)
+    n = math.floor(n / 128)
+  end
+  t[#t + 1] = string.char(n)
+  return table.concat(t)
+end
+local function wireSkip(s, i, k)
+  local n
+  for _ = 1, k do
+    n, i = wireUvarint(s, i)
+    i = i + n
+  end
+  return i
+end
+local function wireParts(s)
+  local i = wireSkip(s, 2, 3)
+  local pre = string.sub(s, 1, i - 1)
+  local n
+  n, i = wireUvarint(s, i)
+  local content = string.sub(s, i, i + n - 1)
+  local m = i + n
+  i = wireSkip(s, m, 3) + 1
+  while string.byte(s, i) >= 128 do i = i + 1 end
+  i = i + 1
+  local mid = string.sub(s, m, i - 1)
+  local count
+  count, i = wireUvarint(s, i)
+  local h = {}
+  for _ = 1, 2 * count do
+    n, i = wireUvarint(s, i)
+    h[#h + 1] = string.sub(s, i, i + n - 1)
+    i = i + n
+  end
+  return pre, content, mid, h, string.sub(s, i)
+end
+local function wireLess(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+local function wireWithReply(env, rep)
+  if rep == '' then return env end
+  local pre, _, mid, own, tail = wireParts(env)
+  local _, content, _, theirs = wireParts(rep)
+  local h, i, j = {}, 1, 1
+  while i <= #own or j <= #theirs do
+    if j > #theirs or (i <= #own and not wireLess(theirs[j], own[i])) then
+      if j <= #theirs and theirs[j] == own[i] then j = j + 2 end
+      h[#h + 1], h[#h + 2] = own[i], own[i + 1]
+      i = i + 2
+    else
+      h[#h + 1], h[#h + 2] = theirs[j], theirs[j + 1]
+      j = j + 2
+    end
+  end
+  local out = {pre, wireUvarintOf(#content), content, mid, wireUvarintOf(#h / 2)}
+  for k = 1, #h do
+    out[#out + 1] = wireUvarintOf(#h[k])
+    out[#out + 1] = h[k]
+  end
+  out[#out + 1] = tail
+  return table.concat(out)
+end
+`
+
+// luaBatchFire defines batchFire(meta, children, q, cap): when the batch
+// is sealed ("s") and every child settled, it queues the completion (or,
 // in all-succeed mode with a child that did not succeed, the failure
 // message, if any) to q, marks the batch completed ("f", field fired
 // "c", "f" or "n") and lets both keys expire after its retention. A
-// completion that is a child of another batch (field cbt: a chain's next
-// step) gets its retained record P:{C}:res:<cid> (named from q, a key of
-// its slot) with that batch id, as enqueue writes a child's.
-var luaBatchFire = `
-local function batchFire(meta, children, q)
-  local m = redis.call('HMGET', meta, 'st', 'n', 's', 'all', 'd', 'cenv', 'fenv', 'ret')
+// completion that takes its child's reply (field rac,
+// CreateBatchParams.ReplyAsContent) is queued with it (field rin, see
+// scriptBatchReport; a reply that does not decode leaves the completion
+// as given). A completion with a retention (field cret: a
+// chain's step, a nested batch's completion) gets its retained record
+// P:{C}:res:<cid> (named from q, a key of its slot), with the batch it is
+// a child of (field cbt, "" for none; and field bp when its reply goes
+// there, field cbp), as enqueue writes a child's; when it is not queued,
+// the record is written cancelled by resFinal (cap: the cap on C's
+// retained bytes), which puts its outcome in C's batch outbox when it is
+// a child. Returns 2 then (C's outbox has an entry to hand over), 1 when
+// the batch completed, else 0.
+var luaBatchFire = luaWire + luaResult + `
+local function batchFire(meta, children, q, cap)
+  local m = redis.call('HMGET', meta, 'st', 'n', 's', 'all', 'd', 'cenv', 'fenv', 'ret', 'rac', 'rin')
   if m[1] ~= 's' or tonumber(m[2]) ~= tonumber(m[3]) then return 0 end
   local fired = 'c'
   if m[4] == '1' and tonumber(m[5] or '0') ~= tonumber(m[2]) then fired = 'f' end
+  local c = redis.call('HMGET', meta, 'cbt', 'cret', 'cid', 'cbp')
+  local base = string.sub(q, 1, -2) .. 'res'
+  local out = 1
   if fired == 'c' then
-    redis.call('XADD', q, '*', 'm', m[6])
-    local c = redis.call('HMGET', meta, 'cbt', 'cret', 'cid')
-    if c[1] and c[1] ~= '' then
-      local rec = string.sub(q, 1, -2) .. 'res:' .. c[3]
-      redis.call('HSET', rec, 'st', 'q', 's', nowStr, 'ret', c[2], 'bt', c[1])
+    local env = m[6]
+    if m[9] == '1' then
+      local ok, spliced = pcall(wireWithReply, env, m[10] or '')
+      if ok then env = spliced end
+    end
+    redis.call('XADD', q, '*', 'm', env)
+    if c[2] and c[2] ~= '' then
+      local rec = base .. ':' .. c[3]
+      redis.call('HSET', rec, 'st', 'q', 's', nowStr, 'ret', c[2])
+      if c[1] ~= '' then redis.call('HSET', rec, 'bt', c[1]) end
+      if c[4] == '1' then redis.call('HSET', rec, 'bp', '1') end
       redis.call('PEXPIRE', rec, tonumber(c[2]) + ` + msString(broker.PendingRetention) + `)
     end
-  elseif m[7] ~= '' then
-    redis.call('XADD', q, '*', 'm', m[7])
   else
-    fired = 'n'
+    if m[7] ~= '' then
+      redis.call('XADD', q, '*', 'm', m[7])
+    else
+      fired = 'n'
+    end
+    if c[2] and c[2] ~= '' then
+      local R = {rec = base .. ':' .. c[3], idx = base, n = base .. 'n', pre = base .. ':', cap = cap}
+      local set = {}
+      if c[1] ~= '' then set = {'bt', c[1]} end
+      out = resFinal(R, c[3], 'c', c[2], {'ec', '` + broker.CodeCancelled + `', 'et', ` + strconv.Quote(broker.NotSentText) + `}, set)
+    end
   end
   redis.call('HSET', meta, 'st', 'f', 'fired', fired, 'at', nowStr)
+  redis.call('HDEL', meta, 'rin')
   redis.call('PEXPIRE', meta, m[8])
   redis.call('PEXPIRE', children, m[8])
-  return 1
+  return out
 end
 `
 
@@ -97,14 +210,17 @@ var scriptBatchCreate = rueidis.NewLuaScript(`-- batch_create
 -- ARGV[6], ARGV[7] -> the completion's and the failure's ids
 -- ARGV[8], ARGV[9] -> the batch of the completion ("" for none) and the
 --                     completion's retention ms
--- ARGV[10..12] -> the batch id, the index's cap and life ms (batchIndex)
+-- ARGV[10] -> "1" when the completion's reply goes to that batch
+-- ARGV[11] -> "1" when the completion takes its child's reply
+-- ARGV[12..14] -> the batch id, the index's cap and life ms (batchIndex)
 -- Returns 1, or 0 when the batch exists.
 ` + luaNow + luaBatchIndex + `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'st', 'o', 'all', ARGV[1], 'cenv', ARGV[2], 'fenv', ARGV[3], 'ret', ARGV[4],
-  'n', 0, 's', 0, 'cid', ARGV[6], 'fid', ARGV[7], 'c0', nowStr, 'cbt', ARGV[8], 'cret', ARGV[9])
+  'n', 0, 's', 0, 'cid', ARGV[6], 'fid', ARGV[7], 'c0', nowStr, 'cbt', ARGV[8], 'cret', ARGV[9],
+  'cbp', ARGV[10], 'rac', ARGV[11])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]) + tonumber(ARGV[5]))
-batchIndex(KEYS[2], ARGV[10], ARGV[11], ARGV[12])
+batchIndex(KEYS[2], ARGV[12], ARGV[13], ARGV[14])
 return 1
 `)
 
@@ -131,24 +247,28 @@ return 1
 // scriptBatchRemove forgets a waiting child that was not sent.
 var scriptBatchRemove = rueidis.NewLuaScript(`-- batch_remove
 -- KEYS[1..3] -> the batch, its children, the completion's queue
--- ARGV[1] -> child id
--- Returns 1 when removed, else 0.
+-- ARGV[1] -> child id; ARGV[2] -> the cap on C's retained bytes
+-- Returns batchFire's answer when removed (2: C's outbox has an entry),
+-- else 0.
 ` + luaNow + luaBatchFire + `
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not v or string.sub(v, 1, 1) ~= 'w' then return 0 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'n', -1)
-batchFire(KEYS[1], KEYS[2], KEYS[3])
-return 1
+return math.max(batchFire(KEYS[1], KEYS[2], KEYS[3], ARGV[2]), 1)
 `)
 
 // scriptBatchReport records a child's outcome: once per child id.
 var scriptBatchReport = rueidis.NewLuaScript(`-- batch_report
 -- KEYS[1..3] -> the batch, its children, the completion's queue
 -- ARGV[1] -> child id; ARGV[2] -> its outcome: d, f, x, c, e or t
+-- ARGV[3] -> its encoded reply (SendParams.BatchReply), or ""
+-- ARGV[4] -> the cap on C's retained bytes
 -- A child counted already is not counted again; a child not registered
--- (its registration was lost) is counted as added. Then batchFire.
--- Returns 1, or 0 when the batch is gone.
+-- (its registration was lost) is counted as added. The reply of a child
+-- done is kept for the completion (field rin). Then batchFire.
+-- Returns batchFire's answer (2: C's outbox has an entry) or 1, or 0 when
+-- the batch is gone.
 ` + luaNow + luaBatchFire + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local v = redis.call('HGET', KEYS[2], ARGV[1])
@@ -157,24 +277,27 @@ if not v then redis.call('HINCRBY', KEYS[1], 'n', 1) end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HINCRBY', KEYS[1], 's', 1)
 redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
-batchFire(KEYS[1], KEYS[2], KEYS[3])
-return 1
+if ARGV[2] == 'd' and ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'rin', ARGV[3]) end
+return math.max(batchFire(KEYS[1], KEYS[2], KEYS[3], ARGV[4]), 1)
 `)
 
 // scriptBatchSeal seals a batch, or cancels it.
 var scriptBatchSeal = rueidis.NewLuaScript(`-- batch_seal
 -- KEYS[1..3] -> the batch, its children, the completion's queue
 -- ARGV[1] -> "1" cancels too: marks the batch cancelled
--- Seals an open batch, then batchFire. Returns 1, or 0 when there is no
--- batch; when cancelling, the waiting children as id, receiver pairs.
+-- ARGV[2] -> the cap on C's retained bytes
+-- Seals an open batch, then batchFire. Returns batchFire's answer (2: C's
+-- outbox has an entry) or 1, or 0 when there is no batch; when
+-- cancelling, {batchFire's answer, then the waiting children as id,
+-- receiver pairs}.
 ` + luaNow + luaBatchFire + `
 local st = redis.call('HGET', KEYS[1], 'st')
 if not st then return 0 end
 if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'cx', '1') end
 if st == 'o' then redis.call('HSET', KEYS[1], 'st', 's') end
-batchFire(KEYS[1], KEYS[2], KEYS[3])
-if ARGV[1] ~= '1' then return 1 end
-local out = {}
+local fired = math.max(batchFire(KEYS[1], KEYS[2], KEYS[3], ARGV[2]), 1)
+if ARGV[1] ~= '1' then return fired end
+local out = {tostring(fired)}
 local h = redis.call('HGETALL', KEYS[2])
 for i = 1, #h, 2 do
   if string.sub(h[i + 1], 1, 1) == 'w' then
@@ -200,7 +323,8 @@ func (b *Broker) CreateBatch(ctx context.Context, p *broker.CreateBatchParams) e
 	c, _, _ := broker.ParseBatchID(p.ID)
 	n, err := scriptBatchCreate.Exec(ctx, b.client, []string{b.keys.batch(p.ID), b.keys.batchIndex(c)}, append([]string{boolArg(p.OnlyIfAllSucceed),
 		rueidis.BinaryString(wire.Encode(&p.Completion)), fenv, msString(p.Retention), msString(broker.PendingRetention),
-		p.Completion.ID, fid, p.CompletionBatch, retentionArg(p.Completion.Retention)}, batchIndexArgs(p.ID)...)).AsInt64()
+		p.Completion.ID, fid, p.CompletionBatch, retentionArg(p.Completion.Retention),
+		boolArg(p.CompletionBatchReply), boolArg(p.ReplyAsContent)}, batchIndexArgs(p.ID)...)).AsInt64()
 	switch {
 	case err != nil:
 		return b.fail(ctx, "create batch", err)
@@ -243,8 +367,11 @@ func (b *Broker) RemoveBatchChild(ctx context.Context, id, childID string) error
 	if err := errors.Join(broker.CheckBatchID("batch id", id), broker.CheckName("child id", childID)); err != nil {
 		return err
 	}
-	err := scriptBatchRemove.Exec(ctx, b.client, b.batchKeys(id), []string{childID}).Error()
-	return b.failIf(ctx, "remove from batch", err)
+	n, err := scriptBatchRemove.Exec(ctx, b.client, b.batchKeys(id), []string{childID, b.maxResults}).AsInt64()
+	if err != nil {
+		return b.fail(ctx, "remove from batch", err)
+	}
+	return b.handOnward(ctx, id, n)
 }
 
 // SealBatch seals batch id with one script, then reads it.
@@ -255,12 +382,15 @@ func (b *Broker) SealBatch(ctx context.Context, id string) (broker.BatchInfo, er
 	if err := broker.CheckBatchID("batch id", id); err != nil {
 		return broker.BatchInfo{}, err
 	}
-	n, err := scriptBatchSeal.Exec(ctx, b.client, b.batchKeys(id), []string{"0"}).AsInt64()
+	n, err := scriptBatchSeal.Exec(ctx, b.client, b.batchKeys(id), []string{"0", b.maxResults}).AsInt64()
 	switch {
 	case err != nil:
 		return broker.BatchInfo{}, b.fail(ctx, "seal batch", err)
 	case n == 0:
 		return broker.BatchInfo{}, broker.ErrNoBatch
+	}
+	if err := b.handOnward(ctx, id, n); err != nil {
+		return broker.BatchInfo{}, err
 	}
 	return b.Batch(ctx, id)
 }
@@ -274,17 +404,23 @@ func (b *Broker) CancelBatch(ctx context.Context, id string) ([]broker.BatchChil
 	if err := broker.CheckBatchID("batch id", id); err != nil {
 		return nil, err
 	}
-	res := scriptBatchSeal.Exec(ctx, b.client, b.batchKeys(id), []string{"1"})
+	res := scriptBatchSeal.Exec(ctx, b.client, b.batchKeys(id), []string{"1", b.maxResults})
 	if n, err := res.AsInt64(); err == nil && n == 0 {
 		return nil, broker.ErrNoBatch
 	}
 	v, err := res.AsStrSlice()
+	if err == nil && len(v) == 0 {
+		err = errors.New("redisbroker: the cancel script answered nothing")
+	}
 	if err != nil {
 		return nil, b.fail(ctx, "cancel batch", err)
 	}
 	out := make([]broker.BatchChild, 0, len(v)/2)
-	for i := 0; i+1 < len(v); i += 2 {
+	for i := 1; i+1 < len(v); i += 2 {
 		out = append(out, broker.BatchChild{ID: v[i], Receiver: v[i+1]})
+	}
+	if err := b.handOnward(ctx, id, map[string]int64{"2": 2}[v[0]]); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -329,6 +465,27 @@ func decodeBatch(id string, h map[string]string) broker.BatchInfo {
 // once.
 const batchOutboxScan = 500
 
+// reportBatchEntry hands child's outbox entry v, "<batch id> <outcome>"
+// and for a chain step whose next step takes it, " <reply>", to its batch
+// (batch_report, which counts a child id once). It returns the batch id
+// when the batch completed as another batch's child that handOnward must
+// report in turn, or "". An entry that does not read as one is skipped.
+func (b *Broker) reportBatchEntry(ctx context.Context, child, v string) (string, error) {
+	id, rest, ok := strings.Cut(v, " ")
+	if !ok || broker.CheckBatchID("batch id", id) != nil {
+		return "", nil
+	}
+	outcome, rep, _ := strings.Cut(rest, " ")
+	n, err := scriptBatchReport.Exec(ctx, b.client, b.batchKeys(id), []string{child, outcome, rep, b.maxResults}).AsInt64()
+	if err != nil {
+		return "", b.fail(ctx, "batch report", err)
+	}
+	if n == 2 {
+		return id, nil
+	}
+	return "", nil
+}
+
 // SettleBatchReports hands receiver's outbox entries to their batches:
 // for each, the batch's report script (which counts a child once), then
 // HDEL of the entry. See the file's comment.
@@ -349,18 +506,25 @@ func (b *Broker) SettleBatchReports(ctx context.Context, receiver string) error 
 			return nil
 		}
 		done := make([]string, 0, len(kv.Elements)/2)
+		var onward []string
 		for i := 0; i+1 < len(kv.Elements); i += 2 {
 			child := kv.Elements[i]
-			id, outcome, ok := strings.Cut(kv.Elements[i+1], " ")
-			if ok && broker.CheckBatchID("batch id", id) == nil {
-				if err := scriptBatchReport.Exec(ctx, b.client, b.batchKeys(id), []string{child, outcome}).Error(); err != nil {
-					return b.fail(ctx, "batch report", err)
-				}
+			id, err := b.reportBatchEntry(ctx, child, kv.Elements[i+1])
+			if err != nil {
+				return err
+			}
+			if id != "" {
+				onward = append(onward, id)
 			}
 			done = append(done, child)
 		}
 		if err := b.client.Do(ctx, b.client.B().Hdel().Key(out).Field(done...).Build()).Error(); err != nil {
 			return b.fail(ctx, "batch reports", err)
+		}
+		for _, id := range onward {
+			if err := b.handOnward(ctx, id, 2); err != nil {
+				return err
+			}
 		}
 		if kv.Cursor == 0 && len(kv.Elements) < 2*batchOutboxScan {
 			return nil
@@ -381,15 +545,30 @@ func (b *Broker) settleBatchChild(ctx context.Context, receiver, child string) e
 	if err != nil {
 		return b.fail(ctx, "batch report", err)
 	}
-	if id, outcome, ok := strings.Cut(v, " "); ok && broker.CheckBatchID("batch id", id) == nil {
-		if err := scriptBatchReport.Exec(ctx, b.client, b.batchKeys(id), []string{child, outcome}).Error(); err != nil {
-			return b.fail(ctx, "batch report", err)
-		}
+	onward, err := b.reportBatchEntry(ctx, child, v)
+	if err != nil {
+		return err
 	}
 	if err := b.client.Do(ctx, b.client.B().Hdel().Key(out).Field(child).Build()).Error(); err != nil {
 		return b.fail(ctx, "batch report", err)
 	}
+	if onward != "" {
+		return b.handOnward(ctx, onward, 2)
+	}
 	return nil
+}
+
+// handOnward hands over the outbox of batch id's completion receiver when
+// n, a batch script's answer, is 2: the batch completed without queueing
+// its completion, a child of another batch, whose outcome (cancelled) is
+// in that outbox (see luaBatchFire). Should that fail, the receiver's
+// sweep hands it over.
+func (b *Broker) handOnward(ctx context.Context, id string, n int64) error {
+	if n != 2 {
+		return nil
+	}
+	c, _, _ := broker.ParseBatchID(id)
+	return b.SettleBatchReports(ctx, c)
 }
 
 // batchSweepEvery is how often, at most, a Fetch that reclaims hands its

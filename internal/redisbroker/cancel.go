@@ -41,7 +41,7 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 	if err != nil {
 		return broker.Cancelled{}, b.fail(ctx, "cancel", err)
 	}
-	if len(v) != 4 {
+	if len(v) != 4 && len(v) != 5 {
 		return broker.Cancelled{}, fmt.Errorf("redisbroker: cancel: script answered %d values", len(v))
 	}
 	if first, _ := v[3].AsInt64(); first == 1 {
@@ -50,6 +50,14 @@ func (b *Broker) Cancel(ctx context.Context, p *broker.CancelParams) (broker.Can
 	state, _ := v[0].AsInt64()
 	if state == 0 {
 		return broker.Cancelled{State: broker.CancelNotFound}, nil
+	}
+	if len(v) == 5 {
+		if reported, _ := v[4].AsInt64(); reported == 2 {
+			// A cancelled batch child's report is in the outbox: hand it
+			// over now rather than at the receiver's next sweep (see
+			// SettleBatchReports).
+			_ = b.SettleBatchReports(ctx, r)
+		}
 	}
 	m, _ := v[1].ToString()
 	d, _ := v[2].ToString()
@@ -124,15 +132,16 @@ var scriptCancelMessage = rueidis.NewLuaScript(`-- cancel_message
 -- acknowledged is acknowledged and deleted, and marked (3); the marks
 -- expire ARGV[5] after the last one. A keyed message's entry is settled
 -- for its key, which may queue the key's next. Returns {state, envelope,
--- deadline or "", first}, state 0 when not found; first is 1 when a
--- message was queued at the high or low level whose stream held nothing.
--- A message found that has a record gets its final state there
--- (cancelled), in this step.
+-- deadline or "", first, reported}, state 0 when not found; first is 1
+-- when a message was queued at the high or low level whose stream held
+-- nothing. A message found that has a record gets its final state there
+-- (cancelled), in this step: reported is resFinal's answer (2: a batch
+-- child's outcome went to the outbox).
 ` + luaNow + luaDeferred + luaQueueMessage + luaGroups + luaMigrate + luaResult + `
 migrate(KEYS[8], KEYS[9], KEYS[10], KEYS[1], KEYS[2], KEYS[4])
 local id = ARGV[1]
 local function found(r)
-  resFinal({rec = KEYS[18], idx = KEYS[19], n = KEYS[20], pre = ARGV[6], cap = ARGV[7]}, id, 'c', '', {}, {})
+  r[5] = resFinal({rec = KEYS[18], idx = KEYS[19], n = KEYS[20], pre = ARGV[6], cap = ARGV[7]}, id, 'c', '', {}, {})
   return r
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', string.format('%.0f', now - tonumber(ARGV[5])))

@@ -87,7 +87,7 @@ func (b *Broker) enqueueExec(p *broker.SendParams, given string, pend bool) ruei
 	return rueidis.LuaExec{Keys: keys, Args: []string{
 		rueidis.BinaryString(wire.Encode(env)), env.ID, route, msString(max(env.Timeout, 0)), msString(p.Delay), at,
 		given, levelPrefix(env.Priority), dedupTTL, idemTTL, env.Sender, pendArg, expiry, expireAt, debounce[0], debounce[1],
-		p.GroupKey, retentionArg(p.Retention), msString(broker.PendingRetention), p.Batch,
+		p.GroupKey, retentionArg(p.Retention), msString(broker.PendingRetention), p.Batch, boolArg(p.BatchReply),
 	}}
 }
 
@@ -193,6 +193,8 @@ var scriptEnqueue = rueidis.NewLuaScript(`-- enqueue
 -- ARGV[19] -> how long a record lives without a final outcome, ms
 -- ARGV[20] -> the batch id (SendParams.Batch), or empty: written in the
 --             record (field bt), where its settling step finds it
+-- ARGV[21] -> "1" when its reply goes to the batch (SendParams.BatchReply:
+--             field bp of the record), else "0"
 -- The due time is now + delay, counted from Redis time rounded up to the
 -- millisecond, or ARGV[6]; a message is due when its due time is not after
 -- Redis time rounded down, so it is never queued early. One due now is
@@ -314,6 +316,7 @@ if ARGV[18] ~= '' then
   redis.call('HSET', KEYS[16], 'st', 'q', 's', nowStr, 'ret', ARGV[18], 'rt', route)
   if deadline >= 0 then redis.call('HSET', KEYS[16], 'd', fmt(deadline)) end
   if ARGV[20] ~= '' then redis.call('HSET', KEYS[16], 'bt', ARGV[20]) end
+  if ARGV[21] == '1' then redis.call('HSET', KEYS[16], 'bp', '1') end
   redis.call('PEXPIRE', KEYS[16], fmt(due - now + tonumber(ARGV[19]) + tonumber(ARGV[18])))
 end
 return {outcome, id, deadline, '', first}

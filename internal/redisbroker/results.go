@@ -36,9 +36,13 @@ import (
 // here gets its outcome ("d" done, "f" done with an error, or st) written
 // to the receiver's batch outbox, P:{R}:resbo (named from R.idx: a key of
 // its slot), in the same step, as "<batch id> <outcome>" under its id:
-// the outbox is then handed to the batch (batches.go). resFinal returns 2
+// the outbox is then handed to the batch (batches.go). A record whose
+// reply goes to its batch (field bp, SendParams.BatchReply) that is done
+// adds " <its reply>" (the encoded reply, or nothing): a reply over the
+// cap makes it failed instead (CodeReplyTooLarge), and is not kept.
+// resFinal returns 2
 // then, else 1.
-const luaResult = `
+var luaResult = `
 local resFinalStates = {d = true, x = true, c = true, e = true, t = true}
 local function resForget(R, id, total)
   local size = tonumber(redis.call('HGET', R.n, id) or '0')
@@ -66,11 +70,21 @@ local function resFinal(R, id, st, ret, keep, set)
   end
   local reported = 1
   if st ~= '' and not resFinalStates[cur[1]] then
-    local f = redis.call('HMGET', R.rec, 'bt', 'ec', 'et')
+    local f = redis.call('HMGET', R.rec, 'bt', 'ec', 'et', 'bp', 'rep')
     if f[1] then
       local o = st
       if o == 'd' and ((f[2] or '') ~= '' or (f[3] or '') ~= '') then o = 'f' end
-      redis.call('HSET', R.idx .. 'bo', id, f[1] .. ' ' .. o)
+      local entry = f[1] .. ' ' .. o
+      if o == 'd' and f[4] then
+        if #(f[5] or '') > tonumber(R.cap) then
+          redis.call('HSET', R.rec, 'ec', '` + broker.CodeReplyTooLarge + `', 'et', ` + strconv.Quote(broker.ReplyTooLargeText) + `)
+          redis.call('HDEL', R.rec, 'rep')
+          entry = f[1] .. ' f'
+        else
+          entry = entry .. ' ' .. (f[5] or '')
+        end
+      end
+      redis.call('HSET', R.idx .. 'bo', id, entry)
       reported = 2
     end
   end

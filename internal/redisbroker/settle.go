@@ -345,6 +345,11 @@ func (b *Broker) DeadLetter(ctx context.Context, receiver string, d broker.Deliv
 	if !moved {
 		return broker.ErrLeaseLost
 	}
+	if d.Env.Retention > 0 {
+		// A batch child's report is in the outbox already: handing it over
+		// now is only sooner (see SettleBatchReports).
+		_ = b.SettleBatchReports(ctx, receiver)
+	}
 	return nil
 }
 

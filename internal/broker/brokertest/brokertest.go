@@ -123,6 +123,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"BatchEdges", testBatchEdges},
 		{"BatchIndex", testBatchIndex},
 		{"BatchCancelledFlag", testBatchCancelledFlag},
+		{"BatchChains", testBatchChains},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
 		{"SchedulePutList", testSchedulePutList},

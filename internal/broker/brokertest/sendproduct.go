@@ -41,7 +41,8 @@ type sendCombo struct {
 	dedup, idem  bool
 	timed        bool
 	expire       bool
-	retain       bool // sent with a retention: every other combination
+	retain       bool   // sent with a retention: every other combination
+	batch        string // children of this batch (every other retained one), or ""
 	route        broker.Route
 	receiver     string
 	start        time.Time // broker time before the first send
@@ -50,7 +51,8 @@ type sendCombo struct {
 
 // String names the combination.
 func (c *sendCombo) String() string {
-	return fmt.Sprintf("due %s, priority %d, dedup %v, idempotent %v, timed %v, expiring %v, retained %v, route %v", c.due, c.prio, c.dedup, c.idem, c.timed, c.expire, c.retain, c.route)
+	return fmt.Sprintf("due %s, priority %d, dedup %v, idempotent %v, timed %v, expiring %v, retained %v, batch %v, route %v",
+		c.due, c.prio, c.dedup, c.idem, c.timed, c.expire, c.retain, c.batch != "", c.route)
 }
 
 // later reports whether its messages are deferred.
@@ -100,12 +102,14 @@ func (c *sendCombo) params(content string) broker.SendParams {
 	if c.retain {
 		p.Retention = time.Hour
 	}
+	p.Batch = c.batch
 	return p
 }
 
 // sendCombos returns every combination: each due time, level, dedup key
 // or none, idempotency key or none, timed or not, expiring or not, and
-// reply route (a timed message has one).
+// reply route (a timed message has one); every other one retained, and
+// every other retained one the child of a batch.
 func sendCombos() []*sendCombo {
 	var cs []*sendCombo
 	for _, due := range []string{dueNow, dueDelay, dueAt, duePast} {
@@ -118,8 +122,12 @@ func sendCombos() []*sendCombo {
 								if timed && route == broker.RouteNone {
 									continue // refused: see testInvalidParams
 								}
-								cs = append(cs, &sendCombo{due: due, prio: prio, dedup: dedup, idem: idem, timed: timed, expire: expire, route: route,
-									retain: len(cs)%2 == 1, receiver: name("combo")})
+								c := &sendCombo{due: due, prio: prio, dedup: dedup, idem: idem, timed: timed, expire: expire, route: route,
+									retain: len(cs)%2 == 1, receiver: name("combo")}
+								if c.retain && len(cs)%4 == 3 {
+									c.batch = broker.NewBatchID(c.receiver+"-done", "b")
+								}
+								cs = append(cs, c)
 							}
 						}
 					}
@@ -150,8 +158,10 @@ func testSendProduct(t *testing.T, b broker.Broker) {
 		}
 		c.start = brokerNow(t, b)
 		c.first, c.again = c.params("first"), c.params("again")
+		c.startBatch(t, b)
 		c.first.Result = sendP(t, b, c.first)
 		c.again.Result = sendP(t, b, c.again)
+		c.sealBatch(t, b)
 		checkFirstSend(t, c, brokerNow(t, b))
 		checkAgain(t, c)
 		checkRetained(t, b, c, false)
@@ -167,6 +177,7 @@ func testSendProduct(t *testing.T, b broker.Broker) {
 	for _, c := range combos {
 		ds := fetchCombo(t, b, c)
 		settleCombo(t, b, c, ds)
+		c.checkBatch(t, b)
 	}
 	// The timed messages nobody answered: one outcome each.
 	for _, c := range combos {
@@ -419,4 +430,65 @@ func checkUnanswered(t *testing.T, b broker.Broker, c *sendCombo) {
 	if err := b.Reply(ctx, late, broker.ReplyTimed); !errors.Is(err, broker.ErrLate) {
 		t.Fatalf("%v: a reply after the timeout notice: %v, want ErrLate", c, err)
 	}
+}
+
+// startBatch creates c's batch, if it has one, and registers its two
+// messages as children, as a send with WithBatch does.
+func (c *sendCombo) startBatch(t *testing.T, b broker.Broker) {
+	t.Helper()
+	if c.batch == "" {
+		return
+	}
+	done := newEnv(c.receiver+"-done", "done")
+	done.Route, done.Sender = broker.RouteNone, ""
+	ctx := ctxT(t)
+	if err := b.CreateBatch(ctx, &broker.CreateBatchParams{ID: c.batch, Completion: *done, Retention: time.Hour}); err != nil {
+		t.Fatalf("%v: CreateBatch: %v", c, err)
+	}
+	children := []broker.BatchChild{{ID: c.first.Env.ID, Receiver: c.receiver}, {ID: c.again.Env.ID, Receiver: c.receiver}}
+	if err := b.AddBatchChildren(ctx, c.batch, children); err != nil {
+		t.Fatalf("%v: AddBatchChildren: %v", c, err)
+	}
+}
+
+// sealBatch forgets in c's batch a second send that stored nothing, as
+// the disker package does, and seals the batch.
+func (c *sendCombo) sealBatch(t *testing.T, b broker.Broker) {
+	t.Helper()
+	if c.batch == "" {
+		return
+	}
+	ctx := ctxT(t)
+	if c.stored() == 1 {
+		if err := b.RemoveBatchChild(ctx, c.batch, c.again.Env.ID); err != nil {
+			t.Fatalf("%v: RemoveBatchChild: %v", c, err)
+		}
+	}
+	if info, err := b.SealBatch(ctx, c.batch); err != nil || info.State != broker.BatchSealed || info.Counts.Children != c.stored() {
+		t.Fatalf("%v: SealBatch: %+v, %v; want it sealed with %d children", c, info, err, c.stored())
+	}
+}
+
+// checkBatch checks c's batch, once its messages were settled: each
+// stored message counted once, succeeded, and the completion queued once.
+func (c *sendCombo) checkBatch(t *testing.T, b broker.Broker) {
+	t.Helper()
+	if c.batch == "" {
+		return
+	}
+	ctx := ctxT(t)
+	if err := b.SettleBatchReports(ctx, c.receiver); err != nil {
+		t.Fatalf("%v: SettleBatchReports: %v", c, err)
+	}
+	info, err := b.Batch(ctx, c.batch)
+	if err != nil || info.State != broker.BatchCompleted || info.Fired != broker.FiredCompletion ||
+		info.Counts != (broker.BatchCounts{Children: c.stored(), Succeeded: c.stored()}) {
+		t.Fatalf("%v: the batch after its children: %+v, %v; want completed, %d succeeded", c, info, err, c.stored())
+	}
+	recv, _, _ := broker.ParseBatchID(c.batch)
+	ds := fetch(t, b, broker.FetchParams{Receiver: recv, Consumer: "w", Max: 10, Lease: longLease})
+	if len(ds) != 1 || ds[0].Env.ID != info.CompletionID {
+		t.Fatalf("%v: the batch queued %d messages, want its completion once", c, len(ds))
+	}
+	ack(t, b, recv, ds[0].Ref)
 }
