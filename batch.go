@@ -481,6 +481,7 @@ func (c *consumer) startBatch(bt *batch) (handed []*task, msgs []*Message, ctx c
 			msg.retention = c.o.retention
 		}
 		if msg.retention > 0 {
+			d.priorReply(msg)
 			c.startResult(msg, &t.dl)
 		}
 		every = every && !msg.Deadline.IsZero()

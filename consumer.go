@@ -649,6 +649,9 @@ func (c *consumer) drop(dl *broker.Delivery, expired bool) {
 	attrs := logAttrs(c.name, dl.Env.ID, dl.Attempt)
 	msg := d.messageOf(&dl.Env, dl.Deadline, dl.Attempt)
 	msg.retention = c.retentionOf(&dl.Env)
+	if msg.retention > 0 {
+		d.priorReply(msg)
+	}
 	if expired && msg.wantsReply() {
 		if err := d.reply(d.opCtx, msg, nil, CodeExpired, ErrExpired.Error()); err != nil && !errors.Is(err, ErrLate) {
 			d.log.Warn("disker: cannot tell the sender that its message expired; it is dropped when it comes back", append(attrs, "error", err)...)
@@ -671,6 +674,7 @@ func (c *consumer) drop(dl *broker.Delivery, expired bool) {
 		d.log.Warn("disker: cannot drop an expired message; it is dropped when it comes back", append(attrs, "error", err)...)
 		return
 	}
+	d.forgetReply(msg)
 	d.releaseDedup(c.name, &dl.Env)
 }
 
@@ -757,6 +761,7 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 		msg.retention = c.o.retention
 	}
 	if msg.retention > 0 {
+		d.priorReply(msg)
 		c.startResult(msg, dl)
 		if c.tooLate(dl, time.Now()) {
 			return // its deadline passed while its start was recorded
@@ -917,6 +922,7 @@ func (c *consumer) succeed(t *task, msg *Message, resp []byte, rerr *RemoteError
 		d.log.Warn("disker: cannot acknowledge a handled message; it will be delivered again", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
 		return
 	}
+	d.forgetReply(msg)
 	d.releaseDedup(c.name, &t.dl.Env)
 }
 
@@ -1182,6 +1188,7 @@ func (c *consumer) finishResult(t *task, msg *Message, rerr *RemoteError, late b
 		d.log.Warn("disker: cannot acknowledge a handled message; it will be delivered again", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
 		return
 	}
+	d.forgetReply(msg)
 	d.releaseDedup(c.name, &t.dl.Env)
 }
 

@@ -267,6 +267,10 @@ type Disker struct {
 	tk     *ticker       // the schedules' loop, once started (schedule.go); guarded by mu
 
 	answered sync.Map // message id -> struct{}: answered with Reply from this instance
+	// sentReplies: message id -> *broker.Envelope, the reply accepted from
+	// this instance for a retained message whose final outcome it has not
+	// recorded yet (see priorReply).
+	sentReplies sync.Map
 
 	sent, replied, late, timedOut atomic.Int64
 	unhandledReplies              atomic.Int64 // see LocalStats.UnhandledReplies

@@ -115,6 +115,9 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 	switch err := d.record("reply", err); {
 	case err == nil:
 		msg.sentReply = &env
+		if msg.retention > 0 {
+			d.rememberReply(msg)
+		}
 		d.replied.Add(1)
 		if d.onEvent != nil {
 			d.emit(Event{Kind: EventReplied, Receiver: msg.Receiver, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt})
@@ -124,6 +127,44 @@ func (d *Disker) reply(ctx context.Context, msg *Message, response []byte, code,
 		return d.countLate(msg)
 	default:
 		return err
+	}
+}
+
+// rememberReply keeps msg.sentReply, accepted for a retained message, for
+// the later attempts of msg on this instance (priorReply) until its final
+// outcome is recorded (forgetReply), and at most until answeredFor after
+// its deadline (from now, without one).
+func (d *Disker) rememberReply(msg *Message) {
+	d.sentReplies.Store(msg.ID, msg.sentReply)
+	forget := answeredFor
+	if !msg.Deadline.IsZero() {
+		forget += max(time.Until(msg.Deadline), 0)
+	}
+	env := msg.sentReply
+	time.AfterFunc(forget, func() { d.sentReplies.CompareAndDelete(msg.ID, env) })
+}
+
+// priorReply sets msg.sentReply, when none is set, to the reply an earlier
+// attempt of msg on this instance had accepted and whose final outcome
+// was not recorded (its acknowledgement failed, or the handler failed
+// after its Reply): its sender got that reply, and a later attempt finds
+// the message answered (its Reply is refused with ErrLate, or it is
+// dropped after its deadline), so the result records that reply, not a
+// timeout.
+func (d *Disker) priorReply(msg *Message) {
+	if msg.sentReply != nil {
+		return
+	}
+	if v, ok := d.sentReplies.Load(msg.ID); ok {
+		msg.sentReply = v.(*broker.Envelope)
+	}
+}
+
+// forgetReply drops the reply kept for msg once its final outcome is
+// recorded.
+func (d *Disker) forgetReply(msg *Message) {
+	if msg.sentReply != nil {
+		d.sentReplies.CompareAndDelete(msg.ID, msg.sentReply)
 	}
 }
 

@@ -361,3 +361,47 @@ func TestResultRacesCancel(t *testing.T) {
 		}
 	})
 }
+
+// TestResultReplyBeforeRetry keeps, as the result of a Request, the reply
+// its requester got from a first attempt that replied with Reply and then
+// failed: the retry on the same instance finds the message answered
+// (ErrLate) and succeeds, and the result is the first reply, before and
+// after the request's deadline (not a timeout).
+func TestResultReplyBeforeRetry(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		lateRetry := make(chan error, 1)
+		if err := d.Handle("resretry", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			if m.Attempt == 1 {
+				if err := d.Reply(ctx, m, []byte("first")); err != nil {
+					return nil, err
+				}
+				return nil, errors.New("fails after its reply")
+			}
+			lateRetry <- d.Reply(ctx, m, []byte("second"))
+			return nil, nil
+		}), disker.WithBackoff(func(int) time.Duration { return 10 * time.Millisecond })); err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, time.Minute)
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var id string
+		reply, err := d.Request(rctx, disker.Message{Receiver: "resretry"}, disker.WithRetention(time.Hour), disker.WithOnSent(func(s string) { id = s }))
+		if err != nil || string(reply.Content) != "first" {
+			t.Fatalf("Request: %v, %v; want the first reply", reply, err)
+		}
+		if err := <-lateRetry; !errors.Is(err, disker.ErrLate) {
+			t.Fatalf("the retry's Reply: %v, want ErrLate", err)
+		}
+		r, err := d.WaitResult(ctx, "resretry", id)
+		if err != nil || r.State != disker.ResultSucceeded || string(r.Reply) != "first" {
+			t.Fatalf("result: %+v, %v; want succeeded with the first reply", r, err)
+		}
+		deadline, _ := rctx.Deadline()
+		time.Sleep(time.Until(deadline) + 100*time.Millisecond)
+		if r, err = d.Result(ctx, "resretry", id); err != nil || r.State != disker.ResultSucceeded || string(r.Reply) != "first" {
+			t.Fatalf("result after the deadline: %+v, %v; want succeeded with the first reply", r, err)
+		}
+	})
+}

@@ -29,11 +29,15 @@ const (
 	// at another priority level when that level's stream was empty: a
 	// heartbeat and a blocking read.
 	noticeWindow = disker.DefaultHeartbeatInterval + blockTimeout
+	// tokenLag is how long after its token a start may be recorded with
+	// no fault: the fetch loop takes the tokens (WithRateLimit's gate),
+	// then fetches, then starts the handlers, up to half a second on a
+	// loaded host.
+	tokenLag = 500 * time.Millisecond
 	// rateSlack is how many starts beyond the token bucket the rate check
-	// allows: a token is taken at the fetch and the start is recorded
-	// later, up to half a second on a loaded host (half a second of the
-	// rate), and one for the broker's and the host's rounding.
-	rateSlack = 1 + rateLimit/2
+	// allows: tokenLag of the rate, and one for the broker's and the
+	// host's rounding.
+	rateSlack = 1 + rateLimit*float64(tokenLag)/float64(time.Second)
 	// keySlack is how far a key's window may end off its length: Redis
 	// keeps a key's expiry, and reads its clock, in milliseconds, once per
 	// command or script.
@@ -741,8 +745,20 @@ func fromRun(reply string, rs []*run) bool {
 
 // rate: in any span, the starts of recvRate exceed what the token bucket
 // allows (rateBurst, and rateLimit a second) by at most rateSlack, unless
-// a fault in the span explains it (a worker stopped after it fetched
-// starts its messages late, together with the others').
+// a fault under way from tokenLag before the span's first start to its
+// last start explains it.
+//
+// A token is taken before the fetch (limiter.gate), so a start lags its
+// token by the fetch and the handler's dispatch: tokenLag, which
+// rateSlack covers. A fault can hold that fetch far longer: a stalled or
+// paused connection holds the fetch (or its answer) taken with tokens
+// granted before the fault, a stopped worker its fetched messages; when
+// the fault ends they all start at once, beside the starts of tokens
+// taken after it. Such a start comes within tokenLag of the fault's end,
+// so a span whose starts are not all of tokens taken within tokenLag
+// before them has a fault under way within tokenLag before its first
+// start, or during it; a fault that ended earlier than that held none of
+// the span's tokens, and leaves its excess unexplained.
 func (c *features) rate() {
 	rs := c.byRecv[recvRate]
 	if len(rs) == 0 {
@@ -760,7 +776,7 @@ func (c *features) rate() {
 		if excess <= rateSlack {
 			continue
 		}
-		if why := c.fi.explainSpan(rs[from].start, ru.start); why != "" {
+		if why := c.fi.explainSpan(rs[from].start-int64(tokenLag), ru.start); why != "" {
 			c.explained(brokeRate, why)
 			continue
 		}

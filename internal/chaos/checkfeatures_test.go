@@ -204,6 +204,28 @@ func TestCheckFeatures(t *testing.T) {
 		},
 		broken: brokeRate,
 	}, {
+		name: "rate limit: sixteen at once just after a stall of the connections",
+		events: func(h *hist) {
+			// Tokens taken before the stall; the fetch held until it ended.
+			h.fault(FaultStallConns, "proxy", 0, 2000)
+			for i := range 16 {
+				op := "r" + string(rune('a'+i))
+				h.fsend(Event{Op: op, Receiver: recvRate}, 0).frun(op, "w0.g1", 1, 2003+int64(i), 2010+int64(i), ResultOK)
+			}
+		},
+		check: func(f *FeatureReport) bool { return f.Explained[brokeRate+":"+FaultStallConns] > 0 },
+	}, {
+		name: "rate limit: sixteen at once more than a token's lag after a stall",
+		events: func(h *hist) {
+			h.fault(FaultStallConns, "proxy", 0, 2000)
+			for i := range 16 {
+				op := "r" + string(rune('a'+i))
+				at := 2000 + tokenLag.Milliseconds() + 10
+				h.fsend(Event{Op: op, Receiver: recvRate}, 0).frun(op, "w0.g1", 1, at, at+5, ResultOK)
+			}
+		},
+		broken: brokeRate,
+	}, {
 		name: "pool: a dead letter",
 		events: func(h *hist) {
 			h.fsend(Event{Op: "a", Receiver: recvPool}, 0).add(Event{T: ms(50), Proc: "harness", Kind: KindDeadLetter, Op: "a"})
