@@ -478,6 +478,11 @@ func (h *hub) run() {
 		h.hang.Stop()
 		abort()
 		h.endRead()
+		if _, answered := rueidis.IsRedisErr(err); err != nil && !answered && !rueidis.IsRedisNil(err) {
+			// Its entries may have been delivered to the consumer, their
+			// answer lost: see recoverReplies.
+			b.lostReads.Add(1)
+		}
 		switch {
 		case err == nil:
 			h.deliver(read, rs)
