@@ -83,13 +83,30 @@ func (c *replyCursor) due(consumer string, lost uint64) bool {
 	return e != lost
 }
 
+// recoveryDue reports whether consumer's pending list of stream, a reply
+// stream, is due to be read again (see replyCursor.due); false for a
+// stream ReadReplies never read.
+func (b *Broker) recoveryDue(stream, consumer string) bool {
+	v, ok := b.replyCursors.Load(stream)
+	if !ok {
+		return false
+	}
+	c := v.(*replyCursor)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.epochs[consumer]
+	return ok && e != b.lostReads.Load()
+}
+
 // recoverReplies reads p.Consumer's pending entries of st's reply stream
 // again, when a call failed without an answer since it last did (see
 // replyCursor), and returns those that ReadReplies never handed on, in
 // the order of their ids. done is false when there was nothing to read
 // again, or it must wait: the consumer's hub holds the stream (its read in
 // progress covers it, or entries of it are parked there), whose entries
-// would come twice; a later call reads again.
+// would come twice; a later call reads again. Meanwhile a blocking read of
+// the stream through the hub does not linger there once answered
+// (waiter.noLinger), so that the hub lets go of it.
 func (b *Broker) recoverReplies(ctx context.Context, st *streamState, c *replyCursor, p *broker.ReadRepliesParams) ([]entry, bool, error) {
 	stream := st.keys.stream
 	lost := b.lostReads.Load()

@@ -18,14 +18,7 @@ import (
 // acknowledged does not come twice.
 func TestReadRepliesAfterLostAnswer(t *testing.T) {
 	t.Parallel()
-	proxy := redistest.StartCutProxy(t, srv.Addr())
-	prefix := redistest.Prefix(t)
-	reader, err := New(Config{URL: proxy.URL(), KeyPrefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reader.Close() })
-	writer := newBrokerOn(t, srv, Config{KeyPrefix: prefix})
+	proxy, reader, writer := cutReader(t)
 	raw := rawClient(t, srv)
 	ctx := ctxT(t)
 	const sender, consumer = "web", "web-1"
@@ -92,6 +85,20 @@ func TestReadRepliesAfterLostAnswer(t *testing.T) {
 	}
 }
 
+// cutReader returns a cut proxy to srv, a broker through it (the reader)
+// and one straight to srv with the same key prefix (the writer).
+func cutReader(t *testing.T) (*redistest.CutProxy, *Broker, *Broker) {
+	t.Helper()
+	proxy := redistest.StartCutProxy(t, srv.Addr())
+	prefix := redistest.Prefix(t)
+	reader, err := New(Config{URL: proxy.URL(), KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reader.Close() })
+	return proxy, reader, newBrokerOn(t, srv, Config{KeyPrefix: prefix})
+}
+
 // replyCursorRefs returns the refs ReadReplies handed on of sender's reply
 // stream that are not acknowledged yet.
 func (b *Broker) replyCursorRefs(sender string) []string {
@@ -103,4 +110,68 @@ func (b *Broker) replyCursorRefs(sender string) []string {
 		refs = append(refs, id)
 	}
 	return refs
+}
+
+// TestReadRepliesAfterLostAnswerThroughHub: as
+// TestReadRepliesAfterLostAnswer, with every blocking read through the
+// consumer's hub, which a fetch of a queue keeps reading all the while:
+// the lost entry comes within a few reads, once.
+func TestReadRepliesAfterLostAnswerThroughHub(t *testing.T) {
+	t.Parallel()
+	proxy, reader, writer := cutReader(t)
+	reader.direct = nil // every blocking read through the hub
+	ctx := ctxT(t)
+	const sender, consumer = "web", "web-1"
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		fp := &broker.FetchParams{Receiver: "busy", Consumer: consumer, Max: 1, Block: 30 * time.Millisecond, Lease: time.Minute}
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			_, _ = reader.Fetch(ctx, fp)
+		}
+	}()
+	defer func() { close(done); <-stopped }()
+	p := &broker.ReadRepliesParams{Sender: sender, Consumer: consumer, Max: 10, Block: 50 * time.Millisecond, Lease: time.Minute}
+	seen := map[string]int{}
+	var refs []string
+	read := func() {
+		rs, err := reader.ReadReplies(ctx, p)
+		if err != nil && !errors.Is(err, broker.ErrUnavailable) {
+			t.Fatalf("ReadReplies: %v", err)
+		}
+		for _, r := range rs {
+			seen[r.RequestID]++
+			refs = append(refs, r.Ref)
+		}
+	}
+	for round := range 5 {
+		id := fmt.Sprintf("m-%d", round)
+		proxy.CutAnswerWith("content-of-" + id)
+		env := &broker.Envelope{ID: "r-" + id, Receiver: sender, InReplyTo: id, Content: []byte("content-of-" + id)}
+		if err := writer.Reply(ctx, env, broker.ReplyUntimed); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; seen[id] == 0; i++ {
+			if i == 200 {
+				t.Fatalf("round %d: %s not read again after 200 reads (its lease is a minute)", round, id)
+			}
+			read()
+		}
+		read()
+		if err := reader.AckReplies(ctx, sender, refs...); err != nil {
+			t.Fatal(err)
+		}
+		refs = nil
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("%s read %d times, want once", id, n)
+		}
+	}
 }
