@@ -162,8 +162,8 @@ type Broker struct {
 	// cursors maps an inbox to its *inboxCursor: the id of the last entry
 	// ReadInbox read.
 	cursors sync.Map
-	// replyCursors maps a reply stream and a consumer to its
-	// *replyCursor: what ReadReplies handed on (see recoverReplies).
+	// replyCursors maps a reply stream to its *replyCursor: what
+	// ReadReplies handed on of it (see recoverReplies).
 	replyCursors sync.Map
 	// lostReads counts the calls that failed without an answer from
 	// Redis (a broken or closed connection): a read of a group's entries
