@@ -261,3 +261,103 @@ func TestCallsReturnByTheirBoundDuringStall(t *testing.T) {
 		return err == nil
 	})
 }
+
+// TestTimedSendOutcomeAfterLostRead: the reply to a timed Send is
+// accepted while the sender's read of its reply stream loses its answer
+// (Redis served the read, then the connection broke before the entries
+// reached the sender). Each time, the sender gets the reply, soon (within
+// half the lease an unread reply-stream entry waits before another read
+// may take it), and nothing else: no timeout notice, no second reply.
+func TestTimedSendOutcomeAfterLostRead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	t.Parallel()
+	srv := redistest.Start(t)
+	proxy := redistest.StartCutProxy(t, srv.Addr())
+	e := newEnv(t, true, proxy.URL())
+	client := e.open()
+	direct := e.config()
+	direct.RedisURL = srv.URL()
+	worker, err := disker.New(context.Background(), direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { worker.Close(context.Background()) })
+	rc, err := rueidis.NewClient(rueidis.MustParseURL(srv.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	const sender = "web"
+	replies := e.base.KeyPrefix + ":{" + sender + "}:r"
+
+	var mu sync.Mutex
+	got := map[string][]string{} // message id -> its outcomes
+	outcome := make(chan string, 100)
+	record := func(id, what string) {
+		mu.Lock()
+		got[id] = append(got[id], what)
+		mu.Unlock()
+		outcome <- id
+	}
+	if err := client.OnReply(sender, disker.ReplyHandlerFunc(func(_ context.Context, m *disker.Message) {
+		record(m.InReplyTo, "reply")
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.OnTimeout(sender, disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) {
+		record(m.ID, "timeout")
+	})); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	release := make(chan struct{})
+	if err := worker.Handle("slow", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		started <- struct{}{}
+		<-release
+		return m.Content, nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	pending := func() int64 {
+		a, err := rc.Do(context.Background(), rc.B().Xpending().Key(replies).Group("g").Build()).ToArray()
+		if err != nil || len(a) == 0 {
+			return 0
+		}
+		n, _ := a[0].AsInt64()
+		return n
+	}
+	const rounds = 20
+	token := func(i int) string { return fmt.Sprintf("lost-answer-%03d", i) }
+	for i := range rounds {
+		id, err := client.Send(ctxTimeout(t, 10*time.Second), disker.Message{Sender: sender, Receiver: "slow", Content: []byte(token(i))},
+			disker.WithTimeout(time.Minute))
+		if err != nil {
+			t.Fatalf("round %d: Send: %v", i, err)
+		}
+		recv(t, started, 10*time.Second, "the handler to start")
+		// The first answer to the sender that holds the reply is lost;
+		// the worker's reply goes straight to Redis and is accepted.
+		proxy.CutAnswerWith(token(i))
+		release <- struct{}{}
+		waitFor(t, 10*time.Second, "a read of the sender to take the reply", func() bool { return pending() == 1 })
+		if got := recv(t, outcome, 15*time.Second, "the reply (an unread entry waits 30s)"); got != id {
+			t.Fatalf("round %d: outcome for %s, want %s", i, got, id)
+		}
+	}
+	waitFor(t, 10*time.Second, "the reply stream to be acknowledged", func() bool {
+		n, err := rc.Do(context.Background(), rc.B().Xlen().Key(replies).Build()).AsInt64()
+		return err == nil && n == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != rounds {
+		t.Errorf("%d messages had an outcome, want %d", len(got), rounds)
+	}
+	for id, o := range got {
+		if len(o) != 1 || o[0] != "reply" {
+			t.Errorf("message %s: outcomes %v, want one reply", id, o)
+		}
+	}
+}

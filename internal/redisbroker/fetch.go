@@ -231,7 +231,8 @@ type blocking struct {
 // newRead returns the blocking read of blockingRead.
 func (b *Broker) newRead(st *streamState, p *broker.FetchParams, levels int, block time.Duration, start time.Time) blocking {
 	s := &st.keys
-	w := &waiter{home: s.stream, lease: p.Lease, count: p.Max, deadline: time.Now().Add(block), start: start}
+	w := &waiter{home: s.stream, lease: p.Lease, count: p.Max, deadline: time.Now().Add(block), start: start,
+		noLinger: b.recoveryDue(s.stream, p.Consumer)}
 	prefixes := noPrefix
 	w.streams = s.streams[:]
 	if levels != 0 {

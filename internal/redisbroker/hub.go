@@ -71,9 +71,13 @@ type waiter struct {
 	// early: a read that ends less than this before deadline answers it
 	// (empty) then, rather than read again for what is left (see next).
 	early time.Duration
-	start time.Time      // when its fetch began
-	res   chan hubAnswer // capacity 1: the one answer
-	done  bool           // answered or left (under hub.mu)
+	start time.Time // when its fetch began
+	// noLinger: its streams are not kept for the next read once it is
+	// answered, so that the hub lets go of them (a reply stream whose
+	// pending list is due to be read again: see recoverReplies).
+	noLinger bool
+	res      chan hubAnswer // capacity 1: the one answer
+	done     bool           // answered or left (under hub.mu)
 	// wake, if set, is called once it is answered, with its answer in ans
 	// (not res): a parked read's (see parkRead), which no goroutine waits
 	// for. st and block are its stream's state and block time, to wait on
@@ -339,7 +343,7 @@ func (h *hub) answer(w *waiter, a hubAnswer) {
 	} else {
 		w.res <- a
 	}
-	if a.err != nil {
+	if a.err != nil || w.noLinger {
 		return
 	}
 	if h.linger == nil {
@@ -478,6 +482,11 @@ func (h *hub) run() {
 		h.hang.Stop()
 		abort()
 		h.endRead()
+		if _, answered := rueidis.IsRedisErr(err); err != nil && !answered && !rueidis.IsRedisNil(err) {
+			// Its entries may have been delivered to the consumer, their
+			// answer lost: see recoverReplies.
+			b.lostReads.Add(1)
+		}
 		switch {
 		case err == nil:
 			h.deliver(read, rs)

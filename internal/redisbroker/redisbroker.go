@@ -162,6 +162,15 @@ type Broker struct {
 	// cursors maps an inbox to its *inboxCursor: the id of the last entry
 	// ReadInbox read.
 	cursors sync.Map
+	// replyCursors maps a reply stream to its *replyCursor: what
+	// ReadReplies handed on of it (see recoverReplies).
+	replyCursors sync.Map
+	// lostReads counts the calls that failed without an answer from
+	// Redis (a broken or closed connection): a read of a group's entries
+	// among them may have been served, its entries delivered to the
+	// consumer and never received. ReadReplies reads its consumer's
+	// pending entries again when it changed (recoverReplies).
+	lostReads atomic.Uint64
 
 	// replies batches the timed replies.
 	replies *batcher[timedReply, replyResult]
@@ -431,6 +440,9 @@ func (e *unavailableError) Is(target error) bool { return target == broker.ErrUn
 func (b *Broker) fail(ctx context.Context, op string, err error) error {
 	if b.closed.Load() {
 		return broker.ErrClosed
+	}
+	if _, answered := rueidis.IsRedisErr(err); !answered {
+		b.lostReads.Add(1) // see recoverReplies
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("redisbroker: %s: %w", op, ctx.Err())

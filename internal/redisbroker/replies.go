@@ -200,8 +200,10 @@ func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (in
 }
 
 // ReadReplies reads up to max entries of sender's reply stream for
-// consumer: first entries whose lease expired, then new ones, blocking up
-// to block. An entry without a kind or a request id (written by hand) goes
+// consumer: after a call of this broker failed without an answer from
+// Redis, first the entries delivered to consumer that it never returned
+// (recoverReplies); then entries whose lease expired, then new ones,
+// blocking up to block. An entry without a kind or a request id (written by hand) goes
 // to the dead-letter stream of the name; a reply whose envelope does not
 // decode is returned with ErrorCode ErrorCodeUndecodable, and a timeout
 // notice whose original does not decode with an Env holding only the id.
@@ -213,11 +215,20 @@ func (b *Broker) ReadReplies(ctx context.Context, p *broker.ReadRepliesParams) (
 		return nil, err
 	}
 	sender := p.Sender
-	entries, err := b.fetch(ctx, b.replyState(sender), &broker.FetchParams{Receiver: sender, Consumer: p.Consumer, Max: p.Max, Block: p.Block, Lease: p.Lease})
+	st := b.replyState(sender)
+	c := b.replyCursor(st.keys.stream)
+	entries, done, err := b.recoverReplies(ctx, st, c, p)
+	if !done {
+		entries, err = b.fetch(ctx, st, &broker.FetchParams{Receiver: sender, Consumer: p.Consumer, Max: p.Max, Block: p.Block, Lease: p.Lease})
+	}
 	if err != nil {
 		return nil, err
 	}
-	return b.replyEntries(ctx, sender, entries)
+	out, err := b.replyEntries(ctx, sender, entries)
+	if err == nil {
+		c.handed(entries)
+	}
+	return out, err
 }
 
 // makeReplyKeys returns the streamKeys of sender's reply stream.
@@ -277,7 +288,12 @@ func (b *Broker) AckReplies(ctx context.Context, sender string, refs ...string) 
 	if err := broker.CheckName("sender", sender); err != nil {
 		return err
 	}
-	return b.ack(ctx, "ack replies", b.keys.replies(sender), b.keys.replyRetries(sender), refs)
+	stream := b.keys.replies(sender)
+	if err := b.ack(ctx, "ack replies", stream, b.keys.replyRetries(sender), refs); err != nil {
+		return err
+	}
+	b.replyCursor(stream).deleted(refs)
+	return nil
 }
 
 // scriptReplyTimed settles timed requests of one sender with their replies.

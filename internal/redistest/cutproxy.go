@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"sync"
@@ -18,6 +19,9 @@ type CutProxy struct {
 	target string
 	cut    atomic.Bool
 	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	tokens []string // see CutAnswerWith
 }
 
 // StartCutProxy starts a CutProxy to the server at target (host:port) on a
@@ -41,6 +45,29 @@ func (p *CutProxy) URL() string { return "redis://" + p.ln.Addr().String() }
 // SetCut turns cutting on or off.
 func (p *CutProxy) SetCut(on bool) { p.cut.Store(on) }
 
+// CutAnswerWith closes, once, the connection of the first answer that
+// holds token (within one read of the server's bytes) instead of passing
+// it on: the command ran, and its client learns only that the connection
+// broke. Later answers with token pass.
+func (p *CutProxy) CutAnswerWith(token string) {
+	p.mu.Lock()
+	p.tokens = append(p.tokens, token)
+	p.mu.Unlock()
+}
+
+// cutToken reports whether b holds an armed token, and disarms it.
+func (p *CutProxy) cutToken(b []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, tok := range p.tokens {
+		if bytes.Contains(b, []byte(tok)) {
+			p.tokens = append(p.tokens[:i], p.tokens[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
 func (p *CutProxy) accept() {
 	acceptPairs(p.ln, p.target, func(c, s net.Conn, wg *sync.WaitGroup) {
 		wg.Go(func() { p.forward(c, s) })
@@ -60,7 +87,7 @@ func (p *CutProxy) forward(c, s net.Conn) {
 	for {
 		n, err := s.Read(buf)
 		if n > 0 {
-			if p.cut.Load() {
+			if p.cut.Load() || p.cutToken(buf[:n]) {
 				return
 			}
 			if _, werr := c.Write(buf[:n]); werr != nil {
