@@ -19,6 +19,8 @@ package chaos
 // handlers at once only while they run), so the failover need only fall
 // between the state's write and the departure.
 
+import "time"
+
 // lossSpan is what a failover must have lost for a departure: state
 // written from written to writtenTo, its loss seen at seen.
 type lossSpan struct {
@@ -49,22 +51,35 @@ func failoverSpan(f Event) (begin, end int64, ok bool) {
 
 // failoverLost reports whether a failover may have lost the state of s:
 // one that began at most failoverWindowMax after the state's last write,
-// ended after its first, and began before the departure was seen.
-func (fi faultIndex) failoverLost(s lossSpan) bool {
+// ended after its first, and began before the departure was seen. It
+// returns the time from the state's last write to the start of the
+// nearest such failover (negative: written during it).
+func (fi faultIndex) failoverLost(s lossSpan) (best time.Duration, found bool) {
 	for _, f := range fi.faults {
 		begin, end, ok := failoverSpan(f)
 		if ok && s.written <= end && s.writtenTo > begin-int64(failoverWindowMax) && s.seen >= begin {
-			return true
+			if w := time.Duration(begin - s.writtenTo); !found || w < best {
+				best, found = w, true
+			}
 		}
 	}
-	return false
+	return best, found
 }
 
 // brokeState counts a departure from invariant that no fault explains
 // unless, in a Sentinel run, a failover may have lost the state of s.
 func (c *features) brokeState(invariant string, s lossSpan, format string, args ...any) {
-	if c.opts.FailoverLoss && c.fi.failoverLost(s) {
+	if !c.opts.FailoverLoss {
+		c.f.Broken[invariant]++
+		c.r.violate(invariant+": "+format, args...)
+		return
+	}
+	if w, ok := c.fi.failoverLost(s); ok {
 		c.f.Explained[invariant+":failover"]++
+		if c.f.FailoverWindow == nil {
+			c.f.FailoverWindow = map[string]time.Duration{}
+		}
+		c.f.FailoverWindow[invariant] = max(c.f.FailoverWindow[invariant], w)
 		return
 	}
 	c.f.Broken[invariant]++

@@ -93,6 +93,11 @@ type FeatureReport struct {
 	// MaxOvertaken is the most messages of higher levels, queued in the
 	// same pause, that started after a message.
 	MaxOvertaken int `json:"max_overtaken"`
+	// FailoverWindow is, by invariant, the largest time from the last
+	// write of the state a departure needed to the start of the failover
+	// that explains it (CheckOptions.FailoverLoss; checkfailover.go): how
+	// much of failoverWindowMax the explanations used.
+	FailoverWindow map[string]time.Duration `json:"failover_window,omitempty"`
 }
 
 // OK reports whether every invariant of the features held (true for a
@@ -121,6 +126,14 @@ func (f *FeatureReport) String() string {
 	fmt.Fprintf(&b, "features figures    at once: %d global (limit %d), %d of a key (limit %d); rate excess %.1f (slack %.1f); start after a pause %v (slack %v); overtaken by %d of higher levels (limit: the workers' slots)\n",
 		f.MaxGlobal, globalLimit, f.MaxGroup, groupLimit, f.MaxRateExcess, rateSlack,
 		f.MaxPauseLag.Round(time.Millisecond), pauseSlack, f.MaxOvertaken)
+	if len(f.FailoverWindow) > 0 {
+		parts := make([]string, 0, len(f.FailoverWindow))
+		for inv, w := range f.FailoverWindow {
+			parts = append(parts, fmt.Sprintf("%s %v", inv, w.Round(time.Millisecond)))
+		}
+		slices.Sort(parts)
+		fmt.Fprintf(&b, "features failover   state written up to this long before the failover that explains its loss began (bound %v): %s\n", failoverWindowMax, strings.Join(parts, ", "))
+	}
 	return b.String()
 }
 
