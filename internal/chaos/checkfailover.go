@@ -79,7 +79,9 @@ func (c *features) brokeState(invariant string, s lossSpan, format string, args 
 		if c.f.FailoverWindow == nil {
 			c.f.FailoverWindow = map[string]time.Duration{}
 		}
-		c.f.FailoverWindow[invariant] = max(c.f.FailoverWindow[invariant], w)
+		if prev, seen := c.f.FailoverWindow[invariant]; !seen || w > prev {
+			c.f.FailoverWindow[invariant] = w // negative: written during the failover
+		}
 		return
 	}
 	c.f.Broken[invariant]++

@@ -65,8 +65,8 @@ func TestCheckFailoverWindows(t *testing.T) {
 				}
 			}
 			broken, explained := f.Broken[tt.invariant], f.Explained[tt.invariant+":failover"]
-			if _, ok := f.FailoverWindow[tt.invariant]; ok != tt.explained {
-				t.Errorf("%s: failover window recorded %v, want %v", tt.invariant, ok, tt.explained)
+			if w, ok := f.FailoverWindow[tt.invariant]; ok != tt.explained || w >= failoverWindowMax || w <= -failoverWindowMax {
+				t.Errorf("%s: failover window %v (recorded %v), want one within the bound %v", tt.invariant, w, ok, tt.explained)
 			}
 			if tt.explained && (broken != 0 || explained == 0) {
 				t.Errorf("%s: broken %d, explained by the failover %d; want it explained", tt.invariant, broken, explained)
