@@ -97,6 +97,11 @@ type FeatureReport struct {
 	// MaxOvertaken is the most messages of higher levels, queued in the
 	// same pause, that started after a message.
 	MaxOvertaken int `json:"max_overtaken"`
+	// FailoverWindow is, by invariant, the largest time from the last
+	// write of the state a departure needed to the start of the failover
+	// that explains it (CheckOptions.FailoverLoss; checkfailover.go): how
+	// much of failoverWindowMax the explanations used.
+	FailoverWindow map[string]time.Duration `json:"failover_window,omitempty"`
 }
 
 // OK reports whether every invariant of the features held (true for a
@@ -125,6 +130,14 @@ func (f *FeatureReport) String() string {
 	fmt.Fprintf(&b, "features figures    at once: %d global (limit %d), %d of a key (limit %d); rate excess %.1f (slack %.1f); start after a pause %v (slack %v); overtaken by %d of higher levels (limit: the workers' slots)\n",
 		f.MaxGlobal, globalLimit, f.MaxGroup, groupLimit, f.MaxRateExcess, rateSlack,
 		f.MaxPauseLag.Round(time.Millisecond), pauseSlack, f.MaxOvertaken)
+	if len(f.FailoverWindow) > 0 {
+		parts := make([]string, 0, len(f.FailoverWindow))
+		for inv, w := range f.FailoverWindow {
+			parts = append(parts, fmt.Sprintf("%s %v", inv, w.Round(time.Millisecond)))
+		}
+		slices.Sort(parts)
+		fmt.Fprintf(&b, "features failover   state written up to this long before the failover that explains its loss began (bound %v): %s\n", failoverWindowMax, strings.Join(parts, ", "))
+	}
 	return b.String()
 }
 
@@ -186,7 +199,11 @@ func (c *features) collect(events []Event) {
 	for _, r := range featureReceivers {
 		feature[r] = true
 	}
-	open := map[string]*run{}
+	// A process may start one delivery (op and attempt) twice at once:
+	// after a failover lost the first read, the new master hands the
+	// message out again as the same attempt. Ends close the open runs of
+	// their key in start order, so that no run is left without an end.
+	open := map[string][]*run{}
 	last := int64(0)
 	for _, e := range events {
 		last = e.T
@@ -197,11 +214,11 @@ func (c *features) collect(events []Event) {
 			}
 			ru := &run{op: e.Op, id: e.ID, proc: e.Proc, receiver: e.Receiver, key: e.Key, attempt: e.Attempt, prio: e.Priority, start: e.T}
 			c.runs = append(c.runs, ru)
-			open[runKey(e)] = ru
+			open[runKey(e)] = append(open[runKey(e)], ru)
 		case KindEnd:
-			if ru := open[runKey(e)]; ru != nil {
-				ru.end, ru.result = e.T, e.Result
-				delete(open, runKey(e))
+			if rs := open[runKey(e)]; len(rs) > 0 {
+				rs[0].end, rs[0].result = e.T, e.Result
+				open[runKey(e)] = rs[1:]
 			}
 		case KindPause, KindResume, KindTick, KindGivenBack, KindPoolState, KindIdemOutcome, KindSeal, KindBatchCounts:
 			c.events[e.Kind] = append(c.events[e.Kind], e)
@@ -213,10 +230,12 @@ func (c *features) collect(events []Event) {
 		positions[strings.SplitN(ru.proc, ".", 2)[0]] = true
 	}
 	c.workers = len(positions)
-	for _, ru := range open {
-		ru.end = last
-		if t, ok := c.died(ru.proc, ru.start); ok {
-			ru.end = t
+	for _, rs := range open {
+		for _, ru := range rs {
+			ru.end = last
+			if t, ok := c.died(ru.proc, ru.start); ok {
+				ru.end = t
+			}
 		}
 	}
 	for _, ru := range c.runs {
@@ -243,17 +262,12 @@ func (c *features) at(t int64) time.Duration {
 	return time.Duration(t - c.first).Round(time.Millisecond)
 }
 
-// broke counts a departure from invariant that no fault explains, at t:
-// in a Sentinel run, one near a failover counts as explained by it.
+// broke counts a departure from invariant that no fault explains, judged
+// by the time t of the write whose loss would explain it: in a Sentinel
+// run, one that a failover may have lost counts as explained by it
+// (checkfailover.go; brokeState for the features whose state lives on).
 func (c *features) broke(invariant string, t int64, format string, args ...any) {
-	if c.opts.FailoverLoss {
-		if _, ok := c.fi.failoverWindow(t); ok {
-			c.f.Explained[invariant+":failover"]++
-			return
-		}
-	}
-	c.f.Broken[invariant]++
-	c.r.violate(invariant+": "+format, args...)
+	c.brokeState(invariant, at(t), format, args...)
 }
 
 // explained counts a departure from invariant that a fault explains.
@@ -338,7 +352,7 @@ func (c *features) global() {
 			c.explained(brokeGlobal, why)
 			return
 		}
-		c.broke(brokeGlobal, t, "%d handlers of %s ran at once at %v, over WithGlobalConcurrency(%d): %s",
+		c.brokeState(brokeGlobal, c.slotsSpan(running, t), "%d handlers of %s ran at once at %v, over WithGlobalConcurrency(%d): %s",
 			len(running), recvGlobal, c.at(t), globalLimit, names(running))
 	})
 }
@@ -361,7 +375,7 @@ func (c *features) groups() {
 					c.explained(brokeGroupBusy, why)
 					return
 				}
-				c.broke(brokeGroupBusy, t, "%d handlers of key %s of %s ran at once at %v, over WithGroupConcurrency(%d): %s",
+				c.brokeState(brokeGroupBusy, c.slotsSpan(running, t), "%d handlers of key %s of %s ran at once at %v, over WithGroupConcurrency(%d): %s",
 					len(running), key, g.receiver, c.at(t), g.limit, names(running))
 			})
 			if g.receiver == recvGroupN {
@@ -488,7 +502,7 @@ func (c *features) dedup() {
 		slices.SortFunc(as, func(a, b acceptance) int { return cmp.Compare(a.lower, b.lower) })
 		pairsWithin(as, dedupHold, func(a, b acceptance) {
 			if certainlyTogether(a, b) {
-				c.broke(brokeDedupTwo, b.lower, "dedup key %s: %s (sent at %v) and %s (sent at %v) both queued within the key's window",
+				c.brokeState(brokeDedupTwo, keySpan(a, b), "dedup key %s: %s (sent at %v) and %s (sent at %v) both queued within the key's window",
 					key, a.op, c.at(a.lower), b.op, c.at(b.lower))
 			}
 		})
@@ -672,7 +686,7 @@ func (c *features) idemWindows(msgs map[string]*idemMessage) {
 		slices.SortFunc(as, func(a, b acceptance) int { return cmp.Compare(a.lower, b.lower) })
 		pairsWithin(as, idemTTL, func(a, b acceptance) {
 			if certainlyTogether(a, b) {
-				c.broke(brokeIdemTwo, b.lower, "idempotency key %s: %s and %s both queued within the key's window of %v", key, a.op, b.op, idemTTL)
+				c.brokeState(brokeIdemTwo, keySpan(a, b), "idempotency key %s: %s and %s both queued within the key's window of %v", key, a.op, b.op, idemTTL)
 			}
 		})
 	}
@@ -694,7 +708,7 @@ func (c *features) runsOfID(id string) []*run {
 func (c *features) idemReplies(msgs map[string]*idemMessage, outcome map[string]Event) {
 	for _, m := range msgs {
 		rs := c.runsOfID(m.id)
-		first := ""
+		first, firstT := "", int64(0)
 		for _, op := range m.callers {
 			o, ok := outcome[op]
 			if !ok || o.Result != ResultReply {
@@ -708,9 +722,13 @@ func (c *features) idemReplies(msgs map[string]*idemMessage, outcome map[string]
 				c.broke(brokeIdemForeign, o.T, "idempotency key %s: caller %s got %q, the reply of no run of message %s", m.key, op, o.Reply, m.id)
 			}
 			if first == "" {
-				first = o.Reply
+				first, firstT = o.Reply, o.T
 			} else if o.Reply != first {
-				c.broke(brokeIdemReplies, o.T, "idempotency key %s: callers of message %s got %q and %q", m.key, m.id, first, o.Reply)
+				// The message's reply was stored before the earlier of
+				// the two callers got it; the other reply, stored again
+				// after a failover lost the first, came by the later.
+				lost := lossSpan{written: m.accept.lower, writtenTo: min(firstT, o.T), seen: max(firstT, o.T)}
+				c.brokeState(brokeIdemReplies, lost, "idempotency key %s: callers of message %s got %q and %q", m.key, m.id, first, o.Reply)
 			}
 		}
 	}

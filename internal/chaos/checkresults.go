@@ -60,11 +60,25 @@ func (c *features) results(events []Event) {
 		o := out[0]
 		switch {
 		case !resultStates[o.Result][e.Result]:
-			c.f.Broken[brokeResult]++
-			c.r.violate("%s: the retained result of %s (%s) is %s, its sender saw %s", brokeResult, e.Op, e.ID, e.Result, o.Result)
+			c.brokeState(brokeResult, c.resultSpan(e, o), "the retained result of %s (%s) is %s, its sender saw %s", e.Op, e.ID, e.Result, o.Result)
 		case o.Result == ResultReply && e.Reply != o.Reply:
-			c.f.Broken[brokeResult]++
-			c.r.violate("%s: the retained reply of %s (%s) is %q, its sender got %q", brokeResult, e.Op, e.ID, e.Reply, o.Reply)
+			c.brokeState(brokeResult, c.resultSpan(e, o), "the retained reply of %s (%s) is %q, its sender got %q", e.Op, e.ID, e.Reply, o.Reply)
 		}
 	}
+}
+
+// resultSpan is the span of the retained result of the lookup e, whose
+// sender saw o: the broker writes it when the message is settled (a
+// handler's end, its deadline, a dead letter), after its send began and
+// by the time its sender saw the outcome or its last handler ended; a
+// failover after that may lose it for good, seen by the lookup.
+func (c *features) resultSpan(e, o Event) lossSpan {
+	s := lossSpan{written: o.T, writtenTo: o.T, seen: e.T}
+	if h := c.ops[e.Op]; h != nil && h.send != nil {
+		s.written = h.send.T
+		for _, end := range h.ends {
+			s.writtenTo = max(s.writtenTo, end.T)
+		}
+	}
+	return s
 }
