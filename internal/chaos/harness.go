@@ -408,6 +408,7 @@ func (h *harness) settle() (bool, int64, string, error) {
 	seen := map[string]bool{}
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
+	empty := 0 // settle rounds in a row whose queues read empty
 	for {
 		var pending int64
 		var left []string
@@ -436,11 +437,23 @@ func (h *harness) settle() (bool, int64, string, error) {
 		}
 		// quiet reads and checks the whole history, which takes longer
 		// than the settle's timeout on a long run: it is asked only once
-		// the queues are empty.
+		// the queues have read empty twice in a row (the producers' last
+		// records written), and once more when its "no" came after the
+		// timeout, since what it read may predate them.
 		quiet := false
 		if pending == 0 && known {
+			empty++
+		} else {
+			empty = 0
+		}
+		if empty >= 2 {
 			if quiet = h.quiet(); quiet {
 				return true, 0, "", nil
+			}
+			if ctx.Err() != nil {
+				if quiet = h.quiet(); quiet {
+					return true, 0, "", nil
+				}
 			}
 		}
 		select {
