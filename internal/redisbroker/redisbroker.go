@@ -249,7 +249,7 @@ func New(cfg Config) (*Broker, error) {
 	}).withOwnItems()
 	b.inboxWrites = newBatcher(maxBatch, b.flushInbox, func(v any) inboxResult {
 		return inboxResult{err: fmt.Errorf("redisbroker: panic: %v", v)}
-	})
+	}).withOwnItems()
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, b.fail(context.Background(), "connect", err)
