@@ -28,9 +28,12 @@ import (
 // other callers of its batch get failed(the panic value) and the batcher
 // carries on; the panic goes on in the caller that ran it. items and out
 // are the batcher's again once flush returned: flush keeps neither. The
-// batcher reuses out, never items: the client may still read the commands
-// of a round trip after it answered (its writer, after a connection
-// error), or after flush left it behind (its leader's context ended).
+// batcher reuses out, but items only when made with ownItems: the client
+// may still read the commands of a round trip after it answered (its
+// writer, after a connection error), or after flush left it behind (its
+// leader's context ended), so only a flush that hands the client commands
+// of its own, never items, and waits for them whatever its context, lets
+// the batcher have items back.
 type batcher[T, R any] struct {
 	max    int
 	flush  func(ctx context.Context, items []T, out []R)
@@ -44,8 +47,11 @@ type batcher[T, R any] struct {
 	spare []*batchCall[T, R]
 
 	// out is the results' buffer of the next flush, owned by the flush
-	// in flight (one at a time).
-	out []R
+	// in flight (one at a time); items is the items' buffer, the same,
+	// when ownItems (else each flush has items of its own).
+	out      []R
+	items    []T
+	ownItems bool
 
 	calls sync.Pool // of *batchCall[T, R], reused once their caller has the result
 }
@@ -65,6 +71,14 @@ type batchCall[T, R any] struct {
 
 func newBatcher[T, R any](max int, flush func(ctx context.Context, items []T, out []R), failed func(v any) R) *batcher[T, R] {
 	return &batcher[T, R]{max: max, flush: flush, failed: failed}
+}
+
+// withOwnItems makes b reuse the items it hands to flush: for a flush that
+// keeps nothing of them once it returned, the client included (see
+// batcher).
+func (b *batcher[T, R]) withOwnItems() *batcher[T, R] {
+	b.ownItems = true
+	return b
 }
 
 // call returns a call of item, reused if one is free.
@@ -142,7 +156,12 @@ func (b *batcher[T, R]) leave(c *batchCall[T, R]) bool {
 // caller's context), hands the queue to the first caller in it, and wakes
 // the others of batch.
 func (b *batcher[T, R]) run(ctx context.Context, batch []*batchCall[T, R]) {
-	items := make([]T, 0, len(batch))
+	var items []T
+	if b.ownItems {
+		items, b.items = b.items[:0], nil
+	} else {
+		items = make([]T, 0, len(batch))
+	}
 	for _, c := range batch {
 		items = append(items, c.item)
 	}
@@ -164,6 +183,10 @@ func (b *batcher[T, R]) run(ctx context.Context, batch []*batchCall[T, R]) {
 	}
 	clear(out)
 	b.out = out[:0]
+	if b.ownItems {
+		clear(items)
+		b.items = items[:0]
+	}
 }
 
 // next hands the queue to the first caller in it and wakes the others of

@@ -363,3 +363,58 @@ func TestBatcherCallAllocatesItsItems(t *testing.T) {
 		t.Fatalf("%v allocations per lone call, want 1 at most (its items)", allocs)
 	}
 }
+
+// TestBatcherOwnItemsAllocateNothing: a batcher made withOwnItems reuses
+// the items it hands to flush too, so a lone call allocates nothing; a
+// flush gets items cleared of the last flush's.
+func TestBatcherOwnItemsAllocateNothing(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector drops what sync.Pool keeps")
+	}
+	b := newBatcher(10, func(_ context.Context, items []*int, out []int) {
+		if len(items) != 1 || items[:cap(items)][0] == nil {
+			panic("items not as handed")
+		}
+		for _, it := range items[len(items):cap(items)] {
+			if it != nil {
+				panic("items keep a value of the last flush")
+			}
+		}
+		out[0] = *items[0]
+	}, func(any) int { return -1 }).withOwnItems()
+	ctx := context.Background()
+	v := 7
+	allocs := testing.AllocsPerRun(1000, func() {
+		if r, err := b.do(ctx, &v); r != 7 || err != nil {
+			t.Fatalf("do(7) = %d, %v", r, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per lone call, want 0", allocs)
+	}
+	if b.items == nil || b.items[:cap(b.items)][0] != nil {
+		t.Fatalf("the batcher did not keep its items cleared: %v", b.items)
+	}
+}
+
+// TestInboxWriteAllocations counts the heap allocations of a lone write of
+// an inbox over Redis, the client's reading of the answer included: the
+// batcher reuses its call, its items and its results, and the client gets
+// the command alone (Do), not a slice of the batch (a pinned command, and
+// an answer of a simple string, allocate nothing). Counted, not timed.
+func TestInboxWriteAllocations(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector drops what sync.Pool keeps")
+	}
+	b := newBroker(t)
+	ctx := context.Background()
+	cmd := b.client.B().Set().Key("allocs").Value("v").Build().Pin()
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := b.doInbox(ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("a lone inbox write allocates %v times, want 0", allocs)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -103,9 +104,15 @@ type inboxResult struct {
 // flushInbox runs cmds in one round trip, in order, and sets their results
 // in out. It returns when the round trip does, or when ctx (its leader's)
 // ends first, at Close at the latest; then each result is ctx's error, and
-// the commands may still run (see batcher).
+// the commands may still run (see batcher). The client gets a command of
+// its own (Do, for one) or a copy of cmds (DoMulti), never cmds, which it
+// may read after it answered: the batcher reuses them (withOwnItems).
 func (b *Broker) flushInbox(ctx context.Context, cmds []rueidis.Completed, out []inboxResult) {
-	for i, r := range b.client.DoMulti(ctx, cmds...) {
+	if len(cmds) == 1 {
+		out[0].res = b.client.Do(ctx, cmds[0])
+		return
+	}
+	for i, r := range b.client.DoMulti(ctx, slices.Clone(cmds)...) {
 		out[i].res = r
 	}
 }

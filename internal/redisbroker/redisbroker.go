@@ -246,10 +246,10 @@ func New(cfg Config) (*Broker, error) {
 	}
 	b.replies = newBatcher(maxBatch/2, b.flushReplies, func(v any) replyResult {
 		return replyResult{err: fmt.Errorf("redisbroker: reply: panic: %v", v)}
-	})
+	}).withOwnItems()
 	b.inboxWrites = newBatcher(maxBatch, b.flushInbox, func(v any) inboxResult {
 		return inboxResult{err: fmt.Errorf("redisbroker: panic: %v", v)}
-	})
+	}).withOwnItems()
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
 		return nil, b.fail(context.Background(), "connect", err)

@@ -130,7 +130,9 @@ type replyResult struct {
 // flushReplies settles replies in one round trip: one reply_timed call per
 // sender (in parallel when there are several), each for all of that
 // sender's replies, and sets their results in out. It waits for them
-// whatever its leader's context (the client bounds their I/O).
+// whatever its leader's context (the client bounds their I/O), and its
+// commands are its own (keys and arguments copied from replies), so it
+// keeps nothing of replies: the batcher reuses them (withOwnItems).
 func (b *Broker) flushReplies(_ context.Context, replies []timedReply, out []replyResult) {
 	bySender := make(map[string][]int, 1)
 	var order []string

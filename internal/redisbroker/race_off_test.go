@@ -1,0 +1,7 @@
+//go:build !race
+
+package redisbroker
+
+// raceOn: the race detector is on, and the code under test runs several
+// times slower.
+const raceOn = false
