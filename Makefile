@@ -44,11 +44,14 @@ deps: ## Install what the tests and the bench's peers need when it is missing (r
 # the command's tests each run Redis servers, a Cluster and worker processes in
 # parallel, and two such binaries at once starve each other on 2 cores. The
 # tests of 10,000 receivers and senders run without -race (tenk_test.go): the
-# race detector allows 8,128 live goroutines.
+# race detector allows 8,128 live goroutines. The allocation tests run
+# without -race too: the race detector drops what sync.Pool keeps, so they
+# skip under it.
 .PHONY: test
 test: deps ## Run every test with the race detector (tests start their own private redis-server).
 	$(GO) test -race -count=1 -p 1 -timeout 20m ./...
 	$(GO) test -count=1 -run 'TestTenThousand' -timeout 15m .
+	$(GO) test -count=1 -run 'Allocations|AllocateNothing' -timeout 5m . ./internal/redisbroker
 	cd diskerprom && $(GO) test -race -count=1 -timeout 10m ./...
 	cd internal/cli && $(GO) test -race -count=1 -p 1 -timeout 10m ./...
 	cd cmd/disker && $(GO) test -race -count=1 -timeout 20m ./...
