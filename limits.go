@@ -278,17 +278,19 @@ func (l *limiter) renew(ctx context.Context) {
 	}
 }
 
-// releaseAll gives back every slot held (when the consumer stops).
+// releaseAll gives back every slot held (when the consumer stops): all
+// that the broker counts for this holder, not only l.held, which misses
+// slots taken by a call whose answer was lost (a fetch cancelled by the
+// stop while its gate's call was in flight). The broker gives back no
+// more than the holder holds.
 func (l *limiter) releaseAll(ctx context.Context) {
 	if l.c.o.globalConcurrency == 0 {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.held > 0 {
-		if _, err := l.slots(ctx, -l.held); err != nil {
-			l.c.d.log.Warn("disker: cannot give back the global concurrency slots; they come back after their lease", "receiver", l.c.name, "error", err)
-		}
+	if _, err := l.slots(ctx, -l.c.o.globalConcurrency); err != nil {
+		l.c.d.log.Warn("disker: cannot give back the global concurrency slots; they come back after their lease", "receiver", l.c.name, "error", err)
 	}
 }
 

@@ -498,8 +498,9 @@ type Limits interface {
 	// Slots changes how many of p.Receiver's p.Limit concurrency slots
 	// p.Holder holds, and returns how many it holds after: p.Delta > 0
 	// takes up to p.Delta more while the holders together hold fewer than
-	// p.Limit; p.Delta < 0 gives -p.Delta back; 0 changes nothing. Each
-	// call renews the holder's lease to p.Lease from now (broker time);
+	// p.Limit; p.Delta < 0 gives -p.Delta back (no more than it holds); 0
+	// changes nothing. Each call renews the holder's lease to p.Lease from
+	// now (broker time);
 	// the slots of a holder whose lease ran out are free again, and a
 	// holder that lost its slots that way is told by the count returned.
 	Slots(ctx context.Context, p *SlotsParams) (held int, err error)
