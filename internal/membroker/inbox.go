@@ -25,7 +25,7 @@ func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadlin
 	if _, open := b.c.inboxes[reply.Receiver]; !open {
 		return broker.ErrLate
 	}
-	e := b.c.appendReply(reply.Receiver, raw, broker.KindReply, reply.InReplyTo)
+	e := b.c.appendReply(reply.Receiver, raw, broker.KindReply, reply.InReplyTo, b.c.now())
 	if !deadline.IsZero() && !e.at.Before(deadline) {
 		return broker.ErrLate
 	}
@@ -56,7 +56,7 @@ func (b *Broker) giveUp(ctx context.Context, inbox, id string, stream bool) (bro
 	if _, open := b.c.inboxes[inbox]; !open {
 		return broker.Reply{}, broker.ErrLate
 	}
-	e := b.c.appendReply(inbox, raw, broker.KindTimeout, id)
+	e := b.c.appendReply(inbox, raw, broker.KindTimeout, id, b.c.now())
 	if stream {
 		b.c.streamOf(inbox, id, e.at).done = true
 	}

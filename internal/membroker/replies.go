@@ -76,6 +76,7 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 	}
 	defer b.c.mu.Unlock()
 	c := b.c
+	now := c.now()
 	sender := reply.Receiver
 	if mode == broker.ReplyTimed {
 		t := c.timeouts[sender]
@@ -83,7 +84,7 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 		if t != nil {
 			to = t.byID[reply.InReplyTo]
 		}
-		if to == nil || !c.now().Before(to.deadline) {
+		if to == nil || !now.Before(to.deadline) {
 			return broker.ErrLate
 		}
 		t.remove(to)
@@ -93,7 +94,7 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 			c.finalResult(reply.Sender, reply.InReplyTo, 0, reply.Retention, raw, "", "", nil)
 		}
 	}
-	c.appendReply(sender, raw, broker.KindReply, reply.InReplyTo)
+	c.appendReply(sender, raw, broker.KindReply, reply.InReplyTo, now)
 	return nil
 }
 
@@ -122,14 +123,11 @@ func (b *Broker) encodeStored(reply *broker.Envelope) ([]byte, error) {
 	return encode(reply), nil
 }
 
-// appendReply appends an entry to sender's reply stream, at broker-now or
-// the previous entry's time if that is later, and returns it. Callers
-// hold mu.
-func (c *core) appendReply(sender string, raw []byte, kind broker.ReplyKind, requestID string) *entry {
-	at := c.now()
-	if at.Before(c.lastReplyAt) {
-		at = c.lastReplyAt
-	}
+// appendReply appends an entry to sender's reply stream, at now (the
+// broker-now its caller judged the entry by) or the previous entry's time
+// if that is later (nextReplyAt), and returns it. Callers hold mu.
+func (c *core) appendReply(sender string, raw []byte, kind broker.ReplyKind, requestID string, now time.Time) *entry {
+	at := c.nextReplyAt(now)
 	c.lastReplyAt = at
 	e := &entry{ref: c.nextRef(), raw: raw, kind: kind, requestID: requestID, at: at}
 	c.replyStream(sender).add(e)
@@ -160,7 +158,7 @@ func (b *Broker) ExpireTimeouts(ctx context.Context, sender string, max int) (in
 	for n < max && t.heap.Len() > 0 && !t.heap[0].deadline.After(now) {
 		to := t.heap[0]
 		t.remove(to)
-		c.appendReply(sender, to.raw, broker.KindTimeout, to.id)
+		c.appendReply(sender, to.raw, broker.KindTimeout, to.id, now)
 		n++
 	}
 	c.tidy(sender)

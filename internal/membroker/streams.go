@@ -91,7 +91,7 @@ func (b *Broker) Partial(ctx context.Context, p *broker.PartialParams) error {
 	if n >= p.Max {
 		return broker.ErrPartialCap
 	}
-	e := c.appendReply(p.Inbox, raw, broker.KindPartial, p.RequestID)
+	e := c.appendReply(p.Inbox, raw, broker.KindPartial, p.RequestID, now)
 	e.attempt, e.part = p.Attempt, kind
 	st.attempt, st.n = p.Attempt, n+1
 	return nil
@@ -117,7 +117,7 @@ func (b *Broker) ReplyStream(ctx context.Context, reply *broker.Envelope, deadli
 	if st.done || !deadline.IsZero() && !c.nextReplyAt(now).Before(deadline) {
 		return broker.ErrLate
 	}
-	c.appendReply(reply.Receiver, raw, broker.KindReply, reply.InReplyTo)
+	c.appendReply(reply.Receiver, raw, broker.KindReply, reply.InReplyTo, now)
 	st.done = true
 	return nil
 }
