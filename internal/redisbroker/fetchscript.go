@@ -232,9 +232,15 @@ local function serve(stream, prefix)
     end
     for _, who in ipairs(dead) do
       local held = redis.call('XPENDING', stream, 'g', '-', '+', room, who)
+      -- An entry was delivered its idle time before XPENDING ran: the
+      -- time after it less the idle time is never before the delivery
+      -- (now, read when the script started, would put it earlier by as
+      -- long as the script has run).
+      local t = redis.call('TIME')
+      local after = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
       heldBy[who] = heldBy[who] + #held
       for _, p in ipairs(held) do
-        if now - p[3] < lapsed[who] then take(p) end
+        if after - p[3] < lapsed[who] then take(p) end
       end
     end
     for _, p in ipairs(scan) do
