@@ -100,12 +100,18 @@ func batchesRun(ctx context.Context, s *redisServer, n int) (sample, error) {
 			return sample{}, err
 		}
 		errc := make(chan error, 1)
-		smp, err := timedRun(ctx, n, cd, errc, func(ctx context.Context) *sync.WaitGroup {
+		// The sends run on a context of their own: the timed run ends when
+		// the last child was handled, which may come before the last Seal
+		// returned (a child is handled before its Send returns), and its
+		// end cancels the context it gives start.
+		sendCtx, sendCancel := context.WithTimeout(ctx, runLimit)
+		defer sendCancel()
+		smp, err := timedRun(ctx, n, cd, errc, func(context.Context) *sync.WaitGroup {
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := sendBatches(ctx, dispatcher, nb, size, times, &mu); err != nil {
+				if err := sendBatches(sendCtx, dispatcher, nb, size, times, &mu); err != nil {
 					select {
 					case errc <- err:
 					default:
@@ -119,7 +125,7 @@ func batchesRun(ctx context.Context, s *redisServer, n int) (sample, error) {
 		}
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		if err := done.wait(wctx, nil); err != nil {
+		if err := done.wait(wctx, errc); err != nil {
 			return smp, fmt.Errorf("bench: completions: %w", err)
 		}
 		lat := make([]time.Duration, nb)
