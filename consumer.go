@@ -757,6 +757,15 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 		c.cancelled(msg)
 		return
 	}
+	if c.lim != nil {
+		if !c.lim.start(d.opCtx, 1) {
+			// Its global concurrency slot lapsed (or cannot be renewed)
+			// while it waited: it goes to an instance that holds one.
+			c.giveBack(t, msg, errSlotLapsed)
+			return
+		}
+		defer c.lim.end(1)
+	}
 	if msg.retention == 0 {
 		msg.retention = c.o.retention
 	}

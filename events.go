@@ -36,6 +36,15 @@ const (
 	EventUnavailable
 	// EventAvailable: the broker is reachable again after EventUnavailable.
 	EventAvailable
+	// EventSlotsLapsed: this instance learnt that the broker no longer
+	// counted its global concurrency slots of Receiver
+	// (WithGlobalConcurrency): their lease ran out before it renewed them
+	// (the instance stalled, or was cut off from the broker), and other
+	// instances may have taken them. Its handlers that were running then
+	// ran on beside the slots' next holders. Duration is how long before
+	// the event the lease ran out at the earliest; it ran out before the
+	// event.
+	EventSlotsLapsed
 )
 
 var eventNames = [...]string{
@@ -51,6 +60,7 @@ var eventNames = [...]string{
 	EventExpired:      "expired",
 	EventUnavailable:  "unavailable",
 	EventAvailable:    "available",
+	EventSlotsLapsed:  "slots_lapsed",
 }
 
 // String returns the kind's name in snake case, such as "dead_lettered", fit

@@ -129,6 +129,11 @@ func HandleWithPool[W any](d *Disker, receiver string, p *pool.Pool[W], fn func(
 	return d.Handle(receiver, h, append(opts, func(o *handleOptions) { o.ready = ready })...)
 }
 
+// errSlotLapsed is why a delivery is given back without starting: the
+// global concurrency slot it was fetched under is no longer this
+// instance's (its lease ran out), or could not be renewed.
+var errSlotLapsed = errors.New("disker: its global concurrency slot lapsed before it started")
+
 // givenBack is a handler's error that gives the message back at once
 // without counting an attempt (HandleWithPool).
 type givenBack struct{ err error }
@@ -150,12 +155,19 @@ const gatePoll = 10 * time.Millisecond
 // limiter is a consumer's share of its receiver's cluster-wide limits.
 type limiter struct {
 	c    *consumer
-	mu   sync.Mutex // serialises Slots calls and held
+	mu   sync.Mutex // serialises Slots calls, and guards held, running and until
 	held int        // global concurrency slots held
-	sp   broker.SlotsParams
-	tp   broker.TokensParams
-	idle time.Duration // the wait after the last empty non-blocking fetch
-	full time.Duration // the wait after the last look that found every slot taken
+	// running is how many of the held slots handlers run on (start, end).
+	running int
+	// until is, by the local monotonic clock, the earliest the lease of the
+	// held slots may end: a lease from the broker's time when it ran the
+	// last call that found them held, which is no earlier than when that
+	// call was sent.
+	until time.Time
+	sp    broker.SlotsParams
+	tp    broker.TokensParams
+	idle  time.Duration // the wait after the last empty non-blocking fetch
+	full  time.Duration // the wait after the last look that found every slot taken
 }
 
 func (c *consumer) gated() bool {
@@ -171,18 +183,73 @@ func newLimiter(c *consumer) *limiter {
 }
 
 // slots changes the slots held by delta (under l.mu) and returns how many
-// are held.
+// are held. A call that finds that the broker no longer counted the slots
+// held (their lease ran out before it) reports it: in the log and as
+// EventSlotsLapsed.
 func (l *limiter) slots(ctx context.Context, delta int) (int, error) {
 	l.sp.Delta = delta
-	n, err := l.c.d.b.Slots(ctx, &l.sp)
+	sent := time.Now()
+	n, had, err := l.c.d.b.Slots(ctx, &l.sp)
 	if err != nil {
 		return l.held, err
 	}
-	if delta >= 0 && n < l.held {
-		l.c.d.log.Warn("disker: global concurrency slots lost (their lease ran out)", "receiver", l.c.name, "held", l.held, "now", n)
+	if had < l.held {
+		l.lapsed(had, n)
 	}
 	l.held = n
+	if n > 0 {
+		l.until = sent.Add(l.sp.Lease)
+	}
 	return n, nil
+}
+
+// lapsed reports that the broker no longer counted the slots held: their
+// lease ran out at l.until at the earliest, and now, after the call that
+// found it, at the latest.
+func (l *limiter) lapsed(had, n int) {
+	c := l.c
+	since := max(time.Since(l.until), 0)
+	c.d.log.Warn("disker: global concurrency slots lost (their lease ran out); the handlers still running run beside their next holders",
+		"receiver", c.name, "held", l.held, "had", had, "now", n, "running", l.running, "lapsed_within", since)
+	if c.d.onEvent != nil {
+		c.d.emit(Event{Kind: EventSlotsLapsed, Receiver: c.name, Duration: since})
+	}
+}
+
+// start reports whether a handler may start on k of the slots held, and
+// counts them as run on until end: only on slots whose lease the broker
+// still counts for this instance, by the local clock against the lease
+// of the last call that found them held. Past that (the lease keeper
+// stalled or could not reach the broker), it renews them first, in one
+// call, which tells whether the broker still counts them. A limiter
+// without global concurrency always allows.
+func (l *limiter) start(ctx context.Context, k int) bool {
+	if l.c.o.globalConcurrency == 0 {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held > 0 && !time.Now().Before(l.until) {
+		if _, err := l.slots(ctx, 0); err != nil {
+			l.c.d.health.fail("renew slots", err)
+			return false
+		}
+	}
+	if l.running+k > l.held || !time.Now().Before(l.until) {
+		return false
+	}
+	l.running += k
+	return true
+}
+
+// end ends what start counted.
+func (l *limiter) end(k int) {
+	if l.c.o.globalConcurrency == 0 {
+		return
+	}
+	l.mu.Lock()
+	l.running -= k
+	l.mu.Unlock()
 }
 
 // gate returns how many messages the fetch loop may fetch now, at most

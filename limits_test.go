@@ -16,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/broker"
 	"github.com/diskerhq/disker/pool"
 )
 
@@ -566,6 +567,101 @@ func TestGlobalConcurrencySlotsStay(t *testing.T) {
 		waitFor(t, 30*time.Second, "every message handled", func() bool { return g.done.Load() == 30 })
 		if g.top.Load() > 5 {
 			t.Fatalf("%d handlers ran at once, want at most 5", g.top.Load())
+		}
+	})
+}
+
+// TestGlobalConcurrencySlotsLapsed: an instance whose slots the broker no
+// longer counts (taken from it as a lapsed lease would be, and held by
+// another holder) reports it (EventSlotsLapsed) and starts no delivery on
+// them: the one it prefetched is given back without starting, while its
+// running handler runs on, and it is handled once the other holder gives
+// the slots back.
+func TestGlobalConcurrencySlotsLapsed(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx := ctxTimeout(t, time.Minute)
+		lapses := make(chan disker.Event, 8)
+		d := e.open(func(c *disker.Config) {
+			c.OnEvent = func(ev disker.Event) {
+				if ev.Kind == disker.EventSlotsLapsed {
+					select {
+					case lapses <- ev:
+					default:
+					}
+				}
+			}
+		})
+		started := make(chan string, 8)
+		release := make(chan struct{})
+		h := disker.HandlerFunc(func(_ context.Context, m *disker.Message) ([]byte, error) {
+			started <- string(m.Content)
+			if string(m.Content) == "first" {
+				<-release
+			}
+			return nil, nil
+		})
+		const receiver = "lapsing"
+		if err := d.Handle(receiver, h, disker.WithConcurrency(1), disker.WithPrefetch(1),
+			disker.WithGlobalConcurrency(2), disker.WithLease(600*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		send := func(content string) {
+			t.Helper()
+			if _, err := d.Send(ctx, disker.Message{Receiver: receiver, Content: []byte(content)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send("first")
+		if got := <-started; got != "first" {
+			t.Fatalf("started %q, want first", got)
+		}
+		send("second")
+		waitFor(t, 10*time.Second, "the second message prefetched on the second slot", func() bool {
+			st := d.LocalStats().Receivers[receiver]
+			return st.InFlight == 2 && st.HeldSlots == 2
+		})
+
+		// The broker stops counting the instance's slots, and another
+		// holder takes them, as when the instance's lease lapses in a stall.
+		b := rawBroker(t, e)
+		sp := &broker.SlotsParams{Receiver: receiver, Holder: d.ID(), Delta: -2, Limit: 2, Lease: time.Minute}
+		if _, _, err := b.Slots(ctx, sp); err != nil {
+			t.Fatal(err)
+		}
+		sp.Holder, sp.Delta = "other", 2
+		if n, _, err := b.Slots(ctx, sp); err != nil || n != 2 {
+			t.Fatalf("the other holder takes both slots: holds %d, %v", n, err)
+		}
+		select {
+		case ev := <-lapses:
+			if ev.Receiver != receiver {
+				t.Fatalf("EventSlotsLapsed of %q, want %q", ev.Receiver, receiver)
+			}
+		case <-ctx.Done():
+			t.Fatal("no EventSlotsLapsed after the broker stopped counting the slots")
+		}
+
+		close(release) // the first ends: the second may not start on a slot held by "other"
+		waitFor(t, 10*time.Second, "the second message given back", func() bool {
+			return d.LocalStats().Receivers[receiver].GivenBack >= 1
+		})
+		select {
+		case got := <-started:
+			t.Fatalf("%q started while another holder held every slot", got)
+		default:
+		}
+
+		sp.Delta = -2
+		if _, _, err := b.Slots(ctx, sp); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-started:
+			if got != "second" {
+				t.Fatalf("started %q, want second", got)
+			}
+		case <-ctx.Done():
+			t.Fatal("the second message did not start once the slots were free")
 		}
 	})
 }

@@ -262,7 +262,7 @@ func TestEventKindString(t *testing.T) {
 	t.Parallel()
 	want := map[disker.EventKind]string{
 		disker.EventSent: "sent", disker.EventDeadLettered: "dead_lettered", disker.EventLate: "late",
-		disker.EventAvailable: "available", 0: "unknown", 99: "unknown",
+		disker.EventAvailable: "available", disker.EventSlotsLapsed: "slots_lapsed", 0: "unknown", 99: "unknown",
 	}
 	for k, w := range want {
 		if got := k.String(); got != w {

@@ -501,9 +501,11 @@ type Limits interface {
 	// p.Limit; p.Delta < 0 gives -p.Delta back (no more than it holds); 0
 	// changes nothing. Each call renews the holder's lease to p.Lease from
 	// now (broker time);
-	// the slots of a holder whose lease ran out are free again, and a
-	// holder that lost its slots that way is told by the count returned.
-	Slots(ctx context.Context, p *SlotsParams) (held int, err error)
+	// the slots of a holder whose lease ran out are free again. It also
+	// returns how many the holder held as the call began: 0 when its lease
+	// had run out (or it held none), so that a holder that lost its slots
+	// that way learns it even from a call that takes them again.
+	Slots(ctx context.Context, p *SlotsParams) (held, had int, err error)
 }
 
 // Registry is the registry of live workers.

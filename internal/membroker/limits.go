@@ -61,12 +61,12 @@ func (b *Broker) dropFullBucket(receiver string, bk *bucket, burst float64) {
 
 // Slots changes p.Holder's share of p.Receiver's global concurrency slots.
 // See broker.Limits.
-func (b *Broker) Slots(ctx context.Context, p *broker.SlotsParams) (int, error) {
+func (b *Broker) Slots(ctx context.Context, p *broker.SlotsParams) (int, int, error) {
 	if err := p.Validate(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := b.lock(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer b.c.mu.Unlock()
 	now := b.c.now()
@@ -84,6 +84,7 @@ func (b *Broker) Slots(ctx context.Context, p *broker.SlotsParams) (int, error) 
 		total += s.n
 	}
 	mine := holders[p.Holder].n
+	had := mine
 	switch {
 	case p.Delta > 0:
 		mine += max(0, min(p.Delta, p.Limit-total))
@@ -98,5 +99,5 @@ func (b *Broker) Slots(ctx context.Context, p *broker.SlotsParams) (int, error) 
 	if len(holders) == 0 {
 		delete(b.c.slots, p.Receiver)
 	}
-	return mine, nil
+	return mine, had, nil
 }

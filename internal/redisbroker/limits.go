@@ -31,19 +31,22 @@ func (b *Broker) TakeTokens(ctx context.Context, p *broker.TokensParams) (int, t
 
 // Slots changes p.Holder's share of p.Receiver's global concurrency slots
 // with one script (slots), on Redis time. See broker.Limits.
-func (b *Broker) Slots(ctx context.Context, p *broker.SlotsParams) (int, error) {
+func (b *Broker) Slots(ctx context.Context, p *broker.SlotsParams) (int, int, error) {
 	if err := b.check(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := p.Validate(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n, err := scriptSlots.Exec(ctx, b.client, []string{b.keys.slots(p.Receiver), b.keys.slotCounts(p.Receiver)},
-		[]string{p.Holder, strconv.Itoa(p.Delta), strconv.Itoa(p.Limit), msString(p.Lease)}).AsInt64()
+	res, err := scriptSlots.Exec(ctx, b.client, []string{b.keys.slots(p.Receiver), b.keys.slotCounts(p.Receiver)},
+		[]string{p.Holder, strconv.Itoa(p.Delta), strconv.Itoa(p.Limit), msString(p.Lease)}).AsIntSlice()
 	if err != nil {
-		return 0, b.fail(ctx, "slots", err)
+		return 0, 0, b.fail(ctx, "slots", err)
 	}
-	return int(n), nil
+	if len(res) != 2 {
+		return 0, 0, b.fail(ctx, "slots", errMalformed("slots"))
+	}
+	return int(res[0]), int(res[1]), nil
 }
 
 type errMalformed string
@@ -101,7 +104,8 @@ var scriptSlots = rueidis.NewLuaScript(`-- slots
 -- First frees the slots of holders whose lease ended (Redis time). Takes
 -- only while the holders together hold fewer than the limit. Renews the
 -- holder's lease to now + lease. The keys expire with the latest lease.
--- Returns how many slots the holder holds after.
+-- Returns {held, had}: how many slots the holder holds after, and how
+-- many it held as the call began (0 when its lease had ended).
 ` + luaNow + `
 local zs, hs, holder = KEYS[1], KEYS[2], ARGV[1]
 local delta, limit, lease = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -110,6 +114,7 @@ for _, h in ipairs(redis.call('ZRANGEBYSCORE', zs, '-inf', nowStr)) do
   redis.call('HDEL', hs, h)
 end
 local mine = tonumber(redis.call('HGET', hs, holder)) or 0
+local had = mine
 if delta > 0 then
   local total = 0
   for _, n in ipairs(redis.call('HVALS', hs)) do total = total + tonumber(n) end
@@ -130,5 +135,5 @@ if last[2] then
   redis.call('PEXPIRE', zs, ttl)
   redis.call('PEXPIRE', hs, ttl)
 end
-return mine
+return {mine, had}
 `)

@@ -54,12 +54,14 @@ func testTokens(t *testing.T, b broker.Broker) {
 func testSlots(t *testing.T, b broker.Broker) {
 	ctx := ctxT(t)
 	r := name("recv")
+	var had int // what the last call found the holder held
 	slots := func(holder string, delta int, lease time.Duration) int {
 		t.Helper()
-		n, err := b.Slots(ctx, &broker.SlotsParams{Receiver: r, Holder: holder, Delta: delta, Limit: 5, Lease: lease})
+		n, h, err := b.Slots(ctx, &broker.SlotsParams{Receiver: r, Holder: holder, Delta: delta, Limit: 5, Lease: lease})
 		if err != nil {
 			t.Fatalf("Slots(%s, %d): %v", holder, delta, err)
 		}
+		had = h
 		return n
 	}
 	if n := slots("a", 3, shortLease); n != 3 {
@@ -77,17 +79,17 @@ func testSlots(t *testing.T, b broker.Broker) {
 	if n := slots("c", 2, longLease); n != 1 {
 		t.Fatalf("c asks 2 with 1 free: holds %d, want 1", n)
 	}
-	if n := slots("c", 0, longLease); n != 1 {
-		t.Fatalf("c renews: holds %d, want 1", n)
+	if n := slots("c", 0, longLease); n != 1 || had != 1 {
+		t.Fatalf("c renews: holds %d (had %d), want 1 (had 1)", n, had)
 	}
 	// a stops renewing: once its lease has run out, its 3 slots are free.
 	eventually(t, "a's slots freed after its lease", func() bool { return slots("c", 3, longLease) == 4 })
-	if n := slots("a", 0, shortLease); n != 0 {
-		t.Fatalf("a, whose lease ran out, renews: holds %d, want 0", n)
+	if n := slots("a", 0, shortLease); n != 0 || had != 0 {
+		t.Fatalf("a, whose lease ran out, renews: holds %d (had %d), want 0 (had 0)", n, had)
 	}
 	slots("b", -10, longLease)
 	slots("c", -10, longLease)
-	if n := slots("a", 9, longLease); n != 5 {
+	if n := slots("a", 9, longLease); n != 5 || had != 0 {
 		t.Fatalf("a alone after the others gave all back: holds %d, want 5", n)
 	}
 	slots("a", -5, longLease)

@@ -44,7 +44,7 @@ func testInvalidParams(t *testing.T, b broker.Broker) {
 	cancel := func(p *broker.CancelParams) error { _, err := b.Cancel(ctx, p); return err }
 	refs := []string{"1-1"}
 	tokens := func(p *broker.TokensParams) error { _, _, err := b.TakeTokens(ctx, p); return err }
-	slots := func(p *broker.SlotsParams) error { _, err := b.Slots(ctx, p); return err }
+	slots := func(p *broker.SlotsParams) error { _, _, err := b.Slots(ctx, p); return err }
 	cases := []paramCase{
 		invalidCall("Fetch", &broker.FetchParams{Consumer: "c", Max: 1, Lease: longLease}, fetch),
 		invalidCall("Fetch", &broker.FetchParams{Receiver: r, Max: 1, Lease: longLease}, fetch),
