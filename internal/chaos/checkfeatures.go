@@ -220,7 +220,7 @@ func (c *features) collect(events []Event) {
 				rs[0].end, rs[0].result = e.T, e.Result
 				open[runKey(e)] = rs[1:]
 			}
-		case KindPause, KindResume, KindTick, KindGivenBack, KindPoolState, KindIdemOutcome, KindSeal, KindBatchCounts:
+		case KindPause, KindResume, KindTick, KindGivenBack, KindPoolState, KindIdemOutcome, KindSeal, KindBatchCounts, KindSlotsLapsed:
 			c.events[e.Kind] = append(c.events[e.Kind], e)
 		}
 	}
@@ -345,16 +345,39 @@ func names(rs []*run) string {
 
 // global: never more than globalLimit handlers of recvGlobal at once, by
 // the handlers' own records, unless a run among them may have lost its
-// slot (its worker stopped or cut off from Redis past the lease).
+// slot: its worker stopped or cut off from Redis past the lease
+// (touched), or its worker recorded that the lease of its slots ran out
+// while the run ran (slotsLapsed).
 func (c *features) global() {
 	c.f.MaxGlobal = sweep(c.byRecv[recvGlobal], globalLimit, func(t int64, running []*run) {
 		if why := c.touched(running); why != "" {
 			c.explained(brokeGlobal, why)
 			return
 		}
+		if c.slotsLapsed(running) {
+			c.explained(brokeGlobal, "slots_lapsed")
+			return
+		}
 		c.brokeState(brokeGlobal, c.slotsSpan(running, t), "%d handlers of %s ran at once at %v, over WithGlobalConcurrency(%d): %s",
 			len(running), recvGlobal, c.at(t), globalLimit, names(running))
 	})
+}
+
+// slotsLapsed reports whether a run among rs ran while the lease of its
+// worker's global concurrency slots ran out: the worker recorded a lapse
+// (KindSlotsLapsed) of the run's receiver between the earliest the lease
+// could end (T) and when it learnt it (End), and the run overlaps that
+// span. Such a run started on a slot it held and ran on beside the
+// slot's next holder, as the library allows.
+func (c *features) slotsLapsed(rs []*run) bool {
+	for _, ru := range rs {
+		for _, e := range c.events[KindSlotsLapsed] {
+			if e.Proc == ru.proc && e.Receiver == ru.receiver && ru.start <= e.End && ru.end >= e.T {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // groups: per key, no two runs of recvGroup1 at once and no more than

@@ -59,6 +59,19 @@ func sorted(events []Event) []Event {
 	return out
 }
 
+// globalLapse is a history of four runs of recvGlobal at once, one of
+// them on w2.g1 from 10 to 3010 ms, with a lapse of proc's slots between
+// from and to ms.
+func globalLapse(proc string, from, to int64) func(h *hist) {
+	return func(h *hist) {
+		h.fsend(Event{Op: "a", Receiver: recvGlobal}, 0).frun("a", "w2.g1", 1, 10, 3010, ResultOK)
+		h.add(Event{T: ms(from), End: ms(to), Proc: proc, Kind: KindSlotsLapsed, Receiver: recvGlobal})
+		for i, op := range []string{"b", "c", "d"} {
+			h.fsend(Event{Op: op, Receiver: recvGlobal}, 2500).frun(op, "w0.g1", 1, 2510+int64(i), 2600, ResultOK)
+		}
+	}
+}
+
 // featureCase is a hand-made history of the features' checks.
 type featureCase struct {
 	name      string
@@ -134,6 +147,18 @@ func TestCheckFeatures(t *testing.T) {
 			}
 		},
 		check: func(f *FeatureReport) bool { return f.Explained[brokeGlobal+":process_fault"] == 1 },
+	}, {
+		name:      "global concurrency: four at once, one on a worker whose slots lapsed during its run",
+		events:    globalLapse("w2.g1", 2000, 3005), // learnt at 3005, ran out at 2000 at the earliest
+		explained: brokeGlobal + ":slots_lapsed",
+	}, {
+		name:   "global concurrency: four at once, a lapse of another worker's slots",
+		events: globalLapse("w1.g1", 2000, 3005),
+		broken: brokeGlobal,
+	}, {
+		name:   "global concurrency: four at once, a lapse of the worker's slots before the run",
+		events: globalLapse("w2.g1", 1, 5),
+		broken: brokeGlobal,
 	}, {
 		name: "group of concurrency 1: two runs of a key at once",
 		events: func(h *hist) {

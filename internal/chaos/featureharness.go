@@ -46,7 +46,7 @@ func (h *harness) startPauser() func() {
 }
 
 func (h *harness) pauseLoop(ctx context.Context) {
-	d, err := newDisker(ProcConfig{Name: "pauser", RedisURL: h.be.adminURL})
+	d, err := newDisker(ProcConfig{Name: "pauser", RedisURL: h.be.adminURL}, nil)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: the pauser cannot connect: %v\n", err)
 		return

@@ -43,6 +43,11 @@ const (
 	// reply, with the reply's content in Reply; timeout, remote_error or
 	// error, with Err).
 	KindIdemOutcome = "idem_outcome"
+	// KindSlotsLapsed: a worker learnt at End that the lease of its global
+	// concurrency slots of Receiver had run out, at T at the earliest
+	// (disker.EventSlotsLapsed): its handlers running then ran on beside
+	// the slots' next holders.
+	KindSlotsLapsed = "slots_lapsed"
 )
 
 // Modes of send of the features. The other features' sends are

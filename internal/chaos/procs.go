@@ -54,7 +54,9 @@ type ProcConfig struct {
 	Seed uint64
 }
 
-func newDisker(cfg ProcConfig) (*disker.Disker, error) {
+// newDisker connects an instance; with rec, it records the lapses of its
+// global concurrency slots (KindSlotsLapsed).
+func newDisker(cfg ProcConfig, rec *Recorder) (*disker.Disker, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	var d *disker.Disker
 	var err error
@@ -68,12 +70,28 @@ func newDisker(cfg ProcConfig) (*disker.Disker, error) {
 			TimeoutMonitorFrequency: monitorPeriod,
 			Logger:                  log,
 			InstanceID:              "chaos-" + cfg.Name,
+			OnEvent:                 slotsLapses(rec),
 		})
 		cancel()
 		if err == nil || time.Now().After(deadline) {
 			return d, err
 		}
 		time.Sleep(100 * time.Millisecond) // a retry pace, not a wait for an event
+	}
+}
+
+// slotsLapses returns the event hook that records in rec the lapses of
+// the instance's global concurrency slots, or nil without rec.
+func slotsLapses(rec *Recorder) func(disker.Event) {
+	if rec == nil {
+		return nil
+	}
+	return func(e disker.Event) {
+		if e.Kind != disker.EventSlotsLapsed {
+			return
+		}
+		now := time.Now().UnixNano()
+		rec.Record(Event{T: now - int64(e.Duration), End: now, Kind: KindSlotsLapsed, Receiver: e.Receiver})
 	}
 }
 
@@ -85,7 +103,7 @@ func startProc(cfg ProcConfig) (*Recorder, *disker.Disker, error) {
 		return nil, nil, err
 	}
 	rec.RecordAcks()
-	d, err := newDisker(cfg)
+	d, err := newDisker(cfg, rec)
 	if err != nil {
 		rec.Close()
 		return nil, nil, fmt.Errorf("chaos: %s: %w", cfg.Name, err)
