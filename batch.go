@@ -347,6 +347,18 @@ func (c *consumer) runBatch(bt *batch) {
 	if c.hardCtx.Err() != nil {
 		return // it waited for a slot until the instance stopped
 	}
+	if c.lim != nil {
+		if !c.lim.start(c.d.opCtx, len(bt.tasks)) {
+			// Their global concurrency slots lapsed (or cannot be
+			// renewed) while they waited: they go to an instance that
+			// holds some.
+			for _, t := range bt.tasks {
+				c.giveBack(t, c.d.messageOf(&t.dl.Env, t.dl.Deadline, t.dl.Attempt), errSlotLapsed)
+			}
+			return
+		}
+		defer c.lim.end(len(bt.tasks))
+	}
 	handed, msgs, ctx, end := c.startBatch(bt)
 	if len(msgs) == 0 {
 		return
