@@ -18,16 +18,26 @@ import (
 // messages at a time. Give every instance that serves the receiver the
 // same n.
 //
+// The promise: never more than n handlers of the receiver run at once,
+// except that a handler whose instance stalled or was cut off from the
+// broker for longer than the lease may run on beside the slot's next
+// holder until it ends, as a handler whose message lease lapsed runs on
+// beside the message's next delivery.
+//
 // Each instance holds slots in the broker under a lease (the receiver's
 // WithLease) and takes them before it fetches, so it never fetches a
 // message it may not start. The lease keeper renews them with the
 // deliveries' leases; the slots of an instance that died come back when
-// its lease runs out, on the broker's clock. An instance that finds every
-// slot taken looks again after a delay that doubles up to
-// Config.ReceiverBlockTimeout (or when one of its own handlers ends). An
-// instance cut off from the broker for longer than its lease loses its
-// slots to the others, and its handlers still running then count beyond n
-// until they end.
+// its lease runs out, on the broker's clock. A handler starts only on a
+// slot the broker still counts for its instance: by the local clock, within
+// the lease of the last call that found the slots held (a call past it
+// renews them first, and asks the broker whether it still counts them). A
+// fetched message whose slot lapsed meanwhile (a prefetched one, after a
+// stall) is given back without starting and without counting an attempt.
+// An instance that learns that its slots lapsed reports EventSlotsLapsed.
+// An instance that finds every slot taken looks again after a delay that
+// doubles up to Config.ReceiverBlockTimeout (or when one of its own
+// handlers ends).
 //
 // The slots are not shared out evenly: a slot stays with its instance
 // while it keeps finding messages, and is given back only when a fetch
