@@ -208,7 +208,10 @@ func (b *Batch) Seal(ctx context.Context) (*BatchInfo, error) {
 // WithRetention it is kept for DefaultBatchRetention. With WithThen, the
 // chain is the batch's child: its last step's outcome counts there (or
 // cancelled, when the chain stopped before it). WithBatch goes with Send,
-// SendBatch and SendEach, not with Request, WithGroup or WithDebounce; in
+// SendBatch and SendEach and their options (a keyed child, WithGroup,
+// counts when it settles, as any child), not with Request nor
+// WithDebounce (a debounced message that a later send replaces is never
+// settled: the batch would wait for it for ever); in
 // BatchOptions.CompletionOptions it nests a batch in another.
 func WithBatch(id string) SendOption {
 	return func(o *sendOptions) { o.batch, o.batchSet = id, true }

@@ -60,9 +60,10 @@ type completionSeen struct {
 // batch's completion runs exactly once (one message id; a redelivery of it
 // is the same id), never before its last child settled (each child's
 // retained result is final when the completion runs), with counts equal to
-// the children's outcomes. Chains of 10 steps across the same workers
-// reach their last step exactly once (each step is queued only by the
-// success of the one before). It runs 60 batches; DISKER_BATCHES_LONG=1
+// the children's outcomes. Half of each batch's children are keyed
+// (WithGroup). Chains of 10 steps across the same workers, half of them
+// with a keyed first step, reach their last step exactly once (each step
+// is queued only by the success of the one before). It runs 60 batches; DISKER_BATCHES_LONG=1
 // runs 1,000.
 func TestBatchesUnderKills(t *testing.T) {
 	if testing.Short() {
@@ -153,6 +154,11 @@ func TestBatchesUnderKills(t *testing.T) {
 				content = "fail"
 			}
 			msgs[i].Message = disker.Message{Receiver: recvs[i%len(recvs)], Content: []byte(content)}
+			if i%2 == 0 {
+				// Keyed: its settle, its key's release and its report are
+				// one step.
+				msgs[i].Options = []disker.SendOption{disker.WithGroup("k" + strconv.Itoa(b%4))}
+			}
 		}
 		mu.Lock() // the completion may run before SendEach returns
 		ids, err := bt.SendEach(ctx, msgs)
@@ -197,6 +203,9 @@ func TestBatchesUnderKills(t *testing.T) {
 		opts := []disker.SendOption{disker.WithThen(disker.Message{Receiver: "bk-chain-end", Content: []byte(strconv.Itoa(c))})}
 		for k := 8; k >= 1; k-- {
 			opts = []disker.SendOption{disker.WithThen(disker.Message{Receiver: recvs[k%len(recvs)], Content: []byte("ok")}, opts...)}
+		}
+		if c%2 == 0 {
+			opts = append(opts, disker.WithGroup("chain"))
 		}
 		if _, err := d.Send(ctx, disker.Message{Receiver: recvs[0], Content: []byte("ok")}, opts...); err != nil {
 			t.Fatal(err)

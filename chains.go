@@ -36,8 +36,12 @@ type thenStep struct {
 // (Config.MaxResultBytes) cannot, and its step counts as failed
 // (CodeReplyTooLarge), which stops the chain.
 //
-// WithThen goes with Send (and Batch.Send), and with the options of a
-// batch's completion (BatchOptions.CompletionOptions). With WithBatch, the
+// WithThen goes with Send (and Batch.Send) and its options, WithGroup
+// among them (a keyed step's settle, its key's release and its outcome
+// are one broker step), not with WithDebounce (a debounced message that a
+// later send replaces is never settled: the chain would stop there), and
+// with the options of a batch's completion
+// (BatchOptions.CompletionOptions). With WithBatch, the
 // chain as a whole is the batch's child: its last step's outcome counts
 // there, or cancelled when the chain stopped before it.
 //

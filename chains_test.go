@@ -361,3 +361,101 @@ func TestBatchNesting(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyedBatchAndChain: a batch whose children are keyed (WithGroup,
+// two keys, WithGroupConcurrency(1)) runs each key's children one at a
+// time, in order (a child dead-lettered, NoRetry, lets its key go on),
+// and completes exactly once with the right counts; a
+// chain whose first step is keyed goes on to its next step with the
+// step's reply.
+func TestKeyedBatchAndChain(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		d := e.open()
+		ctx := t.Context()
+		var mu sync.Mutex
+		out := map[string]int{}        // key -> children of it being handled
+		order := map[string][]string{} // key -> contents, as handled
+		overlap := ""                  // a child handled while another of its key was
+		err := d.Handle("keyed-work", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			c := string(m.Content)
+			key := c[:1]
+			mu.Lock()
+			if out[key]++; out[key] > 1 {
+				overlap = c
+			}
+			order[key] = append(order[key], c)
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				out[key]--
+				mu.Unlock()
+			}()
+			if c == "b3" {
+				return nil, disker.NoRetry(errors.New("b3 fails"))
+			}
+			return []byte("reply of " + c), nil
+		}), disker.WithConcurrency(4), disker.WithGroupConcurrency(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		completions := make(chan string, 10)
+		err = d.Handle("keyed-done", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			completions <- string(m.Content)
+			return nil, nil
+		}), disker.WithConcurrency(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := d.NewBatch(ctx, disker.BatchOptions{Completion: disker.Message{Receiver: "keyed-done", Content: []byte("done")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			for _, key := range []string{"a", "b"} {
+				if _, err := b.Send(ctx, disker.Message{Receiver: "keyed-work", Content: []byte(key + strconv.Itoa(i))}, disker.WithGroup(key)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if _, err := b.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		info := waitBatch(t, d, b.ID())
+		if info.Children != 10 || info.Succeeded != 9 || info.DeadLettered != 1 || info.Settled != 10 || !info.CompletionSent {
+			t.Fatalf("the keyed batch: %+v, want 10 children, 9 succeeded and 1 dead-lettered", info)
+		}
+		if got := <-completions; got != "done" {
+			t.Fatalf("completion %q", got)
+		}
+		// A second completion would be queued before this message, which
+		// the one worker of keyed-done handles after it.
+		if _, err := d.Send(ctx, disker.Message{Receiver: "keyed-done", Content: []byte("after")}); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-completions; got != "after" {
+			t.Fatalf("after the completion, keyed-done got %q, want the message sent after it", got)
+		}
+		mu.Lock()
+		if overlap != "" || fmt.Sprint(order["a"]) != "[a0 a1 a2 a3 a4]" || fmt.Sprint(order["b"]) != "[b0 b1 b2 b3 b4]" {
+			t.Fatalf("keys ran %v (overlap %q), want each key's children once, in order, one at a time", order, overlap)
+		}
+		mu.Unlock()
+
+		// A chain whose first step is keyed: its next step takes its reply.
+		next := make(chan string, 1)
+		err = d.Handle("keyed-next", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			next <- string(m.Content)
+			return nil, nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Send(ctx, disker.Message{Receiver: "keyed-work", Content: []byte("c0")}, disker.WithGroup("c"),
+			disker.WithThen(disker.Message{Receiver: "keyed-next"})); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-next; got != "reply of c0" {
+			t.Fatalf("the step after a keyed step got %q, want its reply", got)
+		}
+	})
+}

@@ -151,7 +151,7 @@ func (o *sendOptions) check(hasSender bool) error {
 	case o.retentionSet && (o.retention < time.Millisecond || o.retention > MaxRetention):
 		return invalid("WithRetention", "must be from 1ms to %v (MaxRetention), got %v", MaxRetention, o.retention)
 	case o.retentionSet && o.debounce:
-		return invalid("WithRetention", "a message that a later send replaces (WithDebounce) is never settled: it has no result to keep")
+		return invalid("WithRetention", "does not go with WithDebounce: a debounced message that a later send replaces is never settled, so it would have no final outcome to keep")
 	case o.expirySet && o.expireAtSet:
 		return invalid("WithExpiry", "WithExpiry and WithExpireAt both give the message an expiry: give one")
 	case o.expirySet && o.expiry < time.Millisecond:
@@ -411,10 +411,10 @@ func (o *sendOptions) checkChild() error {
 	switch {
 	case o.batchSet && checkBatchID("WithBatch", o.batch) != nil:
 		return checkBatchID("WithBatch", o.batch)
-	case o.batchSet && (o.groupSet || o.debounce):
-		return invalid("WithBatch", "does not go with WithGroup or WithDebounce: a child's outcome is recorded in the step that settles it")
-	case o.then != nil && (o.groupSet || o.debounce):
-		return invalid("WithThen", "does not go with WithGroup or WithDebounce: a step's outcome is recorded in the step that settles it")
+	case o.batchSet && o.debounce:
+		return invalid("WithBatch", "does not go with WithDebounce: a debounced message that a later send replaces is never settled, so the batch would wait for it for ever")
+	case o.then != nil && o.debounce:
+		return invalid("WithThen", "does not go with WithDebounce: a debounced message that a later send replaces is never settled, so the chain would stop there without a word")
 	}
 	return nil
 }

@@ -364,11 +364,10 @@ func TestChainAndBatchRefusals(t *testing.T) {
 			want  error
 			call  func() error
 		}{
-			{"WithBatch and WithGroup", "WithBatch", nil, send(disker.WithBatch(b.ID()), disker.WithGroup("k"))},
 			{"WithBatch and WithDebounce", "WithBatch", nil, send(disker.WithBatch(b.ID()), disker.WithDebounce("k", time.Second, time.Minute))},
 			{"WithBatch of a malformed id", "WithBatch", nil, send(disker.WithBatch("no-slash"))},
-			{"WithThen and WithGroup", "WithThen", nil, send(then, disker.WithGroup("k"))},
 			{"WithThen and WithDebounce", "WithThen", nil, send(then, disker.WithDebounce("k", time.Second, time.Minute))},
+			{"WithRetention and WithDebounce", "WithRetention", nil, send(disker.WithRetention(time.Hour), disker.WithDebounce("k", time.Second, time.Minute))},
 			{"WithThen with SendEach", "WithThen", nil, func() error {
 				_, err := d.SendEach(ctx, []disker.Outgoing{{Message: msg, Options: []disker.SendOption{then}}})
 				return err
@@ -408,6 +407,9 @@ func TestChainAndBatchRefusals(t *testing.T) {
 					return
 				}
 				wantValidation(t, err, tc.field)
+				if strings.Contains(tc.what, "WithDebounce") && !strings.Contains(err.Error(), "never settled") {
+					t.Fatalf("err = %v, want it to say that a replaced debounced message is never settled", err)
+				}
 			})
 		}
 		for _, r := range []string{"refused-r", "refused-next", "refused-done"} {

@@ -282,8 +282,6 @@ func (p *SendParams) Validate() error {
 		return errors.New("broker: SendParams.Batch: a child reports its outcome through its retained result: Retention must be > 0")
 	case p.BatchReply && p.Batch == "":
 		return errors.New("broker: SendParams.BatchReply is set without Batch")
-	case p.Batch != "" && p.GroupKey != "":
-		return errors.New("broker: SendParams.Batch: a keyed message's result is written after its acknowledgement, not in the same step: no GroupKey")
 	case len(p.DedupKey) > MaxKeyLen:
 		return fmt.Errorf("broker: SendParams.DedupKey is %d bytes, over %d", len(p.DedupKey), MaxKeyLen)
 	case p.DedupKey != "" && p.DedupTTL <= 0:

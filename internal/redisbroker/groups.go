@@ -366,6 +366,44 @@ do
 end
 `
 
+// luaSettleGroup defines gsettleRefs(G, retries, refs), which settles
+// deliveries of keyed messages (refs: entry ids, prefixed "h"/"l" at
+// those levels; G as luaGroups makes it): XACK and ZREM from the retries
+// zset of them all, then for each entry XDEL; one that XDEL deleted (not
+// settled before) is settled for its key (field g, gsettle), which may
+// queue the key's next message. It returns how many XDEL deleted. It
+// needs luaGroups before it.
+const luaSettleGroup = `
+local function gsettleRefs(G, retries, refs)
+  local gone = 0
+  local byStream = {}
+  for _, ref in ipairs(refs) do
+    local stream, id = G.q, ref
+    local c = string.sub(ref, 1, 1)
+    if c == 'h' then stream, id = G.h, string.sub(ref, 2) elseif c == 'l' then stream, id = G.l, string.sub(ref, 2) end
+    byStream[stream] = byStream[stream] or {}
+    table.insert(byStream[stream], {id, ref})
+  end
+  redis.call('ZREM', retries, unpack(refs))
+  for stream, es in pairs(byStream) do
+    local ids = {}
+    for j, e in ipairs(es) do ids[j] = e[1] end
+    redis.pcall('XACK', stream, 'g', unpack(ids))
+    for _, e in ipairs(es) do
+      local entry = redis.call('XRANGE', stream, e[1], e[1])[1]
+      if entry and redis.call('XDEL', stream, e[1]) == 1 then
+        gone = gone + 1
+        local f = entry[2]
+        for j = 1, #f, 2 do
+          if f[j] == 'g' then gsettle(G, f[j + 1], e[2]) end
+        end
+      end
+    end
+  end
+  return gone
+end
+`
+
 // scriptSettleGroup acknowledges and deletes deliveries of keyed
 // messages, and settles them for their keys.
 var scriptSettleGroup = rueidis.NewLuaScript(`-- settle_group
@@ -375,38 +413,11 @@ var scriptSettleGroup = rueidis.NewLuaScript(`-- settle_group
 -- ARGV[1] -> "1": the deliveries expired unstarted (Queue.Drop): counted
 --            in KEYS[9]; "0": they were acknowledged
 -- ARGV[2..] -> refs (entry ids, prefixed "h"/"l" at those levels)
--- XACK and ZREM from the retries of them all, then for each entry XDEL;
--- one that XDEL deleted (not settled before) is settled for its key (field
--- g), which may queue the key's next message. Returns 1 when a message was queued at the high
--- or low level whose stream held nothing, else 0.
-` + luaNow + luaDeferred + luaQueueMessage + luaGroups + `
+-- gsettleRefs (luaSettleGroup) of the refs. Returns 1 when a message was
+-- queued at the high or low level whose stream held nothing, else 0.
+` + luaNow + luaDeferred + luaQueueMessage + luaGroups + luaSettleGroup + `
 local G = groupsAt(1)
-local gone = 0
-local byStream = {}
-for i = 2, #ARGV do
-  local ref = ARGV[i]
-  local stream, id = G.q, ref
-  local c = string.sub(ref, 1, 1)
-  if c == 'h' then stream, id = G.h, string.sub(ref, 2) elseif c == 'l' then stream, id = G.l, string.sub(ref, 2) end
-  byStream[stream] = byStream[stream] or {}
-  table.insert(byStream[stream], {id, ref})
-end
-redis.call('ZREM', KEYS[8], unpack(ARGV, 2))
-for stream, es in pairs(byStream) do
-  local ids = {}
-  for j, e in ipairs(es) do ids[j] = e[1] end
-  redis.pcall('XACK', stream, 'g', unpack(ids))
-  for _, e in ipairs(es) do
-    local entry = redis.call('XRANGE', stream, e[1], e[1])[1]
-    if entry and redis.call('XDEL', stream, e[1]) == 1 then
-      gone = gone + 1
-      local f = entry[2]
-      for j = 1, #f, 2 do
-        if f[j] == 'g' then gsettle(G, f[j + 1], e[2]) end
-      end
-    end
-  end
-end
+local gone = gsettleRefs(G, KEYS[8], {unpack(ARGV, 2)})
 if ARGV[1] == '1' and gone > 0 then
   redis.call('INCRBY', KEYS[9], gone)
 end

@@ -181,7 +181,7 @@ var scriptResultFinish = rueidis.NewLuaScript(`-- result_finish
 -- XACK, ZREM and XDEL of the entry (and INCR of the count when dropped
 -- and deleted), then resFinal. Returns resFinal's answer: 2 when a batch
 -- child's outcome went to the batch outbox, else 1 (0: no record).
-` + luaNow + luaResult + `
+` + luaNow + luaResult + luaFinishRecord + `
 if ARGV[2] ~= '' then
   redis.call('XACK', KEYS[4], 'g', ARGV[2])
   redis.call('ZREM', KEYS[5], ARGV[3])
@@ -190,10 +190,49 @@ if ARGV[2] ~= '' then
     redis.call('INCRBY', KEYS[6], gone)
   end
 end
-local R = {rec = KEYS[1], idx = KEYS[2], n = KEYS[3], pre = ARGV[7], cap = ARGV[8]}
-local set = {'w', ARGV[9]}
-if ARGV[10] ~= '0' then set[3], set[4] = 'a', ARGV[10] end
-return resFinal(R, ARGV[1], ARGV[5], ARGV[6], {'rep', ARGV[11], 'ec', ARGV[12], 'et', ARGV[13]}, set)
+return finishRecord()
+`)
+
+// luaFinishRecord defines finishRecord(), resFinal of the record
+// KEYS[1..3] with the final outcome of the arguments of result_finish
+// (ARGV[1], ARGV[5..13]), and returns its answer. It needs luaResult
+// before it.
+const luaFinishRecord = `
+local function finishRecord()
+  local R = {rec = KEYS[1], idx = KEYS[2], n = KEYS[3], pre = ARGV[7], cap = ARGV[8]}
+  local set = {'w', ARGV[9]}
+  if ARGV[10] ~= '0' then set[3], set[4] = 'a', ARGV[10] end
+  return resFinal(R, ARGV[1], ARGV[5], ARGV[6], {'rep', ARGV[11], 'ec', ARGV[12], 'et', ARGV[13]}, set)
+end
+`
+
+// scriptResultFinishGroup settles a delivery of a keyed message for its
+// key and records its final outcome, in one step: a crash cannot leave
+// the key released with the record (and a batch child's report) not
+// written.
+var scriptResultFinishGroup = rueidis.NewLuaScript(`-- result_finish_group
+-- KEYS[1..3] -> the record P:{R}:res:<id>, the index P:{R}:res, the sizes
+--            P:{R}:resn
+-- KEYS[4..10] -> the group keys (Broker.groupKeys)
+-- KEYS[11] -> the retries zset P:{R}:retries
+-- KEYS[12] -> the expired count P:{R}:expired
+-- ARGV -> as result_finish's; ARGV[3], the entry's ref (without its
+--            group mark), is settled
+-- gsettleRefs (luaSettleGroup) of the ref (INCR of the count when dropped
+-- and deleted), which may queue its key's next message, then resFinal.
+-- Returns {first, reported}: first is 1 when a message was queued at the
+-- high or low level whose stream held nothing; reported is resFinal's
+-- answer (2: a batch child's outcome went to the batch outbox).
+` + luaNow + luaDeferred + luaQueueMessage + luaGroups + luaSettleGroup + luaResult + luaFinishRecord + `
+local G = groupsAt(4)
+if ARGV[3] ~= '' then
+  local gone = gsettleRefs(G, KEYS[11], {ARGV[3]})
+  if ARGV[4] == '1' and gone > 0 then
+    redis.call('INCRBY', KEYS[12], gone)
+  end
+end
+local reported = finishRecord()
+return {G.first, reported}
 `)
 
 // scriptResultProgress records the latest progress of a message.
@@ -224,8 +263,8 @@ func (b *Broker) StartResult(ctx context.Context, p *broker.StartResultParams) e
 }
 
 // FinishResult acknowledges (or drops) p.Ref and records the final
-// outcome with one script; a keyed message's ref is acknowledged first
-// (Ack), its record written after.
+// outcome with one script: result_finish, or for a keyed message's ref
+// result_finish_group, which settles it for its key in the same step.
 func (b *Broker) FinishResult(ctx context.Context, p *broker.FinishResultParams) error {
 	if err := b.check(); err != nil {
 		return err
@@ -233,30 +272,27 @@ func (b *Broker) FinishResult(ctx context.Context, p *broker.FinishResultParams)
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	ref := p.Ref
-	if _, keyed := unmarkRef(ref); keyed {
-		settle := b.Ack
-		if p.State == broker.ResultExpired {
-			settle = b.Drop
-		}
-		if err := settle(ctx, p.Receiver, ref); err != nil {
-			return err
-		}
-		ref = ""
-	}
+	ref, keyed := unmarkRef(p.Ref)
 	prio, id := refLevel(ref)
 	if ref != "" && !validRef(id) {
 		return broker.ErrLeaseLost
 	}
 	keys, prefix := b.resultKeys(p.Receiver, p.ID)
-	keys = append(keys, b.keys.queueAt(p.Receiver, prio), b.keys.retries(p.Receiver), b.keys.expired(p.Receiver))
+	script := scriptResultFinish
+	if keyed {
+		script = scriptResultFinishGroup
+		keys = append(append(keys, b.groupKeys(p.Receiver)...), b.keys.retries(p.Receiver), b.keys.expired(p.Receiver))
+	} else {
+		keys = append(keys, b.keys.queueAt(p.Receiver, prio), b.keys.retries(p.Receiver), b.keys.expired(p.Receiver))
+	}
 	var rep string
 	if p.Reply != nil {
 		rep = rueidis.BinaryString(wire.Encode(p.Reply))
 	}
 	st := map[broker.ResultState]string{broker.ResultDone: "d", broker.ResultExpired: "e", broker.ResultTimedOut: "t"}[p.State]
-	n, err := scriptResultFinish.Exec(ctx, b.client, keys, []string{p.ID, id, ref, boolArg(p.State == broker.ResultExpired), st,
-		msString(p.Retention), prefix, b.maxResults, p.Worker, strconv.Itoa(p.Attempt), rep, p.ErrorCode, p.ErrorText}).AsInt64()
+	r := script.Exec(ctx, b.client, keys, []string{p.ID, id, ref, boolArg(p.State == broker.ResultExpired), st,
+		msString(p.Retention), prefix, b.maxResults, p.Worker, strconv.Itoa(p.Attempt), rep, p.ErrorCode, p.ErrorText})
+	n, err := b.finished(ctx, p.Receiver, r, keyed)
 	if err != nil && !isNoGroup(err) {
 		return b.fail(ctx, "finish result", err)
 	}
@@ -269,6 +305,26 @@ func (b *Broker) FinishResult(ctx context.Context, p *broker.FinishResultParams)
 		}
 	}
 	return nil
+}
+
+// finished reads r, the answer of result_finish (keyed false) or
+// result_finish_group for receiver: resFinal's answer; a message queued
+// at a level whose stream held nothing is told to levelsChanged.
+func (b *Broker) finished(ctx context.Context, receiver string, r rueidis.RedisResult, keyed bool) (int64, error) {
+	if !keyed {
+		return r.AsInt64()
+	}
+	v, err := r.AsIntSlice()
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 2 {
+		return 0, fmt.Errorf("the result_finish_group script answered %v", v)
+	}
+	if v[0] == 1 {
+		b.levelsChanged(ctx, receiver)
+	}
+	return v[1], nil
 }
 
 // SetProgress records data as the latest progress of message id.

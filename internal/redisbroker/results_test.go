@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/redistest"
 )
 
 // TestResultsCap: over Config.MaxResultBytes, a receiver's records closest
@@ -85,4 +86,50 @@ func TestResultsPlainSendUnchanged(t *testing.T) {
 	if w := b.wayOf(&p); w != sendEnqueue {
 		t.Fatalf("a send with a retention goes way %d, want the enqueue script", w)
 	}
+}
+
+// TestKeyedFinishIsOneStep: FinishResult of a keyed message's delivery
+// settles it for its key (its key's next message goes) and writes its
+// final record in one script, so that no crash can leave the key released
+// and the record (a batch child's report, a chain's next step) unwritten.
+func TestKeyedFinishIsOneStep(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	b := newBrokerOn(t, s, Config{})
+	raw := rawClient(t, s)
+	ctx := ctxT(t)
+	for _, id := range []string{"m1", "m2", "m3"} {
+		p := broker.SendParams{Env: *env(id, "r"), GroupKey: "k", Retention: time.Hour}
+		if _, err := broker.SendOne(ctx, b, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// take fetches r's one delivery, which must be id's.
+	take := func(id string) broker.Delivery {
+		t.Helper()
+		ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "c", Max: 10, Lease: time.Minute, MaxAttempts: 5})
+		if err != nil || len(ds) != 1 || ds[0].Env.ID != id {
+			t.Fatalf("Fetch = %+v, %v; want %s alone", ds, err, id)
+		}
+		return ds[0]
+	}
+	finishDone := func(d broker.Delivery) {
+		t.Helper()
+		if err := b.FinishResult(ctx, &broker.FinishResultParams{Receiver: "r", ID: d.Env.ID, Ref: d.Ref, State: broker.ResultDone,
+			Worker: "w", Attempt: 1, Retention: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finishDone(take("m1")) // loads the script
+	d := take("m2")
+	scripts := func() int { return commandCalls(t, raw, "evalsha") + commandCalls(t, raw, "eval") }
+	before := scripts()
+	finishDone(d)
+	if n := scripts() - before; n != 1 {
+		t.Fatalf("FinishResult of a keyed delivery ran %d scripts, want 1", n)
+	}
+	if rec, err := b.Result(ctx, "r", "m2"); err != nil || rec.State != broker.ResultDone {
+		t.Fatalf("m2's record: %+v, %v", rec, err)
+	}
+	take("m3")
 }

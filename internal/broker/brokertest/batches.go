@@ -263,7 +263,7 @@ func testBatchEdges(t *testing.T, b broker.Broker) {
 	for _, p := range []broker.SendParams{
 		{Env: *newEnv(r, "x"), Batch: open.id},
 		{Env: *newEnv(r, "x"), Batch: "no-slash", Retention: time.Hour},
-		{Env: *newEnv(r, "x"), Batch: open.id, Retention: time.Hour, GroupKey: "k"},
+		{Env: *newEnv(r, "x"), Batch: open.id, Retention: time.Hour, DebounceKey: "k", DebounceWait: time.Second, DebounceMax: time.Second},
 	} {
 		if _, err := broker.SendOne(ctx, b, p); err == nil {
 			t.Fatalf("Send with %+v: no error", p)

@@ -124,6 +124,8 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"BatchIndex", testBatchIndex},
 		{"BatchCancelledFlag", testBatchCancelledFlag},
 		{"BatchChains", testBatchChains},
+		{"BatchGroups", testBatchGroups},
+		{"BatchGroupChain", testBatchGroupChain},
 		{"NothingLeftBehind", testNothingLeftBehind},
 		{"Close", testClose},
 		{"SchedulePutList", testSchedulePutList},
