@@ -355,14 +355,17 @@ func (q *request) prepare(ctx context.Context) error {
 	p.Env.Timeout = 0
 	dl, hasDeadline := ctx.Deadline()
 	if hasDeadline {
-		timeout := max(time.Until(dl), time.Millisecond)
+		measured := time.Now()
+		timeout := max(dl.Sub(measured), time.Millisecond)
 		if q.lead > 0 {
 			if timeout <= q.lead {
 				return invalid("WithDelay", "the Request's deadline (ctx's, or WithTimeout's) comes before its delivery time, %v from now", q.lead)
 			}
 			timeout -= q.lead // counted from the delivery
 		}
-		p.Env.Timeout = timeout
+		// The deadline counts from now, however long the inbox and the
+		// send take to reach the broker (broker.SendParams.TimeoutFrom).
+		p.Env.Timeout, p.TimeoutFrom = timeout, measured
 	}
 	q.dl, q.timeout = dl, p.Env.Timeout
 	if hasDeadline {

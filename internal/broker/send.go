@@ -63,6 +63,16 @@ type SendParams struct {
 	// cancelled. A timed message's deadline is its due time plus
 	// Env.Timeout.
 	Delay time.Duration
+	// TimeoutFrom, when not zero, is the local time (with its monotonic
+	// reading) at which Env.Timeout was measured: a Request's is the time
+	// left to its context's deadline, taken before the inbox was made ready
+	// and the send reached the broker. A broker that sets an inbox
+	// message's deadline (RouteInbox) counts Env.Timeout from then, not
+	// from the send (TimeoutLeft), so that a send held up on its way (a
+	// host stall, a slow inbox, a queued send) does not move the deadline
+	// past the sender's.
+	TimeoutFrom time.Time
+
 	// DeliverAt, when not zero, defers the message until that broker time
 	// (at most one of Delay and DeliverAt is set). A time that has passed
 	// queues it at once, with its deadline counted from now.
@@ -327,4 +337,15 @@ func SendOne(ctx context.Context, q Queue, p SendParams) (SendResult, error) {
 		return SendResult{}, err
 	}
 	return ps[0].Result, ps[0].Result.Err
+}
+
+// TimeoutLeft returns what is left of p.Env.Timeout now, counted from
+// p.TimeoutFrom when it is set (at least a millisecond, so that the
+// message keeps a deadline, one that has passed); Env.Timeout itself
+// when it is not.
+func (p *SendParams) TimeoutLeft() time.Duration {
+	if p.TimeoutFrom.IsZero() || p.Env.Timeout <= 0 {
+		return p.Env.Timeout
+	}
+	return max(p.Env.Timeout-time.Since(p.TimeoutFrom), time.Millisecond)
 }

@@ -44,7 +44,10 @@ func (c *core) send(p *broker.SendParams) {
 		due = p.DeliverAt
 	}
 	var deadline time.Time
-	if env.Timeout > 0 {
+	switch {
+	case env.Timeout > 0 && env.Route == broker.RouteInbox:
+		deadline = due.Add(p.TimeoutLeft()) // see broker.SendParams.TimeoutFrom
+	case env.Timeout > 0:
 		deadline = due.Add(env.Timeout)
 	}
 	*r = broker.SendResult{ID: env.ID, Deadline: deadline}

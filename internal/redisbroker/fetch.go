@@ -278,7 +278,7 @@ func (b *Broker) readResult(ctx context.Context, st *streamState, p *broker.Fetc
 	}
 	for _, e := range entries[p.Max:] {
 		stream, id, _ := b.splitRef(s, e.id)
-		if err := b.giveBack(ctx, stream, p.Consumer, p.Lease, []string{id}); err != nil {
+		if err := b.giveBack(ctx, stream, p.Consumer, p.Lease, []string{id}, false); err != nil {
 			// It stays with p.Consumer until its lease ends.
 			st.forceReclaim()
 			return entries[:p.Max], b.fail(ctx, s.op, err)
@@ -507,6 +507,11 @@ func (b *Broker) Fetch(ctx context.Context, p *broker.FetchParams) ([]broker.Del
 	if err != nil {
 		return nil, err
 	}
+	if givenBackWake(entries) {
+		if entries, err = b.afterGiveBack(ctx, st, p, entries); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]broker.Delivery, 0, len(entries))
 	var wakes []string
 	for _, e := range entries {
@@ -567,4 +572,69 @@ func delivery(e *entry) (broker.Delivery, error) {
 		d.GroupKey, d.Ref = g, string(groupRefMark)+e.id
 	}
 	return d, nil
+}
+
+// givenBackWake reports whether entries hold a give-back wake entry
+// (scriptGiveBack).
+func givenBackWake(entries []entry) bool {
+	for i := range entries {
+		if e := &entries[i]; e.only("w") {
+			if v, _ := e.field("w"); v == "r" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// afterGiveBack is the rest of a Fetch whose entries hold a give-back wake
+// entry: entries of the normal level were given back before the wake
+// entry was queued (scriptGiveBack), and wait in the pending list for a
+// reclaim, while this fetch may have read newer ones. It drops the give-
+// back wake entries, gives back the entries of the normal level it read as
+// first deliveries (attempt 1: none was delivered before, or it was given
+// back), and runs the fetch script with its reclaim for as many entries,
+// which serves the given-back ones in the order they were queued, before
+// the newer ones. The other entries are kept as they were fetched.
+func (b *Broker) afterGiveBack(ctx context.Context, st *streamState, p *broker.FetchParams, entries []entry) ([]entry, error) {
+	s := &st.keys
+	var wakes, ids []string
+	kept := entries[:0:0]
+	for _, e := range entries {
+		if e.only("w") {
+			if v, _ := e.field("w"); v == "r" {
+				wakes = append(wakes, e.id)
+				continue
+			}
+		}
+		if prio, _ := refLevel(e.id); prio == broker.PriorityNormal && e.attempt == 1 && !e.only("w") {
+			_, id := refLevel(e.id)
+			ids = append(ids, id)
+			continue
+		}
+		kept = append(kept, e)
+	}
+	if err := scriptDropWakes.Exec(ctx, b.client, []string{s.stream, s.holders}, wakes).Error(); err != nil {
+		return nil, b.fail(ctx, "fetch", err)
+	}
+	if len(ids) > 0 {
+		err := b.client.Do(ctx, b.client.B().Xclaim().Key(s.stream).Group("g").Consumer(p.Consumer).MinIdleTime("0").
+			Id(ids...).Idle(p.Lease.Milliseconds()).Retrycount(0).Justid().Build()).Error()
+		if err != nil {
+			st.forceReclaim()
+			return nil, b.fail(ctx, "fetch", err)
+		}
+	}
+	room := p.Max - len(kept)
+	if room <= 0 {
+		st.forceReclaim()
+		return kept, nil
+	}
+	q := *p
+	q.Max = room
+	more, _, _, err := b.reclaim(ctx, st, &q, true)
+	if err != nil {
+		return kept, err
+	}
+	return append(kept, more...), nil
 }

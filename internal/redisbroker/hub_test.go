@@ -63,43 +63,19 @@ func TestHubGivesBackWhatItReadForAWaiterThatLeft(t *testing.T) {
 		_, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: "c", Max: 1, Block: 20 * time.Second, Lease: time.Minute})
 		return err
 	}
-	ctxB, cancelB := context.WithCancel(ctx)
-	doneB := make(chan error, 1)
-	go func() { doneB <- fetch(ctxB, "b") }()
-	ctxA, cancelA := context.WithCancel(ctx)
-	doneA := make(chan error, 1)
-	go func() { doneA <- fetch(ctxA, "a") }()
-	eventually(t, "a read covering both queues", func() bool {
-		return b.hubCovers("c", b.keys.queue("a")) && b.hubCovers("c", b.keys.queue("b"))
-	})
-	cancelA()
-	if err := <-doneA; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the fetch that left = %v; want context.Canceled", err)
-	}
+	endB := leftWaiter(t, ctx, b, fetch)
 	if !b.hubCovers("c", b.keys.queue("a")) {
 		t.Fatal("the read ended when a waiter left")
 	}
 	if _, err := sendEnv(ctx, b, env("m1", "a")); err != nil {
 		t.Fatal(err)
 	}
-	raw := rawClient(t, srv)
-	eventually(t, "the entry read and given back", func() bool {
-		p, err := raw.Do(ctx, raw.B().Xpending().Key(b.keys.queue("a")).Group("g").Start("-").End("+").Count(10).Build()).ToArray()
-		if err != nil || len(p) != 1 {
-			return false
-		}
-		e, _ := p[0].ToArray()
-		n, _ := e[3].AsInt64()
-		return n == 0
-	})
+	waitGivenBack(t, ctx, b, "a")
 	ds := fetch1(t, b, broker.FetchParams{Receiver: "a", Consumer: "d", Lease: time.Minute})
 	if len(ds) != 1 || ds[0].Env.ID != "m1" || ds[0].Attempt != 1 {
 		t.Fatalf("Fetch after the give-back = %+v; want m1 as attempt 1", ds)
 	}
-	cancelB()
-	if err := <-doneB; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the other fetch = %v; want context.Canceled", err)
-	}
+	endB()
 	// A fetch that begins after the give-back may read a on a connection
 	// of its own again.
 	b.direct = make(chan struct{}, directReads)
@@ -121,6 +97,50 @@ func TestHubGivesBackWhatItReadForAWaiterThatLeft(t *testing.T) {
 	if ds := <-got; len(ds) != 1 || ds[0].Env.ID != "m2" {
 		t.Fatalf("Fetch on the direct read = %+v; want m2", ds)
 	}
+}
+
+// leftWaiter starts fetches of queues a and b through b's hub for consumer
+// c (fetch), waits for one read to cover both, and ends a's: the hub's
+// read, kept up by b's fetch, still covers a. It returns what ends b's
+// fetch and waits for it.
+func leftWaiter(t *testing.T, ctx context.Context, b *Broker, fetch func(context.Context, string) error) func() {
+	t.Helper()
+	ctxB, cancelB := context.WithCancel(ctx)
+	doneB := make(chan error, 1)
+	go func() { doneB <- fetch(ctxB, "b") }()
+	ctxA, cancelA := context.WithCancel(ctx)
+	doneA := make(chan error, 1)
+	go func() { doneA <- fetch(ctxA, "a") }()
+	eventually(t, "a read covering both queues", func() bool {
+		return b.hubCovers("c", b.keys.queue("a")) && b.hubCovers("c", b.keys.queue("b"))
+	})
+	cancelA()
+	if err := <-doneA; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the fetch that left = %v; want context.Canceled", err)
+	}
+	return func() {
+		t.Helper()
+		cancelB()
+		if err := <-doneB; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the other fetch = %v; want context.Canceled", err)
+		}
+	}
+}
+
+// waitGivenBack waits until receiver's queue holds one pending entry, with
+// no delivery counted: read by the hub and given back.
+func waitGivenBack(t *testing.T, ctx context.Context, b *Broker, receiver string) {
+	t.Helper()
+	raw := rawClient(t, srv)
+	eventually(t, "the entry read and given back", func() bool {
+		p, err := raw.Do(ctx, raw.B().Xpending().Key(b.keys.queue(receiver)).Group("g").Start("-").End("+").Count(10).Build()).ToArray()
+		if err != nil || len(p) != 1 {
+			return false
+		}
+		e, _ := p[0].ToArray()
+		n, _ := e[3].AsInt64()
+		return n == 0
+	})
 }
 
 // TestHubWithoutClientUnblock: for a Redis user whose ACL refuses CLIENT

@@ -144,7 +144,10 @@ func ceilMS(t time.Time) time.Time {
 }
 
 // estimatedDeadline is the deadline of p, from an inbox, sent at now (Redis
-// time as estimated): its due time plus its timeout; zero for none. It only
+// time as estimated): its due time plus what is left of its timeout
+// (SendParams.TimeoutLeft: a Request's counts from when it was measured,
+// so that the deadline is the sender's whatever held the send up); zero
+// for none. It only
 // needs to be one value that the requester, the worker and the replier
 // share: the outcome is decided by Redis time, the ids of the inbox's
 // entries (see broker.Inbox).
@@ -152,7 +155,7 @@ func estimatedDeadline(p *broker.SendParams, now time.Time) time.Time {
 	if p.Env.Timeout <= 0 || p.Env.Route != broker.RouteInbox {
 		return time.Time{}
 	}
-	return dueOf(p, now).Add(p.Env.Timeout).Truncate(time.Millisecond)
+	return dueOf(p, now).Add(p.TimeoutLeft()).Truncate(time.Millisecond)
 }
 
 // ReleaseDedup frees receiver's dedup key if message id holds it: one

@@ -480,28 +480,65 @@ return {1, first}
 // giveBackRead gives back the entries of read, read by consumer for the
 // queue or reply stream home, as if never delivered: XCLAIM ... IDLE lease
 // RETRYCOUNT 0 JUSTID, per stream; the next fetch of home reclaims them
-// (as attempt 1). An entry that cannot be given back stays with consumer
-// until its lease ends.
+// (as attempt 1), and so does any instance's fetch that reads the give-back
+// wake entry queued behind those of a queue's normal level (giveBack). An
+// entry that cannot be given back stays with consumer until its lease ends.
 func (b *Broker) giveBackRead(ctx context.Context, consumer string, lease time.Duration, home string, read map[string][]xentry) {
 	for s, es := range read {
 		ids := make([]string, 0, len(es))
 		for _, e := range es {
 			ids = append(ids, e.ID)
 		}
-		_ = b.giveBack(ctx, s, consumer, lease, ids)
+		_ = b.giveBack(ctx, s, consumer, lease, ids, true)
 	}
 	b.forceReclaim(home)
 }
 
 // giveBack gives back ids of stream, held by consumer, as if never
-// delivered: one XCLAIM ... IDLE lease RETRYCOUNT 0 JUSTID.
-func (b *Broker) giveBack(ctx context.Context, stream, consumer string, lease time.Duration, ids []string) error {
+// delivered: one XCLAIM ... IDLE lease RETRYCOUNT 0 JUSTID. With wake, of
+// a queue's normal level stream whose state this broker keeps, it is the
+// give_back script instead, which also queues a give-back wake entry
+// behind them (see scriptGiveBack): any instance's fetch that reads it
+// reclaims them before it serves what was queued after them (Fetch). The
+// priority read, which gives back what it read beyond its count and
+// reclaims at its next fetch, passes no wake.
+func (b *Broker) giveBack(ctx context.Context, stream, consumer string, lease time.Duration, ids []string, wake bool) error {
 	if len(ids) == 0 {
 		return nil
+	}
+	if st := b.streams.byStream(stream); wake && st != nil && st.keys.record && st.keys.stream == stream {
+		return scriptGiveBack.Exec(ctx, b.client, []string{stream, st.keys.holders},
+			append([]string{consumer, msString(lease)}, ids...)).Error()
 	}
 	return b.client.Do(ctx, b.client.B().Xclaim().Key(stream).Group("g").Consumer(consumer).MinIdleTime("0").
 		Id(ids...).Idle(lease.Milliseconds()).Retrycount(0).Justid().Build()).Error()
 }
+
+// scriptGiveBack gives back entries of a queue's normal level stream.
+var scriptGiveBack = rueidis.NewLuaScript(`-- give_back
+-- KEYS[1] -> the queue stream P:{R}:q
+-- KEYS[2] -> the holders hash P:{R}:hold (field wakes counts wake entries)
+-- ARGV[1] -> consumer name; ARGV[2] -> lease in ms; ARGV[3..] -> entry ids
+-- Gives back the entries the consumer holds as if never delivered (XCLAIM
+-- IDLE lease RETRYCOUNT 0 JUSTID: the next reclaim takes them, as attempt
+-- 1), and, when it gave back any, appends a give-back wake entry (field w,
+-- value r) and counts it in the holders hash: a fetch that reads it, on any
+-- instance, reclaims them before it serves entries queued after them.
+-- Returns how many it gave back.
+local ids = {}
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], 'g', ARGV[i], ARGV[i], 1)[1]
+  if p and p[2] == ARGV[1] then ids[#ids + 1] = ARGV[i] end
+end
+if #ids == 0 then return 0 end
+local args = {'XCLAIM', KEYS[1], 'g', ARGV[1], 0}
+for _, id in ipairs(ids) do args[#args + 1] = id end
+for _, a in ipairs({'IDLE', ARGV[2], 'RETRYCOUNT', 0, 'JUSTID'}) do args[#args + 1] = a end
+redis.call(unpack(args))
+redis.call('XADD', KEYS[1], '*', 'w', 'r')
+redis.call('HINCRBY', KEYS[2], 'wakes', 1)
+return #ids
+`)
 
 // scriptDrop acknowledges, deletes and counts expired entries.
 var scriptDrop = rueidis.NewLuaScript(`-- drop
