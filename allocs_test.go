@@ -20,6 +20,13 @@ func TestSendAllocations(t *testing.T) {
 	})
 	ctx := context.Background()
 	msg := disker.Message{Receiver: "allocs", Content: make([]byte, 64)}
+	// rueidis opens each wire of its pipeline at its first use and picks
+	// one at random per command: open them all before counting.
+	for range 100 {
+		if _, err := d.Send(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
 	allocs := testing.AllocsPerRun(2000, func() {
 		if _, err := d.Send(ctx, msg); err != nil {
 			t.Fatal(err)
