@@ -178,7 +178,7 @@ func TestClusterInboxReplyRecorded(t *testing.T) {
 		if err := b.KeepInbox(ctx, inbox, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		env := broker.Envelope{ID: fmt.Sprintf("m-%v", same), Sender: inbox, Receiver: receiver, Content: []byte("q"), Timeout: 200 * time.Millisecond, Route: broker.RouteInbox}
+		env := broker.Envelope{ID: fmt.Sprintf("m-%v", same), Sender: inbox, Receiver: receiver, Content: []byte("q"), Timeout: 2 * time.Second, Route: broker.RouteInbox}
 		res, err := broker.SendOne(ctx, b, broker.SendParams{Env: env, Retention: time.Hour})
 		if err != nil {
 			t.Fatalf("Send: %v", err)

@@ -337,7 +337,7 @@ func testResultsInboxReply(t *testing.T, b broker.Broker) {
 		return rep
 	}
 
-	env, deadline := request("ping", shortLease, ret)
+	env, deadline := request("ping", time.Second, ret)
 	d := fetchOne(t, b, r, "w1", longLease)
 	if err := b.StartResult(ctx, &broker.StartResultParams{Receiver: r, ID: env.ID, Worker: "w1", Attempt: 1}); err != nil {
 		t.Fatal(err)
