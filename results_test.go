@@ -429,7 +429,7 @@ func TestResultReplyRedeliveredElsewhere(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := ctxTimeout(t, time.Minute)
-		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		var id string
 		reply, err := requester.Request(rctx, disker.Message{Receiver: "resmoved"}, disker.WithRetention(time.Hour), disker.WithOnSent(func(s string) { id = s }))
@@ -446,14 +446,14 @@ func TestResultReplyRedeliveredElsewhere(t *testing.T) {
 			t.Fatalf("Close with the handler in flight = %v, want DeadlineExceeded", err)
 		}
 		second := e.open()
-		// It takes the message once its lease of a second has passed since
-		// the first instance took it: after the deadline, so that it
-		// drops the message without calling its handler.
+		// It takes the message once its lease of two seconds has passed
+		// since the first instance took it: after the deadline, so that
+		// it drops the message without calling its handler.
 		var calls atomic.Int32
 		if err := second.Handle("resmoved", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
 			calls.Add(1)
 			return []byte("second"), nil
-		}), disker.WithLease(time.Second)); err != nil {
+		}), disker.WithLease(2*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 30*time.Second, "the second instance to settle the message", func() bool {
