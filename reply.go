@@ -229,6 +229,10 @@ func (d *Disker) replyIdempotent(ctx context.Context, msg *Message, env *broker.
 	for i, w := range waiters {
 		e := stored
 		e.ID, e.Receiver, e.InReplyTo = newID(), w.Inbox, w.RequestID
+		e.Retention = 0 // a joined request has no record of its own
+		if w.RequestID == msg.ID {
+			e.Retention = msg.retention
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

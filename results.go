@@ -265,8 +265,9 @@ func (d *Disker) resultOf(rec *broker.ResultRecord) *Result {
 		r.State = ResultCancelled
 	case rec.State == broker.ResultDeadLettered && !rec.Finished.IsZero() && (rec.Deadline.IsZero() || rec.Finished.Before(rec.Deadline)):
 		// Dead-lettered before its deadline: its sender was sent the
-		// dead-letter error then (a Request's inbox reply is not recorded
-		// where it is accepted).
+		// dead-letter error then (its error reply, when its record was
+		// not reached where it was accepted: on a Cluster, a Request's
+		// inbox or a sender in another slot).
 		r.State = ResultDeadLettered
 	case timedOut:
 		r.State = ResultTimedOut

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -402,6 +403,69 @@ func TestResultReplyBeforeRetry(t *testing.T) {
 		time.Sleep(time.Until(deadline) + 100*time.Millisecond)
 		if r, err = d.Result(ctx, "resretry", id); err != nil || r.State != disker.ResultSucceeded || string(r.Reply) != "first" {
 			t.Fatalf("result after the deadline: %+v, %v; want succeeded with the first reply", r, err)
+		}
+	})
+}
+
+// TestResultReplyRedeliveredElsewhere: a Request's reply is accepted by
+// its inbox, then the instance that sent it is closed before it
+// acknowledges the message; the message comes back to another instance
+// after its deadline, which finds it late and settles it with no reply of
+// its own: the result holds the reply its requester received, not a
+// timeout.
+func TestResultReplyRedeliveredElsewhere(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		requester := e.open()
+		first, err := disker.New(context.Background(), e.config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		replied := make(chan error, 1)
+		if err := first.Handle("resmoved", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			replied <- first.Reply(ctx, m, []byte("first"))
+			<-ctx.Done() // the instance is stopped before the deadline: left for redelivery
+			return nil, context.Cause(ctx)
+		}), disker.WithLease(3*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, time.Minute)
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		var id string
+		reply, err := requester.Request(rctx, disker.Message{Receiver: "resmoved"}, disker.WithRetention(time.Hour), disker.WithOnSent(func(s string) { id = s }))
+		if err != nil || string(reply.Content) != "first" {
+			t.Fatalf("Request: %v, %v; want the first reply", reply, err)
+		}
+		if err := <-replied; err != nil {
+			t.Fatalf("the first instance's Reply: %v", err)
+		}
+		cctx, ccancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err = first.Close(cctx)
+		ccancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close with the handler in flight = %v, want DeadlineExceeded", err)
+		}
+		second := e.open()
+		// It takes the message once its lease of two seconds has passed
+		// since the first instance took it: after the deadline, so that
+		// it drops the message without calling its handler.
+		var calls atomic.Int32
+		if err := second.Handle("resmoved", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			calls.Add(1)
+			return []byte("second"), nil
+		}), disker.WithLease(2*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the second instance to settle the message", func() bool {
+			s, err := second.Stats(ctx, "resmoved")
+			return err == nil && s.Length == 0 && s.Pending == 0
+		})
+		r, err := second.Result(ctx, "resmoved", id)
+		if err != nil || r.State != disker.ResultSucceeded || string(r.Reply) != "first" {
+			t.Fatalf("result: %+v, %v; want succeeded with the reply the requester received", r, err)
+		}
+		if r.Attempts != 2 || r.Worker != second.ID() || calls.Load() != 0 {
+			t.Fatalf("result: %+v, the second handler called %d times; want it dropped by the second instance's attempt 2 (%s)", r, calls.Load(), second.ID())
 		}
 	})
 }

@@ -399,7 +399,12 @@ type Inbox interface {
 	// it: the entry stays in the stream, where the requester ignores it.
 	// A reply accepted before the deadline is not exclusive: a second
 	// reply to the same request is accepted too, and the requester takes
-	// the first.
+	// the first. An accepted reply with a Retention (> 0) from a named
+	// Sender (the request's receiver) is recorded on the request's record
+	// (Results) as the reply its requester received, as FinishResult
+	// records one, without a final state; a late one is not. The append
+	// and the record are one atomic step when the broker can make them
+	// one; otherwise the record follows the append.
 	ReplyInbox(ctx context.Context, reply *Envelope, deadline time.Time) error
 
 	// GiveUp appends to the reply stream of inbox, while it is open, a

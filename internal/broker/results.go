@@ -193,7 +193,9 @@ type FinishResultParams struct {
 	Ref string
 	// State is the final state: ResultDone, ResultExpired or
 	// ResultTimedOut (dead letters and cancellations are recorded by
-	// DeadLetter, Fetch past MaxAttempts, and Cancel).
+	// DeadLetter, Fetch past MaxAttempts, and Cancel). ResultTimedOut on
+	// a record that holds a reply (recorded where it was accepted), or with
+	// Reply set, is written ResultDone: the sender received that reply.
 	State ResultState
 	// Worker and Attempt are the worker's id and the attempt's number.
 	Worker  string

@@ -12,7 +12,8 @@ import (
 
 // ReplyInbox appends reply to its inbox's reply stream while the inbox is
 // open, and accepts it when its time is before deadline (or deadline is
-// zero). See broker.Broker.
+// zero); an accepted reply with a Retention is recorded on its request's
+// record (receiver reply.Sender) in the same step. See broker.Broker.
 func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
 	raw, err := b.encodeReply(reply)
 	if err != nil {
@@ -28,6 +29,10 @@ func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadlin
 	e := b.c.appendReply(reply.Receiver, raw, broker.KindReply, reply.InReplyTo, b.c.now())
 	if !deadline.IsZero() && !e.at.Before(deadline) {
 		return broker.ErrLate
+	}
+	if reply.Retention > 0 && reply.Sender != "" {
+		// Recorded in the step that accepts it, as Redis does.
+		b.c.finalResult(reply.Sender, reply.InReplyTo, 0, reply.Retention, raw, "", "", nil)
 	}
 	return nil
 }

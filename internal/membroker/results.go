@@ -98,7 +98,8 @@ func (c *core) recordSent(p *broker.SendParams, deadline, due, now time.Time) {
 
 // finalResult writes the final state st of receiver's record id, as the
 // Redis broker's resFinal does: st unless the record is final already
-// (ResultState 0: leave it), reply, code and text unless set, then the
+// (ResultState 0: leave it; ResultTimedOut with a reply recorded or given
+// is ResultDone), reply, code and text unless set, then the
 // record expires its retention from now and counts against the cap. A
 // batch child's first final state is counted in its batch in the same
 // step (reportBatch), with its reply when it goes there (batchReply; over
@@ -118,6 +119,9 @@ func (c *core) finalResult(receiver, id string, st broker.ResultState, ret time.
 	}
 	if ret <= 0 {
 		ret = r.rec.Retention
+	}
+	if st == broker.ResultTimedOut && (r.reply != nil || len(reply) > 0) {
+		st = broker.ResultDone // its sender received the reply
 	}
 	settles := st != 0 && !r.rec.State.Final()
 	if settles {

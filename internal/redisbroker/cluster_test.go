@@ -159,3 +159,51 @@ func TestClusterTimedSendUndoneWhenQueueFails(t *testing.T) {
 		t.Fatalf("ExpireTimeouts = %d, %v; want nothing", n, err)
 	}
 }
+
+// TestClusterInboxReplyRecorded: on a Cluster, a reply a Request's inbox
+// accepts is on the request's record before any FinishResult, both when
+// the inbox and the receiver share a slot (reply_inbox records it) and
+// when they do not (result_reply, right after the append); a later
+// attempt's timeout after the deadline keeps it, as done.
+func TestClusterInboxReplyRecorded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Cluster test: runs without -short")
+	}
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	b := clusterBroker(t, c)
+	ctx := ctxT(t)
+	for _, same := range []bool{true, false} {
+		inbox, receiver := namesApart(b, func(a, b uint16) bool { return (a == b) == same })
+		if err := b.KeepInbox(ctx, inbox, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		env := broker.Envelope{ID: fmt.Sprintf("m-%v", same), Sender: inbox, Receiver: receiver, Content: []byte("q"), Timeout: 2 * time.Second, Route: broker.RouteInbox}
+		res, err := broker.SendOne(ctx, b, broker.SendParams{Env: env, Retention: time.Hour})
+		if err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+		ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: "c", Max: 1, Block: time.Second, Lease: time.Minute})
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("Fetch = %+v, %v", ds, err)
+		}
+		rep := broker.Envelope{ID: "rep-" + env.ID, Sender: receiver, Receiver: inbox, InReplyTo: env.ID, Content: []byte("a"), Retention: time.Hour}
+		if err := b.ReplyInbox(ctx, &rep, res.Deadline); err != nil {
+			t.Fatalf("same slot %v: ReplyInbox: %v", same, err)
+		}
+		rec, err := b.Result(ctx, receiver, env.ID)
+		if err != nil || rec.Reply == nil || string(rec.Reply.Content) != "a" {
+			t.Fatalf("same slot %v: the record after the reply: %+v, %v; want the reply", same, rec, err)
+		}
+		eventually(t, "the deadline", func() bool {
+			now, err := b.Now(ctx)
+			return err == nil && !now.Before(res.Deadline)
+		})
+		if err := b.FinishResult(ctx, &broker.FinishResultParams{Receiver: receiver, ID: env.ID, Ref: ds[0].Ref, State: broker.ResultTimedOut, Worker: "w2", Attempt: 2, Retention: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err = b.Result(ctx, receiver, env.ID); err != nil || rec.State != broker.ResultDone || rec.Reply == nil {
+			t.Fatalf("same slot %v: the record after a later timeout: %+v, %v; want done with the reply", same, rec, err)
+		}
+	}
+}

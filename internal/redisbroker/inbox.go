@@ -17,23 +17,96 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/diskerhq/disker/internal/broker"
+	"github.com/diskerhq/disker/internal/keyslot"
 )
 
 // ReplyInbox appends reply to its inbox's reply stream (see appendInbox).
 // The entry's id is Redis time: the reply is accepted when it is before
 // deadline (or deadline is zero), and otherwise the entry stays, for the
 // requester to ignore, and the call returns ErrLate. See broker.Inbox.
+//
+// A reply with a Retention from a named Sender (the request's receiver)
+// is also written to the request's record (field rep, as resFinal with no
+// state) when it is accepted: by the same script when the record's keys
+// and the inbox's share a slot (always on one server; see
+// replyInboxRecorded), else by a second script right after the append
+// (recordInboxReply). A reply without a Retention is the one XADD.
 func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
 	if err := b.checkReply(reply); err != nil {
 		return err
 	}
 	enc := encode(reply)
-	_, at, err := b.appendInbox(ctx, "reply", reply.Receiver, kindReply, reply.InReplyTo, enc.String())
+	var rec []string
+	var prefix string
+	if reply.Retention > 0 && reply.Sender != "" && broker.CheckName("receiver", reply.Sender) == nil {
+		rec, prefix = b.resultKeys(reply.Sender, reply.InReplyTo)
+	}
+	inbox := b.inboxReplies.get(reply.Receiver, b.keys.replies)
+	together := rec != nil && (!b.cluster || keyslot.Of(rec[0]) == keyslot.Of(inbox))
+	var at time.Time
+	var err error
+	if together {
+		at, err = b.replyInboxRecorded(ctx, inbox, reply, enc.String(), deadline, rec, prefix)
+	} else {
+		_, at, err = b.appendInbox(ctx, "reply", reply.Receiver, kindReply, reply.InReplyTo, enc.String())
+	}
+	late := err == nil && !deadline.IsZero() && !at.Before(deadline)
+	if err == nil && !late && rec != nil && !together {
+		// The reply is accepted whatever becomes of its record: should
+		// this step fail, the worker's FinishResult records it.
+		_ = b.recordInboxReply(ctx, reply, enc.String(), rec, prefix)
+	}
 	enc.release(err == nil || errors.Is(err, broker.ErrLate))
-	if err == nil && !deadline.IsZero() && !at.Before(deadline) {
+	if late {
 		return broker.ErrLate
 	}
 	return err
+}
+
+// replyInboxRecorded runs the script reply_inbox: the append of
+// appendInbox and, when the reply is accepted, its write to the request's
+// record rec (keys of inbox's slot), in one step. It returns the entry's
+// time.
+func (b *Broker) replyInboxRecorded(ctx context.Context, inbox string, reply *broker.Envelope, data string, deadline time.Time, rec []string, prefix string) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, b.fail(ctx, "reply", err)
+	}
+	ref, err := scriptReplyInbox.Exec(ctx, b.client, append([]string{inbox}, rec...),
+		[]string{reply.InReplyTo, data, deadlineCeil(deadline), prefix, b.maxResults, msString(reply.Retention)}).ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return time.Time{}, broker.ErrLate
+	case err != nil:
+		return time.Time{}, b.fail(ctx, "reply", err)
+	}
+	at, ok := idTime(ref)
+	if !ok {
+		return time.Time{}, fmt.Errorf("redisbroker: reply: the script answered the id %q", ref)
+	}
+	return at, nil
+}
+
+// recordInboxReply writes an accepted inbox reply to the request's record
+// rec with the script result_reply: the second step of ReplyInbox when
+// the record's slot is not the inbox's.
+func (b *Broker) recordInboxReply(ctx context.Context, reply *broker.Envelope, data string, rec []string, prefix string) error {
+	err := scriptResultReply.Exec(ctx, b.client, rec,
+		[]string{reply.InReplyTo, data, prefix, b.maxResults, msString(reply.Retention)}).Error()
+	return b.failIf(ctx, "record reply", err)
+}
+
+// deadlineCeil is deadline in unix ms rounded up, so that an entry id's
+// milliseconds are below it exactly when the entry's time is before
+// deadline; "" for no deadline.
+func deadlineCeil(deadline time.Time) string {
+	if deadline.IsZero() {
+		return ""
+	}
+	ms := deadline.UnixMilli()
+	if deadline.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return strconv.FormatInt(ms, 10)
 }
 
 // GiveUp appends a marker for request id to inbox's reply stream (see
@@ -272,4 +345,33 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
+`)
+
+// scriptReplyInbox appends a reply to an inbox and records it when it is
+// accepted.
+var scriptReplyInbox = rueidis.NewLuaScript(`-- reply_inbox
+-- KEYS[1] -> the inbox's reply stream P:{I}:r
+-- KEYS[2..4] -> the request's record P:{R}:res:<id>, the index P:{R}:res
+--            and sizes P:{R}:resn of its receiver (results.go); on a
+--            Cluster, in the inbox's slot
+-- ARGV[1] -> request id
+-- ARGV[2] -> encoded reply envelope
+-- ARGV[3] -> the request's deadline, unix ms rounded up, or "" for none
+-- ARGV[4] -> the prefix of the receiver's records P:{R}:res:
+-- ARGV[5] -> the cap on the receiver's retained bytes
+-- ARGV[6] -> retention ms
+-- XADD NOMKSTREAM of the reply (k=rep, i=id, m=envelope), as appendInbox;
+-- when the entry's time is before the deadline (the reply is accepted),
+-- the reply is recorded (field rep, resFinal with no state), so that the
+-- record holds the reply exactly when the requester received it.
+-- Returns the entry id, or nil when the inbox is gone (nothing written).
+` + luaNow + luaResult + `
+local ref = redis.call('XADD', KEYS[1], 'NOMKSTREAM', '*', 'k', 'rep', 'i', ARGV[1], 'm', ARGV[2])
+if not ref then return false end
+local ms = tonumber(string.match(ref, '^(%d+)-'))
+if ARGV[3] == '' or ms < tonumber(ARGV[3]) then
+  resFinal({rec = KEYS[2], idx = KEYS[3], n = KEYS[4], pre = ARGV[4], cap = ARGV[5]}, ARGV[1], '',
+    ARGV[6], {'rep', ARGV[2]}, {})
+end
+return ref
 `)

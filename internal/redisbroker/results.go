@@ -22,7 +22,9 @@ import (
 // "P:{R}:res:", cap = the cap on the receiver's retained bytes}; st is
 // the final state ("d" done, "x" dead-lettered, "c" cancelled, "e"
 // expired, "t" timed out), written unless the record holds a final state
-// already (the first final outcome stays), or "" to leave it; ret is the
+// already (the first final outcome stays), or "" to leave it ("t" on a
+// record that holds a reply, or with a reply in keep, is written "d": its
+// sender received that reply, so it did not time out); ret is the
 // retention in ms (a string), or "" to use the record's (no record and no
 // ret: nothing is written, returns 0); keep is a list of field, value
 // pairs written unless the field is set (the reply "rep", the error "ec"
@@ -51,7 +53,14 @@ local function resForget(R, id, total)
   return total - size
 end
 local function resFinal(R, id, st, ret, keep, set)
-  local cur = redis.call('HMGET', R.rec, 'st', 'ret')
+  local cur = redis.call('HMGET', R.rec, 'st', 'ret', 'rep')
+  if st == 't' then
+    local replied = cur[3] and cur[3] ~= ''
+    for i = 1, #keep, 2 do
+      if keep[i] == 'rep' and keep[i + 1] ~= '' then replied = true end
+    end
+    if replied then st = 'd' end
+  end
   if not cur[1] then
     if ret == '' then return 0 end
     redis.call('HSET', R.rec, 'ret', ret, 'st', 'r')
@@ -233,6 +242,22 @@ if ARGV[3] ~= '' then
 end
 local reported = finishRecord()
 return {G.first, reported}
+`)
+
+// scriptResultReply records a reply its requester accepted.
+var scriptResultReply = rueidis.NewLuaScript(`-- result_reply
+-- KEYS[1..3] -> the record P:{R}:res:<id>, the index P:{R}:res, the sizes
+--            P:{R}:resn
+-- ARGV[1] -> message id
+-- ARGV[2] -> the encoded reply its requester accepted
+-- ARGV[3] -> the records' prefix P:{R}:res:
+-- ARGV[4] -> the cap on the receiver's retained bytes
+-- ARGV[5] -> retention ms
+-- resFinal with no state: the reply is kept unless one is recorded.
+-- Returns resFinal's answer.
+` + luaNow + luaResult + `
+return resFinal({rec = KEYS[1], idx = KEYS[2], n = KEYS[3], pre = ARGV[3], cap = ARGV[4]}, ARGV[1], '', ARGV[5],
+  {'rep', ARGV[2]}, {})
 `)
 
 // scriptResultProgress records the latest progress of a message.

@@ -133,3 +133,104 @@ func TestKeyedFinishIsOneStep(t *testing.T) {
 	}
 	take("m3")
 }
+
+// TestInboxReplyCommands counts the Redis commands of a Request's round
+// trip as a worker makes it (send, fetch, the start of its record with a
+// retention, the reply to its inbox, the acknowledgement, the
+// requester's read and trim), without a retention and with one, between
+// a broker and a private server: the commands the broker sends (a proxy
+// counts them) and those Redis runs (INFO commandstats, with what scripts
+// run). The reply without a retention is still the one XADD; with one it
+// is one script.
+func TestInboxReplyCommands(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	proxy := redistest.StartCountProxy(t, s.Addr())
+	b, err := New(Config{URL: proxy.URL(), KeyPrefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	rc := rawClient(t, s)
+	ctx := t.Context()
+	served := func() int64 {
+		info, err := rc.Do(ctx, rc.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
+				continue
+			}
+			calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+			c, _ := strconv.ParseInt(calls, 10, 64)
+			n += c
+		}
+		return n
+	}
+	const ib, r = "inbox-cmds", "recv-cmds"
+	if err := b.KeepInbox(ctx, ib, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	type count struct{ sent, ran, replySent, replyRan int64 }
+	n := 0
+	roundTrip := func(ret time.Duration) count {
+		t.Helper()
+		var c count
+		n++
+		sent0, ran0 := proxy.Commands(), served()
+		e := env("ping-"+strconv.Itoa(n), r)
+		e.Sender, e.Timeout, e.Route = ib, time.Minute, broker.RouteInbox
+		ps := []broker.SendParams{{Env: *e, Retention: ret}}
+		if err := b.Send(ctx, ps); err != nil || ps[0].Result.Err != nil {
+			t.Fatalf("Send: %v, %v", err, ps[0].Result.Err)
+		}
+		res := ps[0].Result
+		ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: r, Consumer: "w", Max: 1, Lease: time.Minute, MaxAttempts: 10})
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("Fetch: %+v, %v", ds, err)
+		}
+		if ret > 0 {
+			if err := b.StartResult(ctx, &broker.StartResultParams{Receiver: r, ID: e.ID, Worker: "w", Attempt: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rep := &broker.Envelope{ID: e.ID + "-r", Sender: r, Receiver: ib, InReplyTo: e.ID, Content: []byte("pong"), Retention: ret}
+		s1, r1 := proxy.Commands(), served()
+		if err := b.ReplyInbox(ctx, rep, res.Deadline); err != nil {
+			t.Fatal(err)
+		}
+		c.replySent, c.replyRan = proxy.Commands()-s1, served()-r1
+		if ret > 0 {
+			err = b.FinishResult(ctx, &broker.FinishResultParams{Receiver: r, ID: e.ID, Ref: ds[0].Ref, State: broker.ResultDone, Worker: "w", Attempt: 1, Reply: rep, Retention: ret})
+		} else {
+			err = b.Ack(ctx, r, ds[0].Ref)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := b.ReadInbox(ctx, ib, 10, 0)
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("ReadInbox: %+v, %v", rs, err)
+		}
+		if err := b.AckInbox(ctx, ib, rs[0].Ref); err != nil {
+			t.Fatal(err)
+		}
+		c.sent, c.ran = proxy.Commands()-sent0, served()-ran0
+		return c
+	}
+	// The first round trips load the scripts.
+	roundTrip(0)
+	roundTrip(time.Hour)
+	plain, kept := roundTrip(0), roundTrip(time.Hour)
+	t.Logf("a Request's round trip: without a retention %d commands sent, %d run by Redis (its reply %d sent, %d run); with one %d sent, %d run (its reply %d sent, %d run)",
+		plain.sent, plain.ran, plain.replySent, plain.replyRan, kept.sent, kept.ran, kept.replySent, kept.replyRan)
+	if plain.replySent != 1 || plain.replyRan != 1 {
+		t.Fatalf("a reply without a retention: %d commands sent, %d run; want the one XADD", plain.replySent, plain.replyRan)
+	}
+	if kept.replySent != 1 {
+		t.Fatalf("a reply with a retention: %d commands sent; want one script", kept.replySent)
+	}
+}

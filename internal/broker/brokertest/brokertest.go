@@ -116,6 +116,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Results", testResults},
 		{"ResultsExpire", testResultsExpire},
 		{"ResultsRace", testResultsRace},
+		{"ResultsInboxReply", testResultsInboxReply},
 		{"ResultsLeasesLost", testResultsLeasesLost},
 		{"BatchLeasesLost", testBatchLeasesLost},
 		{"Cancel", testCancel},

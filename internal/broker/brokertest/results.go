@@ -312,3 +312,97 @@ func testResultsRace(t *testing.T, b broker.Broker) {
 		}
 	}
 }
+
+// testResultsInboxReply shows a reply to a request from an inbox recorded
+// where the inbox accepts it: the record holds the reply before any
+// FinishResult, and the final write of a later attempt that finds the
+// deadline passed (a timeout, with no reply of its own) keeps it and
+// reads done. A late reply is not recorded, so a request whose only reply
+// was late reads timed out; a reply to an inbox that is gone is not
+// recorded; a reply without a retention writes no record.
+func testResultsInboxReply(t *testing.T, b broker.Broker) {
+	ctx := ctxT(t)
+	ib, r := inboxName(), name("resinbox")
+	const ret = time.Hour
+	keepInbox(t, b, ib, longLease)
+	request := func(content string, timeout, retention time.Duration) (*broker.Envelope, time.Time) {
+		t.Helper()
+		env := timedEnv(ib, r, content, timeout)
+		env.Route = broker.RouteInbox
+		return env, sendP(t, b, broker.SendParams{Env: *env, Retention: retention}).Deadline
+	}
+	answer := func(env *broker.Envelope, content string, retention time.Duration) *broker.Envelope {
+		rep := replyTo(env, content)
+		rep.Retention = retention
+		return rep
+	}
+
+	env, deadline := request("ping", time.Second, ret)
+	d := fetchOne(t, b, r, "w1", longLease)
+	if err := b.StartResult(ctx, &broker.StartResultParams{Receiver: r, ID: env.ID, Worker: "w1", Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReplyInbox(ctx, answer(env, "pong", ret), deadline); err != nil {
+		t.Fatalf("ReplyInbox before the deadline: %v", err)
+	}
+	rec := result(t, b, r, env.ID)
+	if rec.State != broker.ResultRunning || rec.Reply == nil || string(rec.Reply.Content) != "pong" {
+		t.Fatalf("after the accepted reply, before any FinishResult: %+v, want running with the reply", rec)
+	}
+	// The first attempt's acknowledgement is lost. A later attempt, after
+	// the deadline, finds the request answered: its own reply is late,
+	// and it records a timeout with no reply.
+	waitBrokerTime(t, b, deadline)
+	if err := b.ReplyInbox(ctx, answer(env, "late", ret), deadline); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("ReplyInbox after the deadline: %v, want ErrLate", err)
+	}
+	finish(t, b, broker.FinishResultParams{Receiver: r, ID: env.ID, Ref: d.Ref, State: broker.ResultTimedOut, Worker: "w2", Attempt: 2, Retention: ret})
+	rec = result(t, b, r, env.ID)
+	if rec.State != broker.ResultDone || rec.Reply == nil || string(rec.Reply.Content) != "pong" || rec.Worker != "w2" || rec.Attempts != 2 {
+		t.Fatalf("after the later attempt's timeout: %+v, want done by w2 with the accepted reply", rec)
+	}
+	rs := readInbox(t, b, ib, 10)
+	if len(rs) != 2 || string(rs[0].Env.Content) != "pong" || !rs[0].At.Before(deadline) || rs[1].At.Before(deadline) {
+		t.Fatalf("the inbox: %+v, want the reply before the deadline, then the late one", rs)
+	}
+	ackInbox(t, b, ib, rs)
+
+	// Only a late reply: not recorded, and the request timed out.
+	slow, deadline := request("slow", shortLease, ret)
+	d = fetchOne(t, b, r, "w1", longLease)
+	waitBrokerTime(t, b, deadline)
+	if err := b.ReplyInbox(ctx, answer(slow, "late", ret), deadline); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("ReplyInbox after the deadline: %v, want ErrLate", err)
+	}
+	if rec = result(t, b, r, slow.ID); rec.Reply != nil || rec.State != broker.ResultQueued {
+		t.Fatalf("after a late reply: %+v, want queued with no reply", rec)
+	}
+	finish(t, b, broker.FinishResultParams{Receiver: r, ID: slow.ID, Ref: d.Ref, State: broker.ResultTimedOut, Worker: "w1", Attempt: 1, Retention: ret})
+	if rec = result(t, b, r, slow.ID); rec.Reply != nil || rec.State != broker.ResultTimedOut {
+		t.Fatalf("after the timeout: %+v, want timed out with no reply", rec)
+	}
+	ackInbox(t, b, ib, readInbox(t, b, ib, 10))
+
+	// Without a retention: no record.
+	plain, deadline := request("plain", longLease, 0)
+	d = fetchOne(t, b, r, "w1", longLease)
+	if err := b.ReplyInbox(ctx, answer(plain, "x", 0), deadline); err != nil {
+		t.Fatalf("ReplyInbox: %v", err)
+	}
+	if rec, err := b.Result(ctx, r, plain.ID); !errors.Is(err, broker.ErrNoResult) {
+		t.Fatalf("a reply without a retention: the record %+v, %v, want ErrNoResult", rec, err)
+	}
+	ack(t, b, r, d.Ref)
+
+	// The inbox gone: the reply is dropped, and not recorded.
+	gone, deadline := request("gone", longLease, ret)
+	d = fetchOne(t, b, r, "w1", longLease)
+	closeInbox(t, b, ib)
+	if err := b.ReplyInbox(ctx, answer(gone, "x", ret), deadline); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("ReplyInbox to a closed inbox: %v, want ErrLate", err)
+	}
+	if rec = result(t, b, r, gone.ID); rec.Reply != nil {
+		t.Fatalf("after a reply to a closed inbox: %+v, want no reply", rec)
+	}
+	ack(t, b, r, d.Ref)
+}
