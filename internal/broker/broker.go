@@ -453,7 +453,9 @@ type Streams interface {
 	// ReplyInbox does, and settles the request, in one atomic step. It
 	// returns ErrLate, and writes nothing, when the inbox is not open, the
 	// request is settled already, or deadline is not zero and the entry's
-	// time would not be before it.
+	// time would not be before it. An accepted reply with a Retention from
+	// a named Sender is recorded on the request's record, as ReplyInbox
+	// records one; a refused one is not.
 	ReplyStream(ctx context.Context, reply *Envelope, deadline time.Time) error
 
 	// GiveUpStream is GiveUp for a streamed request: it appends the

@@ -30,11 +30,17 @@ func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadlin
 	if !deadline.IsZero() && !e.at.Before(deadline) {
 		return broker.ErrLate
 	}
-	if reply.Retention > 0 && reply.Sender != "" {
-		// Recorded in the step that accepts it, as Redis does.
-		b.c.finalResult(reply.Sender, reply.InReplyTo, 0, reply.Retention, raw, "", "", nil)
-	}
+	b.c.recordReply(reply, raw)
 	return nil
+}
+
+// recordReply records reply, encoded raw, which its inbox accepted, on its
+// request's record (receiver reply.Sender) when it has a Retention, as the
+// Redis broker does in the step that accepts it. Callers hold mu.
+func (c *core) recordReply(reply *broker.Envelope, raw []byte) {
+	if reply.Retention > 0 && reply.Sender != "" {
+		c.finalResult(reply.Sender, reply.InReplyTo, 0, reply.Retention, raw, "", "", nil)
+	}
 }
 
 // GiveUp appends a marker for request id to inbox's reply stream while the

@@ -98,7 +98,9 @@ func (b *Broker) Partial(ctx context.Context, p *broker.PartialParams) error {
 }
 
 // ReplyStream appends the final reply to a streamed request and settles
-// it (see broker.Streams).
+// it (see broker.Streams); an accepted reply with a Retention is recorded
+// on its request's record (receiver reply.Sender) in the same step, as
+// ReplyInbox records one.
 func (b *Broker) ReplyStream(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
 	raw, err := b.encodeReply(reply)
 	if err != nil {
@@ -119,6 +121,7 @@ func (b *Broker) ReplyStream(ctx context.Context, reply *broker.Envelope, deadli
 	}
 	c.appendReply(reply.Receiver, raw, broker.KindReply, reply.InReplyTo, now)
 	st.done = true
+	c.recordReply(reply, raw)
 	return nil
 }
 

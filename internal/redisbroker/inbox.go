@@ -36,13 +36,8 @@ func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadlin
 		return err
 	}
 	enc := encode(reply)
-	var rec []string
-	var prefix string
-	if reply.Retention > 0 && reply.Sender != "" && broker.CheckName("receiver", reply.Sender) == nil {
-		rec, prefix = b.resultKeys(reply.Sender, reply.InReplyTo)
-	}
 	inbox := b.inboxReplies.get(reply.Receiver, b.keys.replies)
-	together := rec != nil && (!b.cluster || keyslot.Of(rec[0]) == keyslot.Of(inbox))
+	rec, prefix, together := b.replyRecord(reply, inbox)
 	var at time.Time
 	var err error
 	if together {
@@ -61,6 +56,20 @@ func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadlin
 		return broker.ErrLate
 	}
 	return err
+}
+
+// replyRecord returns the keys of the record of reply's request and
+// their prefix (resultKeys) when the reply is to be recorded where its
+// inbox accepts it (it has a Retention and a named Sender, the request's
+// receiver), else nil; together tells whether they share the slot of the
+// inbox's reply stream inbox (always on one server), so that the script
+// that accepts the reply can record it.
+func (b *Broker) replyRecord(reply *broker.Envelope, inbox string) (rec []string, prefix string, together bool) {
+	if reply.Retention <= 0 || reply.Sender == "" || broker.CheckName("receiver", reply.Sender) != nil {
+		return nil, "", false
+	}
+	rec, prefix = b.resultKeys(reply.Sender, reply.InReplyTo)
+	return rec, prefix, !b.cluster || keyslot.Of(rec[0]) == keyslot.Of(inbox)
 }
 
 // replyInboxRecorded runs the script reply_inbox: the append of
@@ -87,8 +96,8 @@ func (b *Broker) replyInboxRecorded(ctx context.Context, inbox string, reply *br
 }
 
 // recordInboxReply writes an accepted inbox reply to the request's record
-// rec with the script result_reply: the second step of ReplyInbox when
-// the record's slot is not the inbox's.
+// rec with the script result_reply: the second step of ReplyInbox (and
+// ReplyStream) when the record's slot is not the inbox's.
 func (b *Broker) recordInboxReply(ctx context.Context, reply *broker.Envelope, data string, rec []string, prefix string) error {
 	err := scriptResultReply.Exec(ctx, b.client, rec,
 		[]string{reply.InReplyTo, data, prefix, b.maxResults, msString(reply.Retention)}).Error()

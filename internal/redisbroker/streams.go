@@ -51,11 +51,32 @@ func (b *Broker) Partial(ctx context.Context, p *broker.PartialParams) error {
 
 // ReplyStream appends the final reply to a streamed request and settles
 // it (see broker.Streams), in one script.
+//
+// A reply with a Retention from a named Sender (the request's receiver)
+// is also written to the request's record (field rep, as resFinal with no
+// state) when it is accepted, as ReplyInbox writes one: by the same
+// script (stream_reply) when the record's keys and the inbox's share a
+// slot (always on one server), else by result_reply right after. A reply
+// without a Retention is the script inbox_stream alone.
 func (b *Broker) ReplyStream(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
 	if err := b.checkReply(reply); err != nil {
 		return err
 	}
-	_, err := b.stream(ctx, "reply", reply.Receiver, reply.InReplyTo, "r", deadline, rueidis.BinaryString(wire.Encode(reply)))
+	data := rueidis.BinaryString(wire.Encode(reply))
+	inbox := b.inboxReplies.get(reply.Receiver, b.keys.replies)
+	rec, prefix, together := b.replyRecord(reply, inbox)
+	if together {
+		keys := append([]string{inbox, b.keys.streamState(reply.Receiver, reply.InReplyTo)}, rec...)
+		_, err := b.runStream(ctx, "reply", reply.InReplyTo, scriptStreamReply, keys,
+			[]string{reply.InReplyTo, streamDeadline(deadline), data, prefix, b.maxResults, msString(reply.Retention)})
+		return err
+	}
+	_, err := b.stream(ctx, "reply", reply.Receiver, reply.InReplyTo, "r", deadline, data)
+	if err == nil && rec != nil {
+		// The reply is accepted whatever becomes of its record: should
+		// this step fail, the worker's FinishResult records it.
+		_ = b.recordInboxReply(ctx, reply, data, rec, prefix)
+	}
 	return err
 }
 
@@ -85,15 +106,25 @@ func (b *Broker) GiveUpStream(ctx context.Context, inbox, id string) (broker.Rep
 // stream runs the script inbox_stream's op for request id of inbox and
 // returns the id of the entry it appended.
 func (b *Broker) stream(ctx context.Context, op, inbox, id, code string, deadline time.Time, data string, more ...string) (string, error) {
-	dl := "0"
-	if !deadline.IsZero() {
-		// An entry at millisecond m is before the deadline when m is below
-		// the deadline rounded up to the millisecond.
-		dl = strconv.FormatInt((deadline.UnixNano()+int64(time.Millisecond)-1)/int64(time.Millisecond), 10)
+	args := append([]string{code, id, streamDeadline(deadline), data}, more...)
+	return b.runStream(ctx, op, id, scriptInboxStream,
+		[]string{b.inboxReplies.get(inbox, b.keys.replies), b.keys.streamState(inbox, id)}, args)
+}
+
+// streamDeadline is deadline as inbox_stream takes it: unix ms rounded up
+// (an entry at millisecond m is before the deadline when m is below it),
+// "0" for none.
+func streamDeadline(deadline time.Time) string {
+	if deadline.IsZero() {
+		return "0"
 	}
-	args := append([]string{code, id, dl, data}, more...)
-	res, err := scriptInboxStream.Exec(ctx, b.client,
-		[]string{b.inboxReplies.get(inbox, b.keys.replies), b.keys.streamState(inbox, id)}, args).ToArray()
+	return strconv.FormatInt((deadline.UnixNano()+int64(time.Millisecond)-1)/int64(time.Millisecond), 10)
+}
+
+// runStream runs script, inbox_stream or stream_reply, for request id and
+// returns the id of the entry it appended, or the error its answer means.
+func (b *Broker) runStream(ctx context.Context, op, id string, script *rueidis.Lua, keys, args []string) (string, error) {
+	res, err := script.Exec(ctx, b.client, keys, args).ToArray()
 	if err != nil {
 		return "", b.fail(ctx, op, err)
 	}
@@ -139,6 +170,56 @@ func partialEntry(inbox, id string, e *entry) (broker.Reply, bool) {
 	return rep, true
 }
 
+// luaInboxStream defines inboxStream(K, A), the script inbox_stream on
+// keys K and arguments A (see there), which returns its answer.
+const luaInboxStream = `
+local function inboxStream(K, A)
+  local ttl = redis.call('PTTL', K[1])
+  if ttl == -2 then
+    return {0}
+  end
+  local op = A[1]
+  local st = redis.call('HMGET', K[2], 'd', 'a', 'n')
+  if st[1] and op ~= 'g' then
+    return {0}
+  end
+  local n = 0
+  if op == 'p' then
+    local a, had = tonumber(A[5]), tonumber(st[2] or '0')
+    if a < had then
+      return {2}
+    end
+    if a == had then
+      n = tonumber(st[3])
+    end
+    if n >= tonumber(A[6]) then
+      return {3}
+    end
+  end
+  local id
+  if op == 'p' then
+    id = redis.call('XADD', K[1], '*', 'k', 'part', 'i', A[2], 'a', A[5], 'p', A[7], 'm', A[4])
+  elseif op == 'r' then
+    id = redis.call('XADD', K[1], '*', 'k', 'rep', 'i', A[2], 'm', A[4])
+  else
+    id = redis.call('XADD', K[1], '*', 'k', 'to', 'i', A[2], 'm', '')
+  end
+  if A[3] ~= '0' and tonumber(string.match(id, '^(%d+)')) >= tonumber(A[3]) then
+    redis.call('XDEL', K[1], id)
+    return {0}
+  end
+  if op == 'p' then
+    redis.call('HSET', K[2], 'a', A[5], 'n', n + 1)
+  else
+    redis.call('HSET', K[2], 'd', 1)
+  end
+  if ttl > 0 then
+    redis.call('PEXPIRE', K[2], ttl)
+  end
+  return {1, id}
+end
+`
+
 // scriptInboxStream appends an entry of a streamed request to its inbox.
 var scriptInboxStream = rueidis.NewLuaScript(`-- inbox_stream
 -- KEYS[1] -> the inbox's reply stream P:{I}:r
@@ -156,47 +237,34 @@ var scriptInboxStream = rueidis.NewLuaScript(`-- inbox_stream
 -- inbox's stream.
 -- Returns {1, entry id} when appended; {0} late (inbox gone, settled, or
 -- deadline passed); {2} a later attempt sent partials; {3} over the cap.
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -2 then
-  return {0}
+` + luaInboxStream + `
+return inboxStream(KEYS, ARGV)
+`)
+
+// scriptStreamReply appends the final reply of a streamed request to its
+// inbox, settles the request and, when the reply is accepted, records it.
+var scriptStreamReply = rueidis.NewLuaScript(`-- stream_reply
+-- KEYS[1..2] -> the inbox's reply stream P:{I}:r and the request's stream
+--            state P:{I}:s:<id>, as inbox_stream
+-- KEYS[3..5] -> the request's record P:{R}:res:<id>, the index P:{R}:res
+--            and sizes P:{R}:resn of its receiver (results.go); on a
+--            Cluster, in the inbox's slot
+-- ARGV[1] -> request id
+-- ARGV[2] -> deadline in unix ms ("0": none), as inbox_stream's
+-- ARGV[3] -> encoded reply envelope
+-- ARGV[4] -> the prefix of the receiver's records P:{R}:res:
+-- ARGV[5] -> the cap on the receiver's retained bytes
+-- ARGV[6] -> retention ms
+-- inbox_stream's "r"; when it appended the reply (accepted: before the
+-- deadline, the request not settled, the inbox there), the reply is
+-- recorded (field rep, resFinal with no state), so that the record holds
+-- the reply exactly when the requester received it.
+-- Returns inbox_stream's answer.
+` + luaNow + luaResult + luaInboxStream + `
+local res = inboxStream(KEYS, {'r', ARGV[1], ARGV[2], ARGV[3]})
+if res[1] == 1 then
+  resFinal({rec = KEYS[3], idx = KEYS[4], n = KEYS[5], pre = ARGV[4], cap = ARGV[5]}, ARGV[1], '',
+    ARGV[6], {'rep', ARGV[3]}, {})
 end
-local op = ARGV[1]
-local st = redis.call('HMGET', KEYS[2], 'd', 'a', 'n')
-if st[1] and op ~= 'g' then
-  return {0}
-end
-local n = 0
-if op == 'p' then
-  local a, had = tonumber(ARGV[5]), tonumber(st[2] or '0')
-  if a < had then
-    return {2}
-  end
-  if a == had then
-    n = tonumber(st[3])
-  end
-  if n >= tonumber(ARGV[6]) then
-    return {3}
-  end
-end
-local id
-if op == 'p' then
-  id = redis.call('XADD', KEYS[1], '*', 'k', 'part', 'i', ARGV[2], 'a', ARGV[5], 'p', ARGV[7], 'm', ARGV[4])
-elseif op == 'r' then
-  id = redis.call('XADD', KEYS[1], '*', 'k', 'rep', 'i', ARGV[2], 'm', ARGV[4])
-else
-  id = redis.call('XADD', KEYS[1], '*', 'k', 'to', 'i', ARGV[2], 'm', '')
-end
-if ARGV[3] ~= '0' and tonumber(string.match(id, '^(%d+)')) >= tonumber(ARGV[3]) then
-  redis.call('XDEL', KEYS[1], id)
-  return {0}
-end
-if op == 'p' then
-  redis.call('HSET', KEYS[2], 'a', ARGV[5], 'n', n + 1)
-else
-  redis.call('HSET', KEYS[2], 'd', 1)
-end
-if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[2], ttl)
-end
-return {1, id}
+return res
 `)

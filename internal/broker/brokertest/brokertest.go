@@ -117,6 +117,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"ResultsExpire", testResultsExpire},
 		{"ResultsRace", testResultsRace},
 		{"ResultsInboxReply", testResultsInboxReply},
+		{"ResultsStreamReply", testResultsStreamReply},
 		{"ResultsLeasesLost", testResultsLeasesLost},
 		{"BatchLeasesLost", testBatchLeasesLost},
 		{"Cancel", testCancel},

@@ -1,6 +1,7 @@
 package brokertest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -325,17 +326,7 @@ func testResultsInboxReply(t *testing.T, b broker.Broker) {
 	ib, r := inboxName(), name("resinbox")
 	const ret = time.Hour
 	keepInbox(t, b, ib, longLease)
-	request := func(content string, timeout, retention time.Duration) (*broker.Envelope, time.Time) {
-		t.Helper()
-		env := timedEnv(ib, r, content, timeout)
-		env.Route = broker.RouteInbox
-		return env, sendP(t, b, broker.SendParams{Env: *env, Retention: retention}).Deadline
-	}
-	answer := func(env *broker.Envelope, content string, retention time.Duration) *broker.Envelope {
-		rep := replyTo(env, content)
-		rep.Retention = retention
-		return rep
-	}
+	request := retainedRequest(t, b, ib, r, false)
 
 	env, deadline := request("ping", time.Second, ret)
 	d := fetchOne(t, b, r, "w1", longLease)
@@ -368,31 +359,11 @@ func testResultsInboxReply(t *testing.T, b broker.Broker) {
 	ackInbox(t, b, ib, rs)
 
 	// Only a late reply: not recorded, and the request timed out.
-	slow, deadline := request("slow", shortLease, ret)
-	d = fetchOne(t, b, r, "w1", longLease)
-	waitBrokerTime(t, b, deadline)
-	if err := b.ReplyInbox(ctx, answer(slow, "late", ret), deadline); !errors.Is(err, broker.ErrLate) {
-		t.Fatalf("ReplyInbox after the deadline: %v, want ErrLate", err)
-	}
-	if rec = result(t, b, r, slow.ID); rec.Reply != nil || rec.State != broker.ResultQueued {
-		t.Fatalf("after a late reply: %+v, want queued with no reply", rec)
-	}
-	finish(t, b, broker.FinishResultParams{Receiver: r, ID: slow.ID, Ref: d.Ref, State: broker.ResultTimedOut, Worker: "w1", Attempt: 1, Retention: ret})
-	if rec = result(t, b, r, slow.ID); rec.Reply != nil || rec.State != broker.ResultTimedOut {
-		t.Fatalf("after the timeout: %+v, want timed out with no reply", rec)
-	}
+	lateReply(t, b, r, request, b.ReplyInbox)
 	ackInbox(t, b, ib, readInbox(t, b, ib, 10))
 
 	// Without a retention: no record.
-	plain, deadline := request("plain", longLease, 0)
-	d = fetchOne(t, b, r, "w1", longLease)
-	if err := b.ReplyInbox(ctx, answer(plain, "x", 0), deadline); err != nil {
-		t.Fatalf("ReplyInbox: %v", err)
-	}
-	if rec, err := b.Result(ctx, r, plain.ID); !errors.Is(err, broker.ErrNoResult) {
-		t.Fatalf("a reply without a retention: the record %+v, %v, want ErrNoResult", rec, err)
-	}
-	ack(t, b, r, d.Ref)
+	unretainedReply(t, b, r, request, b.ReplyInbox)
 
 	// The inbox gone: the reply is dropped, and not recorded.
 	gone, deadline := request("gone", longLease, ret)
@@ -405,4 +376,142 @@ func testResultsInboxReply(t *testing.T, b broker.Broker) {
 		t.Fatalf("after a reply to a closed inbox: %+v, want no reply", rec)
 	}
 	ack(t, b, r, d.Ref)
+}
+
+// testResultsStreamReply shows the final reply to a streamed request
+// recorded where its inbox accepts it, as testResultsInboxReply shows an
+// inbox reply: the record holds the reply before any FinishResult, and a
+// later attempt's timeout after the deadline keeps it and reads done. A
+// reply the stream refuses (after the deadline, after the marker, after
+// the first reply) is not recorded; a reply without a retention writes no
+// record.
+func testResultsStreamReply(t *testing.T, b broker.Broker) {
+	ctx := ctxT(t)
+	ib, r := inboxName(), name("resstream")
+	const ret = time.Hour
+	keepInbox(t, b, ib, longLease)
+	request := retainedRequest(t, b, ib, r, true)
+
+	// A second before the deadline: room for the fetch and the partial on
+	// a loaded host.
+	env, deadline := request("ping", time.Second, ret)
+	d := fetchOne(t, b, r, "w1", longLease)
+	if err := b.StartResult(ctx, &broker.StartResultParams{Receiver: r, ID: env.ID, Worker: "w1", Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	mustPartial(t, b, env, 1, "part", deadline)
+	if rec := result(t, b, r, env.ID); rec.Reply != nil {
+		t.Fatalf("after a partial: %+v, want no reply", rec)
+	}
+	if err := b.ReplyStream(ctx, answer(env, "pong", ret), deadline); err != nil {
+		t.Fatalf("ReplyStream before the deadline: %v", err)
+	}
+	rec := result(t, b, r, env.ID)
+	if rec.State != broker.ResultRunning || rec.Reply == nil || string(rec.Reply.Content) != "pong" {
+		t.Fatalf("after the accepted reply, before any FinishResult: %+v, want running with the reply", rec)
+	}
+	// A second reply is refused, and the record keeps the first.
+	if err := b.ReplyStream(ctx, answer(env, "again", ret), deadline); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("a second ReplyStream: %v, want ErrLate", err)
+	}
+	// The first attempt's acknowledgement is lost; a later attempt after
+	// the deadline records a timeout with no reply of its own.
+	waitBrokerTime(t, b, deadline)
+	finish(t, b, broker.FinishResultParams{Receiver: r, ID: env.ID, Ref: d.Ref, State: broker.ResultTimedOut, Worker: "w2", Attempt: 2, Retention: ret})
+	rec = result(t, b, r, env.ID)
+	if rec.State != broker.ResultDone || rec.Reply == nil || string(rec.Reply.Content) != "pong" || rec.Worker != "w2" || rec.Attempts != 2 {
+		t.Fatalf("after the later attempt's timeout: %+v, want done by w2 with the accepted reply", rec)
+	}
+	rs := readInbox(t, b, ib, 10)
+	if len(rs) != 2 || rs[0].Kind != broker.KindPartial || rs[1].Kind != broker.KindReply || string(rs[1].Env.Content) != "pong" {
+		t.Fatalf("the inbox: %+v, want the partial and the reply", rs)
+	}
+	ackInbox(t, b, ib, rs)
+
+	// Only a late reply: refused, not recorded, and the request timed out.
+	lateReply(t, b, r, request, b.ReplyStream)
+
+	// A reply after the requester gave up: refused, not recorded.
+	given, deadline := request("given", longLease, ret)
+	d = fetchOne(t, b, r, "w1", longLease)
+	if _, err := b.GiveUpStream(ctx, ib, given.ID); err != nil {
+		t.Fatalf("GiveUpStream: %v", err)
+	}
+	if err := b.ReplyStream(ctx, answer(given, "x", ret), deadline); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("ReplyStream after the marker: %v, want ErrLate", err)
+	}
+	noReply(t, b, r, given.ID, "after a reply refused for the marker")
+	ack(t, b, r, d.Ref)
+	ackInbox(t, b, ib, readInbox(t, b, ib, 10))
+
+	// Without a retention: no record.
+	unretainedReply(t, b, r, request, b.ReplyStream)
+	closeInbox(t, b, ib)
+}
+
+// sendRequestFunc sends a request with content, timeout and retention and
+// returns it with its deadline.
+type sendRequestFunc func(content string, timeout, retention time.Duration) (*broker.Envelope, time.Time)
+
+// retainedRequest returns a sendRequestFunc for requests from inbox ib to
+// receiver r, streamed when stream.
+func retainedRequest(t *testing.T, b broker.Broker, ib, r string, stream bool) sendRequestFunc {
+	return func(content string, timeout, retention time.Duration) (*broker.Envelope, time.Time) {
+		t.Helper()
+		env := timedEnv(ib, r, content, timeout)
+		env.Route, env.Stream = broker.RouteInbox, stream
+		return env, sendP(t, b, broker.SendParams{Env: *env, Retention: retention}).Deadline
+	}
+}
+
+// answer returns a reply to env with content and retention.
+func answer(env *broker.Envelope, content string, retention time.Duration) *broker.Envelope {
+	rep := replyTo(env, content)
+	rep.Retention = retention
+	return rep
+}
+
+// unretainedReply sends a request without a retention to receiver r with
+// request, answers it with reply (ReplyInbox or ReplyStream), and fails t
+// when that wrote a record.
+func unretainedReply(t *testing.T, b broker.Broker, r string, request sendRequestFunc, reply func(context.Context, *broker.Envelope, time.Time) error) {
+	t.Helper()
+	plain, deadline := request("plain", longLease, 0)
+	d := fetchOne(t, b, r, "w1", longLease)
+	if err := reply(ctxT(t), answer(plain, "x", 0), deadline); err != nil {
+		t.Fatalf("the reply: %v", err)
+	}
+	if rec, err := b.Result(ctxT(t), r, plain.ID); !errors.Is(err, broker.ErrNoResult) {
+		t.Fatalf("a reply without a retention: the record %+v, %v, want ErrNoResult", rec, err)
+	}
+	ack(t, b, r, d.Ref)
+}
+
+// lateReply sends a request with a short timeout to receiver r with
+// request, answers it with reply (ReplyInbox or ReplyStream) after its
+// deadline, and fails t unless that was refused as late and not recorded,
+// so that the request's timeout reads timed out with no reply.
+func lateReply(t *testing.T, b broker.Broker, r string, request sendRequestFunc, reply func(context.Context, *broker.Envelope, time.Time) error) {
+	t.Helper()
+	const ret = time.Hour
+	slow, deadline := request("slow", shortLease, ret)
+	d := fetchOne(t, b, r, "w1", longLease)
+	waitBrokerTime(t, b, deadline)
+	if err := reply(ctxT(t), answer(slow, "late", ret), deadline); !errors.Is(err, broker.ErrLate) {
+		t.Fatalf("the reply after the deadline: %v, want ErrLate", err)
+	}
+	noReply(t, b, r, slow.ID, "after a late reply")
+	finish(t, b, broker.FinishResultParams{Receiver: r, ID: slow.ID, Ref: d.Ref, State: broker.ResultTimedOut, Worker: "w1", Attempt: 1, Retention: ret})
+	if rec := result(t, b, r, slow.ID); rec.Reply != nil || rec.State != broker.ResultTimedOut {
+		t.Fatalf("after the timeout: %+v, want timed out with no reply", rec)
+	}
+}
+
+// noReply fails t unless the record of r's message id is queued with no
+// reply, when.
+func noReply(t *testing.T, b broker.Broker, r, id, when string) {
+	t.Helper()
+	if rec := result(t, b, r, id); rec.Reply != nil || rec.State != broker.ResultQueued {
+		t.Fatalf("%s: %+v, want queued with no reply", when, rec)
+	}
 }
