@@ -162,9 +162,10 @@ func TestClusterTimedSendUndoneWhenQueueFails(t *testing.T) {
 
 // TestClusterInboxReplyRecorded: on a Cluster, a reply a Request's inbox
 // accepts is on the request's record before any FinishResult, both when
-// the inbox and the receiver share a slot (reply_inbox records it) and
-// when they do not (result_reply, right after the append); a later
-// attempt's timeout after the deadline keeps it, as done.
+// the inbox and the receiver share a slot (reply_inbox records it, or
+// stream_reply for a streamed request's final reply) and when they do not
+// (result_reply, right after the append); a later attempt's timeout after
+// the deadline keeps it, as done.
 func TestClusterInboxReplyRecorded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a Cluster test: runs without -short")
@@ -173,12 +174,13 @@ func TestClusterInboxReplyRecorded(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
 	b := clusterBroker(t, c)
 	ctx := ctxT(t)
-	for _, same := range []bool{true, false} {
+	for _, tc := range []struct{ same, stream bool }{{true, false}, {false, false}, {true, true}, {false, true}} {
+		same := tc.same
 		inbox, receiver := namesApart(b, func(a, b uint16) bool { return (a == b) == same })
 		if err := b.KeepInbox(ctx, inbox, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		env := broker.Envelope{ID: fmt.Sprintf("m-%v", same), Sender: inbox, Receiver: receiver, Content: []byte("q"), Timeout: 2 * time.Second, Route: broker.RouteInbox}
+		env := broker.Envelope{ID: fmt.Sprintf("m-%v-%v", same, tc.stream), Sender: inbox, Receiver: receiver, Content: []byte("q"), Timeout: 2 * time.Second, Route: broker.RouteInbox, Stream: tc.stream}
 		res, err := broker.SendOne(ctx, b, broker.SendParams{Env: env, Retention: time.Hour})
 		if err != nil {
 			t.Fatalf("Send: %v", err)
@@ -188,12 +190,16 @@ func TestClusterInboxReplyRecorded(t *testing.T) {
 			t.Fatalf("Fetch = %+v, %v", ds, err)
 		}
 		rep := broker.Envelope{ID: "rep-" + env.ID, Sender: receiver, Receiver: inbox, InReplyTo: env.ID, Content: []byte("a"), Retention: time.Hour}
-		if err := b.ReplyInbox(ctx, &rep, res.Deadline); err != nil {
-			t.Fatalf("same slot %v: ReplyInbox: %v", same, err)
+		reply := b.ReplyInbox
+		if tc.stream {
+			reply = b.ReplyStream
+		}
+		if err := reply(ctx, &rep, res.Deadline); err != nil {
+			t.Fatalf("%+v: the reply: %v", tc, err)
 		}
 		rec, err := b.Result(ctx, receiver, env.ID)
 		if err != nil || rec.Reply == nil || string(rec.Reply.Content) != "a" {
-			t.Fatalf("same slot %v: the record after the reply: %+v, %v; want the reply", same, rec, err)
+			t.Fatalf("%+v: the record after the reply: %+v, %v; want the reply", tc, rec, err)
 		}
 		eventually(t, "the deadline", func() bool {
 			now, err := b.Now(ctx)
@@ -203,7 +209,7 @@ func TestClusterInboxReplyRecorded(t *testing.T) {
 			t.Fatal(err)
 		}
 		if rec, err = b.Result(ctx, receiver, env.ID); err != nil || rec.State != broker.ResultDone || rec.Reply == nil {
-			t.Fatalf("same slot %v: the record after a later timeout: %+v, %v; want done with the reply", same, rec, err)
+			t.Fatalf("%+v: the record after a later timeout: %+v, %v; want done with the reply", tc, rec, err)
 		}
 	}
 }

@@ -141,7 +141,8 @@ func TestKeyedFinishIsOneStep(t *testing.T) {
 // a broker and a private server: the commands the broker sends (a proxy
 // counts them) and those Redis runs (INFO commandstats, with what scripts
 // run). The reply without a retention is still the one XADD; with one it
-// is one script.
+// is one script. The final reply of a streamed request is one script with
+// a retention or without (inbox_stream, or stream_reply).
 func TestInboxReplyCommands(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
@@ -176,13 +177,13 @@ func TestInboxReplyCommands(t *testing.T) {
 	}
 	type count struct{ sent, ran, replySent, replyRan int64 }
 	n := 0
-	roundTrip := func(ret time.Duration) count {
+	roundTrip := func(ret time.Duration, stream bool) count {
 		t.Helper()
 		var c count
 		n++
 		sent0, ran0 := proxy.Commands(), served()
 		e := env("ping-"+strconv.Itoa(n), r)
-		e.Sender, e.Timeout, e.Route = ib, time.Minute, broker.RouteInbox
+		e.Sender, e.Timeout, e.Route, e.Stream = ib, time.Minute, broker.RouteInbox, stream
 		ps := []broker.SendParams{{Env: *e, Retention: ret}}
 		if err := b.Send(ctx, ps); err != nil || ps[0].Result.Err != nil {
 			t.Fatalf("Send: %v, %v", err, ps[0].Result.Err)
@@ -198,8 +199,12 @@ func TestInboxReplyCommands(t *testing.T) {
 			}
 		}
 		rep := &broker.Envelope{ID: e.ID + "-r", Sender: r, Receiver: ib, InReplyTo: e.ID, Content: []byte("pong"), Retention: ret}
+		reply := b.ReplyInbox
+		if stream {
+			reply = b.ReplyStream
+		}
 		s1, r1 := proxy.Commands(), served()
-		if err := b.ReplyInbox(ctx, rep, res.Deadline); err != nil {
+		if err := reply(ctx, rep, res.Deadline); err != nil {
 			t.Fatal(err)
 		}
 		c.replySent, c.replyRan = proxy.Commands()-s1, served()-r1
@@ -222,9 +227,9 @@ func TestInboxReplyCommands(t *testing.T) {
 		return c
 	}
 	// The first round trips load the scripts.
-	roundTrip(0)
-	roundTrip(time.Hour)
-	plain, kept := roundTrip(0), roundTrip(time.Hour)
+	roundTrip(0, false)
+	roundTrip(time.Hour, false)
+	plain, kept := roundTrip(0, false), roundTrip(time.Hour, false)
 	t.Logf("a Request's round trip: without a retention %d commands sent, %d run by Redis (its reply %d sent, %d run); with one %d sent, %d run (its reply %d sent, %d run)",
 		plain.sent, plain.ran, plain.replySent, plain.replyRan, kept.sent, kept.ran, kept.replySent, kept.replyRan)
 	if plain.replySent != 1 || plain.replyRan != 1 {
@@ -232,5 +237,16 @@ func TestInboxReplyCommands(t *testing.T) {
 	}
 	if kept.replySent != 1 {
 		t.Fatalf("a reply with a retention: %d commands sent; want one script", kept.replySent)
+	}
+	roundTrip(0, true)
+	roundTrip(time.Hour, true)
+	plain, kept = roundTrip(0, true), roundTrip(time.Hour, true)
+	t.Logf("a streamed request's final reply: without a retention %d sent, %d run; with one %d sent, %d run",
+		plain.replySent, plain.replyRan, kept.replySent, kept.replyRan)
+	if plain.replySent != 1 || kept.replySent != 1 {
+		t.Fatalf("a streamed request's final reply: %d commands sent without a retention, %d with one; want one script each", plain.replySent, kept.replySent)
+	}
+	if plain.replyRan != 6 {
+		t.Fatalf("a streamed request's final reply without a retention: %d commands run; want inbox_stream's six (EVALSHA, PTTL, HMGET, XADD, HSET, PEXPIRE)", plain.replyRan)
 	}
 }
