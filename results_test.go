@@ -414,6 +414,19 @@ func TestResultReplyBeforeRetry(t *testing.T) {
 // its own: the result holds the reply its requester received, not a
 // timeout.
 func TestResultReplyRedeliveredElsewhere(t *testing.T) {
+	testResultReplyRedelivered(t, "resmoved", false)
+}
+
+// TestResultStreamReplyRedeliveredElsewhere is
+// TestResultReplyRedeliveredElsewhere for the final reply of a
+// RequestStream, after a partial.
+func TestResultStreamReplyRedeliveredElsewhere(t *testing.T) {
+	testResultReplyRedelivered(t, "resmovedstream", true)
+}
+
+// testResultReplyRedelivered runs TestResultReplyRedeliveredElsewhere on
+// receiver, with RequestStream when stream.
+func testResultReplyRedelivered(t *testing.T, receiver string, stream bool) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		requester := e.open()
 		first, err := disker.New(context.Background(), e.config())
@@ -421,7 +434,13 @@ func TestResultReplyRedeliveredElsewhere(t *testing.T) {
 			t.Fatal(err)
 		}
 		replied := make(chan error, 1)
-		if err := first.Handle("resmoved", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		if err := first.Handle(receiver, disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+			if stream {
+				if err := m.Partial(ctx, []byte("part")); err != nil {
+					replied <- err
+					return nil, err
+				}
+			}
 			replied <- first.Reply(ctx, m, []byte("first"))
 			<-ctx.Done() // the instance is stopped before the deadline: left for redelivery
 			return nil, context.Cause(ctx)
@@ -432,9 +451,19 @@ func TestResultReplyRedeliveredElsewhere(t *testing.T) {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		var id string
-		reply, err := requester.Request(rctx, disker.Message{Receiver: "resmoved"}, disker.WithRetention(time.Hour), disker.WithOnSent(func(s string) { id = s }))
+		msg, opts := disker.Message{Receiver: receiver}, []disker.SendOption{disker.WithRetention(time.Hour), disker.WithOnSent(func(s string) { id = s })}
+		var reply *disker.Message
+		if stream {
+			var parts []disker.Part
+			parts, reply, err = streamItems(t, requester.RequestStream(rctx, msg, opts...))
+			if err == nil && (len(parts) != 1 || string(parts[0].Content) != "part") {
+				t.Fatalf("RequestStream's partials: %+v, want the one", parts)
+			}
+		} else {
+			reply, err = requester.Request(rctx, msg, opts...)
+		}
 		if err != nil || string(reply.Content) != "first" {
-			t.Fatalf("Request: %v, %v; want the first reply", reply, err)
+			t.Fatalf("the request: %v, %v; want the first reply", reply, err)
 		}
 		if err := <-replied; err != nil {
 			t.Fatalf("the first instance's Reply: %v", err)
@@ -450,17 +479,17 @@ func TestResultReplyRedeliveredElsewhere(t *testing.T) {
 		// since the first instance took it: after the deadline, so that
 		// it drops the message without calling its handler.
 		var calls atomic.Int32
-		if err := second.Handle("resmoved", disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		if err := second.Handle(receiver, disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
 			calls.Add(1)
 			return []byte("second"), nil
 		}), disker.WithLease(2*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 30*time.Second, "the second instance to settle the message", func() bool {
-			s, err := second.Stats(ctx, "resmoved")
+			s, err := second.Stats(ctx, receiver)
 			return err == nil && s.Length == 0 && s.Pending == 0
 		})
-		r, err := second.Result(ctx, "resmoved", id)
+		r, err := second.Result(ctx, receiver, id)
 		if err != nil || r.State != disker.ResultSucceeded || string(r.Reply) != "first" {
 			t.Fatalf("result: %+v, %v; want succeeded with the reply the requester received", r, err)
 		}
