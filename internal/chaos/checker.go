@@ -149,6 +149,13 @@ type Report struct {
 	// until a send begun after it was acknowledged and a handler started
 	// after it completed: p50 and p99.
 	Recovery map[string][2]time.Duration `json:"recovery"`
+	// HostStalls counts the host stalls (stalls.go): silences of every
+	// process of minHostStall or more while the run was busy and Redis up;
+	// HostStalled is their total length, MaxHostStall the longest. Only
+	// the features' timing-bounded checks take them into account.
+	HostStalls   int           `json:"host_stalls"`
+	HostStalled  time.Duration `json:"host_stalled"`
+	MaxHostStall time.Duration `json:"max_host_stall"`
 	// Violations names the first violations found.
 	Violations []string `json:"violations,omitempty"`
 	// Features is what the checks of the features found (checkfeatures.go).
@@ -205,6 +212,8 @@ func (r *Report) String() string {
 		p := r.Recovery[k]
 		fmt.Fprintf(&b, "recovery %-18s p50 %v, p99 %v\n", k, p[0].Round(time.Millisecond), p[1].Round(time.Millisecond))
 	}
+	fmt.Fprintf(&b, "host stalls         %d (%v in all, longest %v: no process recorded anything for %v or more, the run busy, Redis up)\n",
+		r.HostStalls, r.HostStalled.Round(time.Millisecond), r.MaxHostStall.Round(time.Millisecond), minHostStall)
 	b.WriteString(r.Features.String())
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
@@ -466,7 +475,13 @@ func Check(events []Event, opts CheckOptions) *Report {
 	if final && !r.Settled {
 		r.violate("the system did not settle after the faults stopped")
 	}
-	r.Features = checkFeatures(r, events, ops, fi, opts)
+	stalls := hostStalls(events, fi)
+	r.HostStalls = len(stalls)
+	for _, s := range stalls {
+		r.HostStalled += time.Duration(s.to - s.from)
+		r.MaxHostStall = max(r.MaxHostStall, time.Duration(s.to-s.from))
+	}
+	r.Features = checkFeatures(r, events, ops, fi, stalls, opts)
 	recovery(r, events, fi)
 	return r
 }

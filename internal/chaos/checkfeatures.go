@@ -155,6 +155,7 @@ type features struct {
 	r       *Report
 	f       *FeatureReport
 	fi      faultIndex
+	stalls  []hostStall // the host stalls: only the timing-bounded checks read them
 	opts    CheckOptions
 	ops     map[string]*opHistory
 	first   int64 // the history's first event
@@ -168,9 +169,9 @@ type features struct {
 }
 
 // checkFeatures judges the features' promises; Check calls it.
-func checkFeatures(r *Report, events []Event, ops map[string]*opHistory, fi faultIndex, opts CheckOptions) *FeatureReport {
+func checkFeatures(r *Report, events []Event, ops map[string]*opHistory, fi faultIndex, stalls []hostStall, opts CheckOptions) *FeatureReport {
 	c := &features{
-		r: r, fi: fi, opts: opts, ops: ops,
+		r: r, fi: fi, stalls: stalls, opts: opts, ops: ops,
 		f:      &FeatureReport{Exercised: map[string]int{}, Broken: map[string]int{}, Explained: map[string]int{}},
 		byRecv: map[string][]*run{}, byOp: map[string][]*run{}, events: map[string][]Event{},
 	}
@@ -358,9 +359,37 @@ func (c *features) global() {
 			c.explained(brokeGlobal, "slots_lapsed")
 			return
 		}
+		if c.leaseStalled(running) {
+			c.explained(brokeGlobal, explainHostStall)
+			return
+		}
 		c.brokeState(brokeGlobal, c.slotsSpan(running, t), "%d handlers of %s ran at once at %v, over WithGlobalConcurrency(%d): %s",
 			len(running), recvGlobal, c.at(t), globalLimit, names(running))
 	})
+}
+
+// explainHostStall is the explanation of a timing-bounded departure by
+// host stalls (stalls.go).
+const explainHostStall = "host_stall"
+
+// leaseStalled reports whether host stalls covered more of the lease
+// window of a run among rs (from a lease before its start to its end) than
+// a lease survives: a worker extends its leases every third of the lease,
+// so a lease lapses only when its worker does not run for two thirds of
+// it. Its slots and its delivery may then have gone to another while it
+// ran, as a stall of its connections would (touched).
+func (c *features) leaseStalled(rs []*run) bool {
+	return c.mostStalled(rs) > c.opts.Lease-c.opts.Lease/3
+}
+
+// mostStalled returns the most that host stalls covered of the lease
+// window of a run among rs (see leaseStalled).
+func (c *features) mostStalled(rs []*run) time.Duration {
+	var most time.Duration
+	for _, ru := range rs {
+		most = max(most, stalledWithin(c.stalls, ru.start-int64(c.opts.Lease), ru.end))
+	}
+	return most
 }
 
 // slotsLapsed reports whether a run among rs ran while the lease of its
@@ -398,8 +427,12 @@ func (c *features) groups() {
 					c.explained(brokeGroupBusy, why)
 					return
 				}
-				c.brokeState(brokeGroupBusy, c.slotsSpan(running, t), "%d handlers of key %s of %s ran at once at %v, over WithGroupConcurrency(%d): %s",
-					len(running), key, g.receiver, c.at(t), g.limit, names(running))
+				if c.leaseStalled(running) {
+					c.explained(brokeGroupBusy, explainHostStall)
+					return
+				}
+				c.brokeState(brokeGroupBusy, c.slotsSpan(running, t), "%d handlers of key %s of %s ran at once at %v, over WithGroupConcurrency(%d): %s (host stalls up to %v of a run's lease window)",
+					len(running), key, g.receiver, c.at(t), g.limit, names(running), c.mostStalled(running).Round(time.Millisecond))
 			})
 			if g.receiver == recvGroupN {
 				c.f.MaxGroup = max(c.f.MaxGroup, most)
@@ -821,8 +854,14 @@ func (c *features) rate() {
 			c.explained(brokeRate, why)
 			continue
 		}
-		c.broke(brokeRate, ru.start, "%d handlers of %s started from %v to %v, %.1f beyond WithRateLimit(%v, %d)",
-			j-from+1, recvRate, c.at(rs[from].start), c.at(ru.start), excess, rateLimit, rateBurst)
+		// A host stall lengthens the tokens' lag by what it covered of it.
+		if st := stalledWithin(c.stalls, rs[from].start-int64(tokenLag), ru.start); excess-rateLimit*st.Seconds() <= rateSlack {
+			c.explained(brokeRate, explainHostStall)
+			continue
+		}
+		c.broke(brokeRate, ru.start, "%d handlers of %s started from %v to %v, %.1f beyond WithRateLimit(%v, %d) (host stalls %v from a token's lag before)",
+			j-from+1, recvRate, c.at(rs[from].start), c.at(ru.start), excess, rateLimit, rateBurst,
+			stalledWithin(c.stalls, rs[from].start-int64(tokenLag), ru.start).Round(time.Millisecond))
 	}
 }
 
@@ -960,9 +999,17 @@ func (c *features) pauses() {
 			}
 			lag := time.Duration(ru.start - s.returned)
 			c.f.MaxPauseLag = max(c.f.MaxPauseLag, lag)
-			if lag > pauseSlack {
-				c.broke(brokePaused, ru.start, "%s started on %s %v after a Pause of %s returned, before the Resume", ru.op, ru.proc, lag.Round(time.Millisecond), recvPaused)
+			if lag <= pauseSlack {
+				continue
 			}
+			// A host stall between the Pause's return and the start
+			// delayed the worker's poll by what it covered of that span.
+			if lag-stalledWithin(c.stalls, s.returned, ru.start) <= pauseSlack {
+				c.explained(brokePaused, explainHostStall)
+				continue
+			}
+			c.broke(brokePaused, ru.start, "%s started on %s %v after a Pause of %s returned, before the Resume (host stalls %v of it)",
+				ru.op, ru.proc, lag.Round(time.Millisecond), recvPaused, stalledWithin(c.stalls, s.returned, ru.start).Round(time.Millisecond))
 		}
 	}
 }

@@ -1,0 +1,187 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+)
+
+// busy adds the records of a busy run from from to to ms, one every ms
+// by a process of its own, but in the silences given (from, to ms): the
+// host ran no process then.
+func (h *hist) busy(from, to int64, silences ...[2]int64) *hist {
+next:
+	for at := from; at < to; at++ {
+		for _, s := range silences {
+			if at > s[0] && at < s[1] {
+				continue next
+			}
+		}
+		h.add(Event{T: ms(at), Proc: "p9.g1", Kind: KindIdle})
+	}
+	return h
+}
+
+// fourAtOnce is a history of four runs of receiver (of key, if any) at
+// once: one on w0.g1 from at+2000 to at+3000 ms, sent at at, and three
+// on w1.g1 from at+2200 ms.
+func fourAtOnce(receiver, key string, at int64) func(h *hist) {
+	return func(h *hist) {
+		h.fsend(Event{Op: "a", Receiver: receiver, Key: key}, at).frun("a", "w0.g1", 1, at+2000, at+3000, ResultOK)
+		for i, op := range []string{"b", "c", "d"} {
+			h.fsend(Event{Op: op, Receiver: receiver, Key: key}, at+2100).frun(op, "w1.g1", 1, at+2200+int64(i), at+2500, ResultOK)
+		}
+	}
+}
+
+func TestHostStalls(t *testing.T) {
+	h := &hist{}
+	h.sendFF("a", 0).handle("a", "w0.g1", 1, 10, ResultOK)
+	h.fault(FaultStallConns, "proxy", 15000, 15500)
+	// The fault's record is stamped with its start and written at its
+	// end: it does not break the silence from 8000 to 8400 ms.
+	h.fault(FaultStopWorker, "w1.g1", 8100, 30000)
+	h.busy(0, 30000, [2]int64{8000, 8400}, [2]int64{12000, 12200}, [2]int64{15100, 15500})
+	// After the settle, and in a sparse history, silences are no stalls.
+	h.final(0)
+	h.add(Event{T: ms(200_000), Proc: "harness", Kind: KindIdle})
+	events := sorted(*h)
+	var fi faultIndex
+	for _, e := range events {
+		if e.Kind == KindFault {
+			fi.faults = append(fi.faults, e)
+		}
+	}
+	got := hostStalls(events, fi)
+	if len(got) != 1 || got[0] != (hostStall{ms(8000), ms(8400)}) {
+		t.Fatalf("hostStalls = %v, want one from 8000 to 8400 ms (not the 200 ms one, nor the one under stall_conns, nor the ones after the settle)", got)
+	}
+	if d := stalledWithin(got, ms(8300), ms(9000)); d != 100*time.Millisecond {
+		t.Errorf("stalledWithin = %v, want 100ms", d)
+	}
+	sparse := &hist{}
+	sparse.sendFF("a", 0).handle("a", "w0.g1", 1, 5000, ResultOK)
+	if got := hostStalls(sorted(sparse.final(0)), faultIndex{}); len(got) != 0 {
+		t.Errorf("hostStalls of a sparse history = %v, want none", got)
+	}
+	r := Check(events, CheckOptions{})
+	if r.HostStalls != 1 || r.MaxHostStall != 400*time.Millisecond {
+		t.Errorf("report: %d host stalls, longest %v; want 1, 400ms", r.HostStalls, r.MaxHostStall)
+	}
+}
+
+// TestCheckHostStalls: a host stall explains a timing-bounded departure
+// only by what it covered of the span where the promise depends on
+// timing, and never a core invariant.
+func TestCheckHostStalls(t *testing.T) {
+	const base = 10000 // ms: the run is busy from 0
+	tests := []struct {
+		name      string
+		silence   [2]int64 // ms after base
+		events    func(h *hist)
+		broken    string
+		explained string
+	}{{
+		name:    "pause: a start 1.265s after the Pause returned, 400ms of it stalled",
+		silence: [2]int64{500, 900},
+		events: func(h *hist) {
+			h.pauseCall(KindPause, base, ResultOK).pauseCall(KindResume, base+4000, ResultOK)
+			h.fsend(Event{Op: "a", Receiver: recvPaused}, base-100).frun("a", "w0.g1", 1, base+2+1265, base+1280, ResultOK)
+		},
+		explained: brokePaused + ":" + explainHostStall,
+	}, {
+		name:    "pause: a start 1.6s after the Pause returned, 400ms of it stalled",
+		silence: [2]int64{500, 900},
+		events: func(h *hist) {
+			h.pauseCall(KindPause, base, ResultOK).pauseCall(KindResume, base+4000, ResultOK)
+			h.fsend(Event{Op: "a", Receiver: recvPaused}, base-100).frun("a", "w0.g1", 1, base+2+1600, base+1610, ResultOK)
+		},
+		broken: brokePaused,
+	}, {
+		name:    "pause: a start 1.265s after the Pause returned, the stall before it",
+		silence: [2]int64{-600, -200},
+		events: func(h *hist) {
+			h.pauseCall(KindPause, base, ResultOK).pauseCall(KindResume, base+4000, ResultOK)
+			h.fsend(Event{Op: "a", Receiver: recvPaused}, base-2000).frun("a", "w0.g1", 1, base+2+1265, base+1280, ResultOK)
+		},
+		broken: brokePaused,
+	}, {
+		name:    "rate: sixteen at once, a stall within a token's lag before",
+		silence: [2]int64{600, 950},
+		events: func(h *hist) {
+			for i := range 16 {
+				op := "r" + string(rune('a'+i))
+				h.fsend(Event{Op: op, Receiver: recvRate}, base).frun(op, "w0.g1", 1, base+1000+int64(i), base+1020, ResultOK)
+			}
+		},
+		explained: brokeRate + ":" + explainHostStall,
+	}, {
+		name:    "rate: sixteen at once, a stall more than a token's lag before",
+		silence: [2]int64{-100, 400},
+		events: func(h *hist) {
+			for i := range 16 {
+				op := "r" + string(rune('a'+i))
+				h.fsend(Event{Op: op, Receiver: recvRate}, base-200).frun(op, "w0.g1", 1, base+1000+int64(i), base+1020, ResultOK)
+			}
+		},
+		broken: brokeRate,
+	}, {
+		name:      "group: four of a key at once, one's lease window stalled beyond two thirds of the lease",
+		silence:   [2]int64{500, 1900},
+		events:    fourAtOnce(recvGroupN, "g0", base),
+		explained: brokeGroupBusy + ":" + explainHostStall,
+	}, {
+		name:    "group: four of a key at once, one's lease window stalled for less",
+		silence: [2]int64{900, 1900},
+		events:  fourAtOnce(recvGroupN, "g0", base),
+		broken:  brokeGroupBusy,
+	}, {
+		name:      "global: four at once, one's lease window stalled beyond two thirds of the lease",
+		silence:   [2]int64{500, 1900},
+		events:    fourAtOnce(recvGlobal, "", base),
+		explained: brokeGlobal + ":" + explainHostStall,
+	}, {
+		name:    "a late start stays one, whatever the stall",
+		silence: [2]int64{500, 1900},
+		events: func(h *hist) {
+			h.add(Event{T: ms(base), Proc: "p0.g1", Kind: KindSend, Op: "a", Mode: ModeTimed, Timeout: int64(time.Second)})
+			h.add(Event{T: ms(base + 1), Proc: "p0.g1", Kind: KindSent, Op: "a", ID: "id-a"})
+			h.add(Event{T: ms(base + 2000), Proc: "w0.g1", Kind: KindStart, Op: "a", ID: "id-a", Attempt: 1, Deadline: ms(base + 1001)})
+			h.add(Event{T: ms(base + 2010), Proc: "w0.g1", Kind: KindEnd, Op: "a", ID: "id-a", Attempt: 1, Result: ResultOK})
+			h.outcome("a", "p0.g1", base+2100, ResultTimeout)
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &hist{}
+			tt.events(h)
+			h.busy(0, 2*base, [2]int64{base + tt.silence[0], base + tt.silence[1]})
+			r := Check(sorted(h.final(0)), CheckOptions{})
+			f := r.Features
+			if r.HostStalls != 1 {
+				t.Errorf("%d host stalls, want 1", r.HostStalls)
+			}
+			for inv, n := range f.Broken {
+				if inv != tt.broken && n != 0 {
+					t.Errorf("broken %s: %d, want 0", inv, n)
+				}
+			}
+			if tt.broken != "" && f.Broken[tt.broken] == 0 {
+				t.Errorf("broken %s: 0, want at least 1", tt.broken)
+			}
+			if tt.explained != "" && f.Explained[tt.explained] == 0 {
+				t.Errorf("explained %s: 0, want at least 1", tt.explained)
+			}
+			for k, n := range f.Explained {
+				if k != tt.explained && n != 0 {
+					t.Errorf("explained %s: %d, want 0", k, n)
+				}
+			}
+			if tt.name == "a late start stays one, whatever the stall" && r.LateStarts != 1 {
+				t.Errorf("late starts %d, want 1", r.LateStarts)
+			}
+			if t.Failed() {
+				t.Logf("report:\n%s", r)
+			}
+		})
+	}
+}
