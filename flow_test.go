@@ -406,6 +406,90 @@ func runIdemChild(d *disker.Disker) {
 	fmt.Println("replies", idemDigest(got))
 }
 
+// TestIdempotentRunAfterWindow runs a key's message past the key's window:
+// a Request after the window takes the key for a new message, and the old
+// run, replying while the new message is handled, is refused as late; the
+// new message's callers get the new message's reply, never the old run's.
+func TestIdempotentRunAfterWindow(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, e *env) {
+		const ttl = 300 * time.Millisecond
+		ctx := ctxTimeout(t, time.Minute)
+		started := make(chan time.Time, 1) // the old run's deadline
+		release, oldDone := make(chan struct{}), make(chan struct{})
+		oldKind := make(chan disker.EventKind, 1)
+		var oldID atomic.Value
+		oldID.Store("")
+		var once sync.Once
+		w := e.open(func(c *disker.Config) {
+			c.OnEvent = func(ev disker.Event) {
+				if ev.MessageID == oldID.Load() && (ev.Kind == disker.EventReplied || ev.Kind == disker.EventLate) {
+					once.Do(func() {
+						oldKind <- ev.Kind
+						close(oldDone)
+					})
+				}
+			}
+		})
+		err := w.Handle("idem-late", disker.HandlerFunc(func(_ context.Context, msg *disker.Message) ([]byte, error) {
+			wait, reply := oldDone, "new reply" // the new message replies after the old run
+			if string(msg.Content) == "old" {
+				oldID.Store(msg.ID)
+				started <- msg.Deadline
+				wait, reply = release, "old reply" // outlives the key's window
+			}
+			select {
+			case <-wait:
+			case <-ctx.Done():
+			}
+			return []byte(reply), nil
+		}), disker.WithConcurrency(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := e.open()
+		request := func(content string, timeout time.Duration, sent chan<- string) string {
+			rep, err := r.Request(ctx, disker.Message{Receiver: "idem-late", Content: []byte(content)},
+				disker.WithIdempotencyKey("k"), disker.WithIdempotencyTTL(ttl), disker.WithTimeout(timeout),
+				disker.WithOnSent(func(id string) { sent <- id }))
+			if err != nil {
+				return err.Error()
+			}
+			return string(rep.Content)
+		}
+		oldSent, oldRep := make(chan string, 1), make(chan string, 1)
+		go func() { oldRep <- request("old", 3*time.Second, oldSent) }()
+		deadline := recv(t, started, 30*time.Second, "the old run to start")
+		old := recv(t, oldSent, 30*time.Second, "the old message to be sent")
+		time.Sleep(time.Until(deadline.Add(200 * time.Millisecond))) // the key's window ends
+		const callers = 3
+		sent, replies := make(chan string, callers), make(chan string, callers)
+		for range callers {
+			go func() { replies <- request("new", 30*time.Second, sent) }()
+		}
+		var newID string
+		for i := range callers {
+			id := recv(t, sent, 30*time.Second, "a new caller's send")
+			if id == old || (i > 0 && id != newID) {
+				t.Fatalf("a caller after the window sent %s; want one new message (the old was %s, the first new %s)", id, old, newID)
+			}
+			newID = id
+		}
+		close(release) // the old run replies now, while the new message waits
+		if kind := recv(t, oldKind, 30*time.Second, "the old run's reply"); kind != disker.EventLate {
+			t.Errorf("the old run's reply was %v, want late (the key is the new message's)", kind)
+		}
+		for range callers {
+			if rep := recv(t, replies, 30*time.Second, "a new caller's reply"); rep != "new reply" {
+				t.Errorf("a caller of the new message got %q, want %q", rep, "new reply")
+			}
+		}
+		if rep := recv(t, oldRep, 30*time.Second, "the old caller's outcome"); rep == "new reply" {
+			t.Errorf("the old caller got the new message's reply")
+		}
+	})
+}
+
 // TestIdempotentRequestWorkerKilled kills a worker process with SIGKILL
 // while its handler runs the message of idempotent Requests: the message
 // is redelivered, the handler runs again here, and every caller of the

@@ -354,6 +354,10 @@ const DefaultIdempotencyTTL = 24 * time.Hour
 // ttl ends, Requests with the key get that *RemoteError. The message
 // carries the key's window as its deadline: a worker starts it as long as
 // the reply can still be used, whatever the deadline of the first Request.
+// Only the key's message stores the key's reply: a run that ends after the
+// window, once a later send took the key for a new message, answers its
+// own sender alone, and the new message's callers get the new message's
+// reply.
 // key must not be empty (at most MaxKeyLen bytes). It goes with every other
 // option; with WithDedupKey, a repeat of the idempotency key is not a
 // duplicate (it is the same send), and only a send that queued its message

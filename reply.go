@@ -203,7 +203,8 @@ func (d *Disker) replyRoute(ctx context.Context, msg *Message, env *broker.Envel
 // (a named sender's; a Request's inbox is among the waiters) and to every
 // Request waiting for the key, each by its own request id and judged
 // against its own deadline (see broker.Idempotency). When the key is gone
-// (its window passed), env goes by msg's route alone. It returns nil when
+// (its window passed) or holds a later message (a send took it after the
+// window), env goes by msg's route alone. It returns nil when
 // at least one of them accepted it, ErrLate when none did (all had given
 // up, or nobody waits), and the broker's error when one failed.
 func (d *Disker) replyIdempotent(ctx context.Context, msg *Message, env *broker.Envelope) error {

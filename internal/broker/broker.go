@@ -571,13 +571,18 @@ type Pauses interface {
 // gets that reply at once. The worker that answers the message stores
 // its reply under the key (SettleIdempotent): the first stored reply is
 // the key's reply for good, and the worker sends it to every waiter's
-// inbox (Inbox.ReplyInbox, each by its own request id and deadline).
+// inbox (Inbox.ReplyInbox, each by its own request id and deadline). Only
+// the key's own message stores its reply: a run that outlives its
+// message's window, after a later send took the key for a new message,
+// finds the key gone.
 type Idempotency interface {
 	// SettleIdempotent stores reply (an envelope to be sent to each
 	// waiter, who sets its Receiver: reply.Receiver may be empty) as the
 	// reply of receiver's key unless one is stored already, and returns the stored reply and the waiters to send it
-	// to. found is false when the key is gone (its window passed): nothing
-	// is stored then.
+	// to. reply.InReplyTo is the id of the message answered. found is
+	// false when the key is gone (its window passed) or holds another
+	// message than reply.InReplyTo (a later send took it after the
+	// window): nothing is stored then, in the same atomic step.
 	SettleIdempotent(ctx context.Context, receiver, key string, reply *Envelope) (stored Envelope, waiters []IdempotentWaiter, found bool, err error)
 }
 

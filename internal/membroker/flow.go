@@ -126,7 +126,8 @@ func (b *Broker) Paused(ctx context.Context, receivers []string) ([]bool, error)
 }
 
 // SettleIdempotent stores reply as the reply of receiver's key unless one
-// is stored, and returns the stored one and the waiters. See
+// is stored, and returns the stored one and the waiters; found is false
+// when the key is gone or holds another message than reply.InReplyTo. See
 // broker.Idempotency.
 func (b *Broker) SettleIdempotent(ctx context.Context, receiver, key string, reply *broker.Envelope) (broker.Envelope, []broker.IdempotentWaiter, bool, error) {
 	if err := broker.CheckName("receiver", receiver); err != nil {
@@ -145,8 +146,8 @@ func (b *Broker) SettleIdempotent(ctx context.Context, receiver, key string, rep
 	defer b.c.mu.Unlock()
 	c := b.c
 	e, ok := c.idems[keyOf(receiver, key)]
-	if !ok || !c.now().Before(e.expires) {
-		return broker.Envelope{}, nil, false, nil
+	if !ok || !c.now().Before(e.expires) || e.id != reply.InReplyTo {
+		return broker.Envelope{}, nil, false, nil // gone, or another message's
 	}
 	if e.reply == nil {
 		e.reply = raw

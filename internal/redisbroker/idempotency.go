@@ -15,7 +15,8 @@ import (
 
 // SettleIdempotent stores reply as the reply of receiver's key unless one
 // is stored (script idem_settle), and returns the stored one and the
-// waiters.
+// waiters; found is false when the key is gone or holds another message
+// than reply.InReplyTo.
 func (b *Broker) SettleIdempotent(ctx context.Context, receiver, key string, reply *broker.Envelope) (broker.Envelope, []broker.IdempotentWaiter, bool, error) {
 	if err := broker.CheckName("receiver", receiver); err != nil {
 		return broker.Envelope{}, nil, false, err
@@ -30,7 +31,7 @@ func (b *Broker) SettleIdempotent(ctx context.Context, receiver, key string, rep
 		return broker.Envelope{}, nil, false, err
 	}
 	data := rueidis.BinaryString(wire.Encode(reply))
-	v, err := scriptIdemSettle.Exec(ctx, b.client, []string{b.keys.idempotency(receiver, key)}, []string{data}).ToArray()
+	v, err := scriptIdemSettle.Exec(ctx, b.client, []string{b.keys.idempotency(receiver, key)}, []string{data, reply.InReplyTo}).ToArray()
 	if err != nil {
 		return broker.Envelope{}, nil, false, b.fail(ctx, "reply", err)
 	}
@@ -66,18 +67,24 @@ func (b *Broker) SettleIdempotent(ctx context.Context, receiver, key string, rep
 var scriptIdemSettle = rueidis.NewLuaScript(`-- idem_settle
 -- KEYS[1] -> the idempotency key P:{R}:idem:<key>
 -- ARGV[1] -> encoded reply envelope
+-- ARGV[2] -> the id of the message it answers
 -- Stores ARGV[1] as the key's reply unless one is stored already (the
 -- first stays). Waiters stay too: a redelivered message sends the same
--- reply to the same waiters, who take the first they read.
--- Returns {} when the key is gone, else {stored reply, then pairs of
--- request id, "<deadline ms>:<inbox>" for each waiter}.
+-- reply to the same waiters, who take the first they read. Only the key's
+-- own message (field id) stores or reads its reply: a run of an earlier
+-- message, whose window passed while it ran and whose key a later send
+-- took, finds the key gone.
+-- Returns {} when the key is gone or holds another message, else {stored
+-- reply, then pairs of request id, "<deadline ms>:<inbox>" for each
+-- waiter}.
 local all = redis.call('HGETALL', KEYS[1])
-if #all == 0 then
-  return {}
-end
-local rep
+local rep, id
 for i = 1, #all, 2 do
   if all[i] == 'rep' then rep = all[i + 1] end
+  if all[i] == 'id' then id = all[i + 1] end
+end
+if id ~= ARGV[2] then
+  return {}
 end
 if not rep then
   redis.call('HSET', KEYS[1], 'rep', ARGV[1])

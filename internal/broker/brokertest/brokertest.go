@@ -102,6 +102,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) broker.Broker) {
 		{"Debounce", testDebounce},
 		{"Pause", testPause},
 		{"Idempotency", testIdempotency},
+		{"IdempotencyLateRun", testIdempotencyLateRun},
 		{"Priorities", testPriorities},
 		{"PriorityReclaim", testPriorityReclaim},
 		{"Tokens", testTokens},

@@ -267,6 +267,67 @@ func testIdempotency(t *testing.T, b broker.Broker) {
 	ack(t, b, r, d.Ref)
 }
 
+// testIdempotencyLateRun shows that only the key's own message stores
+// the key's reply: a run of a message whose window passed while it ran
+// replies after a later send took the key for a message of its own; that
+// reply is not stored under the key, nor given to the later message's
+// callers, and the later message's own reply is the key's.
+func testIdempotencyLateRun(t *testing.T, b broker.Broker) {
+	ctx := ctxT(t)
+	r := name("recv")
+	const ttl = 300 * time.Millisecond
+	send := func(env *broker.Envelope) broker.SendResult {
+		t.Helper()
+		env.Route, env.IdempotencyKey = broker.RouteInbox, "k"
+		return sendP(t, b, broker.SendParams{Env: *env, IdemTTL: ttl})
+	}
+	first := timedEnv(inboxName(), r, "first", longLease)
+	if res := send(first); res.Outcome != broker.Queued {
+		t.Fatalf("first send: outcome %v", res.Outcome)
+	}
+	d1 := fetchOne(t, b, r, "w1", longLease)
+	if d1.Env.ID != first.ID {
+		t.Fatalf("fetched %s, want %s", d1.Env.ID, first.ID)
+	}
+	// The run outlives the key's window, and a later send takes the key.
+	waitBrokerTime(t, b, d1.Deadline.Add(10*time.Millisecond))
+	second := timedEnv(inboxName(), r, "second", longLease)
+	if res := send(second); res.Outcome != broker.Queued || res.ID != second.ID {
+		t.Fatalf("send after the window: outcome %v, id %s; want queued %s", res.Outcome, res.ID, second.ID)
+	}
+	// The late run replies: the key is another message's now.
+	if stored, ws, found, err := b.SettleIdempotent(ctx, r, "k", replyTo(first, "late")); err != nil || found {
+		t.Fatalf("the late run's SettleIdempotent: found %v (stored %q, waiters %+v), %v; want not found", found, stored.Content, ws, err)
+	}
+	third := timedEnv(inboxName(), r, "third", longLease)
+	res := send(third)
+	if res.Outcome != broker.Joined || res.ID != second.ID {
+		t.Fatalf("a send joining the second: outcome %v, id %s; want joined %s", res.Outcome, res.ID, second.ID)
+	}
+	if res.Reply != nil {
+		t.Fatalf("a send joining the second got the stored reply %q of message %s", res.Reply.Content, res.Reply.InReplyTo)
+	}
+	d2 := fetchOne(t, b, r, "w2", longLease)
+	if d2.Env.ID != second.ID {
+		t.Fatalf("fetched %s, want %s", d2.Env.ID, second.ID)
+	}
+	own := replyTo(second, "own")
+	stored, ws, found, err := b.SettleIdempotent(ctx, r, "k", own)
+	if err != nil || !found {
+		t.Fatalf("the second's SettleIdempotent: found %v, %v", found, err)
+	}
+	checkEnv(t, "stored reply", stored, own)
+	got := map[string]bool{}
+	for _, w := range ws {
+		got[w.RequestID] = true
+	}
+	if len(ws) != 2 || !got[second.ID] || !got[third.ID] {
+		t.Fatalf("waiters %+v, want the second's and the third's", ws)
+	}
+	ack(t, b, r, d1.Ref)
+	ack(t, b, r, d2.Ref)
+}
+
 // testDedupUntilSettled shows a dedup key held until its message is
 // settled: it travels with the message, a send with it is a duplicate
 // while the message waits and while it is handled, and ReleaseDedup frees
