@@ -665,7 +665,7 @@ func (c *consumer) drop(dl *broker.Delivery, expired bool) {
 			st, code, text = broker.ResultExpired, CodeExpired, ErrExpired.Error()
 		}
 		err = d.b.FinishResult(d.opCtx, &broker.FinishResultParams{Receiver: c.name, ID: dl.Env.ID, Ref: dl.Ref, State: st,
-			Worker: d.id, Attempt: dl.Attempt, Reply: msg.sentReply, ErrorCode: code, ErrorText: text, Retention: ret})
+			Worker: d.id, Attempt: dl.Attempt, Reply: msg.sentReply, ErrorCode: code, ErrorText: text, Retention: ret, ReplyTo: msg.replyTo()})
 	} else {
 		err = d.b.Drop(d.opCtx, c.name, dl.Ref)
 	}
@@ -1168,8 +1168,10 @@ func logAttrs(receiver, id string, attempt int) []any {
 // should that fail, the result shows the attempt at the final outcome.
 func (c *consumer) startResult(msg *Message, dl *broker.Delivery) {
 	d := c.d
-	err := d.b.StartResult(d.opCtx, &broker.StartResultParams{Receiver: c.name, ID: msg.ID, Worker: d.id, Attempt: msg.Attempt,
-		Retention: msg.retention, Deadline: dl.Deadline, Route: msg.route})
+	p := &broker.StartResultParams{Receiver: c.name, ID: msg.ID, Worker: d.id, Attempt: msg.Attempt,
+		Retention: msg.retention, Deadline: dl.Deadline, Route: msg.route}
+	p.ReplyTo = msg.replyTo()
+	err := d.b.StartResult(d.opCtx, p)
 	if err != nil {
 		d.health.fail("start result", err)
 		d.log.Warn("disker: cannot record the start of a message on its result", append(logAttrs(c.name, msg.ID, msg.Attempt), "error", err)...)
@@ -1183,7 +1185,7 @@ func (c *consumer) startResult(msg *Message, dl *broker.Delivery) {
 func (c *consumer) finishResult(t *task, msg *Message, rerr *RemoteError, late bool) {
 	d := c.d
 	p := &broker.FinishResultParams{Receiver: c.name, ID: msg.ID, Ref: t.dl.Ref, State: broker.ResultDone, Worker: d.id,
-		Attempt: msg.Attempt, Reply: msg.sentReply, Retention: msg.retention}
+		Attempt: msg.Attempt, Reply: msg.sentReply, Retention: msg.retention, ReplyTo: msg.replyTo()}
 	if late && !t.dl.Deadline.IsZero() {
 		p.State = broker.ResultTimedOut
 	}

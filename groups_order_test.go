@@ -3,7 +3,6 @@ package disker_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -193,13 +192,7 @@ func runKeyedChild(d *disker.Disker) int {
 	}
 	err = d.Handle(os.Getenv("DISKER_TEST_RECEIVER"), l.handler(os.Getenv("DISKER_TEST_PROC"), time.Millisecond),
 		disker.WithConcurrency(16), disker.WithGroupConcurrency(n), disker.WithLease(childLease), disker.WithMaxAttempts(1000))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 2
-	}
-	fmt.Println("ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	return 3
+	return childServes(err)
 }
 
 // TestGroupsKilledWorkers sends 1,000 keys × 50 messages to three worker

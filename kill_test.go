@@ -36,6 +36,13 @@ func runScheduler(d *disker.Disker) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := d.Schedule(ctx, disker.Schedule{Name: "proc-every-100ms", Receiver: os.Getenv("DISKER_TEST_RECEIVER"), Every: 100 * time.Millisecond})
+	return childServes(err)
+}
+
+// childServes ends the setup of a child that serves: err, from its
+// Handle, ends it (2); else it prints "ready" and runs until it is killed
+// (3 should the parent go away first: stdin closes).
+func childServes(err error) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 2
@@ -58,7 +65,8 @@ const childRequestTimeout = 8 * time.Second
 // prints "ready" and makes one Request to that receiver with a timeout of
 // childRequestTimeout. A "long-worker" is a worker with longLease that
 // heartbeats every holderHeartbeat. A "batch-worker" is a worker with a
-// batch handler (serveBatchChild). A worker's WithMaxAttempts is
+// batch handler (serveBatchChild). A "replier" replies before it blocks
+// (runReplierChild). A worker's WithMaxAttempts is
 // DISKER_TEST_MAX_ATTEMPTS, when set.
 func runChild() int {
 	cfg := disker.Config{
@@ -115,6 +123,9 @@ func runChild() int {
 	}
 	if os.Getenv(childEnv) == "stream-worker" {
 		return runStreamChild(d)
+	}
+	if os.Getenv(childEnv) == "replier" {
+		return runReplierChild(d)
 	}
 	block := make(chan struct{})
 	if os.Getenv(childEnv) == "batch-worker" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -78,13 +77,7 @@ func runLimitedChild(d *disker.Disker) int {
 		rc.Do(ctx, rc.B().Incr().Key(done).Build())
 		return nil, nil
 	}), opts...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 2
-	}
-	fmt.Println("ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	return 3
+	return childServes(err)
 }
 
 // startLimited starts n "limited" children for receiver with the extra

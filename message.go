@@ -85,6 +85,16 @@ type Message struct {
 	stream bool
 }
 
+// replyTo is where a reply to msg, a delivered message, goes: its Sender
+// (a sender's name, or a Request's inbox) when it has a reply route and a
+// valid one, else "".
+func (msg *Message) replyTo() string {
+	if msg.route == broker.RouteNone || broker.CheckName("sender", msg.Sender) != nil {
+		return ""
+	}
+	return msg.Sender
+}
+
 // SetReplyHeader sets header key to value on the reply to msg, a message
 // this instance received: the reply a handler returns, or the one sent by
 // Reply, carries it in its Headers. Call it from the handler, before it

@@ -3,13 +3,16 @@ package disker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/diskerhq/disker"
+	"github.com/diskerhq/disker/internal/keyslot"
 )
 
 // TestResultRetention follows retained messages to each final outcome: a
@@ -497,4 +500,101 @@ func testResultReplyRedelivered(t *testing.T, receiver string, stream bool) {
 			t.Fatalf("result: %+v, the second handler called %d times; want it dropped by the second instance's attempt 2 (%s)", r, calls.Load(), second.ID())
 		}
 	})
+}
+
+// runReplierChild serves DISKER_TEST_RECEIVER with a handler that replies
+// "first" with Reply, prints "replied ID ATTEMPT" once the reply is
+// accepted, and blocks until the process is killed: its acknowledgement
+// never comes.
+func runReplierChild(d *disker.Disker) int {
+	err := d.Handle(os.Getenv("DISKER_TEST_RECEIVER"), disker.HandlerFunc(func(ctx context.Context, m *disker.Message) ([]byte, error) {
+		if err := d.Reply(ctx, m, []byte("first")); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			return nil, err
+		}
+		fmt.Printf("replied %s %d\n", m.ID, m.Attempt)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}), disker.WithLease(childLease))
+	return childServes(err)
+}
+
+// TestKilledAfterReplyResult kills a worker process (SIGKILL) right after
+// its Reply to a timed Send was accepted, before its acknowledgement: the
+// sender got the reply, and the retained result, settled by the
+// redelivery in another process after the deadline, says succeeded with
+// that reply. On the Cluster the sender's and the receiver's names are in
+// different slots, where the reply is accepted in one step (the sender's)
+// and recorded by a later one (the receiver's).
+func TestKilledAfterReplyResult(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a failure-injection test: runs without -short")
+	}
+	for _, bk := range []struct {
+		name string
+		srv  *shared
+	}{{"redis", &sharedRedis}, {"cluster", &sharedCluster}} {
+		t.Run(bk.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, true, bk.srv.URL(t))
+			const sender = "kasender"
+			receiver := "kareceiver"
+			for i := 0; keyslot.Of("{"+receiver+"}") == keyslot.Of("{"+sender+"}"); i++ {
+				receiver = fmt.Sprintf("kareceiver%d", i)
+			}
+			d := e.open()
+			replies, timeouts := make(chan string, 4), make(chan string, 4)
+			if err := d.OnReply(sender, disker.ReplyHandlerFunc(func(_ context.Context, r *disker.Message) { replies <- string(r.Content) })); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.OnTimeout(sender, disker.TimeoutHandlerFunc(func(_ context.Context, m *disker.Message) { timeouts <- m.ID })); err != nil {
+				t.Fatal(err)
+			}
+			c := startChild(t, e, "replier", receiver, "")
+			if l := recv(t, c.lines, 30*time.Second, "the child to be ready"); l != "ready" {
+				t.Fatalf("child said %q, want ready", l)
+			}
+			ctx := ctxTimeout(t, 2*time.Minute)
+			id, err := d.Send(ctx, disker.Message{Sender: sender, Receiver: receiver, Content: []byte("q")},
+				disker.WithTimeout(3*time.Second), disker.WithRetention(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l := recv(t, c.lines, 30*time.Second, "the child to reply"); l != "replied "+id+" 1" {
+				t.Fatalf("child said %q, want its reply to %s accepted", l, id)
+			}
+			c.kill(t)
+			if r := recv(t, replies, 30*time.Second, "the reply"); r != "first" {
+				t.Fatalf("the sender got %q, want the first attempt's reply", r)
+			}
+			second := e.open()
+			if err := second.Handle(receiver, disker.HandlerFunc(func(context.Context, *disker.Message) ([]byte, error) {
+				return []byte("second"), nil
+			}), disker.WithLease(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			// The reply is on the result as soon as it is accepted (on the
+			// Cluster, from its copy in the sender's slot until a later
+			// attempt records it).
+			res, err := d.WaitResult(ctx, receiver, id)
+			if err != nil || res.State != disker.ResultSucceeded || string(res.Reply) != "first" {
+				t.Fatalf("the result: %+v, %v; want succeeded with the reply the sender got", res, err)
+			}
+			waitFor(t, time.Minute, "the second instance to settle the message", func() bool {
+				s, err := second.Stats(ctx, receiver)
+				return err == nil && s.Length == 0 && s.Pending == 0
+			})
+			res, err = d.Result(ctx, receiver, id)
+			if err != nil || res.State != disker.ResultSucceeded || string(res.Reply) != "first" || res.Attempts != 2 || res.Worker != second.ID() {
+				t.Fatalf("the settled result: %+v, %v; want succeeded with the reply the sender got, settled by attempt 2 on %s", res, err, second.ID())
+			}
+			select {
+			case m := <-timeouts:
+				t.Fatalf("the sender got a timeout notice for %s beside the reply", m)
+			case r := <-replies:
+				t.Fatalf("the sender got a second reply %q", r)
+			default:
+			}
+		})
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -282,13 +281,7 @@ func runStreamChild(d *disker.Disker) int {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}), disker.WithLease(childLease))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "child:", err)
-		return 2
-	}
-	fmt.Println("ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	return 3
+	return childServes(err)
 }
 
 // TestKilledWorkerStreamRestarts kills a worker process (SIGKILL) in the

@@ -168,6 +168,12 @@ type StartResultParams struct {
 	// a record created here.
 	Deadline time.Time
 	Route    Route
+	// ReplyTo is where a reply to the message goes, for RouteSender and
+	// RouteInbox: its Sender (the sender's name, or the Request's inbox).
+	// A broker that accepts a reply in another step than the one that
+	// records it (a Redis Cluster whose slots part the two) uses it to
+	// find what an earlier attempt had accepted; empty for none.
+	ReplyTo string
 }
 
 // Validate returns an error naming the first field that is not valid.
@@ -179,6 +185,10 @@ func (p *StartResultParams) Validate() error {
 		return empty("StartResultParams.ID")
 	case p.Attempt < 1:
 		return notPositive("StartResultParams.Attempt", p.Attempt)
+	case p.ReplyTo != "":
+		if err := CheckName("StartResultParams.ReplyTo", p.ReplyTo); err != nil {
+			return err
+		}
 	}
 	return checkRetention("StartResultParams.Retention", p.Retention)
 }
@@ -208,6 +218,11 @@ type FinishResultParams struct {
 	// Retention is the message's (Envelope.Retention, or the receiver's
 	// default); > 0. A record that does not exist is created with it.
 	Retention time.Duration
+	// ReplyTo is where a reply to the message goes, as
+	// StartResultParams.ReplyTo: a later attempt with no Reply records
+	// what an earlier one had accepted, where the broker accepts a reply
+	// in another step than the one that records it.
+	ReplyTo string
 }
 
 // Validate returns an error naming the first field that is not valid.
@@ -221,6 +236,10 @@ func (p *FinishResultParams) Validate() error {
 		return fmt.Errorf("broker: FinishResultParams.State %v is not done, expired or timed_out", p.State)
 	case p.Retention <= 0:
 		return notPositive("FinishResultParams.Retention", p.Retention)
+	case p.ReplyTo != "":
+		if err := CheckName("FinishResultParams.ReplyTo", p.ReplyTo); err != nil {
+			return err
+		}
 	}
 	return checkRetention("FinishResultParams.Retention", p.Retention)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/diskerhq/disker/internal/broker/brokertest"
 	"github.com/diskerhq/disker/internal/keyslot"
 	"github.com/diskerhq/disker/internal/redistest"
+	"github.com/diskerhq/disker/internal/wire"
 )
 
 // TestClusterConformance runs the conformance suite on a private Redis
@@ -210,6 +211,133 @@ func TestClusterInboxReplyRecorded(t *testing.T) {
 		}
 		if rec, err = b.Result(ctx, receiver, env.ID); err != nil || rec.State != broker.ResultDone || rec.Reply == nil {
 			t.Fatalf("%+v: the record after a later timeout: %+v, %v; want done with the reply", tc, rec, err)
+		}
+	}
+}
+
+// TestClusterAcceptedReplyKept: on a Cluster whose slots part a retained
+// message's record from where its reply is accepted (a timed Send's
+// sender, a Request's inbox, a RequestStream's inbox), a worker that dies
+// after the acceptance and before the step that records the reply leaves
+// a copy of it: Result reads it, and the next attempt records it (its
+// StartResult, or the FinishResult of an attempt dropped after the
+// deadline without a handler), then deletes the copy. A reply recorded
+// in the usual steps leaves no copy.
+func TestClusterAcceptedReplyKept(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Cluster test: runs without -short")
+	}
+	t.Parallel()
+	c := redistest.StartCluster(t, 3)
+	b := clusterBroker(t, c)
+	ctx := ctxT(t)
+	owner, receiver := namesApart(b, func(a, b uint16) bool { return a != b })
+	if err := b.KeepInbox(ctx, owner, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(key string) bool {
+		n, err := b.client.Do(ctx, b.client.B().Exists().Key(key).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	for _, kind := range []string{"timed", "inbox", "stream"} {
+		for _, dies := range []bool{true, false} {
+			for _, byStart := range []bool{true, false} {
+				if !dies && !byStart {
+					continue
+				}
+				name := fmt.Sprintf("%s-dies=%v-start=%v", kind, dies, byStart)
+				env := broker.Envelope{ID: "m-" + name, Sender: owner, Receiver: receiver, Content: []byte("q"), Timeout: time.Second, Route: broker.RouteInbox}
+				if kind == "timed" {
+					env.Route = broker.RouteSender
+				}
+				env.Stream = kind == "stream"
+				res, err := broker.SendOne(ctx, b, broker.SendParams{Env: env, Retention: time.Hour})
+				if err != nil {
+					t.Fatalf("%s: Send: %v", name, err)
+				}
+				ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: receiver, Consumer: "c", Max: 1, Block: time.Second, Lease: time.Minute})
+				if err != nil || len(ds) != 1 {
+					t.Fatalf("%s: Fetch = %+v, %v", name, ds, err)
+				}
+				start := broker.StartResultParams{Receiver: receiver, ID: env.ID, Worker: "w1", Attempt: 1, Retention: time.Hour, ReplyTo: owner}
+				if err := b.StartResult(ctx, &start); err != nil {
+					t.Fatal(err)
+				}
+				rep := broker.Envelope{ID: "rep-" + name, Sender: receiver, Receiver: owner, InReplyTo: env.ID, Content: []byte("a"), Retention: time.Hour}
+				data := string(wire.Encode(&rep))
+				switch {
+				case kind == "timed":
+					err = b.Reply(ctx, &rep, broker.ReplyTimed)
+				case !dies && kind == "inbox":
+					err = b.ReplyInbox(ctx, &rep, res.Deadline)
+				case !dies:
+					err = b.ReplyStream(ctx, &rep, res.Deadline)
+				case kind == "inbox":
+					// The first step of ReplyInbox alone: its worker dies before the second.
+					_, _, _, err = b.acceptInbox(ctx, &rep, data, res.Deadline)
+				default:
+					_, _, err = b.acceptStream(ctx, &rep, data, res.Deadline)
+				}
+				if err != nil {
+					t.Fatalf("%s: the reply: %v", name, err)
+				}
+				copyKey := b.keys.acceptedReply(owner, env.ID)
+				if !dies {
+					if kind == "timed" {
+						// The worker's acknowledgement records the reply and deletes the copy.
+						if !exists(copyKey) {
+							t.Fatalf("%s: no copy of the accepted reply before the acknowledgement", name)
+						}
+						if err := b.FinishResult(ctx, &broker.FinishResultParams{Receiver: receiver, ID: env.ID, Ref: ds[0].Ref, State: broker.ResultDone,
+							Worker: "w1", Attempt: 1, Reply: &rep, Retention: time.Hour, ReplyTo: owner}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if exists(copyKey) {
+						t.Fatalf("%s: the copy is left after the record holds the reply", name)
+					}
+					if rec, err := b.Result(ctx, receiver, env.ID); err != nil || rec.Reply == nil || string(rec.Reply.Content) != "a" {
+						t.Fatalf("%s: the record: %+v, %v; want the reply", name, rec, err)
+					}
+					continue
+				}
+				if !exists(copyKey) {
+					t.Fatalf("%s: no copy of the reply accepted in the other slot", name)
+				}
+				if rec, err := b.Result(ctx, receiver, env.ID); err != nil || rec.State != broker.ResultRunning || rec.Reply == nil || string(rec.Reply.Content) != "a" {
+					t.Fatalf("%s: the record after the worker died: %+v, %v; want running with the reply (its copy)", name, rec, err)
+				}
+				eventually(t, "the deadline", func() bool {
+					now, err := b.Now(ctx)
+					return err == nil && !now.Before(res.Deadline)
+				})
+				if byStart {
+					start.Attempt, start.Worker = 2, "w2"
+					if err := b.StartResult(ctx, &start); err != nil {
+						t.Fatal(err)
+					}
+					if exists(copyKey) {
+						t.Fatalf("%s: the copy is left after attempt 2's StartResult", name)
+					}
+					if rec, err := b.Result(ctx, receiver, env.ID); err != nil || rec.Reply == nil || string(rec.Reply.Content) != "a" || rec.Attempts != 2 {
+						t.Fatalf("%s: the record after attempt 2 started: %+v, %v; want the reply recorded", name, rec, err)
+					}
+				}
+				if err := b.FinishResult(ctx, &broker.FinishResultParams{Receiver: receiver, ID: env.ID, Ref: ds[0].Ref, State: broker.ResultTimedOut,
+					Worker: "w2", Attempt: 2, Retention: time.Hour, ReplyTo: owner}); err != nil {
+					t.Fatal(err)
+				}
+				if exists(copyKey) {
+					t.Fatalf("%s: the copy is left after attempt 2's FinishResult", name)
+				}
+				rec, err := b.Result(ctx, receiver, env.ID)
+				if err != nil || rec.State != broker.ResultDone || rec.Reply == nil || string(rec.Reply.Content) != "a" || rec.Worker != "w2" {
+					t.Fatalf("%s: the record after attempt 2: %+v, %v; want done by w2 with the first attempt's reply", name, rec, err)
+				}
+			}
 		}
 	}
 }

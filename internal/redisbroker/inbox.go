@@ -30,32 +30,46 @@ import (
 // state) when it is accepted: by the same script when the record's keys
 // and the inbox's share a slot (always on one server; see
 // replyInboxRecorded), else by a second script right after the append
-// (recordInboxReply). A reply without a Retention is the one XADD.
+// (recordAccepted), the append keeping a copy until then (acceptedCopy).
+// A reply without a Retention is the one XADD.
 func (b *Broker) ReplyInbox(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
 	if err := b.checkReply(reply); err != nil {
 		return err
 	}
 	enc := encode(reply)
-	inbox := b.inboxReplies.get(reply.Receiver, b.keys.replies)
-	rec, prefix, together := b.replyRecord(reply, inbox)
-	var at time.Time
-	var err error
-	if together {
-		at, err = b.replyInboxRecorded(ctx, inbox, reply, enc.String(), deadline, rec, prefix)
-	} else {
-		_, at, err = b.appendInbox(ctx, "reply", reply.Receiver, kindReply, reply.InReplyTo, enc.String())
-	}
+	at, rec, prefix, err := b.acceptInbox(ctx, reply, enc.String(), deadline)
 	late := err == nil && !deadline.IsZero() && !at.Before(deadline)
-	if err == nil && !late && rec != nil && !together {
+	if err == nil && !late && rec != nil {
 		// The reply is accepted whatever becomes of its record: should
-		// this step fail, the worker's FinishResult records it.
-		_ = b.recordInboxReply(ctx, reply, enc.String(), rec, prefix)
+		// this step fail, the worker's FinishResult records it, or the
+		// next attempt's StartResult (from the copy).
+		b.recordAccepted(ctx, reply, enc.String(), rec, prefix)
 	}
 	enc.release(err == nil || errors.Is(err, broker.ErrLate))
 	if late {
 		return broker.ErrLate
 	}
 	return err
+}
+
+// acceptInbox is ReplyInbox's append of reply (encoded as data), with
+// its record when the record shares the inbox's slot, or with a copy when
+// it has a record in another slot: then it returns that record's keys and
+// prefix, for the step that records the reply.
+func (b *Broker) acceptInbox(ctx context.Context, reply *broker.Envelope, data string, deadline time.Time) (at time.Time, rec []string, prefix string, err error) {
+	inbox := b.inboxReplies.get(reply.Receiver, b.keys.replies)
+	rec, prefix, together := b.replyRecord(reply, inbox)
+	switch {
+	case together:
+		at, err = b.replyInboxRecorded(ctx, inbox, reply, data, deadline, rec, prefix)
+		return at, nil, "", err
+	case rec != nil:
+		copyKey := []string{b.keys.acceptedReply(reply.Receiver, reply.InReplyTo)}
+		at, err = b.replyInboxRecorded(ctx, inbox, reply, data, deadline, copyKey, acceptedTTL(reply.Retention))
+		return at, rec, prefix, err
+	}
+	_, at, err = b.appendInbox(ctx, "reply", reply.Receiver, kindReply, reply.InReplyTo, data)
+	return at, nil, "", err
 }
 
 // replyRecord returns the keys of the record of reply's request and
@@ -74,8 +88,9 @@ func (b *Broker) replyRecord(reply *broker.Envelope, inbox string) (rec []string
 
 // replyInboxRecorded runs the script reply_inbox: the append of
 // appendInbox and, when the reply is accepted, its write to the request's
-// record rec (keys of inbox's slot), in one step. It returns the entry's
-// time.
+// record rec (keys of inbox's slot), in one step; or, when rec is the one
+// key of a copy (acceptedCopy), the copy's write, to live for prefix ms.
+// It returns the entry's time.
 func (b *Broker) replyInboxRecorded(ctx context.Context, inbox string, reply *broker.Envelope, data string, deadline time.Time, rec []string, prefix string) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return time.Time{}, b.fail(ctx, "reply", err)
@@ -95,9 +110,10 @@ func (b *Broker) replyInboxRecorded(ctx context.Context, inbox string, reply *br
 	return at, nil
 }
 
-// recordInboxReply writes an accepted inbox reply to the request's record
-// rec with the script result_reply: the second step of ReplyInbox (and
-// ReplyStream) when the record's slot is not the inbox's.
+// recordInboxReply writes an accepted reply to the request's record rec
+// with the script result_reply: the second step of ReplyInbox (and
+// ReplyStream) when the record's slot is not the inbox's (see
+// recordAccepted).
 func (b *Broker) recordInboxReply(ctx context.Context, reply *broker.Envelope, data string, rec []string, prefix string) error {
 	err := scriptResultReply.Exec(ctx, b.client, rec,
 		[]string{reply.InReplyTo, data, prefix, b.maxResults, msString(reply.Retention)}).Error()
@@ -369,18 +385,25 @@ var scriptReplyInbox = rueidis.NewLuaScript(`-- reply_inbox
 -- ARGV[4] -> the prefix of the receiver's records P:{R}:res:
 -- ARGV[5] -> the cap on the receiver's retained bytes
 -- ARGV[6] -> retention ms
+-- Or, when the record is in another slot: KEYS[2] -> the copy
+-- P:{I}:ra:<id> (acceptedCopy), and ARGV[4] -> how long it lives, ms.
 -- XADD NOMKSTREAM of the reply (k=rep, i=id, m=envelope), as appendInbox;
 -- when the entry's time is before the deadline (the reply is accepted),
 -- the reply is recorded (field rep, resFinal with no state), so that the
--- record holds the reply exactly when the requester received it.
+-- record holds the reply exactly when the requester received it; or its
+-- copy is written.
 -- Returns the entry id, or nil when the inbox is gone (nothing written).
 ` + luaNow + luaResult + `
 local ref = redis.call('XADD', KEYS[1], 'NOMKSTREAM', '*', 'k', 'rep', 'i', ARGV[1], 'm', ARGV[2])
 if not ref then return false end
 local ms = tonumber(string.match(ref, '^(%d+)-'))
 if ARGV[3] == '' or ms < tonumber(ARGV[3]) then
-  resFinal({rec = KEYS[2], idx = KEYS[3], n = KEYS[4], pre = ARGV[4], cap = ARGV[5]}, ARGV[1], '',
-    ARGV[6], {'rep', ARGV[2]}, {})
+  if #KEYS == 2 then
+    redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])
+  else
+    resFinal({rec = KEYS[2], idx = KEYS[3], n = KEYS[4], pre = ARGV[4], cap = ARGV[5]}, ARGV[1], '',
+      ARGV[6], {'rep', ARGV[2]}, {})
+  end
 end
 return ref
 `)

@@ -136,6 +136,13 @@ func (k keys) resultIndex(receiver string) string { return k.named(receiver, "re
 // message id to bytes, and "#" to their sum.
 func (k keys) resultSizes(receiver string) string { return k.named(receiver, "resn") }
 
+// acceptedReply is a copy of the reply accepted for message id, kept in
+// the slot of owner (its sender, or its Request's inbox) where the reply
+// was accepted, when that slot is not the one of the message's record: a
+// string, written by the script that accepts the reply and deleted once
+// the record holds it (see results.go, acceptedCopy).
+func (k keys) acceptedReply(owner, id string) string { return k.named(owner, "ra:"+id) }
+
 // workers is the zset of live worker ids, scored by expiry in unix ms.
 func (k keys) workers() string { return k.prefix + ":{workers}:ids" }
 

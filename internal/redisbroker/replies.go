@@ -59,6 +59,10 @@ func (b *Broker) Reply(ctx context.Context, reply *broker.Envelope, mode broker.
 			rec, prefix := b.resultKeys(reply.Sender, reply.InReplyTo)
 			if !b.cluster || keyslot.Of(rec[0]) == keyslot.Of(b.keys.timeouts(sender)) {
 				tr.rec, tr.prefix, tr.ret = rec, prefix, msString(reply.Retention)
+			} else {
+				// Recorded by the worker's next step; the script that
+				// accepts it keeps a copy (see acceptedCopy).
+				tr.prefix, tr.ret = b.keys.acceptedReply(sender, reply.InReplyTo), acceptedTTL(reply.Retention)
 			}
 		}
 		if r, err = b.replies.do(ctx, tr); err == nil {
@@ -116,7 +120,9 @@ type timedReply struct {
 	// rec, prefix and ret, when rec is set, are the keys of the record of
 	// the request (its receiver is reply.Sender), the prefix of its
 	// receiver's records and its retention: an accepted reply is recorded
-	// in the same script (see scriptReplyTimed).
+	// in the same script (see scriptReplyTimed). When rec is nil and
+	// prefix is set, prefix is the key of the accepted reply's copy
+	// (acceptedCopy), in the sender's slot, and ret how long it lives, ms.
 	rec         []string
 	prefix, ret string
 }
@@ -150,11 +156,19 @@ func (b *Broker) flushReplies(_ context.Context, replies []timedReply, out []rep
 		for _, i := range idx {
 			r := &replies[i]
 			at := "0"
-			if r.rec != nil {
+			switch {
+			case r.rec != nil:
 				at = strconv.Itoa(len(keys) + 1)
 				keys = append(keys, r.rec...)
+			case r.prefix != "":
+				at = strconv.Itoa(-len(keys) - 1)
+				keys = append(keys, r.prefix)
 			}
-			args = append(args, r.id, r.data, at, r.prefix, r.ret)
+			prefix := r.prefix
+			if r.rec == nil {
+				prefix = ""
+			}
+			args = append(args, r.id, r.data, at, prefix, r.ret)
 		}
 		ctx := context.Background()
 		res, err := scriptReplyTimed.Exec(ctx, b.client, keys, args).ToArray()
@@ -309,12 +323,15 @@ var scriptReplyTimed = rueidis.NewLuaScript(`-- reply_timed
 -- ARGV[1] -> the cap on a receiver's retained bytes
 -- ARGV[2..] -> groups of five: request id, encoded reply envelope, the
 --            index in KEYS of its record's keys or "0" for none, the
---            prefix of its receiver's records, its retention ms
+--            prefix of its receiver's records, its retention ms; or minus
+--            the index in KEYS of the key of its copy P:{S}:ra:<id>
+--            (acceptedCopy), unused, how long the copy lives in ms
 -- Accepts each reply only if its request is pending and Redis time is before
 -- its deadline, and only the first of two replies to one request; the
 -- timeout monitor (expire) is the only other remover. An accepted reply
 -- with a record is recorded there (field rep, resFinal), so that the
--- record holds the reply exactly when the sender received it.
+-- record holds the reply exactly when the sender received it; one with a
+-- copy gets its copy.
 -- Returns one number per group: 1 when accepted, 0 when late.
 ` + luaNow + luaResult + `
 local ids = {}
@@ -341,7 +358,9 @@ if #won > 0 then
       local a = 5 * i - 3
       redis.call('XADD', KEYS[3], '*', 'k', 'rep', 'i', id, 'm', ARGV[a + 1])
       local k = tonumber(ARGV[a + 2])
-      if k > 0 then
+      if k < 0 then
+        redis.call('SET', KEYS[-k], ARGV[a + 1], 'PX', ARGV[a + 4])
+      elseif k > 0 then
         resFinal({rec = KEYS[k], idx = KEYS[k + 1], n = KEYS[k + 2], pre = ARGV[a + 3], cap = ARGV[1]}, id, '',
           ARGV[a + 4], {'rep', ARGV[a + 1]}, {})
       end

@@ -152,6 +152,8 @@ var scriptResultStart = rueidis.NewLuaScript(`-- result_start
 -- ARGV[4] -> deadline, unix ms, or "" (for a record created here)
 -- ARGV[5] -> how long a record lives without a final outcome, ms
 -- ARGV[6] -> the route "n", "s" or "i" (for a record created here)
+-- ARGV[7] -> the sender (or inbox) whose slot keeps a copy of an accepted
+--            reply (acceptedCopy), written as field ro, or ""
 -- A final record is left as it is. Returns 1 when written, 0 if not.
 ` + luaNow + `
 local cur = redis.call('HMGET', KEYS[1], 'st', 'ret')
@@ -164,6 +166,7 @@ if not cur[1] then
   if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'd', ARGV[4]) end
 end
 redis.call('HSET', KEYS[1], 'st', 'r', 'w', ARGV[1], 'a', ARGV[2])
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'ro', ARGV[7]) end
 redis.call('HSETNX', KEYS[1], 'b', nowStr)
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]) + tonumber(ret))
 return 1
@@ -282,8 +285,15 @@ func (b *Broker) StartResult(ctx context.Context, p *broker.StartResultParams) e
 	if err := p.Validate(); err != nil {
 		return err
 	}
+	copyKey, owner := b.acceptedCopy(p.Receiver, p.ReplyTo, p.ID), ""
+	if copyKey != "" {
+		owner = p.ReplyTo
+	}
 	err := scriptResultStart.Exec(ctx, b.client, []string{b.keys.result(p.Receiver, p.ID)},
-		[]string{p.Worker, strconv.Itoa(p.Attempt), retentionArg(p.Retention), msOf(p.Deadline), msString(broker.PendingRetention), routeArg(p.Route)}).Error()
+		[]string{p.Worker, strconv.Itoa(p.Attempt), retentionArg(p.Retention), msOf(p.Deadline), msString(broker.PendingRetention), routeArg(p.Route), owner}).Error()
+	if err == nil && copyKey != "" && p.Attempt > 1 {
+		err = b.takeAccepted(ctx, p, copyKey)
+	}
 	return b.failIf(ctx, "start result", err)
 }
 
@@ -310,9 +320,16 @@ func (b *Broker) FinishResult(ctx context.Context, p *broker.FinishResultParams)
 	} else {
 		keys = append(keys, b.keys.queueAt(p.Receiver, prio), b.keys.retries(p.Receiver), b.keys.expired(p.Receiver))
 	}
-	var rep string
+	var rep, copyKey string
 	if p.Reply != nil {
 		rep = rueidis.BinaryString(wire.Encode(p.Reply))
+		copyKey = b.acceptedCopy(p.Receiver, p.Reply.Receiver, p.ID)
+	} else if copyKey = b.acceptedCopy(p.Receiver, p.ReplyTo, p.ID); copyKey != "" && p.Attempt > 1 {
+		// An earlier attempt's reply, accepted and not recorded. Should
+		// this read fail, Result still finds the copy (readAccepted).
+		if data, err := b.client.Do(ctx, b.client.B().Get().Key(copyKey).Build()).ToString(); err == nil {
+			rep = data
+		}
 	}
 	st := map[broker.ResultState]string{broker.ResultDone: "d", broker.ResultExpired: "e", broker.ResultTimedOut: "t"}[p.State]
 	r := script.Exec(ctx, b.client, keys, []string{p.ID, id, ref, boolArg(p.State == broker.ResultExpired), st,
@@ -320,6 +337,9 @@ func (b *Broker) FinishResult(ctx context.Context, p *broker.FinishResultParams)
 	n, err := b.finished(ctx, p.Receiver, r, keyed)
 	if err != nil && !isNoGroup(err) {
 		return b.fail(ctx, "finish result", err)
+	}
+	if err == nil && rep != "" {
+		b.dropAccepted(ctx, copyKey)
 	}
 	if n == 2 {
 		// A batch child settled: its report is in the outbox already;
@@ -439,16 +459,25 @@ func (b *Broker) readResults(ctx context.Context, receiver string, ids []string)
 	usec, _ := strconv.ParseInt(tm[1], 10, 64)
 	now := time.UnixMilli(sec*1000 + usec/1000)
 	out := make([]broker.ResultRecord, len(ids))
-	for i, id := range ids {
+	hs, ttls := make([]map[string]string, len(ids)), make([]int64, len(ids))
+	for i := range ids {
 		h, err := res[1+2*i].AsStrMap()
 		if err != nil {
 			return nil, b.fail(ctx, "result", err)
 		}
-		ttl, err := res[2+2*i].AsInt64()
+		ttls[i], err = res[2+2*i].AsInt64()
 		if err != nil {
 			return nil, b.fail(ctx, "result", err)
 		}
 		if len(h) == 0 {
+			continue
+		}
+		hs[i] = h
+	}
+	b.readAccepted(ctx, receiver, ids, hs)
+	for i, id := range ids {
+		h := hs[i]
+		if h == nil {
 			continue
 		}
 		rec, err := decodeResult(receiver, id, h)
@@ -456,7 +485,7 @@ func (b *Broker) readResults(ctx context.Context, receiver string, ids []string)
 			return nil, fmt.Errorf("redisbroker: result %s: %w", id, err)
 		}
 		rec.Now = now
-		if ttl > 0 {
+		if ttl := ttls[i]; ttl > 0 {
 			rec.Expires = now.Add(time.Duration(ttl) * time.Millisecond)
 		}
 		out[i] = rec

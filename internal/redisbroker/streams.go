@@ -56,28 +56,46 @@ func (b *Broker) Partial(ctx context.Context, p *broker.PartialParams) error {
 // is also written to the request's record (field rep, as resFinal with no
 // state) when it is accepted, as ReplyInbox writes one: by the same
 // script (stream_reply) when the record's keys and the inbox's share a
-// slot (always on one server), else by result_reply right after. A reply
-// without a Retention is the script inbox_stream alone.
+// slot (always on one server), else by result_reply right after
+// (recordAccepted), stream_reply keeping a copy until then
+// (acceptedCopy). A reply without a Retention is the script inbox_stream
+// alone.
 func (b *Broker) ReplyStream(ctx context.Context, reply *broker.Envelope, deadline time.Time) error {
 	if err := b.checkReply(reply); err != nil {
 		return err
 	}
 	data := rueidis.BinaryString(wire.Encode(reply))
-	inbox := b.inboxReplies.get(reply.Receiver, b.keys.replies)
-	rec, prefix, together := b.replyRecord(reply, inbox)
-	if together {
-		keys := append([]string{inbox, b.keys.streamState(reply.Receiver, reply.InReplyTo)}, rec...)
-		_, err := b.runStream(ctx, "reply", reply.InReplyTo, scriptStreamReply, keys,
-			[]string{reply.InReplyTo, streamDeadline(deadline), data, prefix, b.maxResults, msString(reply.Retention)})
-		return err
-	}
-	_, err := b.stream(ctx, "reply", reply.Receiver, reply.InReplyTo, "r", deadline, data)
+	rec, prefix, err := b.acceptStream(ctx, reply, data, deadline)
 	if err == nil && rec != nil {
 		// The reply is accepted whatever becomes of its record: should
-		// this step fail, the worker's FinishResult records it.
-		_ = b.recordInboxReply(ctx, reply, data, rec, prefix)
+		// this step fail, the worker's FinishResult records it, or the
+		// next attempt's StartResult (from the copy).
+		b.recordAccepted(ctx, reply, data, rec, prefix)
 	}
 	return err
+}
+
+// acceptStream is ReplyStream's script: stream_reply with the record when
+// it shares the inbox's slot, or with a copy when the record is in another
+// slot (then it returns the record's keys and prefix, for the step that
+// records the reply), else inbox_stream.
+func (b *Broker) acceptStream(ctx context.Context, reply *broker.Envelope, data string, deadline time.Time) (rec []string, prefix string, err error) {
+	inbox := b.inboxReplies.get(reply.Receiver, b.keys.replies)
+	rec, prefix, together := b.replyRecord(reply, inbox)
+	switch {
+	case together:
+		keys := append([]string{inbox, b.keys.streamState(reply.Receiver, reply.InReplyTo)}, rec...)
+		_, err = b.runStream(ctx, "reply", reply.InReplyTo, scriptStreamReply, keys,
+			[]string{reply.InReplyTo, streamDeadline(deadline), data, prefix, b.maxResults, msString(reply.Retention)})
+		return nil, "", err
+	case rec != nil:
+		keys := []string{inbox, b.keys.streamState(reply.Receiver, reply.InReplyTo), b.keys.acceptedReply(reply.Receiver, reply.InReplyTo)}
+		_, err = b.runStream(ctx, "reply", reply.InReplyTo, scriptStreamReply, keys,
+			[]string{reply.InReplyTo, streamDeadline(deadline), data, acceptedTTL(reply.Retention)})
+		return rec, prefix, err
+	}
+	_, err = b.stream(ctx, "reply", reply.Receiver, reply.InReplyTo, "r", deadline, data)
+	return nil, "", err
 }
 
 // GiveUpStream appends the marker of a streamed request and settles it
@@ -255,16 +273,23 @@ var scriptStreamReply = rueidis.NewLuaScript(`-- stream_reply
 -- ARGV[4] -> the prefix of the receiver's records P:{R}:res:
 -- ARGV[5] -> the cap on the receiver's retained bytes
 -- ARGV[6] -> retention ms
+-- Or, when the record is in another slot: KEYS[3] -> the copy
+-- P:{I}:ra:<id> (acceptedCopy), and ARGV[4] -> how long it lives, ms.
 -- inbox_stream's "r"; when it appended the reply (accepted: before the
 -- deadline, the request not settled, the inbox there), the reply is
 -- recorded (field rep, resFinal with no state), so that the record holds
--- the reply exactly when the requester received it.
+-- the reply exactly when the requester received it; or its copy is
+-- written.
 -- Returns inbox_stream's answer.
 ` + luaNow + luaResult + luaInboxStream + `
 local res = inboxStream(KEYS, {'r', ARGV[1], ARGV[2], ARGV[3]})
 if res[1] == 1 then
-  resFinal({rec = KEYS[3], idx = KEYS[4], n = KEYS[5], pre = ARGV[4], cap = ARGV[5]}, ARGV[1], '',
-    ARGV[6], {'rep', ARGV[3]}, {})
+  if #KEYS == 3 then
+    redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
+  else
+    resFinal({rec = KEYS[3], idx = KEYS[4], n = KEYS[5], pre = ARGV[4], cap = ARGV[5]}, ARGV[1], '',
+      ARGV[6], {'rep', ARGV[3]}, {})
+  end
 end
 return res
 `)
