@@ -156,6 +156,15 @@ type Report struct {
 	HostStalls   int           `json:"host_stalls"`
 	HostStalled  time.Duration `json:"host_stalled"`
 	MaxHostStall time.Duration `json:"max_host_stall"`
+	// SchedDelays counts the scheduling delays the processes recorded
+	// (delays.go): ticks of a process's delay ticker that fired more than
+	// minSchedDelay late; SchedDelayed is their total length,
+	// MaxSchedDelay the longest. Only the features' timing-bounded checks
+	// take them into account, each only the delays of the process it
+	// depends on.
+	SchedDelays   int           `json:"sched_delays"`
+	SchedDelayed  time.Duration `json:"sched_delayed"`
+	MaxSchedDelay time.Duration `json:"max_sched_delay"`
 	// Violations names the first violations found.
 	Violations []string `json:"violations,omitempty"`
 	// Features is what the checks of the features found (checkfeatures.go).
@@ -214,6 +223,8 @@ func (r *Report) String() string {
 	}
 	fmt.Fprintf(&b, "host stalls         %d (%v in all, longest %v: no process recorded anything for %v or more, the run busy, Redis up)\n",
 		r.HostStalls, r.HostStalled.Round(time.Millisecond), r.MaxHostStall.Round(time.Millisecond), minHostStall)
+	fmt.Fprintf(&b, "scheduling delays   %d (%v in all, longest %v: a process's %v ticker fired more than %v late)\n",
+		r.SchedDelays, r.SchedDelayed.Round(time.Millisecond), r.MaxSchedDelay.Round(time.Millisecond), schedTick, minSchedDelay)
 	b.WriteString(r.Features.String())
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
@@ -481,7 +492,15 @@ func Check(events []Event, opts CheckOptions) *Report {
 		r.HostStalled += time.Duration(s.to - s.from)
 		r.MaxHostStall = max(r.MaxHostStall, time.Duration(s.to-s.from))
 	}
-	r.Features = checkFeatures(r, events, ops, fi, stalls, opts)
+	delays := schedDelays(events)
+	for _, ds := range delays {
+		for _, d := range ds {
+			r.SchedDelays++
+			r.SchedDelayed += time.Duration(d.to - d.from)
+			r.MaxSchedDelay = max(r.MaxSchedDelay, time.Duration(d.to-d.from))
+		}
+	}
+	r.Features = checkFeatures(r, events, ops, fi, stalls, delays, opts)
 	recovery(r, events, fi)
 	return r
 }

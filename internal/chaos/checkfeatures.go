@@ -155,7 +155,8 @@ type features struct {
 	r       *Report
 	f       *FeatureReport
 	fi      faultIndex
-	stalls  []hostStall // the host stalls: only the timing-bounded checks read them
+	stalls  []hostStall            // the host stalls: only the timing-bounded checks read them
+	delays  map[string][]hostStall // each process's scheduling delays (delays.go): likewise
 	opts    CheckOptions
 	ops     map[string]*opHistory
 	first   int64 // the history's first event
@@ -169,9 +170,9 @@ type features struct {
 }
 
 // checkFeatures judges the features' promises; Check calls it.
-func checkFeatures(r *Report, events []Event, ops map[string]*opHistory, fi faultIndex, stalls []hostStall, opts CheckOptions) *FeatureReport {
+func checkFeatures(r *Report, events []Event, ops map[string]*opHistory, fi faultIndex, stalls []hostStall, delays map[string][]hostStall, opts CheckOptions) *FeatureReport {
 	c := &features{
-		r: r, fi: fi, stalls: stalls, opts: opts, ops: ops,
+		r: r, fi: fi, stalls: stalls, delays: delays, opts: opts, ops: ops,
 		f:      &FeatureReport{Exercised: map[string]int{}, Broken: map[string]int{}, Explained: map[string]int{}},
 		byRecv: map[string][]*run{}, byOp: map[string][]*run{}, events: map[string][]Event{},
 	}
@@ -363,8 +364,12 @@ func (c *features) global() {
 			c.explained(brokeGlobal, explainHostStall)
 			return
 		}
-		c.brokeState(brokeGlobal, c.slotsSpan(running, t), "%d handlers of %s ran at once at %v, over WithGlobalConcurrency(%d): %s",
-			len(running), recvGlobal, c.at(t), globalLimit, names(running))
+		if c.leaseDelayed(running) {
+			c.explained(brokeGlobal, explainSchedDelay)
+			return
+		}
+		c.brokeState(brokeGlobal, c.slotsSpan(running, t), "%d handlers of %s ran at once at %v, over WithGlobalConcurrency(%d): %s (a process's delays up to %v of a run's lease window)",
+			len(running), recvGlobal, c.at(t), globalLimit, names(running), c.mostDelayed(running).Round(time.Millisecond))
 	})
 }
 
@@ -390,6 +395,69 @@ func (c *features) mostStalled(rs []*run) time.Duration {
 		most = max(most, stalledWithin(c.stalls, ru.start-int64(c.opts.Lease), ru.end))
 	}
 	return most
+}
+
+// leaseDelayed reports whether the scheduling delays of a run's process
+// among rs covered more of the run's lease window than a lease survives
+// (see leaseStalled): that process ran too late to extend its leases.
+func (c *features) leaseDelayed(rs []*run) bool {
+	return c.mostDelayed(rs) > c.opts.Lease-c.opts.Lease/3
+}
+
+// mostDelayed returns the most that a run's process's scheduling delays
+// covered of the run's lease window, among rs (see leaseDelayed).
+func (c *features) mostDelayed(rs []*run) time.Duration {
+	var most time.Duration
+	for _, ru := range rs {
+		most = max(most, c.delayedWithin(ru.proc, ru.start-int64(c.opts.Lease), ru.end))
+	}
+	return most
+}
+
+// lateAcked is a key's messages running at once because a superseded
+// attempt's acknowledgement let the key go: prev ended well, its lease
+// ran out before its acknowledgement returned at ack, next (a later
+// attempt of the same message) started before ack, and another run of
+// the key started after ack, beside next.
+type lateAcked struct {
+	prev, next *run
+	ack        int64
+	// delayed is what prev's process's scheduling delays covered from
+	// prev's end to ack; needed is what they must cover to explain it:
+	// the lease lapses only when its process does not run for two thirds
+	// of a lease after the handler's end (a lease is extended every third
+	// of a lease while the handler runs), and the delays must account
+	// for the acknowledgement's lateness but for that third.
+	delayed, needed time.Duration
+}
+
+// lateAck finds among rs the shape of lateAcked.
+func (c *features) lateAck(rs []*run) (lateAcked, bool) {
+	for _, next := range rs {
+		h := c.ops[next.op]
+		if next.attempt <= 1 || h == nil {
+			continue
+		}
+		for _, prev := range c.byOp[next.op] {
+			if prev.attempt >= next.attempt || prev.result != ResultOK || prev.end > next.start {
+				continue
+			}
+			ack := h.of(h.acks, Event{Proc: prev.proc, Attempt: prev.attempt})
+			if ack == nil || ack.Result != ResultOK || ack.T <= next.start {
+				continue
+			}
+			if !slices.ContainsFunc(rs, func(o *run) bool { return o != next && o.op != next.op && o.start >= ack.T }) {
+				continue
+			}
+			lease := c.opts.Lease
+			return lateAcked{
+				prev: prev, next: next, ack: ack.T,
+				delayed: c.delayedWithin(prev.proc, prev.end, ack.T),
+				needed:  max(lease-lease/3, time.Duration(ack.T-prev.end)-lease/3),
+			}, true
+		}
+	}
+	return lateAcked{}, false
 }
 
 // slotsLapsed reports whether a run among rs ran while the lease of its
@@ -431,8 +499,26 @@ func (c *features) groups() {
 					c.explained(brokeGroupBusy, explainHostStall)
 					return
 				}
-				c.brokeState(brokeGroupBusy, c.slotsSpan(running, t), "%d handlers of key %s of %s ran at once at %v, over WithGroupConcurrency(%d): %s (host stalls up to %v of a run's lease window)",
-					len(running), key, g.receiver, c.at(t), g.limit, names(running), c.mostStalled(running).Round(time.Millisecond))
+				if late, ok := c.lateAck(running); ok {
+					// The key was let go by a superseded attempt's late
+					// acknowledgement: only a delay of its process long
+					// enough to lapse its lease explains it.
+					if late.delayed >= late.needed {
+						c.explained(brokeGroupBusy, explainSchedDelay)
+						return
+					}
+					c.brokeState(brokeGroupBusy, c.slotsSpan(running, t), "%d handlers of key %s of %s ran at once at %v, over WithGroupConcurrency(%d): %s; attempt %d on %s ended well and was acknowledged %v later, after attempt %d started (its process's delays %v of it, %v needed)",
+						len(running), key, g.receiver, c.at(t), g.limit, names(running), late.prev.attempt, late.prev.proc,
+						time.Duration(late.ack-late.prev.end).Round(time.Millisecond), late.next.attempt,
+						late.delayed.Round(time.Millisecond), late.needed.Round(time.Millisecond))
+					return
+				}
+				if c.leaseDelayed(running) {
+					c.explained(brokeGroupBusy, explainSchedDelay)
+					return
+				}
+				c.brokeState(brokeGroupBusy, c.slotsSpan(running, t), "%d handlers of key %s of %s ran at once at %v, over WithGroupConcurrency(%d): %s (host stalls up to %v, a process's delays up to %v of a run's lease window)",
+					len(running), key, g.receiver, c.at(t), g.limit, names(running), c.mostStalled(running).Round(time.Millisecond), c.mostDelayed(running).Round(time.Millisecond))
 			})
 			if g.receiver == recvGroupN {
 				c.f.MaxGroup = max(c.f.MaxGroup, most)
@@ -859,10 +945,31 @@ func (c *features) rate() {
 			c.explained(brokeRate, explainHostStall)
 			continue
 		}
-		c.broke(brokeRate, ru.start, "%d handlers of %s started from %v to %v, %.1f beyond WithRateLimit(%v, %d) (host stalls %v from a token's lag before)",
+		// So does a scheduling delay of a process that started handlers
+		// in the span: its starts lag their tokens by what it covered.
+		delayed := c.spanDelayed(rs[from:j+1], rs[from].start-int64(tokenLag), ru.start)
+		if excess-rateLimit*delayed.Seconds() <= rateSlack {
+			c.explained(brokeRate, explainSchedDelay)
+			continue
+		}
+		c.broke(brokeRate, ru.start, "%d handlers of %s started from %v to %v, %.1f beyond WithRateLimit(%v, %d) (host stalls %v from a token's lag before, a process's delays %v)",
 			j-from+1, recvRate, c.at(rs[from].start), c.at(ru.start), excess, rateLimit, rateBurst,
-			stalledWithin(c.stalls, rs[from].start-int64(tokenLag), ru.start).Round(time.Millisecond))
+			stalledWithin(c.stalls, rs[from].start-int64(tokenLag), ru.start).Round(time.Millisecond), delayed.Round(time.Millisecond))
 	}
+}
+
+// spanDelayed returns the most that the scheduling delays of one process
+// that started a run among rs covered of the span from from to to.
+func (c *features) spanDelayed(rs []*run, from, to int64) time.Duration {
+	var most time.Duration
+	seen := map[string]bool{}
+	for _, ru := range rs {
+		if !seen[ru.proc] {
+			seen[ru.proc] = true
+			most = max(most, c.delayedWithin(ru.proc, from, to))
+		}
+	}
+	return most
 }
 
 // explainSpan returns the kind of a fault under way between from and to,
@@ -1008,8 +1115,16 @@ func (c *features) pauses() {
 				c.explained(brokePaused, explainHostStall)
 				continue
 			}
-			c.broke(brokePaused, ru.start, "%s started on %s %v after a Pause of %s returned, before the Resume (host stalls %v of it)",
-				ru.op, ru.proc, lag.Round(time.Millisecond), recvPaused, stalledWithin(c.stalls, s.returned, ru.start).Round(time.Millisecond))
+			// So did a scheduling delay of the worker that started it
+			// (not of the one that paused: a late return of the Pause
+			// shortens the lag).
+			delayed := c.delayedWithin(ru.proc, s.returned, ru.start)
+			if lag-delayed <= pauseSlack {
+				c.explained(brokePaused, explainSchedDelay)
+				continue
+			}
+			c.broke(brokePaused, ru.start, "%s started on %s %v after a Pause of %s returned, before the Resume (host stalls %v of it, its process's delays %v)",
+				ru.op, ru.proc, lag.Round(time.Millisecond), recvPaused, stalledWithin(c.stalls, s.returned, ru.start).Round(time.Millisecond), delayed.Round(time.Millisecond))
 		}
 	}
 }

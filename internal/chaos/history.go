@@ -11,6 +11,7 @@ package chaos
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -157,6 +158,8 @@ type Recorder struct {
 	proc string
 	mu   sync.Mutex
 	f    *os.File
+	// stopDelays stops the delay ticker (WatchDelays), if any.
+	stopDelays context.CancelFunc
 }
 
 // NewRecorder creates the history file of process proc in dir.
@@ -199,8 +202,19 @@ func (r *Recorder) RecordAcks() {
 	}
 }
 
-// Close closes the history file.
+// WatchDelays makes r record the process's scheduling delays
+// (KindSchedDelay, delays.go) until Close.
+func (r *Recorder) WatchDelays() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stopDelays = cancel
+	go watchDelays(ctx, r)
+}
+
+// Close stops the delay ticker and closes the history file.
 func (r *Recorder) Close() error {
+	if r.stopDelays != nil {
+		r.stopDelays()
+	}
 	return r.f.Close()
 }
 

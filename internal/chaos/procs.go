@@ -103,6 +103,7 @@ func startProc(cfg ProcConfig) (*Recorder, *disker.Disker, error) {
 		return nil, nil, err
 	}
 	rec.RecordAcks()
+	rec.WatchDelays()
 	d, err := newDisker(cfg, rec)
 	if err != nil {
 		rec.Close()

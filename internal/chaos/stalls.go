@@ -36,10 +36,11 @@ type hostStall struct {
 
 // writeTime returns when e was written: its time, but for the events
 // stamped with the start of what they record (a fault, a Pause or a
-// Resume, a lapse of slots), whose End is when they were written.
+// Resume, a lapse of slots, a scheduling delay), whose End is when they
+// were written.
 func writeTime(e Event) int64 {
 	switch e.Kind {
-	case KindFault, KindPause, KindResume, KindSlotsLapsed:
+	case KindFault, KindPause, KindResume, KindSlotsLapsed, KindSchedDelay:
 		if e.End != 0 {
 			return e.End
 		}

@@ -33,6 +33,18 @@ func fourAtOnce(receiver, key string, at int64) func(h *hist) {
 	}
 }
 
+// lateStart is a history of a timed send at at ms (timeout 1s) whose
+// handler started 2 s later, on w0.g1: a late start.
+func lateStart(at int64) func(h *hist) {
+	return func(h *hist) {
+		h.add(Event{T: ms(at), Proc: "p0.g1", Kind: KindSend, Op: "a", Mode: ModeTimed, Timeout: int64(time.Second)})
+		h.add(Event{T: ms(at + 1), Proc: "p0.g1", Kind: KindSent, Op: "a", ID: "id-a"})
+		h.add(Event{T: ms(at + 2000), Proc: "w0.g1", Kind: KindStart, Op: "a", ID: "id-a", Attempt: 1, Deadline: ms(at + 1001)})
+		h.add(Event{T: ms(at + 2010), Proc: "w0.g1", Kind: KindEnd, Op: "a", ID: "id-a", Attempt: 1, Result: ResultOK})
+		h.outcome("a", "p0.g1", at+2100, ResultTimeout)
+	}
+}
+
 func TestHostStalls(t *testing.T) {
 	h := &hist{}
 	h.sendFF("a", 0).handle("a", "w0.g1", 1, 10, ResultOK)
@@ -66,6 +78,28 @@ func TestHostStalls(t *testing.T) {
 	r := Check(events, CheckOptions{})
 	if r.HostStalls != 1 || r.MaxHostStall != 400*time.Millisecond {
 		t.Errorf("report: %d host stalls, longest %v; want 1, 400ms", r.HostStalls, r.MaxHostStall)
+	}
+}
+
+// wantOnly fails t unless f broke only broken (if any, at least once) and
+// explained only by explained (likewise).
+func wantOnly(t *testing.T, f *FeatureReport, broken, explained string) {
+	t.Helper()
+	for inv, n := range f.Broken {
+		if inv != broken && n != 0 {
+			t.Errorf("broken %s: %d, want 0", inv, n)
+		}
+	}
+	if broken != "" && f.Broken[broken] == 0 {
+		t.Errorf("broken %s: 0, want at least 1", broken)
+	}
+	if explained != "" && f.Explained[explained] == 0 {
+		t.Errorf("explained %s: 0, want at least 1", explained)
+	}
+	for k, n := range f.Explained {
+		if k != explained && n != 0 {
+			t.Errorf("explained %s: %d, want 0", k, n)
+		}
 	}
 }
 
@@ -142,13 +176,7 @@ func TestCheckHostStalls(t *testing.T) {
 	}, {
 		name:    "a late start stays one, whatever the stall",
 		silence: [2]int64{500, 1900},
-		events: func(h *hist) {
-			h.add(Event{T: ms(base), Proc: "p0.g1", Kind: KindSend, Op: "a", Mode: ModeTimed, Timeout: int64(time.Second)})
-			h.add(Event{T: ms(base + 1), Proc: "p0.g1", Kind: KindSent, Op: "a", ID: "id-a"})
-			h.add(Event{T: ms(base + 2000), Proc: "w0.g1", Kind: KindStart, Op: "a", ID: "id-a", Attempt: 1, Deadline: ms(base + 1001)})
-			h.add(Event{T: ms(base + 2010), Proc: "w0.g1", Kind: KindEnd, Op: "a", ID: "id-a", Attempt: 1, Result: ResultOK})
-			h.outcome("a", "p0.g1", base+2100, ResultTimeout)
-		},
+		events:  lateStart(base),
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,26 +184,10 @@ func TestCheckHostStalls(t *testing.T) {
 			tt.events(h)
 			h.busy(0, 2*base, [2]int64{base + tt.silence[0], base + tt.silence[1]})
 			r := Check(sorted(h.final(0)), CheckOptions{})
-			f := r.Features
 			if r.HostStalls != 1 {
 				t.Errorf("%d host stalls, want 1", r.HostStalls)
 			}
-			for inv, n := range f.Broken {
-				if inv != tt.broken && n != 0 {
-					t.Errorf("broken %s: %d, want 0", inv, n)
-				}
-			}
-			if tt.broken != "" && f.Broken[tt.broken] == 0 {
-				t.Errorf("broken %s: 0, want at least 1", tt.broken)
-			}
-			if tt.explained != "" && f.Explained[tt.explained] == 0 {
-				t.Errorf("explained %s: 0, want at least 1", tt.explained)
-			}
-			for k, n := range f.Explained {
-				if k != tt.explained && n != 0 {
-					t.Errorf("explained %s: %d, want 0", k, n)
-				}
-			}
+			wantOnly(t, r.Features, tt.broken, tt.explained)
 			if tt.name == "a late start stays one, whatever the stall" && r.LateStarts != 1 {
 				t.Errorf("late starts %d, want 1", r.LateStarts)
 			}
