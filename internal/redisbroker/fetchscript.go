@@ -108,7 +108,7 @@ var scriptFetch = rueidis.NewLuaScript(`-- fetch
 --            they were delivered in a millisecond before the one they left
 --            in are reclaimable at
 --            once (one delivered since came to a worker that is back,
---            which keeps it for its lease)
+--            which keeps it for its lease: reclaimable once idle for it)
 -- ARGV[8] -> "1" first queues the deferred messages that are due, each at
 --            its level (at most 1000 a call, ZRANGEBYSCORE ... LIMIT:
 --            the cost does not grow with the set); "0" (a reply stream)
@@ -239,8 +239,11 @@ local function serve(stream, prefix)
       local t = redis.call('TIME')
       local after = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
       heldBy[who] = heldBy[who] + #held
+      -- One delivered since it left went to it back in the registry: it
+      -- keeps it for its lease, as any holder; should it have died again
+      -- before a heartbeat told of its return, the lease ends all the same.
       for _, p in ipairs(held) do
-        if after - p[3] < lapsed[who] then take(p) end
+        if after - p[3] < lapsed[who] or p[3] >= ownerLease(who) then take(p) end
       end
     end
     for _, p in ipairs(scan) do

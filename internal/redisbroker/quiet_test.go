@@ -207,6 +207,52 @@ func TestDepartedWorkerKeepsLaterDeliveries(t *testing.T) {
 	}
 }
 
+// A departed worker that fetched after it left and then died without a
+// heartbeat (the others still count it departed) does not keep that
+// delivery for good: it is reclaimed once its lease has passed, as any
+// holder's.
+func TestDepartedWorkerLaterDeliveryReclaimedAfterLease(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	other := newBrokerOn(t, srv, Config{KeyPrefix: b.keys.prefix})
+	ctx := ctxT(t)
+	beat := func(br *Broker, id string, ttl time.Duration) {
+		t.Helper()
+		if err := br.Heartbeat(ctx, broker.WorkerInfo{ID: id, Receivers: []string{"r"}}, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beat(b, "live", time.Hour)
+	beat(other, "gone", 10*time.Millisecond)
+	eventually(t, "the lapsed worker to be departed", func() bool {
+		beat(b, "live", time.Hour)
+		return slices.Contains(b.departedWorkers(), "gone")
+	})
+	if _, err := sendEnv(ctx, other, env("m1", "r")); err != nil {
+		t.Fatal(err)
+	}
+	// It fetches after it left, then dies before any heartbeat.
+	if ds, err := other.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "gone", Max: 1, Lease: 300 * time.Millisecond}); err != nil || len(ds) != 1 {
+		t.Fatalf("Fetch of the departed worker = %+v, %v, want m1", ds, err)
+	}
+	var got []broker.Delivery
+	eventually(t, "the delivery to be reclaimed after its lease", func() bool {
+		beat(b, "live", time.Hour)
+		ds, err := b.Fetch(ctx, &broker.FetchParams{Receiver: "r", Consumer: "live", Max: 1, Block: 50 * time.Millisecond, Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = ds
+		return len(ds) == 1
+	})
+	if got[0].Env.ID != "m1" || got[0].Attempt != 2 {
+		t.Fatalf("the reclaim = %+v, want m1 as attempt 2", got)
+	}
+	if !slices.Contains(b.departedWorkers(), "gone") {
+		t.Fatal("the dead worker is no longer counted departed: the test no longer shows its case")
+	}
+}
+
 // A quiet queue of a broker that heartbeats, fetched with a lease at
 // least its heartbeat's ttl, runs no fetch script when its lease's period
 // passes; the entries of a holder that dies are reclaimed from it after
