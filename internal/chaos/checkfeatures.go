@@ -501,8 +501,18 @@ func (c *features) groups() {
 				}
 				if late, ok := c.lateAck(running); ok {
 					// The key was let go by a superseded attempt's late
-					// acknowledgement: only a delay of its process long
-					// enough to lapse its lease explains it.
+					// acknowledgement: only what lapsed that attempt's
+					// lease explains it, a fault of its process or of
+					// Redis from a lease before its start to the
+					// acknowledgement (a worker stopped while its
+					// delivery's lease ran), or a delay of its process
+					// long enough.
+					prev := *late.prev
+					prev.end = late.ack
+					if why := c.touched([]*run{&prev}); why != "" {
+						c.explained(brokeGroupBusy, why)
+						return
+					}
 					if late.delayed >= late.needed {
 						c.explained(brokeGroupBusy, explainSchedDelay)
 						return

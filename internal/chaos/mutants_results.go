@@ -10,7 +10,7 @@ var resultNoReply = Mutant{
 		Old: "ARGV[a + 4], {'rep', ARGV[a + 1]}, {})",
 		New: "ARGV[a + 4], {}, {})",
 	}, {File: "internal/redisbroker/results.go",
-		Old: "\tif p.Reply != nil {\n\t\trep = rueidis.BinaryString(wire.Encode(p.Reply))\n\t}\n",
+		Old: "\t\trep = rueidis.BinaryString(wire.Encode(p.Reply))\n",
 		New: "",
 	}},
 	Needs:  "KindResult",
