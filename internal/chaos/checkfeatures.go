@@ -1033,6 +1033,11 @@ func (c *features) givenBack() {
 			case !ok || next.Attempt == g.Attempt:
 			case c.fi.explain(g.Proc, g.T, next.T) != "":
 				c.explained(brokePoolAttempt, "fault")
+			case next.Attempt < g.Attempt && c.fi.explain(next.Proc, g.T, next.T) != "":
+				// An earlier attempt's delivery, started late: its worker
+				// was stopped (or cut off) holding it while its lease ran
+				// out and another worker took the message and gave it back.
+				c.explained(brokePoolAttempt, "fault")
 			case time.Duration(next.T-g.T) >= c.opts.Lease:
 				c.explained(brokePoolAttempt, "lease_expired")
 			default:

@@ -281,6 +281,24 @@ func TestCheckFeatures(t *testing.T) {
 		},
 		broken: brokePoolAttempt,
 	}, {
+		name: "pool: given back at attempt 2, then attempt 1 started late by a worker stopped across the give-back",
+		events: func(h *hist) {
+			h.fsend(Event{Op: "a", Receiver: recvPool}, 0)
+			h.fault(FaultStopWorker, "w1.g1", 5, 2500)
+			h.add(Event{T: ms(2100), Proc: "w0.g1", Kind: KindGivenBack, Op: "a", ID: "id-a", Attempt: 2, Receiver: recvPool})
+			h.frun("a", "w1.g1", 1, 2510, 2520, ResultOK)
+		},
+		explained: brokePoolAttempt + ":fault",
+	}, {
+		name: "pool: given back at attempt 2, then attempt 1 started by a worker with no fault",
+		events: func(h *hist) {
+			h.fsend(Event{Op: "a", Receiver: recvPool}, 0)
+			h.fault(FaultStopWorker, "w2.g1", 5, 2500)
+			h.add(Event{T: ms(2100), Proc: "w0.g1", Kind: KindGivenBack, Op: "a", ID: "id-a", Attempt: 2, Receiver: recvPool})
+			h.frun("a", "w1.g1", 1, 2510, 2520, ResultOK)
+		},
+		broken: brokePoolAttempt,
+	}, {
 		name: "pause: starts before the pause took effect and after the resume",
 		events: func(h *hist) {
 			h.pauseCall(KindPause, 1000, ResultOK).pauseCall(KindResume, 5000, ResultOK)
