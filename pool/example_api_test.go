@@ -184,9 +184,10 @@ func ExampleExecutor_Submit() {
 	if err != nil {
 		panic(err)
 	}
-	done := make(chan struct{})
-	fmt.Println(e.Submit(ctx, func() { fmt.Println("task ran"); close(done) }))
-	<-done
+	ran := make(chan string, 1)
+	err = e.Submit(ctx, func() { ran <- "task ran" })
+	fmt.Println(err)
+	fmt.Println(<-ran) // the task runs on a worker: the example waits for it
 	e.Close(ctx)
 	// Output:
 	// <nil>
