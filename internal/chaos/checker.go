@@ -156,6 +156,15 @@ type Report struct {
 	HostStalls   int           `json:"host_stalls"`
 	HostStalled  time.Duration `json:"host_stalled"`
 	MaxHostStall time.Duration `json:"max_host_stall"`
+	// RedisStalls counts the Redis stalls (redisstalls.go): PINGs the
+	// harness sent straight to a server that were answered
+	// minRedisStall or more late, with no fault of Redis under way;
+	// RedisStalled is their total length, MaxRedisStall the longest. The
+	// features' timing-bounded checks take them into account as they do
+	// the host stalls.
+	RedisStalls   int           `json:"redis_stalls"`
+	RedisStalled  time.Duration `json:"redis_stalled"`
+	MaxRedisStall time.Duration `json:"max_redis_stall"`
 	// SchedDelays counts the scheduling delays the processes recorded
 	// (delays.go): ticks of a process's delay ticker that fired more than
 	// minSchedDelay late; SchedDelayed is their total length,
@@ -223,6 +232,8 @@ func (r *Report) String() string {
 	}
 	fmt.Fprintf(&b, "host stalls         %d (%v in all, longest %v: no process recorded anything for %v or more, the run busy, Redis up)\n",
 		r.HostStalls, r.HostStalled.Round(time.Millisecond), r.MaxHostStall.Round(time.Millisecond), minHostStall)
+	fmt.Fprintf(&b, "redis stalls        %d (%v in all, longest %v: a PING straight to a server answered %v or more late, no fault under way)\n",
+		r.RedisStalls, r.RedisStalled.Round(time.Millisecond), r.MaxRedisStall.Round(time.Millisecond), minRedisStall)
 	fmt.Fprintf(&b, "scheduling delays   %d (%v in all, longest %v: a process's %v ticker fired more than %v late)\n",
 		r.SchedDelays, r.SchedDelayed.Round(time.Millisecond), r.MaxSchedDelay.Round(time.Millisecond), schedTick, minSchedDelay)
 	b.WriteString(r.Features.String())
@@ -500,7 +511,13 @@ func Check(events []Event, opts CheckOptions) *Report {
 			r.MaxSchedDelay = max(r.MaxSchedDelay, time.Duration(d.to-d.from))
 		}
 	}
-	r.Features = checkFeatures(r, events, ops, fi, stalls, delays, opts)
+	rstalls := redisStalls(events, fi, delays[harnessProc])
+	r.RedisStalls = len(rstalls)
+	for _, s := range rstalls {
+		r.RedisStalled += time.Duration(s.to - s.from)
+		r.MaxRedisStall = max(r.MaxRedisStall, time.Duration(s.to-s.from))
+	}
+	r.Features = checkFeatures(r, events, ops, fi, unionSpans(stalls, rstalls), delays, opts)
 	recovery(r, events, fi)
 	return r
 }

@@ -155,7 +155,7 @@ type features struct {
 	r       *Report
 	f       *FeatureReport
 	fi      faultIndex
-	stalls  []hostStall            // the host stalls: only the timing-bounded checks read them
+	stalls  []hostStall            // the host and Redis stalls, merged: only the timing-bounded checks read them
 	delays  map[string][]hostStall // each process's scheduling delays (delays.go): likewise
 	opts    CheckOptions
 	ops     map[string]*opHistory
@@ -361,7 +361,7 @@ func (c *features) global() {
 			return
 		}
 		if c.leaseStalled(running) {
-			c.explained(brokeGlobal, explainHostStall)
+			c.explained(brokeGlobal, explainStall)
 			return
 		}
 		if c.leaseDelayed(running) {
@@ -373,11 +373,11 @@ func (c *features) global() {
 	})
 }
 
-// explainHostStall is the explanation of a timing-bounded departure by
-// host stalls (stalls.go).
-const explainHostStall = "host_stall"
+// explainStall is the explanation of a timing-bounded departure by
+// stalls: of the host (stalls.go) or of a Redis server (redisstalls.go).
+const explainStall = "stall"
 
-// leaseStalled reports whether host stalls covered more of the lease
+// leaseStalled reports whether stalls (of the host or of Redis) covered more of the lease
 // window of a run among rs (from a lease before its start to its end) than
 // a lease survives: a worker extends its leases every third of the lease,
 // so a lease lapses only when its worker does not run for two thirds of
@@ -387,7 +387,7 @@ func (c *features) leaseStalled(rs []*run) bool {
 	return c.mostStalled(rs) > c.opts.Lease-c.opts.Lease/3
 }
 
-// mostStalled returns the most that host stalls covered of the lease
+// mostStalled returns the most that stalls covered of the lease
 // window of a run among rs (see leaseStalled).
 func (c *features) mostStalled(rs []*run) time.Duration {
 	var most time.Duration
@@ -496,7 +496,7 @@ func (c *features) groups() {
 					return
 				}
 				if c.leaseStalled(running) {
-					c.explained(brokeGroupBusy, explainHostStall)
+					c.explained(brokeGroupBusy, explainStall)
 					return
 				}
 				if late, ok := c.lateAck(running); ok {
@@ -527,7 +527,7 @@ func (c *features) groups() {
 					c.explained(brokeGroupBusy, explainSchedDelay)
 					return
 				}
-				c.brokeState(brokeGroupBusy, c.slotsSpan(running, t), "%d handlers of key %s of %s ran at once at %v, over WithGroupConcurrency(%d): %s (host stalls up to %v, a process's delays up to %v of a run's lease window)",
+				c.brokeState(brokeGroupBusy, c.slotsSpan(running, t), "%d handlers of key %s of %s ran at once at %v, over WithGroupConcurrency(%d): %s (host and Redis stalls up to %v, a process's delays up to %v of a run's lease window)",
 					len(running), key, g.receiver, c.at(t), g.limit, names(running), c.mostStalled(running).Round(time.Millisecond), c.mostDelayed(running).Round(time.Millisecond))
 			})
 			if g.receiver == recvGroupN {
@@ -952,7 +952,7 @@ func (c *features) rate() {
 		}
 		// A host stall lengthens the tokens' lag by what it covered of it.
 		if st := stalledWithin(c.stalls, rs[from].start-int64(tokenLag), ru.start); excess-rateLimit*st.Seconds() <= rateSlack {
-			c.explained(brokeRate, explainHostStall)
+			c.explained(brokeRate, explainStall)
 			continue
 		}
 		// So does a scheduling delay of a process that started handlers
@@ -962,7 +962,7 @@ func (c *features) rate() {
 			c.explained(brokeRate, explainSchedDelay)
 			continue
 		}
-		c.broke(brokeRate, ru.start, "%d handlers of %s started from %v to %v, %.1f beyond WithRateLimit(%v, %d) (host stalls %v from a token's lag before, a process's delays %v)",
+		c.broke(brokeRate, ru.start, "%d handlers of %s started from %v to %v, %.1f beyond WithRateLimit(%v, %d) (host and Redis stalls %v from a token's lag before, a process's delays %v)",
 			j-from+1, recvRate, c.at(rs[from].start), c.at(ru.start), excess, rateLimit, rateBurst,
 			stalledWithin(c.stalls, rs[from].start-int64(tokenLag), ru.start).Round(time.Millisecond), delayed.Round(time.Millisecond))
 	}
@@ -1127,7 +1127,7 @@ func (c *features) pauses() {
 			// A host stall between the Pause's return and the start
 			// delayed the worker's poll by what it covered of that span.
 			if lag-stalledWithin(c.stalls, s.returned, ru.start) <= pauseSlack {
-				c.explained(brokePaused, explainHostStall)
+				c.explained(brokePaused, explainStall)
 				continue
 			}
 			// So did a scheduling delay of the worker that started it
@@ -1138,7 +1138,7 @@ func (c *features) pauses() {
 				c.explained(brokePaused, explainSchedDelay)
 				continue
 			}
-			c.broke(brokePaused, ru.start, "%s started on %s %v after a Pause of %s returned, before the Resume (host stalls %v of it, its process's delays %v)",
+			c.broke(brokePaused, ru.start, "%s started on %s %v after a Pause of %s returned, before the Resume (host and Redis stalls %v of it, its process's delays %v)",
 				ru.op, ru.proc, lag.Round(time.Millisecond), recvPaused, stalledWithin(c.stalls, s.returned, ru.start).Round(time.Millisecond), delayed.Round(time.Millisecond))
 		}
 	}

@@ -33,11 +33,18 @@ const (
 // Redis; the function it returns stops it and returns once the receiver
 // is resumed.
 func (h *harness) startPauser() func() {
+	return background(h.pauseLoop)
+}
+
+// background runs f in a goroutine of its own; the function it returns
+// cancels f's context and returns once f returned (at once when called
+// again).
+func background(f func(ctx context.Context)) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		h.pauseLoop(ctx)
+		f(ctx)
 	}()
 	return sync.OnceFunc(func() {
 		cancel()
@@ -103,10 +110,7 @@ func (h *harness) resumeUntilDone(d *disker.Disker) {
 // itself (not under a fault of the harness), until the function it
 // returns is called.
 func (h *harness) superviseWorkers() func() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	return background(func(ctx context.Context) {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -124,10 +128,6 @@ func (h *harness) superviseWorkers() func() {
 				}
 			}
 		}
-	}()
-	return sync.OnceFunc(func() {
-		cancel()
-		<-done
 	})
 }
 

@@ -54,6 +54,9 @@ type Options struct {
 	SettleTimeout time.Duration
 }
 
+// harnessProc is the harness's name in the history.
+const harnessProc = "harness"
+
 // backend is the Redis that a run uses, and the faults it allows.
 type backend struct {
 	url      string          // for workers and producers
@@ -129,11 +132,14 @@ func Run(opts Options) (*Report, error) {
 		return nil, err
 	}
 	defer be.stop()
-	rec, err := NewRecorder(opts.Dir, "harness")
+	rec, err := NewRecorder(opts.Dir, harnessProc)
 	if err != nil {
 		return nil, err
 	}
 	defer rec.Close()
+	rec.WatchDelays()
+	stopRedisProbe := background(func(ctx context.Context) { watchRedis(ctx, rec, be.pauseAt) })
+	defer stopRedisProbe()
 	h := &harness{opts: opts, be: be, rec: rec, rng: rand.New(rand.NewPCG(opts.Seed, 0x6368616f73))}
 	for i := range opts.Workers {
 		h.slots = append(h.slots, &slot{role: "worker", index: i})
@@ -168,6 +174,7 @@ func Run(opts Options) (*Report, error) {
 		result = ResultSettled
 	}
 	rec.Record(Event{Kind: KindFinal, N: pending, Result: result, Err: left})
+	stopRedisProbe()
 	stopSupervisor()
 	h.stopAll()
 

@@ -11,6 +11,7 @@ package chaos
 // (checkfeatures.go); the core invariants never do.
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"time"
@@ -40,7 +41,7 @@ type hostStall struct {
 // were written.
 func writeTime(e Event) int64 {
 	switch e.Kind {
-	case KindFault, KindPause, KindResume, KindSlotsLapsed, KindSchedDelay:
+	case KindFault, KindPause, KindResume, KindSlotsLapsed, KindSchedDelay, KindRedisStall:
 		if e.End != 0 {
 			return e.End
 		}
@@ -116,4 +117,21 @@ func stalledWithin(stalls []hostStall, from, to int64) time.Duration {
 		}
 	}
 	return d
+}
+
+// unionSpans returns the union of the spans of a and b, in order, with
+// those that overlap merged: stalledWithin then counts what any of them
+// covered once.
+func unionSpans(a, b []hostStall) []hostStall {
+	all := slices.Concat(a, b)
+	slices.SortFunc(all, func(x, y hostStall) int { return cmp.Compare(x.from, y.from) })
+	var out []hostStall
+	for _, s := range all {
+		if n := len(out); n > 0 && s.from <= out[n-1].to {
+			out[n-1].to = max(out[n-1].to, s.to)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -121,7 +122,7 @@ func TestCheckHostStalls(t *testing.T) {
 			h.pauseCall(KindPause, base, ResultOK).pauseCall(KindResume, base+4000, ResultOK)
 			h.fsend(Event{Op: "a", Receiver: recvPaused}, base-100).frun("a", "w0.g1", 1, base+2+1265, base+1280, ResultOK)
 		},
-		explained: brokePaused + ":" + explainHostStall,
+		explained: brokePaused + ":" + explainStall,
 	}, {
 		name:    "pause: a start 1.6s after the Pause returned, 400ms of it stalled",
 		silence: [2]int64{500, 900},
@@ -147,7 +148,7 @@ func TestCheckHostStalls(t *testing.T) {
 				h.fsend(Event{Op: op, Receiver: recvRate}, base).frun(op, "w0.g1", 1, base+1000+int64(i), base+1020, ResultOK)
 			}
 		},
-		explained: brokeRate + ":" + explainHostStall,
+		explained: brokeRate + ":" + explainStall,
 	}, {
 		name:    "rate: sixteen at once, a stall more than a token's lag before",
 		silence: [2]int64{-100, 400},
@@ -162,7 +163,7 @@ func TestCheckHostStalls(t *testing.T) {
 		name:      "group: four of a key at once, one's lease window stalled beyond two thirds of the lease",
 		silence:   [2]int64{500, 1900},
 		events:    fourAtOnce(recvGroupN, "g0", base),
-		explained: brokeGroupBusy + ":" + explainHostStall,
+		explained: brokeGroupBusy + ":" + explainStall,
 	}, {
 		name:    "group: four of a key at once, one's lease window stalled for less",
 		silence: [2]int64{900, 1900},
@@ -172,7 +173,7 @@ func TestCheckHostStalls(t *testing.T) {
 		name:      "global: four at once, one's lease window stalled beyond two thirds of the lease",
 		silence:   [2]int64{500, 1900},
 		events:    fourAtOnce(recvGlobal, "", base),
-		explained: brokeGlobal + ":" + explainHostStall,
+		explained: brokeGlobal + ":" + explainStall,
 	}, {
 		name:    "a late start stays one, whatever the stall",
 		silence: [2]int64{500, 1900},
@@ -195,5 +196,107 @@ func TestCheckHostStalls(t *testing.T) {
 				t.Logf("report:\n%s", r)
 			}
 		})
+	}
+}
+
+// TestCheckRedisStalls: a late answer to the harness's PING explains a
+// timing-bounded departure as a host stall does, but not when the
+// harness's own scheduling delay covers it, nor outside the span that
+// matters.
+func TestCheckRedisStalls(t *testing.T) {
+	const base = 10000 // ms: the run is busy from 0, with no silence
+	sixteen := func(sent int64) func(h *hist) {
+		return func(h *hist) {
+			for i := range 16 {
+				op := "r" + string(rune('a'+i))
+				h.fsend(Event{Op: op, Receiver: recvRate}, sent).frun(op, "w0.g1", 1, base+1000+int64(i), base+1020, ResultOK)
+			}
+		}
+	}
+	stall := func(from, to int64) Event {
+		return Event{T: ms(base + from), End: ms(base + to), Proc: harnessProc, Kind: KindRedisStall, Target: "127.0.0.1:1"}
+	}
+	tests := []struct {
+		name      string
+		records   []Event
+		events    func(h *hist)
+		stalls    int
+		broken    string
+		explained string
+	}{{
+		name:      "rate: sixteen at once, Redis stalled within a token's lag before",
+		records:   []Event{stall(600, 950)},
+		events:    sixteen(base),
+		stalls:    1,
+		explained: brokeRate + ":" + explainStall,
+	}, {
+		name:    "rate: sixteen at once, Redis stalled more than a token's lag before",
+		records: []Event{stall(-100, 400)},
+		events:  sixteen(base - 200),
+		stalls:  1,
+		broken:  brokeRate,
+	}, {
+		name: "rate: sixteen at once, the late answer the harness's own delay",
+		records: []Event{stall(600, 950),
+			{T: ms(base + 620), End: ms(base + 940), Proc: harnessProc, Kind: KindSchedDelay}},
+		events: sixteen(base),
+		broken: brokeRate,
+	}, {
+		name:    "pause: a start 1.265s after the Pause returned, Redis stalled 400ms of it",
+		records: []Event{stall(500, 900)},
+		events: func(h *hist) {
+			h.pauseCall(KindPause, base, ResultOK).pauseCall(KindResume, base+4000, ResultOK)
+			h.fsend(Event{Op: "a", Receiver: recvPaused}, base-100).frun("a", "w0.g1", 1, base+2+1265, base+1280, ResultOK)
+		},
+		stalls:    1,
+		explained: brokePaused + ":" + explainStall,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := &hist{}
+			tt.events(h)
+			for _, e := range tt.records {
+				h.add(e)
+			}
+			h.busy(0, 2*base)
+			r := Check(sorted(h.final(0)), CheckOptions{})
+			if r.HostStalls != 0 || r.RedisStalls != tt.stalls {
+				t.Errorf("%d host stalls, %d Redis stalls; want 0, %d", r.HostStalls, r.RedisStalls, tt.stalls)
+			}
+			wantOnly(t, r.Features, tt.broken, tt.explained)
+			if t.Failed() {
+				t.Logf("report:\n%s", r)
+			}
+		})
+	}
+}
+
+// TestRedisStallsUnderAFault: a late answer while a fault of Redis is
+// under way is the fault's, not a Redis stall.
+func TestRedisStallsUnderAFault(t *testing.T) {
+	h := &hist{}
+	h.fault(FaultClientPause, "127.0.0.1:1", 1000, 3000)
+	h.add(Event{T: ms(1100), End: ms(2900), Proc: harnessProc, Kind: KindRedisStall, Target: "127.0.0.1:1"})
+	h.add(Event{T: ms(5000), End: ms(5300), Proc: harnessProc, Kind: KindRedisStall, Target: "127.0.0.1:1"})
+	events := sorted(*h)
+	var fi faultIndex
+	for _, e := range events {
+		if e.Kind == KindFault {
+			fi.faults = append(fi.faults, e)
+		}
+	}
+	if got := redisStalls(events, fi, nil); len(got) != 1 || got[0] != (hostStall{ms(5000), ms(5300)}) {
+		t.Errorf("redisStalls = %v, want the one from 5000 to 5300 ms only", got)
+	}
+}
+
+func TestUnionSpans(t *testing.T) {
+	got := unionSpans([]hostStall{{ms(0), ms(100)}, {ms(500), ms(600)}}, []hostStall{{ms(50), ms(200)}, {ms(700), ms(800)}})
+	want := []hostStall{{ms(0), ms(200)}, {ms(500), ms(600)}, {ms(700), ms(800)}}
+	if !slices.Equal(got, want) {
+		t.Errorf("unionSpans = %v, want %v", got, want)
+	}
+	if d := stalledWithin(got, ms(0), ms(1000)); d != 400*time.Millisecond {
+		t.Errorf("stalledWithin the union = %v, want 400ms (each instant once)", d)
 	}
 }
