@@ -67,11 +67,8 @@ func (b *Broker) dropAccepted(ctx context.Context, key string) {
 // attempt whose record and reply stream are in different slots. With no
 // copy, it does nothing.
 func (b *Broker) takeAccepted(ctx context.Context, p *broker.StartResultParams, copyKey string) error {
-	data, err := b.client.Do(ctx, b.client.B().Get().Key(copyKey).Build()).ToString()
-	switch {
-	case rueidis.IsRedisNil(err):
-		return nil
-	case err != nil:
+	data, err := b.acceptedReply(ctx, copyKey)
+	if err != nil || data == "" {
 		return err
 	}
 	rec, prefix := b.resultKeys(p.Receiver, p.ID)
@@ -81,6 +78,16 @@ func (b *Broker) takeAccepted(ctx context.Context, p *broker.StartResultParams, 
 	}
 	b.dropAccepted(ctx, copyKey)
 	return nil
+}
+
+// acceptedReply reads the copy of an accepted reply at copyKey: the
+// encoded reply, or "" when there is no copy.
+func (b *Broker) acceptedReply(ctx context.Context, copyKey string) (string, error) {
+	data, err := b.client.Do(ctx, b.client.B().Get().Key(copyKey).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", nil
+	}
+	return data, err
 }
 
 // readAccepted sets, in the records hs of receiver's ids (nil: none), the

@@ -327,7 +327,7 @@ func (b *Broker) FinishResult(ctx context.Context, p *broker.FinishResultParams)
 	} else if copyKey = b.acceptedCopy(p.Receiver, p.ReplyTo, p.ID); copyKey != "" && p.Attempt > 1 {
 		// An earlier attempt's reply, accepted and not recorded. Should
 		// this read fail, Result still finds the copy (readAccepted).
-		if data, err := b.client.Do(ctx, b.client.B().Get().Key(copyKey).Build()).ToString(); err == nil {
+		if data, err := b.acceptedReply(ctx, copyKey); err == nil {
 			rep = data
 		}
 	}
