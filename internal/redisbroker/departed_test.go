@@ -4,8 +4,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/diskerhq/disker/internal/broker"
 )
 
 // TestReturningWorkerLeavesTheDeparted: a worker whose registry entry
@@ -18,12 +16,7 @@ func TestReturningWorkerLeavesTheDeparted(t *testing.T) {
 	a := newBrokerOn(t, srv, Config{KeyPrefix: prefix})
 	b := newBrokerOn(t, srv, Config{KeyPrefix: prefix})
 	ctx := ctxT(t)
-	beat := func(x *Broker, id string, ttl time.Duration) {
-		t.Helper()
-		if err := x.Heartbeat(ctx, broker.WorkerInfo{ID: id}, ttl); err != nil {
-			t.Fatal(err)
-		}
-	}
+	beat := func(x *Broker, id string, ttl time.Duration) { heartbeat(t, x, id, ttl) }
 	beat(b, "b", time.Hour)
 	beat(a, "a", 20*time.Millisecond)
 	eventually(t, "a's entry to lapse", func() bool {

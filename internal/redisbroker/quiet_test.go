@@ -143,12 +143,7 @@ func TestReturnedWorkerKeepsItsDeliveries(t *testing.T) {
 	b := newBroker(t)
 	other := newBrokerOn(t, srv, Config{KeyPrefix: b.keys.prefix})
 	ctx := ctxT(t)
-	beat := func(br *Broker, id string, ttl time.Duration) {
-		t.Helper()
-		if err := br.Heartbeat(ctx, broker.WorkerInfo{ID: id, Receivers: []string{"r"}}, ttl); err != nil {
-			t.Fatal(err)
-		}
-	}
+	beat := func(br *Broker, id string, ttl time.Duration) { heartbeat(t, br, id, ttl, "r") }
 	beat(b, "live", time.Hour)
 	beat(other, "back", 10*time.Millisecond)
 	eventually(t, "the lapsed worker to be departed", func() bool {
@@ -179,12 +174,7 @@ func TestDepartedWorkerKeepsLaterDeliveries(t *testing.T) {
 	b := newBroker(t)
 	other := newBrokerOn(t, srv, Config{KeyPrefix: b.keys.prefix})
 	ctx := ctxT(t)
-	beat := func(br *Broker, id string, ttl time.Duration) {
-		t.Helper()
-		if err := br.Heartbeat(ctx, broker.WorkerInfo{ID: id, Receivers: []string{"r"}}, ttl); err != nil {
-			t.Fatal(err)
-		}
-	}
+	beat := func(br *Broker, id string, ttl time.Duration) { heartbeat(t, br, id, ttl, "r") }
 	beat(b, "live", time.Hour)
 	beat(other, "back", 10*time.Millisecond)
 	for _, id := range []string{"m1", "m2"} {
@@ -216,12 +206,7 @@ func TestDepartedWorkerLaterDeliveryReclaimedAfterLease(t *testing.T) {
 	b := newBroker(t)
 	other := newBrokerOn(t, srv, Config{KeyPrefix: b.keys.prefix})
 	ctx := ctxT(t)
-	beat := func(br *Broker, id string, ttl time.Duration) {
-		t.Helper()
-		if err := br.Heartbeat(ctx, broker.WorkerInfo{ID: id, Receivers: []string{"r"}}, ttl); err != nil {
-			t.Fatal(err)
-		}
-	}
+	beat := func(br *Broker, id string, ttl time.Duration) { heartbeat(t, br, id, ttl, "r") }
 	beat(b, "live", time.Hour)
 	beat(other, "gone", 10*time.Millisecond)
 	eventually(t, "the lapsed worker to be departed", func() bool {
@@ -313,5 +298,14 @@ func TestQuietWatchedQueueReclaimsOnDeparture(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the departed holder's message was not reclaimed within 10s")
 		}
+	}
+}
+
+// heartbeat sends br's heartbeat as worker id serving receivers, with ttl,
+// and fails t on an error.
+func heartbeat(t *testing.T, br *Broker, id string, ttl time.Duration, receivers ...string) {
+	t.Helper()
+	if err := br.Heartbeat(ctxT(t), broker.WorkerInfo{ID: id, Receivers: receivers}, ttl); err != nil {
+		t.Fatal(err)
 	}
 }
