@@ -209,6 +209,9 @@ for _, id in ipairs(ARGV) do
       redis.call('XDEL', KEYS[2], id)
       n = n + 1
     elseif m and bad ~= '1' then
+      if level ~= '' and redis.call('XLEN', q) == 0 then
+        queueWake(KEYS[1], KEYS[5])
+      end
       queueMessage(q, m, d, x)
       redis.call('XDEL', KEYS[2], id)
       n = n + 1

@@ -295,8 +295,7 @@ if due > now then
   redis.call('ZADD', KEYS[3], fmt(due), id)
   redis.call('HSET', KEYS[4], id, keyed .. ARGV[8] .. times .. ':' .. env)
   if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == id then
-    redis.call('XADD', KEYS[2], '*', 'w', '1')
-    redis.call('HINCRBY', KEYS[5], 'wakes', 1)
+    queueWake(KEYS[2], KEYS[5])
   end
 elseif group ~= '' then
   local G = {q = KEYS[2], h = KEYS[14], l = KEYS[15], hold = KEYS[5], g = KEYS[11], w = KEYS[12], t = KEYS[13], first = 0}
@@ -305,6 +304,7 @@ elseif group ~= '' then
 else
   if ARGV[8] ~= '' and redis.call('XLEN', KEYS[1]) == 0 then
     first = 1
+    queueWake(KEYS[2], KEYS[5])
   end
   queueMessage(KEYS[1], env, dField, xField)
 end

@@ -201,8 +201,7 @@ end
 local function gat(G, key, t, wake)
   redis.call('ZADD', G.t, 'LT', gfmt(t), key)
   if wake and not G.nowake and redis.call('ZRANGE', G.t, 0, 0)[1] == key then
-    redis.call('XADD', G.q, '*', 'w', '1')
-    redis.call('HINCRBY', G.hold, 'wakes', 1)
+    queueWake(G.q, G.hold)
   end
 end
 local function gbucket(G, key)
@@ -253,7 +252,10 @@ local function gqueue(G, key, id, value)
   local level, d, x, env = deferredValue(value)
   local stream = G.q
   if level == 'h' then stream = G.h elseif level == 'l' then stream = G.l end
-  if level ~= '' and redis.call('XLEN', stream) == 0 then G.first = 1 end
+  if level ~= '' and redis.call('XLEN', stream) == 0 then
+    G.first = 1
+    if not G.nowake then queueWake(G.q, G.hold) end
+  end
   queueMessage(stream, env, d, x, key, id)
 end
 -- grelease queues key's waiting messages, in order, while it has fewer

@@ -99,6 +99,41 @@ func TestQuietStreamFindsPrioritySend(t *testing.T) {
 	}
 }
 
+// A sender stopped between its enqueue and its bump of the reclaim epoch
+// (levelsChanged) loses nothing: the first message at an empty level
+// wakes a fetch blocked on the normal stream, whose next fetch runs the
+// script and serves the level, even where the stream is quiet until
+// something forces the script (a lease of at least the heartbeat's ttl).
+// The test undoes the sender's INCR as a stop before it would have, for a
+// plain and a keyed message.
+func TestQuietStreamFindsPrioritySendWithoutEpoch(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		level int
+		key   string
+	}{{broker.PriorityHigh, ""}, {broker.PriorityLow, ""}, {broker.PriorityHigh, "k"}} {
+		b := newBroker(t)
+		sender := newBrokerOn(t, srv, Config{KeyPrefix: b.keys.prefix})
+		ctx := ctxT(t)
+		beat := func() { heartbeat(t, b, "w", 5*time.Second, "r") }
+		beat()
+		if ds := fetchBlocked(t, b, "r", "w"); len(ds) != 0 {
+			t.Fatalf("Fetch of an empty queue = %v", ds)
+		}
+		e := env("m", "r")
+		e.Priority = c.level
+		if _, err := broker.SendOne(ctx, sender, broker.SendParams{Env: *e, GroupKey: c.key}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.client.Do(ctx, b.client.B().Decr().Key(b.keys.reclaimEpoch()).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if ds := fetchWithin(t, b, "r", "w", 15*time.Second, beat); ds[0].Env.ID != "m" {
+			t.Fatalf("Fetch at level %d, key %q = %+v, want the message", c.level, c.key, ds)
+		}
+	}
+}
+
 // Entries held by a worker of another broker whose heartbeat lapsed are
 // reclaimed from a stream that was quiet, after the next heartbeat that
 // dropped it from the registry (the reclaim epoch), not at the end of the

@@ -74,8 +74,15 @@ end
 // luaQueueMessage defines queueMessage(stream, env, d, x, g, i): it adds a
 // message to a queue stream, with its deadline (field d), its expiry
 // (field x), and its group key and id (fields g and i: a keyed message,
-// see groups.go) when they are not empty (or nil).
+// see groups.go) when they are not empty (or nil). queueWake(q, hold)
+// adds a wake entry (field w, no m) to the normal level's stream q and
+// counts it in the holders hash hold: the entry wakes a fetch blocked on
+// q, which then runs the fetch script (Fetch's forceSchedule).
 const luaQueueMessage = `
+local function queueWake(q, hold)
+  redis.call('XADD', q, '*', 'w', '1')
+  redis.call('HINCRBY', hold, 'wakes', 1)
+end
 local function queueMessage(stream, env, d, x, g, i)
   local args = {stream, '*', 'm', env}
   if d ~= '' then

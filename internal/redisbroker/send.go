@@ -294,18 +294,21 @@ func (b *Broker) sendSplit(ctx context.Context, p *broker.SendParams, now time.T
 
 // levelsChanged tells the quiet streams of every instance (see
 // idleReclaimMax) that receiver's stream of a priority level other than
-// normal holds entries again: the enqueue script found it empty before the
-// message it queued there, or RetryDeadLetters wrote to one. It bumps the
-// reclaim epoch (keys.reclaimEpoch), which every instance's next heartbeat
-// reads, and makes this broker's next fetch of the receiver's queue run
-// the fetch script. The fetch script is what learns that a level stream
-// holds entries, and a quiet stream runs it seldom. It costs the first
-// message at a level one INCR (after the send); should that fail, such a
-// stream finds the message within its quiet period. Later messages at the
-// level, and every message at the normal level, cost nothing: the blocking
-// read of a quiet stream reads its queue, and a stream whose levels hold
-// entries reads them all. A deferred message reaches its level in the
-// fetch script, which learns it there.
+// normal holds entries again: a script found it empty before the message
+// it queued there (a send, a settle that released a key's next, a retry
+// of dead letters). It bumps the reclaim epoch (keys.reclaimEpoch), which
+// every instance's next heartbeat reads, and makes this broker's next
+// fetch of the receiver's queue run the fetch script. The fetch script is
+// what learns that a level stream holds entries, and a quiet stream runs
+// it seldom. The epoch spreads the news to every instance; it is not what
+// the message's delivery rests on: the script that queued it also added a
+// wake entry to the receiver's normal stream (queueWake) in the same
+// step, which wakes one blocked fetch, so that a caller stopped before
+// this INCR (or whose INCR failed) loses nothing. Later messages at the
+// level, and every message at the normal level, cost nothing: the
+// blocking read of a quiet stream reads its queue, and a stream whose
+// levels hold entries reads them all. A deferred message reaches its
+// level in the fetch script, which learns it there.
 func (b *Broker) levelsChanged(ctx context.Context, receiver string) {
 	b.forceReclaim(b.keys.queue(receiver))
 	_ = b.client.Do(context.WithoutCancel(ctx), b.client.B().Incr().Key(b.keys.reclaimEpoch()).Build()).Error()
