@@ -85,7 +85,11 @@ type consumer struct {
 
 // task is one delivery being handled.
 type task struct {
-	dl     broker.Delivery
+	dl broker.Delivery
+	// hc is the handler's context of a task run alone (begin).
+	hc handlerCtx
+	// cancel, set for a task of a batch (batch.join), is what end calls
+	// instead of ending hc.
 	cancel context.CancelCauseFunc
 	// msg is the Message handed to the handler, held here so that a
 	// delivery costs one allocation less; the handler may keep it after
@@ -553,8 +557,8 @@ func (c *consumer) dispatch(ds []broker.Delivery) {
 		if c.tooLate(&dl, now) {
 			continue
 		}
-		ctx, t := c.begin(dl)
-		if err := c.executor().Submit(context.Background(), func() { c.run(ctx, t, deadline) }); err != nil {
+		t := c.begin(dl, deadline)
+		if err := c.executor().Submit(context.Background(), func() { c.run(t) }); err != nil {
 			// The executor is closed only after the loop stopped: this is a
 			// bug, but the message is safe (unacknowledged).
 			c.d.log.Error("disker: cannot run a handler", append(logAttrs(c.name, dl.Env.ID, dl.Attempt), "error", err)...)
@@ -563,13 +567,23 @@ func (c *consumer) dispatch(ds []broker.Delivery) {
 	}
 }
 
-// begin counts dl in flight as a task, and returns it with its handler's
-// context.
-func (c *consumer) begin(dl broker.Delivery) (context.Context, *task) {
-	ctx, cancel := context.WithCancelCause(c.hardCtx)
-	t := &task{dl: dl, cancel: cancel}
+// begin counts dl in flight as a task, whose handler's context (t.hc)
+// ends at deadline (zero: none), and returns it.
+func (c *consumer) begin(dl broker.Delivery, deadline time.Time) *task {
+	t := &task{dl: dl}
+	t.hc.init(c.hardCtx, deadline)
 	c.track(t)
-	return ctx, t
+	return t
+}
+
+// end ends t's handler's context with cause (nil: t finished; else why
+// it was lost), or tells its batch.
+func (t *task) end(cause error) {
+	if t.cancel != nil {
+		t.cancel(cause)
+		return
+	}
+	t.hc.cancel(cause)
 }
 
 // track counts t in flight, where the lease keeper and the cancellations
@@ -694,7 +708,7 @@ func (d *Disker) releaseDedup(receiver string, env *broker.Envelope) {
 
 // finish ends a task's bookkeeping.
 func (c *consumer) finish(t *task) {
-	t.cancel(nil)
+	t.end(nil)
 	c.mu.Lock()
 	delete(c.inflight, t.dl.Ref)
 	c.n.Add(-1)
@@ -729,19 +743,20 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// run handles one delivery and settles it: reply and ack, retry, or dead
-// letter.
-func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
+// run handles one delivery, begun (begin), and settles it: reply and ack,
+// retry, or dead letter.
+func (c *consumer) run(t *task) {
 	defer c.finish(t)
 	d := c.d
 	dl := &t.dl
+	deadline := t.hc.deadline
 	if c.tooLate(dl, time.Now()) {
 		return
 	}
-	if c.paused.Load() && !c.waitResumed(ctx.Done(), c.fetchCtx.Done()) {
+	if c.paused.Load() && !c.waitResumed(t.hc.make().outer.Done(), c.fetchCtx.Done()) {
 		return // stopped, or the lease was lost, while paused
 	}
-	if context.Cause(ctx) != nil || c.hardCtx.Err() != nil {
+	if t.hc.causeOf() != nil || c.hardCtx.Err() != nil {
 		// It waited in line (WithPrefetch) until the instance stopped or
 		// the lease was lost: leave it for another delivery. hardCtx is
 		// asked too: its children are cancelled one after another, so a
@@ -776,17 +791,11 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 			return // its deadline passed while its start was recorded
 		}
 	}
-	hctx := ctx
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		hctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
 	if d.onEvent != nil {
 		d.emit(Event{Kind: EventStarted, Receiver: c.name, Sender: msg.Sender, MessageID: msg.ID, Attempt: msg.Attempt})
 	}
 	began := time.Now()
-	resp, err := c.call(hctx, msg)
+	resp, err := c.call(&t.hc, msg)
 	took := time.Since(began)
 
 	if t.settle.Load() == taskCancelled {
@@ -794,7 +803,7 @@ func (c *consumer) run(ctx context.Context, t *task, deadline time.Time) {
 		return
 	}
 
-	if cause := context.Cause(ctx); cause != nil {
+	if cause := t.hc.causeOf(); cause != nil {
 		if errors.Is(cause, broker.ErrLeaseLost) {
 			// Another worker may have the message now: leave it to it.
 			d.log.Warn("disker: lease lost while handling; the message goes to another worker", logAttrs(c.name, msg.ID, msg.Attempt)...)
@@ -1083,7 +1092,7 @@ func (c *consumer) keepLeases(stop <-chan struct{}) {
 			t := c.inflight[ref]
 			c.mu.Unlock()
 			if t != nil {
-				t.cancel(broker.ErrLeaseLost)
+				t.end(broker.ErrLeaseLost)
 			}
 		}
 	}
@@ -1116,7 +1125,7 @@ func (c *consumer) pollCancels(since *time.Time) {
 	defer c.mu.Unlock()
 	for _, t := range c.inflight {
 		if want[t.dl.Env.ID] && t.settle.CompareAndSwap(taskRunning, taskCancelled) {
-			t.cancel(ErrCancelled)
+			t.end(ErrCancelled)
 			// Off the lease keeper's loop, which a slow broker must not
 			// hold up; stop waits for it (the task is still counted in
 			// c.tasks, so the count is above zero here).

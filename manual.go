@@ -143,8 +143,7 @@ func (c *consumer) runByHand(ctx context.Context, dl broker.Delivery) error {
 	if c.tooLateAt(&dl, now) {
 		return nil
 	}
-	tctx, t := c.begin(dl)
-	c.run(tctx, t, c.d.b.Local(dl.Deadline))
+	c.run(c.begin(dl, c.d.b.Local(dl.Deadline)))
 	return nil
 }
 

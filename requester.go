@@ -474,23 +474,11 @@ func (q *request) send() (*Message, bool, error) {
 // WithOnSent's hook is called here, on Request's goroutine, once the
 // message was stored.
 func (q *request) sendApart() (bool, error) {
-	var (
-		sctx   context.Context
-		cancel context.CancelFunc
-	)
-	if end := q.sendEnd(); !end.IsZero() {
-		sctx, cancel = context.WithDeadline(context.WithoutCancel(q.ctx), end)
-	} else {
-		sctx, cancel = context.WithCancel(context.WithoutCancel(q.ctx))
-	}
-	defer cancel()
+	sctx := context.WithoutCancel(q.ctx)
 	d, ps := q.d, q.ps[:]
 	sent := func(err error) (bool, error) {
 		if err == nil {
 			err = ps[0].Result.Err
-		}
-		if err != nil && sctx.Err() != nil {
-			return false, nil // its time ran out
 		}
 		afterSent(ps, func(int) func(string) { return q.onSent })
 		return true, err
@@ -502,23 +490,29 @@ func (q *request) sendApart() (bool, error) {
 	if job == nil {
 		return sent(ErrClosed)
 	}
+	// end fires at the end of the send's time, once known (a deadline, or
+	// ctx's end).
+	t := sendTimers.Get().(*time.Timer)
+	defer sendTimers.Put(t)
+	defer t.Stop()
+	var end <-chan time.Time
+	if e := q.sendEnd(); !e.IsZero() {
+		t.Reset(time.Until(e))
+		end = t.C
+	}
 	ended := q.ctx.Done()
-	var grace <-chan time.Time // the end of the send's time, once ctx was cancelled
 	for {
 		select {
 		case err := <-job.done:
 			job.release()
 			return sent(err)
-		case <-sctx.Done():
-			return false, nil // its time ran out: the deadline's
 		case <-ended:
 			ended = nil
-			q.ending()
-			t := time.NewTimer(time.Until(q.sendEnd()))
-			defer t.Stop()
-			grace = t.C
-		case <-grace:
-			return false, nil
+			q.ending() // moves the end
+			t.Reset(time.Until(q.sendEnd()))
+			end = t.C
+		case <-end:
+			return false, nil // its time ran out
 		}
 	}
 }
