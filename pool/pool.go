@@ -68,16 +68,18 @@ type Pool[W any] struct {
 	// Release swaps its worker in and Checkout takes it out without the
 	// mutex while fast is set, that is while nobody waits and the pool is
 	// open, within Size and LIFO (see syncFastLocked). checkouts counts the
-	// leases handed out. fast, read by every Checkout and Release and
-	// written only when the pool's state changes, and queue (guarded by
-	// mu), written only when callers queue, have cache lines of their own,
-	// away from the words written at every lease.
+	// leases handed out, each in its worker's stripe. fast, read by every
+	// Checkout and Release and written only when the pool's state changes,
+	// and queue (guarded by mu), written only when callers queue, have
+	// cache lines of their own, away from the words written at every
+	// lease.
 	_         [64]byte
 	fast      atomic.Bool
 	_         [64]byte
 	hot       atomic.Pointer[poolEntry[W]]
-	checkouts atomic.Uint64
 	_         [64]byte
+	checkouts stripedCount
+	made      atomic.Uint32 // entries made, which deals out their stripes
 	queue     waitList[W]
 	_         [64]byte
 
@@ -121,9 +123,43 @@ type poolEntry[W any] struct {
 	// the count when it began, and ending it moves the count on (a
 	// compare-and-swap from the id), so a stale or copied Lease cannot end
 	// it, or a later lease, again; beginning a lease writes nothing.
-	lease atomic.Uint64
-	since int64 // when it went idle while overflow existed; 0 if unknown
-	used  bool  // leased before (a fresh worker skips the checkout check)
+	lease  atomic.Uint64
+	since  int64 // when it went idle while overflow existed; 0 if unknown
+	used   bool  // leased before (a fresh worker skips the checkout check)
+	stripe uint8 // its counter of p.checkouts
+}
+
+// newEntry returns the entry of a new worker w; used skips its first
+// checkout check.
+func (p *Pool[W]) newEntry(w W, used bool) *poolEntry[W] {
+	return &poolEntry[W]{p: p, w: w, used: used, stripe: uint8(p.made.Add(1) % checkoutStripes)}
+}
+
+// checkoutStripes is how many counters p.checkouts has. Each worker counts
+// its checkouts in one of them: workers leased on different CPUs then write
+// different cache lines, where one shared counter, written by every
+// checkout, moved its line between the CPUs at every lease.
+const checkoutStripes = 8
+
+// stripedCount is a count kept in checkoutStripes counters, each on a cache
+// line of its own.
+type stripedCount struct {
+	s [checkoutStripes]struct {
+		n atomic.Uint64
+		_ [56]byte
+	}
+}
+
+// add counts one in stripe i.
+func (c *stripedCount) add(i uint8) { c.s[i%checkoutStripes].n.Add(1) }
+
+// load returns the count.
+func (c *stripedCount) load() uint64 {
+	var n uint64
+	for i := range c.s {
+		n += c.s[i].n.Load()
+	}
+	return n
 }
 
 // New returns a pool configured by cfg, or an error naming the first invalid
@@ -180,7 +216,7 @@ func New[W any](cfg Config[W]) (*Pool[W], error) {
 				p.cancel()
 				return nil, errors.Join(errs...)
 			}
-			p.idle.pushBack(&poolEntry[W]{p: p, w: w})
+			p.idle.pushBack(p.newEntry(w, false))
 			p.live++
 			p.created++
 		}
@@ -260,9 +296,9 @@ func (p *Pool[W]) Checkout(ctx context.Context) (Lease[W], error) {
 			// caller's turn.)
 			p.unlock()
 			yields++
-			seen := p.checkouts.Load()
+			seen := p.checkouts.load()
 			runtime.Gosched()
-			if p.checkouts.Load() != seen {
+			if p.checkouts.load() != seen {
 				allowed = min(allowed+1, checkoutYieldsMax)
 			}
 			continue
@@ -353,7 +389,7 @@ func (p *Pool[W]) popIdleLocked() *poolEntry[W] {
 // lease counts the lease of e, which the caller has just taken out of the
 // idle set. Its id is e.lease, as it is until the lease ends.
 func (p *Pool[W]) lease(e *poolEntry[W]) {
-	p.checkouts.Add(1)
+	p.checkouts.add(e.stripe)
 }
 
 // lock locks p.mu, trying for a moment before it parks. sync.Mutex does not
@@ -454,7 +490,7 @@ func (p *Pool[W]) build(ctx context.Context) (Lease[W], error) {
 		defer p.logRecovered()
 	}
 	p.created++
-	e := &poolEntry[W]{p: p, w: w, used: true}
+	e := p.newEntry(w, true)
 	if p.closed {
 		p.closing++
 		p.unlock()
@@ -803,7 +839,7 @@ func (p *Pool[W]) Stats() PoolStats {
 		Starting:    p.building + p.builders,
 		Closing:     p.closing,
 		Waiting:     p.queue.len(),
-		Checkouts:   p.checkouts.Load(),
+		Checkouts:   p.checkouts.load(),
 		Created:     p.created,
 		Retired:     p.retired,
 		Failures:    p.failures,

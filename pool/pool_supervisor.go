@@ -125,7 +125,7 @@ func (p *Pool[W]) builder() {
 				p.log.Warn("pool: closing a surplus worker failed", "err", err)
 			}
 		} else {
-			p.deliverLocked(&poolEntry[W]{p: p, w: w})
+			p.deliverLocked(p.newEntry(w, false))
 		}
 		if recovered {
 			p.logRecovered()
