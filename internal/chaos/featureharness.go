@@ -111,14 +111,7 @@ func (h *harness) resumeUntilDone(d *disker.Disker) {
 // returns is called.
 func (h *harness) superviseWorkers() func() {
 	return background(func(ctx context.Context) {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		every(ctx, 100*time.Millisecond, func() {
 			for _, s := range h.slots {
 				if s.role == "worker" && h.takeExited(s) {
 					if err := h.spawn(s); err != nil {
@@ -127,8 +120,22 @@ func (h *harness) superviseWorkers() func() {
 					h.release(s)
 				}
 			}
-		}
+		})
 	})
+}
+
+// every calls f every period until ctx ends.
+func every(ctx context.Context, period time.Duration, f func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
 }
 
 // takeExited marks s busy, as a fault does, when its process exited and

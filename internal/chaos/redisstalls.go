@@ -17,6 +17,7 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"time"
 )
@@ -46,14 +47,7 @@ func watchRedis(ctx context.Context, rec *Recorder, addrs func() []string) {
 			c.conn.Close()
 		}
 	}()
-	t := time.NewTicker(redisProbeEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, redisProbeEvery, func() {
 		for _, addr := range addrs() {
 			c := conns[addr]
 			if c == nil {
@@ -74,7 +68,7 @@ func watchRedis(ctx context.Context, rec *Recorder, addrs func() []string) {
 				rec.Record(Event{T: sent.UnixNano(), End: now.UnixNano(), Kind: KindRedisStall, Target: addr})
 			}
 		}
-	}
+	})
 }
 
 // probeConn is the probe's connection to one server.
@@ -93,15 +87,9 @@ func (c *probeConn) ping() (time.Time, error) {
 	}
 	line, err := c.r.ReadString('\n')
 	if err == nil && line != "+PONG\r\n" {
-		err = errProbeAnswer(line)
+		err = fmt.Errorf("chaos: the Redis probe's PING was answered %q", line)
 	}
 	return sent, err
-}
-
-type errProbeAnswer string
-
-func (e errProbeAnswer) Error() string {
-	return "chaos: the Redis probe's PING was answered " + string(e)
 }
 
 // redisStalls returns the Redis stalls of a history: the late answers
