@@ -55,9 +55,6 @@ func (h *handlerCtx) Done() <-chan struct{} { return h.make().inner.Done() }
 
 // Err is what the handler's context's Err would be, without making it.
 func (h *handlerCtx) Err() error {
-	if m := h.made.Load(); m != nil {
-		return m.inner.Err()
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if m := h.made.Load(); m != nil {
@@ -103,20 +100,15 @@ func (h *handlerCtx) make() *madeCtx {
 	}
 	m := &madeCtx{}
 	m.outer, m.cancel = context.WithCancelCause(h.parent)
-	withDeadline := func() {
-		m.inner = m.outer
-		if !h.deadline.IsZero() {
-			m.inner, m.stop = context.WithDeadline(m.outer, h.deadline)
-		}
+	if h.cause != nil && !h.deadlineFirst {
+		m.cancel(h.cause) // before the deadline: the inner one ends cancelled
+	}
+	m.inner = m.outer
+	if !h.deadline.IsZero() {
+		m.inner, m.stop = context.WithDeadline(m.outer, h.deadline)
 	}
 	if h.deadlineFirst {
-		withDeadline()
-		m.cancel(h.cause)
-	} else {
-		if h.cause != nil {
-			m.cancel(h.cause)
-		}
-		withDeadline()
+		m.cancel(h.cause) // after: the inner one ended by its deadline
 	}
 	h.made.Store(m)
 	return m
@@ -146,9 +138,6 @@ func (h *handlerCtx) cancel(cause error) {
 // causeOf is context.Cause of the context cancel ends (the outer one):
 // the first cause given to cancel, or the parent's, or nil.
 func (h *handlerCtx) causeOf() error {
-	if m := h.made.Load(); m != nil {
-		return context.Cause(m.outer)
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if m := h.made.Load(); m != nil {

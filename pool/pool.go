@@ -79,7 +79,6 @@ type Pool[W any] struct {
 	hot       atomic.Pointer[poolEntry[W]]
 	_         [64]byte
 	checkouts stripedCount
-	made      atomic.Uint32 // entries made, which deals out their stripes
 	queue     waitList[W]
 	_         [64]byte
 
@@ -129,10 +128,11 @@ type poolEntry[W any] struct {
 	stripe uint8 // its counter of p.checkouts
 }
 
-// newEntry returns the entry of a new worker w; used skips its first
-// checkout check.
+// newEntry returns the entry of a new worker w, with p.mu held (or before
+// the pool is shared); used skips its first checkout check. The count of
+// workers made deals out the stripes.
 func (p *Pool[W]) newEntry(w W, used bool) *poolEntry[W] {
-	return &poolEntry[W]{p: p, w: w, used: used, stripe: uint8(p.made.Add(1) % checkoutStripes)}
+	return &poolEntry[W]{p: p, w: w, used: used, stripe: uint8(p.created % checkoutStripes)}
 }
 
 // checkoutStripes is how many counters p.checkouts has. Each worker counts
